@@ -1,0 +1,62 @@
+#include "apps/cli.hpp"
+
+#include "common/errors.hpp"
+#include "kernels/device_info.hpp"
+
+namespace kvtier::app {
+
+namespace po = boost::program_options;
+
+bool parse_arguments(const Arguments& args, const po::options_description& options,
+                     const po::positional_options_description& positional, po::variables_map& values,
+                     const std::string& usage, std::ostream& out) {
+  po::options_description with_help(options);
+  with_help.add_options()("help,h", "show this help");
+  po::store(po::command_line_parser(args).options(with_help).positional(positional).run(), values);
+  if (values.count("help") != 0U) {
+    out << usage << "\n\n" << options;
+    return false;
+  }
+  po::notify(values);
+  return true;
+}
+
+void add_format_option(po::options_description& options) {
+  options.add_options()("format", po::value<std::string>()->default_value("text"),
+                        "output: text (aligned tables) or json");
+}
+
+void add_set_option(po::options_description& options) {
+  options.add_options()("set", po::value<std::vector<std::string>>()->composing(),
+                        "override a field: PATH=VALUE, units allowed (e.g. "
+                        "model.kv_dtype=FP8_E4M3, hardware.node.gpu.memory_capacity=40GiB); "
+                        "repeatable");
+}
+
+Format format_from(const po::variables_map& values) {
+  const std::string format = values["format"].as<std::string>();
+  if (format == "text") {
+    return Format::kText;
+  }
+  if (format == "json") {
+    return Format::kJson;
+  }
+  throw ConfigError("unknown --format '" + format + "': expected text or json");
+}
+
+std::vector<config::Override> overrides_from(const po::variables_map& values) {
+  std::vector<config::Override> overrides;
+  if (values.count("set") != 0U) {
+    for (const auto& argument : values["set"].as<std::vector<std::string>>()) {
+      overrides.push_back(config::parse_override(argument));
+    }
+  }
+  return overrides;
+}
+
+std::string version_line() {
+  return std::string("kvtier ") + KVTIER_VERSION + " (commit " + KVTIER_GIT_COMMIT + ", CUDA " +
+         (kernels::built_with_cuda() ? "on" : "off") + ")";
+}
+
+}  // namespace kvtier::app

@@ -1,0 +1,46 @@
+#pragma once
+// Pieces every subcommand shares: output format, `--set` collection, the preset registry and
+// the config loader.
+
+#include <boost/program_options.hpp>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "configs/loader.hpp"
+#include "configs/presets.hpp"
+
+namespace kvtier::app {
+
+enum class Format { kText, kJson };
+
+struct Context {
+  std::ostream& out;
+  const config::PresetRegistry& presets;
+  const config::ConfigLoader& loader;
+};
+
+using Arguments = std::vector<std::string>;
+
+// Parses `args` against `options` (+ positionals); --help prints `usage` and the options.
+// Returns false when help was printed.
+bool parse_arguments(const Arguments& args, const boost::program_options::options_description& options,
+                     const boost::program_options::positional_options_description& positional,
+                     boost::program_options::variables_map& values, const std::string& usage,
+                     std::ostream& out);
+
+void add_format_option(boost::program_options::options_description& options);
+void add_set_option(boost::program_options::options_description& options);
+[[nodiscard]] Format format_from(const boost::program_options::variables_map& values);
+[[nodiscard]] std::vector<config::Override> overrides_from(
+    const boost::program_options::variables_map& values);
+
+int run_presets(const Arguments& args, Context& context);
+int run_config(const Arguments& args, Context& context);
+int run_devices(const Arguments& args, Context& context);
+
+// "kvtier 0.1.0 (commit abc123, CUDA on)"
+[[nodiscard]] std::string version_line();
+
+}  // namespace kvtier::app

@@ -1,0 +1,85 @@
+// The kvtier command line: dispatches to subcommands and turns every error into one line on
+// stderr with the documented exit code (2 usage/config, 3 bad data, 1 other failures).
+
+#include <boost/program_options.hpp>
+
+#include <iostream>
+#include <map>
+
+#include "apps/cli.hpp"
+#include "common/errors.hpp"
+
+namespace {
+
+namespace po = boost::program_options;
+using kvtier::ExitCode;
+
+struct Command {
+  const char* summary;
+  int (*run)(const kvtier::app::Arguments&, kvtier::app::Context&);
+};
+
+const std::map<std::string, Command>& commands() {
+  static const std::map<std::string, Command> table = {
+      {"presets", {"list and show built-in hardware and model presets", kvtier::app::run_presets}},
+      {"config", {"validate a config file and print it resolved", kvtier::app::run_config}},
+      {"devices", {"list the CPU and CUDA devices this build can use", kvtier::app::run_devices}},
+  };
+  return table;
+}
+
+void print_usage(std::ostream& out) {
+  out << "usage: kvtier [--help] [--version] COMMAND [ARGS...]\n\n"
+         "kvtier projects HBM, latency and PCIe load of tiered KV caches for LLM serving.\n\n"
+         "commands:\n";
+  for (const auto& [name, command] : commands()) {
+    out << "  " << name << std::string(10 - name.size(), ' ') << command.summary << "\n";
+  }
+  out << "\n`kvtier COMMAND --help` describes each command.\n"
+         "exit codes: 0 ok, 1 runtime failure, 2 bad usage or config, 3 bad input data\n";
+}
+
+int run(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args.front() == "--help" || args.front() == "-h" || args.front() == "help") {
+    print_usage(std::cout);
+    return args.empty() ? static_cast<int>(ExitCode::kUsageOrConfig) : 0;
+  }
+  if (args.front() == "--version") {
+    std::cout << kvtier::app::version_line() << "\n";
+    return 0;
+  }
+  const auto found = commands().find(args.front());
+  if (found == commands().end()) {
+    throw kvtier::ConfigError("unknown command '" + args.front() + "' (see kvtier --help)");
+  }
+  const kvtier::config::PresetRegistry presets(kvtier::config::builtin_preset_files());
+  const kvtier::config::ConfigLoader loader(presets);
+  kvtier::app::Context context{std::cout, presets, loader};
+  return found->second.run(kvtier::app::Arguments(args.begin() + 1, args.end()), context);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const int code = run(argc, argv);
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "kvtier: error: cannot write to standard output\n";
+      return static_cast<int>(ExitCode::kRuntimeFailure);
+    }
+    return code;
+  } catch (const kvtier::Error& error) {
+    for (const std::string& line : error.lines()) {
+      std::cerr << line << "\n";
+    }
+    return static_cast<int>(error.exit_code());
+  } catch (const po::error& error) {
+    std::cerr << kvtier::format_error_line(error.what(), "see --help") << "\n";
+    return static_cast<int>(ExitCode::kUsageOrConfig);
+  } catch (const std::exception& error) {
+    std::cerr << kvtier::format_error_line(error.what(), "") << "\n";
+    return static_cast<int>(ExitCode::kRuntimeFailure);
+  }
+}

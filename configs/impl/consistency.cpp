@@ -1,0 +1,283 @@
+// Rules that relate several fields of one config (or a config and the hardware it runs on).
+
+#include <google/protobuf/descriptor.h>
+
+#include "configs/dtype.hpp"
+#include "configs/loader.hpp"
+#include "configs/schema/hardware.pb.h"
+#include "configs/schema/model.pb.h"
+#include "configs/schema/policy.pb.h"
+#include "configs/schema/run.pb.h"
+#include "configs/schema/sweep.pb.h"
+#include "configs/schema/workload.pb.h"
+#include "configs/validate.hpp"
+
+namespace kvtier::config::detail {
+namespace {
+
+namespace pb = google::protobuf;
+
+using Problems = std::vector<Problem>;
+
+std::string at(const std::string& prefix, const std::string& field) {
+  return join_path(prefix, field);
+}
+
+void check_model(const ModelSpec& model, const std::string& path, Problems& problems) {
+  if (!model.has_num_attention_heads() || !model.has_num_key_value_heads()) {
+    return;  // reported as missing already
+  }
+  const uint32_t heads = model.num_attention_heads();
+  const uint32_t kv_heads = model.num_key_value_heads();
+  if (kv_heads > 0 && heads % kv_heads != 0) {
+    problems.push_back({at(path, "num_key_value_heads"),
+                        "num_key_value_heads " + std::to_string(kv_heads) +
+                            " does not divide num_attention_heads " + std::to_string(heads) +
+                            " (grouped-query attention needs whole groups)"});
+  }
+  const bool explicit_head_dim = model.architecture() == QWEN3;
+  if (!explicit_head_dim && model.has_head_dim() && model.has_hidden_size() &&
+      static_cast<uint64_t>(model.head_dim()) * heads != model.hidden_size()) {
+    problems.push_back({at(path, "head_dim"),
+                        "head_dim " + std::to_string(model.head_dim()) + " x num_attention_heads " +
+                            std::to_string(heads) + " != hidden_size " +
+                            std::to_string(model.hidden_size()) + ", which " +
+                            Architecture_Name(model.architecture()) + " requires"});
+  }
+  if (model.has_qk_norm() && model.architecture() != ARCHITECTURE_UNSPECIFIED &&
+      model.qk_norm() != (model.architecture() == QWEN3)) {
+    problems.push_back({at(path, "qk_norm"),
+                        model.qk_norm() ? "qk_norm is only supported by the QWEN3 architecture"
+                                        : "QWEN3 models have qk_norm: true"});
+  }
+  if (model.has_sliding_window() && model.has_max_position_embeddings() &&
+      model.sliding_window() > model.max_position_embeddings()) {
+    problems.push_back({at(path, "sliding_window"),
+                        "sliding_window " + std::to_string(model.sliding_window()) +
+                            " exceeds max_position_embeddings " +
+                            std::to_string(model.max_position_embeddings())});
+  }
+  if (model.activation_dtype() == INT4) {
+    problems.push_back({at(path, "activation_dtype"),
+                        "INT4 activations are not supported; use INT4 weights with a BF16/FP16 "
+                        "activation_dtype (weight-only quantisation)"});
+  }
+  if (model.activation_dtype() != DTYPE_UNSPECIFIED && model.weight_dtype() != DTYPE_UNSPECIFIED &&
+      dtype_bytes(model.weight_dtype()) < dtype_bytes(model.activation_dtype()) &&
+      is_floating_point(model.weight_dtype()) && !is_floating_point(model.activation_dtype())) {
+    problems.push_back({at(path, "activation_dtype"),
+                        "integer activations with floating-point weights are not a deployable "
+                        "combination"});
+  }
+  if (model.has_rope_scaling() && model.rope_scaling().rope_type() == "llama3" &&
+      (!model.rope_scaling().has_low_freq_factor() || !model.rope_scaling().has_high_freq_factor() ||
+       !model.rope_scaling().has_original_max_position_embeddings())) {
+    problems.push_back({at(path, "rope_scaling"),
+                        "llama3 rope scaling needs low_freq_factor, high_freq_factor and "
+                        "original_max_position_embeddings"});
+  }
+}
+
+void check_link(const LinkSpec& link, const std::string& path, Problems& problems) {
+  if (link.kind() == PCIE) {
+    if (!link.has_pcie_generation()) {
+      problems.push_back({at(path, "pcie_generation"), "missing required field 'pcie_generation' for a PCIE link"});
+    }
+    if (!link.has_lanes()) {
+      problems.push_back({at(path, "lanes"), "missing required field 'lanes' for a PCIE link"});
+    } else if (link.lanes() != 1 && link.lanes() != 2 && link.lanes() != 4 && link.lanes() != 8 &&
+               link.lanes() != 16) {
+      problems.push_back({at(path, "lanes"), "lanes " + std::to_string(link.lanes()) +
+                                                 " is not a PCIe link width: expected 1, 2, 4, 8 or 16"});
+    }
+    if (link.has_peak_gb_per_s_per_direction()) {
+      problems.push_back({at(path, "peak_gb_per_s_per_direction"),
+                          "a PCIE link's peak follows from pcie_generation and lanes; remove "
+                          "peak_gb_per_s_per_direction"});
+    }
+  } else if (link.kind() != LINK_KIND_UNSPECIFIED) {
+    if (!link.has_peak_gb_per_s_per_direction()) {
+      problems.push_back({at(path, "peak_gb_per_s_per_direction"),
+                          "missing required field 'peak_gb_per_s_per_direction' (GB/s) for a " +
+                              LinkKind_Name(link.kind()) + " link"});
+    }
+    if (link.has_pcie_generation() || link.has_lanes()) {
+      problems.push_back({at(path, link.has_pcie_generation() ? "pcie_generation" : "lanes"),
+                          "pcie_generation and lanes apply to PCIE links only"});
+    }
+    if (link.has_peak_gb_per_s_per_direction()) {
+      for (int i = 0; i < link.measured_size(); ++i) {
+        if (link.measured(i).effective_gb_per_s() > link.peak_gb_per_s_per_direction()) {
+          problems.push_back({at(path, "measured[" + std::to_string(i) + "].effective_gb_per_s"),
+                              "measured bandwidth exceeds the link's peak per direction"});
+        }
+      }
+    }
+  }
+  for (int i = 0; i < link.measured_size(); ++i) {
+    const auto direction = link.measured(i).direction();
+    const bool peer_link = link.kind() == NVLINK;
+    if (direction != DIRECTION_UNSPECIFIED && (direction == PEER) != peer_link) {
+      problems.push_back({at(path, "measured[" + std::to_string(i) + "].direction"),
+                          peer_link ? "an NVLINK link measures PEER copies"
+                                    : "a host link measures H2D or D2H copies, not PEER"});
+    }
+  }
+}
+
+void check_node(const NodeSpec& node, const std::string& path, Problems& problems) {
+  if (node.gpu_interconnect() == SINGLE_GPU && node.gpus_per_node() > 1) {
+    problems.push_back({at(path, "gpus_per_node"),
+                        "gpu_interconnect SINGLE_GPU with gpus_per_node " +
+                            std::to_string(node.gpus_per_node())});
+  }
+  if (node.gpu_interconnect() == NVLINK_SWITCH) {
+    if (!node.has_gpu_link()) {
+      problems.push_back({at(path, "gpu_link"), "missing required field 'gpu_link' for NVLINK_SWITCH"});
+    } else if (node.gpu_link().kind() != NVLINK) {
+      problems.push_back({at(path, "gpu_link.kind"), "gpu_link of an NVLINK_SWITCH node must be NVLINK"});
+    }
+  }
+  if (node.has_gpus_per_pcie_switch() && node.has_gpus_per_node() &&
+      node.gpus_per_pcie_switch() > node.gpus_per_node()) {
+    problems.push_back({at(path, "gpus_per_pcie_switch"),
+                        "gpus_per_pcie_switch " + std::to_string(node.gpus_per_pcie_switch()) +
+                            " exceeds gpus_per_node " + std::to_string(node.gpus_per_node())});
+  }
+  if (node.host_link().kind() == NVLINK) {
+    problems.push_back({at(path, "host_link.kind"),
+                        "host_link connects a GPU to host memory: PCIE, NVLINK_C2C or CXL"});
+  }
+}
+
+void check_token_count(const TokenCount& count, const std::string& path, Problems& problems) {
+  switch (count.kind_case()) {
+    case TokenCount::KIND_NOT_SET:
+      problems.push_back({path, "missing token count: set one of fixed_tokens, uniform, lognormal"});
+      break;
+    case TokenCount::kUniform:
+      if (count.uniform().min_tokens() > count.uniform().max_tokens()) {
+        problems.push_back({at(path, "uniform.min_tokens"), "min_tokens exceeds max_tokens"});
+      }
+      break;
+    case TokenCount::kLognormal:
+      if (count.lognormal().min_tokens() > count.lognormal().max_tokens()) {
+        problems.push_back({at(path, "lognormal.min_tokens"), "min_tokens exceeds max_tokens"});
+      }
+      break;
+    default: break;
+  }
+}
+
+void check_workload(const WorkloadSpec& workload, const std::string& path, Problems& problems) {
+  if (workload.kind_case() == WorkloadSpec::KIND_NOT_SET) {
+    problems.push_back({path, "missing workload kind: set one of closed_loop, poisson, request_file"});
+  }
+}
+
+void check_run(const RunSpec& run, const std::string& path, Problems& problems) {
+  const ModelSpec& model = run.model();
+  const NodeSpec& node = run.hardware().node();
+  const uint32_t tp = run.tensor_parallel_degree();
+  if (run.has_tensor_parallel_degree() && tp > 0) {
+    if (node.has_gpus_per_node() && tp > node.gpus_per_node()) {
+      problems.push_back({at(path, "tensor_parallel_degree"),
+                          "tensor_parallel_degree " + std::to_string(tp) + " exceeds the node's " +
+                              std::to_string(node.gpus_per_node()) + " GPUs"});
+    }
+    if (model.has_num_key_value_heads() && model.num_key_value_heads() % tp != 0) {
+      problems.push_back({at(path, "tensor_parallel_degree"),
+                          "tensor_parallel_degree " + std::to_string(tp) +
+                              " does not divide the model's " +
+                              std::to_string(model.num_key_value_heads()) + " KV heads"});
+    }
+    if (model.has_num_attention_heads() && model.num_attention_heads() % tp != 0) {
+      problems.push_back({at(path, "tensor_parallel_degree"),
+                          "tensor_parallel_degree " + std::to_string(tp) +
+                              " does not divide the model's " +
+                              std::to_string(model.num_attention_heads()) + " attention heads"});
+    }
+  }
+  if (model.activation_dtype() != DTYPE_UNSPECIFIED && node.gpu().compute_size() > 0) {
+    bool supported = false;
+    for (const auto& rate : node.gpu().compute()) {
+      supported = supported || rate.dtype() == model.activation_dtype();
+    }
+    if (!supported) {
+      problems.push_back({at(path, "model.activation_dtype"),
+                          "GPU " + node.gpu().name() + " cannot run " +
+                              DType_Name(model.activation_dtype()) + " matrix multiplies"});
+    }
+  }
+}
+
+void check_policy(const PolicySpec& policy, const std::string& path, Problems& problems) {
+  for (int i = 0; i < policy.param_size(); ++i) {
+    if (policy.param(i).value_case() == PolicyParam::VALUE_NOT_SET) {
+      problems.push_back({at(path, "param[" + std::to_string(i) + "]"),
+                          "parameter '" + policy.param(i).name() +
+                              "' has no value: set one of number, integer, text, flag"});
+    }
+  }
+}
+
+void check_sweep(const SweepSpec& sweep, const std::string& path, const ConfigLoader& loader,
+                 const LocationMap& locations, Problems& problems) {
+  if (sweep.mode() == ZIP) {
+    for (int i = 1; i < sweep.axis_size(); ++i) {
+      if (sweep.axis(i).values_size() != sweep.axis(0).values_size()) {
+        problems.push_back({at(path, "axis[" + std::to_string(i) + "].values"),
+                            "ZIP sweeps need axes of equal length: axis 0 has " +
+                                std::to_string(sweep.axis(0).values_size()) + " values, this one " +
+                                std::to_string(sweep.axis(i).values_size())});
+      }
+    }
+  }
+  // Every value of every axis must make a valid run on its own.
+  for (int a = 0; a < sweep.axis_size(); ++a) {
+    for (int v = 0; v < sweep.axis(a).values_size(); ++v) {
+      const std::string value_path =
+          at(path, "axis[" + std::to_string(a) + "].values[" + std::to_string(v) + "]");
+      const std::string argument = sweep.axis(a).path() + "=" + sweep.axis(a).values(v);
+      RunSpec point = sweep.base();
+      LocationMap point_locations(locations.default_file());
+      try {
+        const Override override_ = parse_override(argument);
+        loader.apply_and_resolve(point, point_locations, std::span(&override_, 1));
+      } catch (const Error& error) {
+        problems.push_back({value_path, "axis value " + argument + ": " + error.what()});
+        continue;
+      }
+      for (const Problem& problem : validate(point, loader, point_locations)) {
+        problems.push_back({value_path, "axis value " + argument + " makes an invalid run: " +
+                                            problem.what + " (field " + problem.path + ")"});
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void check_consistency(const pb::Message& message, const std::string& path,
+                       const ConfigLoader& loader, const LocationMap& locations,
+                       Problems& problems) {
+  if (const auto* model = dynamic_cast<const ModelSpec*>(&message)) {
+    check_model(*model, path, problems);
+  } else if (const auto* link = dynamic_cast<const LinkSpec*>(&message)) {
+    check_link(*link, path, problems);
+  } else if (const auto* node = dynamic_cast<const NodeSpec*>(&message)) {
+    check_node(*node, path, problems);
+  } else if (const auto* count = dynamic_cast<const TokenCount*>(&message)) {
+    check_token_count(*count, path, problems);
+  } else if (const auto* workload = dynamic_cast<const WorkloadSpec*>(&message)) {
+    check_workload(*workload, path, problems);
+  } else if (const auto* run = dynamic_cast<const RunSpec*>(&message)) {
+    check_run(*run, path, problems);
+  } else if (const auto* policy = dynamic_cast<const PolicySpec*>(&message)) {
+    check_policy(*policy, path, problems);
+  } else if (const auto* sweep = dynamic_cast<const SweepSpec*>(&message)) {
+    check_sweep(*sweep, path, loader, locations, problems);
+  }
+}
+
+}  // namespace kvtier::config::detail

@@ -1,0 +1,285 @@
+// JSON configs. Protobuf's JSON parser does the conversion (and names the field path of a bad
+// value, but not its line); a small syntax scanner here checks the text first and records the
+// line and column of every key and array element, so errors can point at them.
+
+#include <google/protobuf/util/json_util.h>
+
+#include <cctype>
+#include <string>
+
+#include "common/errors.hpp"
+#include "configs/parse.hpp"
+
+namespace kvtier::config {
+namespace {
+
+namespace pb = google::protobuf;
+
+// JSON names may be lowerCamelCase (protobuf's json_name); positions are keyed by field name.
+std::string to_snake_case(std::string_view name) {
+  std::string snake;
+  for (const char c : name) {
+    if (std::isupper(static_cast<unsigned char>(c)) != 0) {
+      snake += '_';
+      snake += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    } else {
+      snake += c;
+    }
+  }
+  return snake;
+}
+
+class JsonScanner {
+ public:
+  JsonScanner(std::string_view text, const std::string& file, LocationMap& locations)
+      : text_(text), file_(file), locations_(locations) {}
+
+  void scan() {
+    skip_space();
+    value("");
+    skip_space();
+    if (pos_ < text_.size()) {
+      fail("unexpected text after the end of the JSON object", "");
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& what, const std::string& path) {
+    std::string where = describe(SourcePosition{file_, line_, column_});
+    if (!path.empty()) {
+      where += ", field " + path;
+    }
+    throw ConfigError(what, where);
+  }
+
+  void advance() {
+    if (text_[pos_] == '\n') {
+      ++line_;
+      column_ = 1;
+    } else {
+      ++column_;
+    }
+    ++pos_;
+  }
+
+  void skip_space() {
+    while (pos_ < text_.size()) {
+      if (std::isspace(static_cast<unsigned char>(text_[pos_])) != 0) {
+        advance();
+      } else if (text_[pos_] == '#' && line_start()) {
+        while (pos_ < text_.size() && text_[pos_] != '\n') {
+          advance();
+        }
+      } else {
+        break;
+      }
+    }
+  }
+
+  // A '#' comment is tolerated only as the first thing on a line (a preset's source note).
+  bool line_start() const {
+    size_t back = pos_;
+    while (back > 0 && (text_[back - 1] == ' ' || text_[back - 1] == '\t')) {
+      --back;
+    }
+    return back == 0 || text_[back - 1] == '\n';
+  }
+
+  char peek() const { return pos_ < text_.size() ? text_[pos_] : '\0'; }
+
+  void expect(char wanted, const std::string& path) {
+    skip_space();
+    if (peek() != wanted) {
+      fail(std::string("expected '") + wanted + "'" +
+               (pos_ < text_.size() ? std::string(", found '") + peek() + "'" : ", found end of file"),
+           path);
+    }
+    advance();
+  }
+
+  void value(const std::string& path) {
+    skip_space();
+    locations_.set(path, SourcePosition{file_, line_, column_});
+    switch (peek()) {
+      case '{': object(path); break;
+      case '[': array(path); break;
+      case '"': string(path); break;
+      case '\0': fail("unexpected end of file, expected a value", path);
+      default: scalar(path); break;
+    }
+  }
+
+  void object(const std::string& path) {
+    advance();
+    skip_space();
+    if (peek() == '}') {
+      advance();
+      return;
+    }
+    while (true) {
+      skip_space();
+      if (peek() != '"') {
+        fail("expected a quoted field name", path);
+      }
+      const int key_line = line_;
+      const int key_column = column_;
+      const std::string key = string(path);
+      const std::string child = join_path(path, to_snake_case(key));
+      expect(':', child);
+      value(child);
+      locations_.set(child, SourcePosition{file_, key_line, key_column});
+      skip_space();
+      if (peek() == ',') {
+        advance();
+        continue;
+      }
+      expect('}', path);
+      return;
+    }
+  }
+
+  void array(const std::string& path) {
+    advance();
+    skip_space();
+    if (peek() == ']') {
+      advance();
+      return;
+    }
+    for (int index = 0;; ++index) {
+      value(path + "[" + std::to_string(index) + "]");
+      skip_space();
+      if (peek() == ',') {
+        advance();
+        continue;
+      }
+      expect(']', path);
+      return;
+    }
+  }
+
+  std::string string(const std::string& path) {
+    advance();
+    std::string content;
+    while (pos_ < text_.size() && text_[pos_] != '"') {
+      if (text_[pos_] == '\n') {
+        fail("unterminated string", path);
+      }
+      if (text_[pos_] == '\\') {
+        advance();
+        if (pos_ >= text_.size()) {
+          break;
+        }
+      }
+      content += text_[pos_];
+      advance();
+    }
+    if (pos_ >= text_.size()) {
+      fail("unterminated string", path);
+    }
+    advance();
+    return content;
+  }
+
+  void scalar(const std::string& path) {
+    const size_t start = pos_;
+    while (pos_ < text_.size() &&
+           (std::isalnum(static_cast<unsigned char>(text_[pos_])) != 0 || text_[pos_] == '.' ||
+            text_[pos_] == '-' || text_[pos_] == '+')) {
+      advance();
+    }
+    if (pos_ == start) {
+      fail(std::string("unexpected character '") + peek() + "', expected a value", path);
+    }
+  }
+
+  std::string_view text_;
+  const std::string& file_;
+  LocationMap& locations_;
+  size_t pos_ = 0;
+  int line_ = 1;
+  int column_ = 1;
+};
+
+// Protobuf reports "(a.b[1].c): message" or "(a.b) c: message"; returns the path and the rest.
+std::pair<std::string, std::string> split_protobuf_error(std::string message) {
+  const std::string prefix = "INVALID_ARGUMENT:";
+  if (message.rfind(prefix, 0) == 0) {
+    message.erase(0, prefix.size());
+  }
+  if (message.empty() || message.front() != '(') {
+    return {"", message};
+  }
+  const size_t close = message.find(')');
+  if (close == std::string::npos) {
+    return {"", message};
+  }
+  std::string path = message.substr(1, close - 1);
+  std::string rest = message.substr(close + 1);
+  if (!rest.empty() && rest.front() == ':') {
+    rest.erase(0, 1);
+  } else if (const size_t colon = rest.find(':'); colon != std::string::npos) {
+    const std::string field = rest.substr(0, colon);
+    const size_t first = field.find_first_not_of(' ');
+    path = join_path(path, first == std::string::npos ? field : field.substr(first));
+    rest = rest.substr(colon + 1);
+  }
+  const size_t first = rest.find_first_not_of(' ');
+  return {path, first == std::string::npos ? rest : rest.substr(first)};
+}
+
+// Drops leading '#' comment lines: protobuf's JSON parser does not accept them.
+std::string strip_comment_lines(std::string_view text) {
+  std::string kept;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t end = text.find('\n', start);
+    if (end == std::string_view::npos) {
+      end = text.size();
+    }
+    const std::string_view line = text.substr(start, end - start);
+    const size_t first = line.find_first_not_of(" \t");
+    if (first != std::string_view::npos && line[first] == '#') {
+      kept.append(line.size(), ' ');  // keep columns and lines where they were
+    } else {
+      kept.append(line);
+    }
+    if (end < text.size()) {
+      kept += '\n';
+    }
+    start = end + 1;
+  }
+  return kept;
+}
+
+}  // namespace
+
+namespace detail {
+
+void parse_json(std::string_view text, const std::string& file_name, pb::Message& message,
+                LocationMap& locations) {
+  LocationMap scanned(locations.default_file());
+  JsonScanner(text, file_name, scanned).scan();
+  message.Clear();
+  pb::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto status = pb::util::JsonStringToMessage(strip_comment_lines(text), &message, options);
+  if (!status.ok()) {
+    auto [path, what] = split_protobuf_error(std::string(status.message()));
+    if (what == "Cannot find field.") {
+      what = "unknown field '" + path.substr(path.find_last_of('.') + 1) + "'";
+    }
+    std::string where = describe(scanned.nearest(path));
+    if (!path.empty()) {
+      where += ", field " + path;
+    }
+    throw ConfigError(what, where);
+  }
+  for (const auto& [path, position] : scanned.entries()) {
+    if (!path.empty()) {
+      locations.set(path, position);
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace kvtier::config

@@ -1,0 +1,259 @@
+// Protobuf text format with positions. Protobuf's own parser does the parsing; on failure its
+// message is extended with the field path, which it does not report, by re-scanning the text up
+// to the error with the schema in hand.
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <cctype>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "configs/parse.hpp"
+
+namespace kvtier::config {
+namespace {
+
+namespace pb = google::protobuf;
+
+struct FirstError {
+  int line = -1;
+  int column = -1;
+  std::string message;
+};
+
+class CollectFirstError : public pb::io::ErrorCollector {
+ public:
+  explicit CollectFirstError(FirstError& first) : first_(first) {}
+  void AddError(int line, int column, const std::string& message) override {
+    if (first_.line < 0) {
+      first_ = FirstError{line, column, message};
+    }
+  }
+  void AddWarning(int /*line*/, int /*column*/, const std::string& /*message*/) override {}
+
+ private:
+  FirstError& first_;
+};
+
+// The field path at (line, column) (0-based), found by following field names and braces with
+// the schema, so repeated fields get their index. Best effort: it only names the error's place.
+std::string path_at(std::string_view text, int line, int column, const pb::Descriptor* root) {
+  struct Frame {
+    const pb::Descriptor* type;
+    std::string path;
+    std::map<std::string, int> seen;
+  };
+  std::vector<Frame> stack{{root, "", {}}};
+  std::string pending_field;  // last field name seen in the current message
+  std::string pending_path;
+  const pb::FieldDescriptor* pending_descriptor = nullptr;
+  int at_line = 0;
+  int at_column = 0;
+  for (size_t i = 0; i < text.size();) {
+    if (at_line > line || (at_line == line && at_column >= column)) {
+      break;
+    }
+    const char c = text[i];
+    auto advance = [&](size_t count) {
+      for (size_t k = 0; k < count && i < text.size(); ++k, ++i) {
+        if (text[i] == '\n') {
+          ++at_line;
+          at_column = 0;
+        } else {
+          ++at_column;
+        }
+      }
+    };
+    if (c == '#') {
+      while (i < text.size() && text[i] != '\n') {
+        advance(1);
+      }
+    } else if (c == '"' || c == '\'') {
+      advance(1);
+      while (i < text.size() && text[i] != c && text[i] != '\n') {
+        advance(text[i] == '\\' ? 2 : 1);
+      }
+      advance(1);
+    } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+      size_t end = i;
+      while (end < text.size() &&
+             (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '_')) {
+        ++end;
+      }
+      const std::string word(text.substr(i, end - i));
+      Frame& frame = stack.back();
+      size_t next = end;
+      while (next < text.size() && (text[next] == ' ' || text[next] == '\t')) {
+        ++next;
+      }
+      const bool names_field =
+          next < text.size() && (text[next] == ':' || text[next] == '{' || text[next] == '<');
+      if (frame.type != nullptr && names_field && frame.type->FindFieldByName(word) == nullptr) {
+        pending_descriptor = nullptr;  // an unknown field: the error is about it
+        pending_path = join_path(frame.path, word);
+      } else if (frame.type != nullptr) {
+        if (const auto* field = frame.type->FindFieldByName(word)) {
+          pending_field = word;
+          pending_descriptor = field;
+          std::string name = word;
+          if (field->is_repeated()) {
+            name += "[" + std::to_string(frame.seen[word]++) + "]";
+          }
+          pending_path = join_path(frame.path, name);
+        }
+      }
+      advance(end - i);
+    } else if (c == '{' || c == '<') {
+      const pb::Descriptor* type = pending_descriptor != nullptr &&
+                                           pending_descriptor->type() == pb::FieldDescriptor::TYPE_MESSAGE
+                                       ? pending_descriptor->message_type()
+                                       : nullptr;
+      stack.push_back(Frame{type, pending_path, {}});
+      pending_descriptor = nullptr;
+      pending_path.clear();
+      advance(1);
+    } else if (c == '}' || c == '>') {
+      if (stack.size() > 1) {
+        pending_path = stack.back().path;
+        stack.pop_back();
+      }
+      pending_descriptor = nullptr;
+      advance(1);
+    } else {
+      advance(1);
+    }
+  }
+  return pending_path.empty() ? stack.back().path : pending_path;
+}
+
+// Records the position of every field present in `message`, using the parser's info tree.
+void record_positions(const pb::Message& message, const pb::TextFormat::ParseInfoTree& tree,
+                      const std::string& prefix, const std::string& file, LocationMap& locations) {
+  std::vector<const pb::FieldDescriptor*> fields;
+  message.GetReflection()->ListFields(message, &fields);
+  const pb::Reflection* reflection = message.GetReflection();
+  for (const pb::FieldDescriptor* field : fields) {
+    const int count = field->is_repeated() ? reflection->FieldSize(message, field) : 1;
+    for (int index = 0; index < count; ++index) {
+      const int tree_index = field->is_repeated() ? index : -1;
+      std::string path = join_path(prefix, field->name());
+      if (field->is_repeated()) {
+        path += "[" + std::to_string(index) + "]";
+      }
+      const auto location = tree.GetLocation(field, tree_index);
+      if (location.line >= 0) {
+        locations.set(path, SourcePosition{file, location.line + 1, location.column + 1});
+      }
+      if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+        const pb::TextFormat::ParseInfoTree* nested = tree.GetTreeForNested(field, tree_index);
+        if (nested != nullptr) {
+          const pb::Message& child = field->is_repeated()
+                                         ? reflection->GetRepeatedMessage(message, field, index)
+                                         : reflection->GetMessage(message, field);
+          record_positions(child, *nested, path, file, locations);
+        }
+      }
+    }
+  }
+}
+
+// Protobuf says 'Message type "kvtier.config.ModelSpec" has no field named "foo".'; say
+// which fields there are instead.
+std::string explain(const std::string& message, const pb::Descriptor* root) {
+  if (message.empty()) {
+    return "not a valid text-format config";
+  }
+  const std::string marker = "has no field named \"";
+  const size_t found = message.find(marker);
+  const size_t type_start = message.find('"');
+  if (found == std::string::npos || type_start == std::string::npos) {
+    return message;
+  }
+  const size_t type_end = message.find('"', type_start + 1);
+  const std::string type_name = message.substr(type_start + 1, type_end - type_start - 1);
+  const size_t name_start = found + marker.size();
+  const std::string field = message.substr(name_start, message.find('"', name_start) - name_start);
+  const pb::Descriptor* type = root->file()->pool()->FindMessageTypeByName(type_name);
+  std::string explained = "unknown field '" + field + "'";
+  if (type != nullptr) {
+    explained += " in " + type->name() + " (fields:";
+    for (int i = 0; i < type->field_count(); ++i) {
+      explained += " " + type->field(i)->name();
+    }
+    explained += ")";
+  }
+  return explained;
+}
+
+}  // namespace
+
+namespace detail {
+
+void parse_text_format(std::string_view text, const std::string& file_name, pb::Message& message,
+                       LocationMap& locations) {
+  FirstError first;
+  CollectFirstError collector(first);
+  pb::TextFormat::ParseInfoTree tree;
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&collector);
+  parser.WriteLocationsTo(&tree);
+  message.Clear();
+  if (!parser.ParseFromString(std::string(text), &message)) {
+    const std::string path = first.line >= 0
+                                 ? path_at(text, first.line, first.column, message.GetDescriptor())
+                                 : std::string();
+    std::string where = describe(SourcePosition{file_name, first.line + 1, first.column + 1});
+    if (!path.empty()) {
+      where += ", field " + path;
+    }
+    throw ConfigError(explain(first.message, message.GetDescriptor()), where);
+  }
+  record_positions(message, tree, "", file_name, locations);
+}
+
+}  // namespace detail
+
+bool looks_like_json(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const char c = text[i];
+    if (c == '#') {
+      while (i < text.size() && text[i] != '\n') {
+        ++i;
+      }
+    } else if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+    } else {
+      return c == '{';
+    }
+  }
+  return false;
+}
+
+void parse_config(std::string_view text, const std::string& file_name, pb::Message& message,
+                  LocationMap& locations) {
+  if (looks_like_json(text)) {
+    detail::parse_json(text, file_name, message, locations);
+  } else {
+    detail::parse_text_format(text, file_name, message, locations);
+  }
+}
+
+std::string read_config_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError("cannot open config file", path);
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  if (in.bad()) {
+    throw ConfigError("cannot read config file", path);
+  }
+  return content.str();
+}
+
+}  // namespace kvtier::config

@@ -1,0 +1,71 @@
+#pragma once
+// Loading a config end to end: parse (text or JSON), apply `--set` overrides, expand preset
+// references, validate. The result is a fully resolved message in which every required value
+// is present, plus the position each value came from.
+
+#include <google/protobuf/message.h>
+
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "configs/locations.hpp"
+#include "configs/presets.hpp"
+
+namespace kvtier::config {
+
+// One `--set PATH=VALUE`: PATH is dotted field names with [i] for repeated entries; a field
+// whose name ends in its unit may be named without it (`gpu.memory_capacity=80GiB`), and then
+// the value must carry a unit.
+struct Override {
+  std::string path;
+  std::string value;
+  std::string argument;  // as written, for diagnostics
+};
+
+[[nodiscard]] Override parse_override(std::string_view argument);
+
+// Applies one override to `root`, converting units; records its position in `locations`.
+void apply_override(google::protobuf::Message& root, const Override& override_,
+                    LocationMap& locations);
+
+// The message types a config file can hold, by the names `--kind` and `# proto-message:` use.
+[[nodiscard]] std::unique_ptr<google::protobuf::Message> new_config_message(std::string_view kind);
+[[nodiscard]] std::span<const std::string_view> config_kinds();
+// The kind named by a "# proto-message: RunSpec" line at the top of `text`, if any.
+[[nodiscard]] std::string declared_kind(std::string_view text);
+
+class ConfigLoader {
+ public:
+  explicit ConfigLoader(const PresetRegistry& presets) : presets_(presets) {}
+
+  LocationMap load_file(const std::string& path, google::protobuf::Message& message,
+                        std::span<const Override> overrides) const;
+  LocationMap load_text(std::string_view text, const std::string& file_name,
+                        google::protobuf::Message& message,
+                        std::span<const Override> overrides) const;
+  LocationMap load_preset(const PresetFile& preset, google::protobuf::Message& message,
+                          std::span<const Override> overrides) const;
+
+  // Parses and resolves without validating (sweeps validate each point after its overrides).
+  LocationMap resolve_text(std::string_view text, const std::string& file_name,
+                           google::protobuf::Message& message,
+                           std::span<const Override> overrides) const;
+
+  // Applies overrides to an already parsed message and expands its preset references:
+  // overrides of `preset` fields first, then presets, then every other override.
+  void apply_and_resolve(google::protobuf::Message& message, LocationMap& locations,
+                         std::span<const Override> overrides) const;
+
+  [[nodiscard]] const PresetRegistry& presets() const noexcept { return presets_; }
+
+ private:
+  void resolve(google::protobuf::Message& message, LocationMap& locations,
+               const std::string& prefix, int depth) const;
+
+  const PresetRegistry& presets_;
+};
+
+}  // namespace kvtier::config

@@ -1,0 +1,44 @@
+#include "hwmodels/link_math.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace kvtier::hw {
+
+double pcie_lane_gb_per_s(uint32_t generation) {
+  switch (generation) {
+    case 3: return 15.75 / 16.0;  // 8 GT/s, 128b/130b
+    case 4: return 31.5 / 16.0;   // 16 GT/s, 128b/130b
+    case 5: return 63.0 / 16.0;   // 32 GT/s, 128b/130b
+    case 6: return 118.0 / 16.0;  // 64 GT/s PAM4, FLIT mode; REFERENCE.md §3 "~118 usable" [U]
+    default: throw std::invalid_argument("no PCIe generation " + std::to_string(generation));
+  }
+}
+
+double peak_gb_per_s_per_direction(const config::LinkSpec& link) {
+  if (link.kind() == config::PCIE) {
+    return pcie_lane_gb_per_s(link.pcie_generation()) * link.lanes();
+  }
+  return link.peak_gb_per_s_per_direction();
+}
+
+double asymptotic_gb_per_s(const config::LinkSpec& link, config::Direction direction) {
+  uint64_t largest = 0;
+  double bandwidth = 0.0;
+  for (const auto& point : link.measured()) {
+    if (point.direction() == direction && point.transfer_size_bytes() >= largest) {
+      largest = point.transfer_size_bytes();
+      bandwidth = point.effective_gb_per_s();
+    }
+  }
+  return largest > 0 ? bandwidth : peak_gb_per_s_per_direction(link);
+}
+
+double bytes_for_efficiency(const config::LinkSpec& link, config::Direction direction,
+                            double fraction) {
+  const double overhead_s = link.per_copy_overhead_us() * 1e-6;
+  const double bytes_per_s = asymptotic_gb_per_s(link, direction) * 1e9;
+  return overhead_s * bytes_per_s * fraction / (1.0 - fraction);
+}
+
+}  // namespace kvtier::hw
