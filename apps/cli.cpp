@@ -8,8 +8,8 @@ namespace kvtier::app {
 namespace po = boost::program_options;
 
 bool parse_arguments(const Arguments& args, const po::options_description& options,
-                     const po::positional_options_description& positional, po::variables_map& values,
-                     const std::string& usage, std::ostream& out) {
+                     const po::positional_options_description& positional,
+                     po::variables_map& values, const std::string& usage, std::ostream& out) {
   po::options_description with_help(options);
   with_help.add_options()("help,h", "show this help");
   po::store(po::command_line_parser(args).options(with_help).positional(positional).run(), values);

@@ -25,7 +25,8 @@ using Arguments = std::vector<std::string>;
 
 // Parses `args` against `options` (+ positionals); --help prints `usage` and the options.
 // Returns false when help was printed.
-bool parse_arguments(const Arguments& args, const boost::program_options::options_description& options,
+bool parse_arguments(const Arguments& args,
+                     const boost::program_options::options_description& options,
                      const boost::program_options::positional_options_description& positional,
                      boost::program_options::variables_map& values, const std::string& usage,
                      std::ostream& out);

@@ -17,10 +17,10 @@ int check(const Arguments& args, Context& context) {
   for (const auto kind : config::config_kinds()) {
     kinds += (kinds.empty() ? "" : ", ") + std::string(kind);
   }
-  options.add_options()("file", po::value<std::string>()->required(), "config file (text format or JSON)")(
+  options.add_options()("file", po::value<std::string>()->required(),
+                        "config file (text format or JSON)")(
       "kind", po::value<std::string>(),
-      ("message type: " + kinds +
-       "; default: the file's '# proto-message:' line, else run")
+      ("message type: " + kinds + "; default: the file's '# proto-message:' line, else run")
           .c_str());
   add_format_option(options);
   add_set_option(options);
@@ -39,8 +39,8 @@ int check(const Arguments& args, Context& context) {
   const Format format = format_from(values);
   const std::string path = values["file"].as<std::string>();
   const std::string text = config::read_config_file(path);
-  std::string kind = values.count("kind") != 0U ? values["kind"].as<std::string>()
-                                                 : config::declared_kind(text);
+  std::string kind =
+      values.count("kind") != 0U ? values["kind"].as<std::string>() : config::declared_kind(text);
   if (kind.empty()) {
     kind = "run";
   }

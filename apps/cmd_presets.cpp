@@ -42,7 +42,9 @@ std::string summary(const google::protobuf::Message& spec) {
   if (const auto* host = dynamic_cast<const config::HostSpec*>(&spec)) {
     return std::to_string(host->sockets()) + " x " + std::to_string(host->channels_per_socket()) +
            " ch " + host->memory_type() + ", " +
-           format_fixed(host->sockets() * host->channels_per_socket() * host->channel_bandwidth_gb_per_s(), 1) +
+           format_fixed(
+               host->sockets() * host->channels_per_socket() * host->channel_bandwidth_gb_per_s(),
+               1) +
            " GB/s, " + format_fixed(host->capacity_gib(), 0) + " GiB";
   }
   if (const auto* link = dynamic_cast<const config::LinkSpec*>(&spec)) {
@@ -55,8 +57,8 @@ std::string summary(const google::protobuf::Message& spec) {
   }
   if (const auto* model = dynamic_cast<const config::ModelSpec*>(&spec)) {
     const double params = static_cast<double>(hw::count_parameters(*model).total);
-    const std::string count = params >= 1e9 ? format_fixed(params / 1e9, 2) + "B"
-                                            : format_fixed(params / 1e6, 2) + "M";
+    const std::string count =
+        params >= 1e9 ? format_fixed(params / 1e9, 2) + "B" : format_fixed(params / 1e6, 2) + "M";
     return count + " params, " + std::to_string(model->num_hidden_layers()) + " layers, KV " +
            format_fixed(hw::kv_bytes_per_token(*model) / 1024.0, 2) + " KiB/token (" +
            std::string(config::dtype_name(model->kv_dtype())) + ")";
@@ -73,33 +75,35 @@ std::unique_ptr<google::protobuf::Message> load(const config::PresetFile& preset
 
 int list(const Arguments& args, Context& context) {
   po::options_description options("presets list options");
-  options.add_options()("kind", po::value<std::string>(), "only this kind: gpu, host, link, node, model");
+  options.add_options()("kind", po::value<std::string>(),
+                        "only this kind: gpu, host, link, node, model");
   add_format_option(options);
   po::variables_map values;
-  if (!parse_arguments(args, options, {}, values,
-                       "usage: kvtier presets list [--kind gpu|host|link|node|model] [--format text|json]",
-                       context.out)) {
+  if (!parse_arguments(
+          args, options, {}, values,
+          "usage: kvtier presets list [--kind gpu|host|link|node|model] [--format text|json]",
+          context.out)) {
     return 0;
   }
   const Format format = format_from(values);
-  std::vector<std::string_view> kinds(config::PresetRegistry::kinds().begin(),
-                                      config::PresetRegistry::kinds().end());
+  std::vector<std::string> kinds(config::PresetRegistry::kinds().begin(),
+                                 config::PresetRegistry::kinds().end());
   if (values.count("kind") != 0U) {
-    const std::string kind = values["kind"].as<std::string>();
-    check_kind(kind);
-    kinds = {kind};
+    kinds = {values["kind"].as<std::string>()};
+    check_kind(kinds.front());
   }
   TextTable table({"kind", "name", "summary", "source"});
   std::string json = "[";
-  for (const auto kind : kinds) {
+  for (const auto& kind : kinds) {
     for (const config::PresetFile* preset : context.presets.list(kind)) {
       const auto spec = load(*preset, context, {});
       if (format == Format::kText) {
-        table.add_row({std::string(kind), std::string(preset->name), summary(*spec), std::string(preset->path)});
+        table.add_row({kind, std::string(preset->name), summary(*spec), std::string(preset->path)});
       } else {
         json += (json.size() > 1 ? ",\n " : "") + std::string("{\"kind\": ") + json_escape(kind) +
-                ", \"name\": " + json_escape(preset->name) + ", \"source\": " +
-                json_escape(preset->path) + ", \"summary\": " + json_escape(summary(*spec)) + "}";
+                ", \"name\": " + json_escape(preset->name) +
+                ", \"source\": " + json_escape(preset->path) +
+                ", \"summary\": " + json_escape(summary(*spec)) + "}";
       }
     }
   }
@@ -143,8 +147,9 @@ int show(const Arguments& args, Context& context) {
   const auto spec = load(*preset, context, overrides_from(values));
   const std::vector<Row> derived = derived_rows(*spec);
   if (format == Format::kJson) {
-    context.out << "{\"kind\": " << json_escape(preset->kind) << ", \"name\": "
-                << json_escape(preset->name) << ", \"source\": " << json_escape(preset->path)
+    context.out << "{\"kind\": " << json_escape(preset->kind)
+                << ", \"name\": " << json_escape(preset->name)
+                << ", \"source\": " << json_escape(preset->path)
                 << ", \"spec\": " << message_json(*spec) << ", \"derived\": " << rows_json(derived)
                 << "}\n";
     return 0;

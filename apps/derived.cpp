@@ -20,17 +20,21 @@ void model_rows(const config::ModelSpec& model, std::vector<Row>& rows) {
   const hw::ParameterCount count = hw::count_parameters(model);
   rows.push_back(integer_row("parameters", count.total, ""));
   rows.push_back(integer_row("parameters_embedding", count.embedding, ""));
-  rows.push_back(integer_row("parameters_per_layer",
-                             count.attention_per_layer + count.mlp_per_layer + count.norms_per_layer, ""));
+  rows.push_back(
+      integer_row("parameters_per_layer",
+                  count.attention_per_layer + count.mlp_per_layer + count.norms_per_layer, ""));
   rows.push_back(integer_row("parameters_lm_head", count.lm_head, ""));
   rows.push_back(number_row("weight_bytes", hw::weight_bytes(model, model.weight_dtype()), "B", 0));
-  for (const config::DType dtype : {config::FP32, config::BF16, config::FP8_E4M3, config::INT8, config::INT4}) {
+  for (const config::DType dtype :
+       {config::FP32, config::BF16, config::FP8_E4M3, config::INT8, config::INT4}) {
     rows.push_back(number_row("weight_gib_" + std::string(config::dtype_name(dtype)),
                               hw::weight_bytes(model, dtype) / kGiB, "GiB", 3));
   }
   rows.push_back(number_row("kv_bytes_per_token", hw::kv_bytes_per_token(model), "B", 1));
-  rows.push_back(number_row("kv_bytes_per_token_per_layer", hw::kv_bytes_per_token_per_layer(model), "B", 1));
-  rows.push_back(number_row("linear_flops_per_token", hw::linear_flops_per_token(model), "FLOP", 0));
+  rows.push_back(
+      number_row("kv_bytes_per_token_per_layer", hw::kv_bytes_per_token_per_layer(model), "B", 1));
+  rows.push_back(
+      number_row("linear_flops_per_token", hw::linear_flops_per_token(model), "FLOP", 0));
   rows.push_back(number_row("attention_flops_per_context_token",
                             hw::attention_flops_per_context_token(model), "FLOP", 0));
 }
@@ -50,16 +54,19 @@ void host_rows(const config::HostSpec& host, std::vector<Row>& rows) {
   rows.push_back(number_row("peak_bandwidth_per_socket", per_socket, "GB/s", 1));
   rows.push_back(number_row("peak_bandwidth", per_socket * host.sockets(), "GB/s", 1));
   rows.push_back(number_row("achievable_bandwidth",
-                            per_socket * host.sockets() * host.achievable_bandwidth_fraction(), "GB/s", 1));
+                            per_socket * host.sockets() * host.achievable_bandwidth_fraction(),
+                            "GB/s", 1));
 }
 
 void link_rows(const config::LinkSpec& link, std::vector<Row>& rows) {
-  rows.push_back(number_row("peak_per_direction", hw::peak_gb_per_s_per_direction(link), "GB/s", 2));
+  rows.push_back(
+      number_row("peak_per_direction", hw::peak_gb_per_s_per_direction(link), "GB/s", 2));
   const bool peer = link.kind() == config::NVLINK;
-  for (const config::Direction direction : peer ? std::vector{config::PEER}
-                                                : std::vector{config::H2D, config::D2H}) {
+  for (const config::Direction direction :
+       peer ? std::vector{config::PEER} : std::vector{config::H2D, config::D2H}) {
     const std::string name = config::Direction_Name(direction);
-    rows.push_back(number_row("large_copy_" + name, hw::asymptotic_gb_per_s(link, direction), "GB/s", 2));
+    rows.push_back(
+        number_row("large_copy_" + name, hw::asymptotic_gb_per_s(link, direction), "GB/s", 2));
     rows.push_back(number_row("half_bandwidth_copy_size_" + name,
                               hw::bytes_for_efficiency(link, direction, 0.5), "B", 0));
     rows.push_back(number_row("ninety_percent_copy_size_" + name,
@@ -68,12 +75,14 @@ void link_rows(const config::LinkSpec& link, std::vector<Row>& rows) {
 }
 
 void node_rows(const config::NodeSpec& node, std::vector<Row>& rows) {
-  rows.push_back(number_row("gpu_memory_total", node.gpu().memory_capacity_gib() * node.gpus_per_node(), "GiB", 1));
+  rows.push_back(number_row("gpu_memory_total",
+                            node.gpu().memory_capacity_gib() * node.gpus_per_node(), "GiB", 1));
   rows.push_back(number_row("gpu_memory_bandwidth_total",
-                            node.gpu().memory_bandwidth_gb_per_s() * node.gpus_per_node(), "GB/s", 0));
-  rows.push_back(number_row("host_link_per_gpu_when_all_copy",
-                            hw::peak_gb_per_s_per_direction(node.host_link()) / node.gpus_per_pcie_switch(),
-                            "GB/s", 2));
+                            node.gpu().memory_bandwidth_gb_per_s() * node.gpus_per_node(), "GB/s",
+                            0));
+  rows.push_back(number_row(
+      "host_link_per_gpu_when_all_copy",
+      hw::peak_gb_per_s_per_direction(node.host_link()) / node.gpus_per_pcie_switch(), "GB/s", 2));
 }
 
 void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
@@ -82,15 +91,17 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   const double tp = run.tensor_parallel_degree();
   const double weights_per_gpu = hw::weight_bytes(model, model.weight_dtype()) / tp;
   const double kv_per_token_per_gpu = hw::kv_bytes_per_token(model) / tp;
-  const double fixed = weights_per_gpu + (run.memory().runtime_reserve_gib() +
-                                          run.memory().activation_workspace_gib()) * kGiB;
+  const double fixed =
+      weights_per_gpu +
+      (run.memory().runtime_reserve_gib() + run.memory().activation_workspace_gib()) * kGiB;
   const double free_for_kv = gpu.memory_capacity_gib() * kGiB - fixed;
   rows.push_back(number_row("weights_per_gpu", weights_per_gpu / kGiB, "GiB", 3));
   rows.push_back(number_row("kv_bytes_per_token_per_gpu", kv_per_token_per_gpu, "B", 1));
   rows.push_back(number_row("memory_left_for_kv_per_gpu", free_for_kv / kGiB, "GiB", 3));
-  rows.push_back(integer_row("kv_tokens_that_fit_per_gpu",
-                             free_for_kv > 0 ? static_cast<uint64_t>(std::floor(free_for_kv / kv_per_token_per_gpu)) : 0,
-                             "tokens"));
+  rows.push_back(integer_row(
+      "kv_tokens_that_fit_per_gpu",
+      free_for_kv > 0 ? static_cast<uint64_t>(std::floor(free_for_kv / kv_per_token_per_gpu)) : 0,
+      "tokens"));
   model_rows(model, rows);
 }
 

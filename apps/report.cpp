@@ -17,13 +17,28 @@ std::string scalar_text(const pb::Message& message, const pb::FieldDescriptor* f
   const bool rep = index >= 0;
   quoted = false;
   switch (field->cpp_type()) {
-    case pb::FieldDescriptor::CPPTYPE_INT32: return std::to_string(rep ? r->GetRepeatedInt32(message, field, index) : r->GetInt32(message, field));
-    case pb::FieldDescriptor::CPPTYPE_INT64: return std::to_string(rep ? r->GetRepeatedInt64(message, field, index) : r->GetInt64(message, field));
-    case pb::FieldDescriptor::CPPTYPE_UINT32: return std::to_string(rep ? r->GetRepeatedUInt32(message, field, index) : r->GetUInt32(message, field));
-    case pb::FieldDescriptor::CPPTYPE_UINT64: return std::to_string(rep ? r->GetRepeatedUInt64(message, field, index) : r->GetUInt64(message, field));
-    case pb::FieldDescriptor::CPPTYPE_DOUBLE: return format_double(rep ? r->GetRepeatedDouble(message, field, index) : r->GetDouble(message, field));
-    case pb::FieldDescriptor::CPPTYPE_FLOAT: return format_double(rep ? r->GetRepeatedFloat(message, field, index) : r->GetFloat(message, field));
-    case pb::FieldDescriptor::CPPTYPE_BOOL: return (rep ? r->GetRepeatedBool(message, field, index) : r->GetBool(message, field)) ? "true" : "false";
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+      return std::to_string(rep ? r->GetRepeatedInt32(message, field, index)
+                                : r->GetInt32(message, field));
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+      return std::to_string(rep ? r->GetRepeatedInt64(message, field, index)
+                                : r->GetInt64(message, field));
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+      return std::to_string(rep ? r->GetRepeatedUInt32(message, field, index)
+                                : r->GetUInt32(message, field));
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return std::to_string(rep ? r->GetRepeatedUInt64(message, field, index)
+                                : r->GetUInt64(message, field));
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return format_double(rep ? r->GetRepeatedDouble(message, field, index)
+                               : r->GetDouble(message, field));
+    case pb::FieldDescriptor::CPPTYPE_FLOAT:
+      return format_double(rep ? r->GetRepeatedFloat(message, field, index)
+                               : r->GetFloat(message, field));
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      return (rep ? r->GetRepeatedBool(message, field, index) : r->GetBool(message, field))
+                 ? "true"
+                 : "false";
     case pb::FieldDescriptor::CPPTYPE_ENUM:
       quoted = true;
       return (rep ? r->GetRepeatedEnum(message, field, index) : r->GetEnum(message, field))->name();
@@ -45,9 +60,9 @@ void flatten(const pb::Message& message, const std::string& prefix, std::vector<
       const int index = field->is_repeated() ? i : -1;
       const std::string item = field->is_repeated() ? path + "[" + std::to_string(i) + "]" : path;
       if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-        const pb::Message& child = field->is_repeated()
-                                       ? message.GetReflection()->GetRepeatedMessage(message, field, i)
-                                       : message.GetReflection()->GetMessage(message, field);
+        const pb::Message& child =
+            field->is_repeated() ? message.GetReflection()->GetRepeatedMessage(message, field, i)
+                                 : message.GetReflection()->GetMessage(message, field);
         flatten(child, item, rows);
         continue;
       }

@@ -60,6 +60,8 @@ inline std::string format_error_line(std::string_view what, std::string_view whe
   return line;
 }
 
-inline std::vector<std::string> Error::lines() const { return {format_error_line(what(), where())}; }
+inline std::vector<std::string> Error::lines() const {
+  return {format_error_line(what(), where())};
+}
 
 }  // namespace kvtier

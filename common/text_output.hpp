@@ -38,8 +38,9 @@ inline std::string json_escape(std::string_view text) {
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buffer[8];
-          const auto result = std::to_chars(buffer, buffer + sizeof(buffer),
-                                            static_cast<unsigned>(static_cast<unsigned char>(c)), 16);
+          const auto result =
+              std::to_chars(buffer, buffer + sizeof(buffer),
+                            static_cast<unsigned>(static_cast<unsigned char>(c)), 16);
           escaped += "\\u00";
           if (result.ptr - buffer == 1) {
             escaped += '0';

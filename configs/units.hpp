@@ -11,14 +11,14 @@
 namespace kvtier::units {
 
 enum class Dimension {
-  kNumber,   // plain count or ratio ("1"); accepts k/M/G/Ki/Mi/Gi multipliers and "%"
-  kTokens,   // token counts; like kNumber
-  kRequests, // request counts; like kNumber
+  kNumber,    // plain count or ratio ("1"); accepts k/M/G/Ki/Mi/Gi multipliers and "%"
+  kTokens,    // token counts; like kNumber
+  kRequests,  // request counts; like kNumber
   kBytes,
   kBandwidth,  // bytes per second
   kTime,
-  kCompute,    // operations per second (FLOP/s or OP/s)
-  kRate,       // events per second
+  kCompute,  // operations per second (FLOP/s or OP/s)
+  kRate,     // events per second
 };
 
 [[nodiscard]] std::string_view dimension_name(Dimension dimension);

@@ -9,13 +9,13 @@
 namespace kvtier::hw {
 
 struct ParameterCount {
-  uint64_t embedding = 0;         // token embedding table
+  uint64_t embedding = 0;            // token embedding table
   uint64_t attention_per_layer = 0;  // q, k, v, o projections (+ biases, + q/k norms)
-  uint64_t mlp_per_layer = 0;     // gate, up, down
-  uint64_t norms_per_layer = 0;   // the two RMSNorm weight vectors
+  uint64_t mlp_per_layer = 0;        // gate, up, down
+  uint64_t norms_per_layer = 0;      // the two RMSNorm weight vectors
   uint64_t final_norm = 0;
-  uint64_t lm_head = 0;           // 0 when tied to the embedding
-  uint64_t layers = 0;            // all decoder layers together
+  uint64_t lm_head = 0;  // 0 when tied to the embedding
+  uint64_t layers = 0;   // all decoder layers together
   uint64_t total = 0;
 };
 

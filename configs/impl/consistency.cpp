@@ -52,10 +52,10 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
   }
   if (model.has_sliding_window() && model.has_max_position_embeddings() &&
       model.sliding_window() > model.max_position_embeddings()) {
-    problems.push_back({at(path, "sliding_window"),
-                        "sliding_window " + std::to_string(model.sliding_window()) +
-                            " exceeds max_position_embeddings " +
-                            std::to_string(model.max_position_embeddings())});
+    problems.push_back(
+        {at(path, "sliding_window"), "sliding_window " + std::to_string(model.sliding_window()) +
+                                         " exceeds max_position_embeddings " +
+                                         std::to_string(model.max_position_embeddings())});
   }
   if (model.activation_dtype() == INT4) {
     problems.push_back({at(path, "activation_dtype"),
@@ -70,7 +70,8 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
                         "combination"});
   }
   if (model.has_rope_scaling() && model.rope_scaling().rope_type() == "llama3" &&
-      (!model.rope_scaling().has_low_freq_factor() || !model.rope_scaling().has_high_freq_factor() ||
+      (!model.rope_scaling().has_low_freq_factor() ||
+       !model.rope_scaling().has_high_freq_factor() ||
        !model.rope_scaling().has_original_max_position_embeddings())) {
     problems.push_back({at(path, "rope_scaling"),
                         "llama3 rope scaling needs low_freq_factor, high_freq_factor and "
@@ -81,14 +82,16 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
 void check_link(const LinkSpec& link, const std::string& path, Problems& problems) {
   if (link.kind() == PCIE) {
     if (!link.has_pcie_generation()) {
-      problems.push_back({at(path, "pcie_generation"), "missing required field 'pcie_generation' for a PCIE link"});
+      problems.push_back({at(path, "pcie_generation"),
+                          "missing required field 'pcie_generation' for a PCIE link"});
     }
     if (!link.has_lanes()) {
       problems.push_back({at(path, "lanes"), "missing required field 'lanes' for a PCIE link"});
     } else if (link.lanes() != 1 && link.lanes() != 2 && link.lanes() != 4 && link.lanes() != 8 &&
                link.lanes() != 16) {
-      problems.push_back({at(path, "lanes"), "lanes " + std::to_string(link.lanes()) +
-                                                 " is not a PCIe link width: expected 1, 2, 4, 8 or 16"});
+      problems.push_back(
+          {at(path, "lanes"), "lanes " + std::to_string(link.lanes()) +
+                                  " is not a PCIe link width: expected 1, 2, 4, 8 or 16"});
     }
     if (link.has_peak_gb_per_s_per_direction()) {
       problems.push_back({at(path, "peak_gb_per_s_per_direction"),
@@ -127,15 +130,17 @@ void check_link(const LinkSpec& link, const std::string& path, Problems& problem
 
 void check_node(const NodeSpec& node, const std::string& path, Problems& problems) {
   if (node.gpu_interconnect() == SINGLE_GPU && node.gpus_per_node() > 1) {
-    problems.push_back({at(path, "gpus_per_node"),
-                        "gpu_interconnect SINGLE_GPU with gpus_per_node " +
-                            std::to_string(node.gpus_per_node())});
+    problems.push_back(
+        {at(path, "gpus_per_node"),
+         "gpu_interconnect SINGLE_GPU with gpus_per_node " + std::to_string(node.gpus_per_node())});
   }
   if (node.gpu_interconnect() == NVLINK_SWITCH) {
     if (!node.has_gpu_link()) {
-      problems.push_back({at(path, "gpu_link"), "missing required field 'gpu_link' for NVLINK_SWITCH"});
+      problems.push_back(
+          {at(path, "gpu_link"), "missing required field 'gpu_link' for NVLINK_SWITCH"});
     } else if (node.gpu_link().kind() != NVLINK) {
-      problems.push_back({at(path, "gpu_link.kind"), "gpu_link of an NVLINK_SWITCH node must be NVLINK"});
+      problems.push_back(
+          {at(path, "gpu_link.kind"), "gpu_link of an NVLINK_SWITCH node must be NVLINK"});
     }
   }
   if (node.has_gpus_per_pcie_switch() && node.has_gpus_per_node() &&
@@ -153,7 +158,8 @@ void check_node(const NodeSpec& node, const std::string& path, Problems& problem
 void check_token_count(const TokenCount& count, const std::string& path, Problems& problems) {
   switch (count.kind_case()) {
     case TokenCount::KIND_NOT_SET:
-      problems.push_back({path, "missing token count: set one of fixed_tokens, uniform, lognormal"});
+      problems.push_back(
+          {path, "missing token count: set one of fixed_tokens, uniform, lognormal"});
       break;
     case TokenCount::kUniform:
       if (count.uniform().min_tokens() > count.uniform().max_tokens()) {
@@ -171,7 +177,8 @@ void check_token_count(const TokenCount& count, const std::string& path, Problem
 
 void check_workload(const WorkloadSpec& workload, const std::string& path, Problems& problems) {
   if (workload.kind_case() == WorkloadSpec::KIND_NOT_SET) {
-    problems.push_back({path, "missing workload kind: set one of closed_loop, poisson, request_file"});
+    problems.push_back(
+        {path, "missing workload kind: set one of closed_loop, poisson, request_file"});
   }
 }
 

@@ -21,6 +21,8 @@ bool is_floating_point(DType dtype) {
   return dtype == FP32 || dtype == BF16 || dtype == FP16 || dtype == FP8_E4M3 || dtype == FP8_E5M2;
 }
 
-std::string_view dtype_name(DType dtype) { return DType_Name(dtype); }
+std::string_view dtype_name(DType dtype) {
+  return DType_Name(dtype);
+}
 
 }  // namespace kvtier::config

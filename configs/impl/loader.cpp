@@ -42,32 +42,72 @@ void copy_field(const pb::Message& from, pb::Message& to, const pb::FieldDescrip
   target->ClearField(&to, field);
   if (!field->is_repeated()) {
     switch (field->cpp_type()) {
-      case pb::FieldDescriptor::CPPTYPE_INT32: target->SetInt32(&to, field, source->GetInt32(from, field)); break;
-      case pb::FieldDescriptor::CPPTYPE_INT64: target->SetInt64(&to, field, source->GetInt64(from, field)); break;
-      case pb::FieldDescriptor::CPPTYPE_UINT32: target->SetUInt32(&to, field, source->GetUInt32(from, field)); break;
-      case pb::FieldDescriptor::CPPTYPE_UINT64: target->SetUInt64(&to, field, source->GetUInt64(from, field)); break;
-      case pb::FieldDescriptor::CPPTYPE_DOUBLE: target->SetDouble(&to, field, source->GetDouble(from, field)); break;
-      case pb::FieldDescriptor::CPPTYPE_FLOAT: target->SetFloat(&to, field, source->GetFloat(from, field)); break;
-      case pb::FieldDescriptor::CPPTYPE_BOOL: target->SetBool(&to, field, source->GetBool(from, field)); break;
-      case pb::FieldDescriptor::CPPTYPE_ENUM: target->SetEnumValue(&to, field, source->GetEnumValue(from, field)); break;
-      case pb::FieldDescriptor::CPPTYPE_STRING: target->SetString(&to, field, source->GetString(from, field)); break;
-      case pb::FieldDescriptor::CPPTYPE_MESSAGE: target->MutableMessage(&to, field)->CopyFrom(source->GetMessage(from, field)); break;
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+        target->SetInt32(&to, field, source->GetInt32(from, field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        target->SetInt64(&to, field, source->GetInt64(from, field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32:
+        target->SetUInt32(&to, field, source->GetUInt32(from, field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+        target->SetUInt64(&to, field, source->GetUInt64(from, field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+        target->SetDouble(&to, field, source->GetDouble(from, field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT:
+        target->SetFloat(&to, field, source->GetFloat(from, field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        target->SetBool(&to, field, source->GetBool(from, field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_ENUM:
+        target->SetEnumValue(&to, field, source->GetEnumValue(from, field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        target->SetString(&to, field, source->GetString(from, field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+        target->MutableMessage(&to, field)->CopyFrom(source->GetMessage(from, field));
+        break;
     }
     return;
   }
   const int count = source->FieldSize(from, field);
   for (int i = 0; i < count; ++i) {
     switch (field->cpp_type()) {
-      case pb::FieldDescriptor::CPPTYPE_INT32: target->AddInt32(&to, field, source->GetRepeatedInt32(from, field, i)); break;
-      case pb::FieldDescriptor::CPPTYPE_INT64: target->AddInt64(&to, field, source->GetRepeatedInt64(from, field, i)); break;
-      case pb::FieldDescriptor::CPPTYPE_UINT32: target->AddUInt32(&to, field, source->GetRepeatedUInt32(from, field, i)); break;
-      case pb::FieldDescriptor::CPPTYPE_UINT64: target->AddUInt64(&to, field, source->GetRepeatedUInt64(from, field, i)); break;
-      case pb::FieldDescriptor::CPPTYPE_DOUBLE: target->AddDouble(&to, field, source->GetRepeatedDouble(from, field, i)); break;
-      case pb::FieldDescriptor::CPPTYPE_FLOAT: target->AddFloat(&to, field, source->GetRepeatedFloat(from, field, i)); break;
-      case pb::FieldDescriptor::CPPTYPE_BOOL: target->AddBool(&to, field, source->GetRepeatedBool(from, field, i)); break;
-      case pb::FieldDescriptor::CPPTYPE_ENUM: target->AddEnumValue(&to, field, source->GetRepeatedEnumValue(from, field, i)); break;
-      case pb::FieldDescriptor::CPPTYPE_STRING: target->AddString(&to, field, source->GetRepeatedString(from, field, i)); break;
-      case pb::FieldDescriptor::CPPTYPE_MESSAGE: target->AddMessage(&to, field)->CopyFrom(source->GetRepeatedMessage(from, field, i)); break;
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+        target->AddInt32(&to, field, source->GetRepeatedInt32(from, field, i));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        target->AddInt64(&to, field, source->GetRepeatedInt64(from, field, i));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32:
+        target->AddUInt32(&to, field, source->GetRepeatedUInt32(from, field, i));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+        target->AddUInt64(&to, field, source->GetRepeatedUInt64(from, field, i));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+        target->AddDouble(&to, field, source->GetRepeatedDouble(from, field, i));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT:
+        target->AddFloat(&to, field, source->GetRepeatedFloat(from, field, i));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        target->AddBool(&to, field, source->GetRepeatedBool(from, field, i));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_ENUM:
+        target->AddEnumValue(&to, field, source->GetRepeatedEnumValue(from, field, i));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        target->AddString(&to, field, source->GetRepeatedString(from, field, i));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE:
+        target->AddMessage(&to, field)->CopyFrom(source->GetRepeatedMessage(from, field, i));
+        break;
     }
   }
 }
@@ -99,19 +139,31 @@ void overlay(pb::Message& base, const pb::Message& top, const std::string& prefi
 
 }  // namespace
 
-std::span<const std::string_view> config_kinds() { return kConfigKinds; }
+std::span<const std::string_view> config_kinds() {
+  return kConfigKinds;
+}
 
 std::unique_ptr<pb::Message> new_config_message(std::string_view kind) {
-  if (kind == "run") return std::make_unique<RunSpec>();
-  if (kind == "sweep") return std::make_unique<SweepSpec>();
-  if (kind == "hardware") return std::make_unique<HardwareSpec>();
-  if (kind == "node") return std::make_unique<NodeSpec>();
-  if (kind == "gpu") return std::make_unique<GpuSpec>();
-  if (kind == "host") return std::make_unique<HostSpec>();
-  if (kind == "link") return std::make_unique<LinkSpec>();
-  if (kind == "model") return std::make_unique<ModelSpec>();
-  if (kind == "workload") return std::make_unique<WorkloadSpec>();
-  if (kind == "policy") return std::make_unique<PolicySpec>();
+  if (kind == "run")
+    return std::make_unique<RunSpec>();
+  if (kind == "sweep")
+    return std::make_unique<SweepSpec>();
+  if (kind == "hardware")
+    return std::make_unique<HardwareSpec>();
+  if (kind == "node")
+    return std::make_unique<NodeSpec>();
+  if (kind == "gpu")
+    return std::make_unique<GpuSpec>();
+  if (kind == "host")
+    return std::make_unique<HostSpec>();
+  if (kind == "link")
+    return std::make_unique<LinkSpec>();
+  if (kind == "model")
+    return std::make_unique<ModelSpec>();
+  if (kind == "workload")
+    return std::make_unique<WorkloadSpec>();
+  if (kind == "policy")
+    return std::make_unique<PolicySpec>();
   std::string known;
   for (const auto name : kConfigKinds) {
     known += (known.empty() ? "" : ", ") + std::string(name);

@@ -24,7 +24,8 @@ std::string describe(const SourcePosition& position) {
   if (position.line <= 0) {
     return position.file;
   }
-  return position.file + ":" + std::to_string(position.line) + ":" + std::to_string(position.column);
+  return position.file + ":" + std::to_string(position.line) + ":" +
+         std::to_string(position.column);
 }
 
 std::string join_path(std::string_view prefix, std::string_view name) {

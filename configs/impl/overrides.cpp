@@ -36,9 +36,9 @@ std::vector<Segment> split_path(const Override& override_) {
       }
       const std::string digits(part.substr(open + 1, part.size() - open - 2));
       if (digits.find_first_not_of("0123456789") != std::string::npos) {
-        throw ConfigError("index '" + digits + "' in path '" + override_.path +
-                              "' is not a non-negative integer",
-                          "--set " + override_.argument);
+        throw ConfigError(
+            "index '" + digits + "' in path '" + override_.path + "' is not a non-negative integer",
+            "--set " + override_.argument);
       }
       segment.index = std::stoi(digits);
       part = part.substr(0, open);
@@ -131,8 +131,9 @@ class Setter {
       case pb::FieldDescriptor::CPPTYPE_FLOAT: {
         const double value = number(text);
         if (field_->cpp_type() == pb::FieldDescriptor::CPPTYPE_FLOAT) {
-          repeated ? reflection->SetRepeatedFloat(&message, field_, index, static_cast<float>(value))
-                   : reflection->SetFloat(&message, field_, static_cast<float>(value));
+          repeated
+              ? reflection->SetRepeatedFloat(&message, field_, index, static_cast<float>(value))
+              : reflection->SetFloat(&message, field_, static_cast<float>(value));
         } else {
           repeated ? reflection->SetRepeatedDouble(&message, field_, index, value)
                    : reflection->SetDouble(&message, field_, value);
@@ -142,12 +143,10 @@ class Setter {
       case pb::FieldDescriptor::CPPTYPE_INT32:
       case pb::FieldDescriptor::CPPTYPE_INT64:
       case pb::FieldDescriptor::CPPTYPE_UINT32:
-      case pb::FieldDescriptor::CPPTYPE_UINT64:
-        set_integer(message, text, index);
-        return;
+      case pb::FieldDescriptor::CPPTYPE_UINT64: set_integer(message, text, index); return;
       case pb::FieldDescriptor::CPPTYPE_MESSAGE:
-        fail("'" + field_->name() + "' is a message; set one of its fields: " +
-             field_names(field_->message_type()));
+        fail("'" + field_->name() +
+             "' is a message; set one of its fields: " + field_names(field_->message_type()));
     }
   }
 
@@ -285,8 +284,8 @@ void apply_override(pb::Message& root, const Override& override_, LocationMap& l
       const int size = reflection->FieldSize(*message, field);
       if (segment.index > size) {
         throw ConfigError("index " + std::to_string(segment.index) + " is past the end of '" +
-                              field->name() + "' (" + std::to_string(size) +
-                              " entries; index " + std::to_string(size) + " appends one)",
+                              field->name() + "' (" + std::to_string(size) + " entries; index " +
+                              std::to_string(size) + " appends one)",
                           where + ", field " + override_.path);
       }
       if (segment.index == size) {
@@ -303,9 +302,9 @@ void apply_override(pb::Message& root, const Override& override_, LocationMap& l
                           where + ", field " + override_.path);
       }
       if (field->is_repeated() && segment.index < 0) {
-        throw ConfigError("'" + field->name() + "' is a list; name an entry, e.g. " +
-                              field->name() + "[0]",
-                          where + ", field " + override_.path);
+        throw ConfigError(
+            "'" + field->name() + "' is a list; name an entry, e.g. " + field->name() + "[0]",
+            where + ", field " + override_.path);
       }
       message = field->is_repeated()
                     ? reflection->MutableRepeatedMessage(message, field, segment.index)

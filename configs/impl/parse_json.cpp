@@ -91,7 +91,8 @@ class JsonScanner {
     skip_space();
     if (peek() != wanted) {
       fail(std::string("expected '") + wanted + "'" +
-               (pos_ < text_.size() ? std::string(", found '") + peek() + "'" : ", found end of file"),
+               (pos_ < text_.size() ? std::string(", found '") + peek() + "'"
+                                    : ", found end of file"),
            path);
     }
     advance();
@@ -207,6 +208,11 @@ std::pair<std::string, std::string> split_protobuf_error(std::string message) {
     message.erase(0, prefix.size());
   }
   if (message.empty() || message.front() != '(') {
+    // A top-level field: "name: message".
+    const size_t colon = message.find(": ");
+    if (colon != std::string::npos && message.find_first_of(" (", 0) >= colon) {
+      return {message.substr(0, colon), message.substr(colon + 2)};
+    }
     return {"", message};
   }
   const size_t close = message.find(')');

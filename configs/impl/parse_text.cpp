@@ -108,10 +108,11 @@ std::string path_at(std::string_view text, int line, int column, const pb::Descr
       }
       advance(end - i);
     } else if (c == '{' || c == '<') {
-      const pb::Descriptor* type = pending_descriptor != nullptr &&
-                                           pending_descriptor->type() == pb::FieldDescriptor::TYPE_MESSAGE
-                                       ? pending_descriptor->message_type()
-                                       : nullptr;
+      const pb::Descriptor* type =
+          pending_descriptor != nullptr &&
+                  pending_descriptor->type() == pb::FieldDescriptor::TYPE_MESSAGE
+              ? pending_descriptor->message_type()
+              : nullptr;
       stack.push_back(Frame{type, pending_path, {}});
       pending_descriptor = nullptr;
       pending_path.clear();
@@ -167,6 +168,13 @@ std::string explain(const std::string& message, const pb::Descriptor* root) {
   if (message.empty()) {
     return "not a valid text-format config";
   }
+  const std::string twice = "is specified multiple times";
+  if (message.find(twice) != std::string::npos && message.find('"') != std::string::npos) {
+    const size_t open = message.find('"');
+    const std::string field = message.substr(open + 1, message.find('"', open + 1) - open - 1);
+    return "field '" + field +
+           "' is given more than once (write it once; lists use repeated entries)";
+  }
   const std::string marker = "has no field named \"";
   const size_t found = message.find(marker);
   const size_t type_start = message.find('"');
@@ -206,7 +214,25 @@ void parse_text_format(std::string_view text, const std::string& file_name, pb::
     const std::string path = first.line >= 0
                                  ? path_at(text, first.line, first.column, message.GetDescriptor())
                                  : std::string();
-    std::string where = describe(SourcePosition{file_name, first.line + 1, first.column + 1});
+    int column = first.column;
+    // Protobuf points just past an unknown field's name; point at the name itself.
+    if (const size_t dot = path.find_last_of('.');
+        !path.empty() && first.message.find("has no field named") != std::string::npos) {
+      const std::string name = dot == std::string::npos ? path : path.substr(dot + 1);
+      size_t line_start = 0;
+      for (int line = 0; line < first.line && line_start != std::string_view::npos; ++line) {
+        line_start = text.find('\n', line_start);
+        line_start = line_start == std::string_view::npos ? line_start : line_start + 1;
+      }
+      if (line_start != std::string_view::npos) {
+        const std::string_view line_text =
+            text.substr(line_start, static_cast<size_t>(first.column));
+        if (const size_t at = line_text.rfind(name); at != std::string_view::npos) {
+          column = static_cast<int>(at);
+        }
+      }
+    }
+    std::string where = describe(SourcePosition{file_name, first.line + 1, column + 1});
     if (!path.empty()) {
       where += ", field " + path;
     }

@@ -29,7 +29,9 @@ PresetRegistry::PresetRegistry(std::span<const PresetFile> files)
   });
 }
 
-std::span<const std::string_view> PresetRegistry::kinds() { return kKinds; }
+std::span<const std::string_view> PresetRegistry::kinds() {
+  return kKinds;
+}
 
 std::vector<const PresetFile*> PresetRegistry::list(std::string_view kind) const {
   std::vector<const PresetFile*> matching;
@@ -82,7 +84,8 @@ const PresetFile& PresetRegistry::find_any(std::string_view name) const {
 }
 
 std::string PresetRegistry::unknown_message(std::string_view kind, std::string_view name) const {
-  std::string message = "unknown " + std::string(kind) + " preset '" + std::string(name) + "'; known:";
+  std::string message =
+      "unknown " + std::string(kind) + " preset '" + std::string(name) + "'; known:";
   for (const auto* file : list(kind)) {
     message += " ";
     message += file->name;

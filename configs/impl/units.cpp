@@ -74,7 +74,7 @@ struct Multiplier {
 
 // Multipliers for plain counts ("64k", "2Mi", "50%").
 constexpr std::array kMultipliers = {
-    Multiplier{"k", 1e3},  Multiplier{"M", 1e6},  Multiplier{"G", 1e9}, Multiplier{"Ki", kKi},
+    Multiplier{"k", 1e3},  Multiplier{"M", 1e6},  Multiplier{"G", 1e9},  Multiplier{"Ki", kKi},
     Multiplier{"Mi", kMi}, Multiplier{"Gi", kGi}, Multiplier{"%", 0.01},
 };
 
@@ -84,11 +84,11 @@ struct SuffixEntry {
 };
 
 constexpr std::array kFieldSuffixes = {
-    SuffixEntry{"GiB", "_gib"},         SuffixEntry{"MiB", "_mib"},
-    SuffixEntry{"B", "_bytes"},         SuffixEntry{"GB/s", "_gb_per_s"},
-    SuffixEntry{"us", "_us"},           SuffixEntry{"ps", "_ps"},
-    SuffixEntry{"s", "_s"},             SuffixEntry{"TFLOP/s", "_tflops"},
-    SuffixEntry{"1/s", "_per_s"},       SuffixEntry{"tokens", "_tokens"},
+    SuffixEntry{"GiB", "_gib"},   SuffixEntry{"MiB", "_mib"},
+    SuffixEntry{"B", "_bytes"},   SuffixEntry{"GB/s", "_gb_per_s"},
+    SuffixEntry{"us", "_us"},     SuffixEntry{"ps", "_ps"},
+    SuffixEntry{"s", "_s"},       SuffixEntry{"TFLOP/s", "_tflops"},
+    SuffixEntry{"1/s", "_per_s"}, SuffixEntry{"tokens", "_tokens"},
 };
 
 bool is_count_like(Dimension dimension) {
@@ -208,8 +208,9 @@ double convert(std::string_view text, std::string_view target_unit, bool bare_nu
     if (bare_numbers_allowed && !quantity.scaled) {
       return quantity.base_value;
     }
-    fail("'" + shown + "' needs a unit: expected " + std::string(dimension_name(target->dimension)) +
-             ", e.g. '" + shown + std::string(target_unit) + "'",
+    fail("'" + shown + "' needs a unit: expected " +
+             std::string(dimension_name(target->dimension)) + ", e.g. '" + shown +
+             std::string(target_unit) + "'",
          context);
   }
   if (*quantity.dimension != target->dimension) {

@@ -31,12 +31,20 @@ double numeric_value(const pb::Message& message, const pb::FieldDescriptor* fiel
   const pb::Reflection* r = message.GetReflection();
   const bool rep = index >= 0;
   switch (field->cpp_type()) {
-    case pb::FieldDescriptor::CPPTYPE_INT32: return rep ? r->GetRepeatedInt32(message, field, index) : r->GetInt32(message, field);
-    case pb::FieldDescriptor::CPPTYPE_INT64: return static_cast<double>(rep ? r->GetRepeatedInt64(message, field, index) : r->GetInt64(message, field));
-    case pb::FieldDescriptor::CPPTYPE_UINT32: return rep ? r->GetRepeatedUInt32(message, field, index) : r->GetUInt32(message, field);
-    case pb::FieldDescriptor::CPPTYPE_UINT64: return static_cast<double>(rep ? r->GetRepeatedUInt64(message, field, index) : r->GetUInt64(message, field));
-    case pb::FieldDescriptor::CPPTYPE_DOUBLE: return rep ? r->GetRepeatedDouble(message, field, index) : r->GetDouble(message, field);
-    case pb::FieldDescriptor::CPPTYPE_FLOAT: return rep ? r->GetRepeatedFloat(message, field, index) : r->GetFloat(message, field);
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+      return rep ? r->GetRepeatedInt32(message, field, index) : r->GetInt32(message, field);
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+      return static_cast<double>(rep ? r->GetRepeatedInt64(message, field, index)
+                                     : r->GetInt64(message, field));
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+      return rep ? r->GetRepeatedUInt32(message, field, index) : r->GetUInt32(message, field);
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return static_cast<double>(rep ? r->GetRepeatedUInt64(message, field, index)
+                                     : r->GetUInt64(message, field));
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      return rep ? r->GetRepeatedDouble(message, field, index) : r->GetDouble(message, field);
+    case pb::FieldDescriptor::CPPTYPE_FLOAT:
+      return rep ? r->GetRepeatedFloat(message, field, index) : r->GetFloat(message, field);
     default: return 0.0;
   }
 }
@@ -89,7 +97,8 @@ void check_range(const pb::Message& message, const pb::FieldDescriptor* field, i
   }
   std::string expected;
   if (has_min && has_max) {
-    expected = (exclusive ? "in (" : "in [") + format_number(low) + ", " + format_number(high) + "]";
+    expected =
+        (exclusive ? "in (" : "in [") + format_number(low) + ", " + format_number(high) + "]";
   } else if (has_min) {
     expected = (exclusive ? "> " : ">= ") + format_number(low);
   } else {
@@ -112,14 +121,15 @@ void walk(const pb::Message& message, const std::string& prefix, const ConfigLoa
       const uint32_t minimum = options.GetExtension(min_items);
       if (count < static_cast<int>(minimum)) {
         problems.push_back({path, count == 0 ? "missing required list '" + field->name() + "'"
-                                               : "'" + field->name() + "' needs at least " +
-                                                     std::to_string(minimum) + " entries, has " +
-                                                     std::to_string(count)});
+                                             : "'" + field->name() + "' needs at least " +
+                                                   std::to_string(minimum) + " entries, has " +
+                                                   std::to_string(count)});
       }
       for (int i = 0; i < count; ++i) {
         const std::string item = path + "[" + std::to_string(i) + "]";
         if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
-          walk(reflection->GetRepeatedMessage(message, field, i), item, loader, locations, problems);
+          walk(reflection->GetRepeatedMessage(message, field, i), item, loader, locations,
+               problems);
         } else if (is_numeric(field)) {
           check_range(message, field, i, item, problems);
         }
@@ -129,8 +139,9 @@ void walk(const pb::Message& message, const std::string& prefix, const ConfigLoa
     if (!is_present(message, field)) {
       if (options.GetExtension(required)) {
         const std::string& symbol = options.GetExtension(unit);
-        problems.push_back({path, "missing required field '" + field->name() + "'" +
-                                        (symbol.empty() || symbol == "1" ? "" : " (" + symbol + ")")});
+        problems.push_back(
+            {path, "missing required field '" + field->name() + "'" +
+                       (symbol.empty() || symbol == "1" ? "" : " (" + symbol + ")")});
       }
       continue;
     }
@@ -163,6 +174,8 @@ InvalidConfig::InvalidConfig(const std::vector<Problem>& problems, const Locatio
   }
 }
 
-std::vector<std::string> InvalidConfig::lines() const { return lines_; }
+std::vector<std::string> InvalidConfig::lines() const {
+  return lines_;
+}
 
 }  // namespace kvtier::config

@@ -34,7 +34,8 @@ double weight_bytes(const config::ModelSpec& model, config::DType dtype) {
 }
 
 double kv_bytes_per_token_per_layer(const config::ModelSpec& model) {
-  return 2.0 * model.num_key_value_heads() * model.head_dim() * config::dtype_bytes(model.kv_dtype());
+  return 2.0 * model.num_key_value_heads() * model.head_dim() *
+         config::dtype_bytes(model.kv_dtype());
 }
 
 double kv_bytes_per_token(const config::ModelSpec& model) {

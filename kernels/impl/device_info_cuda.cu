@@ -35,6 +35,8 @@ std::vector<DeviceInfo> cuda_devices(std::string& status) {
   return devices;
 }
 
-bool built_with_cuda() { return true; }
+bool built_with_cuda() {
+  return true;
+}
 
 }  // namespace kvtier::kernels

@@ -7,6 +7,8 @@ std::vector<DeviceInfo> cuda_devices(std::string& status) {
   return {};
 }
 
-bool built_with_cuda() { return false; }
+bool built_with_cuda() {
+  return false;
+}
 
 }  // namespace kvtier::kernels

@@ -1,0 +1,286 @@
+// Drives the kvtier binary as a user would: output on stdout, one-line diagnostics on stderr,
+// documented exit codes.
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+fs::path scratch_dir() {
+  static const fs::path dir = [] {
+    std::string pattern = (fs::temp_directory_path() / "kvtier-cli-XXXXXX").string();
+    const char* made = mkdtemp(pattern.data());
+    REQUIRE(made != nullptr);
+    return fs::path(made);
+  }();
+  return dir;
+}
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// `args` is passed through the shell: tests quote what needs quoting.
+Result kvtier(const std::string& args) {
+  const fs::path out = scratch_dir() / "stdout";
+  const fs::path err = scratch_dir() / "stderr";
+  const std::string command = std::string("'") + KVTIER_BINARY + "' " + args + " >'" +
+                              out.string() + "' 2>'" + err.string() + "' </dev/null";
+  const int status = std::system(command.c_str());
+  Result result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = slurp(out);
+  result.err = slurp(err);
+  return result;
+}
+
+fs::path write_file(const std::string& name, const std::string& content) {
+  const fs::path path = scratch_dir() / name;
+  std::ofstream(path) << content;
+  return path;
+}
+
+int count_lines(const std::string& text) {
+  int lines = 0;
+  for (const char c : text) {
+    lines += c == '\n' ? 1 : 0;
+  }
+  return lines;
+}
+
+const std::string kRun = R"(hardware { node { preset: "hgx-h100-8" } num_nodes: 1 }
+model { preset: "Llama-3.1-8B" }
+tensor_parallel_degree: 1
+workload {
+  closed_loop { concurrency: 4 num_requests: 8 prompt_tokens { fixed_tokens: 128 }
+                output_tokens { fixed_tokens: 64 } }
+  max_batch_size: 64
+  prefill_chunk_tokens: 512
+}
+policy { name: "full" }
+memory { runtime_reserve_gib: 2 activation_workspace_gib: 1 }
+seed: 7
+)";
+
+// Every failure: exit 2, nothing on stdout, each stderr line a complete diagnostic.
+void expect_config_error(const Result& result, const std::string& fragment) {
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_code == 2);
+  CHECK(result.out.empty());
+  CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(fragment));
+  std::istringstream lines(result.err);
+  for (std::string line; std::getline(lines, line);) {
+    CHECK_THAT(line, Catch::StartsWith("kvtier: error: "));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("kvtier --version and --help", "[cli]") {
+  const Result version = kvtier("--version");
+  CHECK(version.exit_code == 0);
+  CHECK_THAT(version.out, Catch::StartsWith("kvtier 0.1.0 (commit "));
+  const Result help = kvtier("--help");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Catch::Contains("presets") && Catch::Contains("config") &&
+                           Catch::Contains("exit codes"));
+  for (const char* command : {"presets --help", "presets list --help", "presets show --help",
+                              "config --help", "config check --help", "devices --help"}) {
+    INFO(command);
+    const Result sub = kvtier(command);
+    CHECK(sub.exit_code == 0);
+    CHECK_THAT(sub.out, Catch::Contains("usage: kvtier"));
+  }
+}
+
+TEST_CASE("presets list prints a table or JSON, filtered by kind", "[cli]") {
+  const Result all = kvtier("presets list");
+  CHECK(all.exit_code == 0);
+  CHECK(count_lines(all.out) == 46);  // header + 45 presets
+  const Result gpus = kvtier("presets list --kind gpu");
+  CHECK(count_lines(gpus.out) == 13);
+  CHECK_THAT(gpus.out, Catch::Contains("H200") && !Catch::Contains("Llama"));
+  const Result json = kvtier("presets list --kind model --format json");
+  CHECK(json.exit_code == 0);
+  CHECK_THAT(json.out, Catch::StartsWith("[{\"kind\": \"model\"") &&
+                           Catch::Contains("\"name\": \"Qwen3-8B\""));
+  expect_config_error(kvtier("presets list --kind cpu"), "unknown --kind 'cpu'");
+  expect_config_error(kvtier("presets list --format yaml"), "unknown --format 'yaml'");
+}
+
+TEST_CASE("presets show resolves values and derives quantities", "[cli]") {
+  const Result text = kvtier("presets show Llama-3.1-8B");
+  CHECK(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("configs/models/Llama-3.1-8B.textproto") &&
+                           Catch::Contains("parameters") && Catch::Contains("8030261248") &&
+                           Catch::Contains("kv_bytes_per_token"));
+  const Result json = kvtier("presets show hgx-h100-8 --format json");
+  CHECK(json.exit_code == 0);
+  CHECK_THAT(json.out, Catch::Contains("\"spec\": {") && Catch::Contains("\"name\":\"H100-SXM\"") &&
+                           Catch::Contains("\"gpu_memory_total\": 640"));
+  const Result overridden =
+      kvtier("presets show H100-SXM --set memory_capacity=40GiB --format json");
+  CHECK_THAT(overridden.out, Catch::Contains("\"memory_capacity_gib\":40"));
+  expect_config_error(kvtier("presets show H300"), "unknown preset 'H300'");
+  expect_config_error(kvtier("presets show H100-SXM --kind model"),
+                      "unknown model preset 'H100-SXM'");
+  expect_config_error(kvtier("presets show"), "name");
+}
+
+TEST_CASE("config check accepts the shipped examples", "[cli]") {
+  for (const char* file :
+       {"configs/examples/quickstart.textproto", "configs/sweeps/batch-x-model-h100.textproto"}) {
+    INFO(file);
+    const Result result =
+        kvtier(std::string("config check '") + KVTIER_SOURCE_DIR + "/" + file + "'");
+    CHECK(result.exit_code == 0);
+    CHECK(result.err.empty());
+    CHECK_THAT(result.out, Catch::Contains(": valid "));
+  }
+  const Result json = kvtier(std::string("config check '") + KVTIER_SOURCE_DIR +
+                             "/configs/examples/quickstart.textproto' --format json");
+  CHECK_THAT(json.out, Catch::Contains("\"valid\": true") &&
+                           Catch::Contains("\"kv_tokens_that_fit_per_gpu\""));
+}
+
+TEST_CASE("config check: each class of bad config gives its message and exit 2", "[cli]") {
+  SECTION("unknown field") {
+    const auto path = write_file("unknown.textproto", kRun + "policy_extra {\n  colour: 3\n}\n");
+    expect_config_error(kvtier("config check " + path.string()),
+                        "unknown field 'policy_extra' in RunSpec");
+    CHECK_THAT(kvtier("config check " + path.string()).err,
+               Catch::Contains("unknown.textproto:13:1, field policy_extra"));
+    std::string nested = kRun;
+    nested.replace(nested.find("model {"), 7, "model {\n  colour: 3");
+    const auto nested_path = write_file("nested.textproto", nested);
+    CHECK_THAT(kvtier("config check " + nested_path.string()).err,
+               Catch::Contains("unknown field 'colour' in ModelSpec") &&
+                   Catch::Contains("nested.textproto:3:3, field model.colour"));
+  }
+  SECTION("missing required field") {
+    std::string text = kRun;
+    text.erase(text.find("seed: 7"));
+    const auto path = write_file("missing.textproto", text);
+    expect_config_error(kvtier("config check " + path.string()), "missing.textproto, field seed)");
+  }
+  SECTION("wrong type") {
+    std::string text = kRun;
+    text.replace(text.find("tensor_parallel_degree: 1"), 25, "tensor_parallel_degree: \"two\"");
+    const auto path = write_file("type.textproto", text);
+    expect_config_error(kvtier("config check " + path.string()),
+                        "type.textproto:3:25, field tensor_parallel_degree");
+  }
+  SECTION("value out of range") {
+    std::string text = kRun;
+    text.replace(text.find("runtime_reserve_gib: 2"), 22, "runtime_reserve_gib: -2");
+    const auto path = write_file("range.textproto", text);
+    expect_config_error(kvtier("config check " + path.string()),
+                        "value -2 GiB is out of range: expected >= 0 GiB (");
+  }
+  SECTION("kv_heads not dividing heads") {
+    std::string text = kRun;
+    text.replace(text.find("model {"), 7, "model { num_key_value_heads: 6");
+    const auto path = write_file("gqa.textproto", text);
+    expect_config_error(kvtier("config check " + path.string()),
+                        "num_key_value_heads 6 does not divide num_attention_heads 32");
+  }
+  SECTION("head_dim x heads != hidden") {
+    std::string text = kRun;
+    text.replace(text.find("model {"), 7, "model { head_dim: 96");
+    const auto path = write_file("hd.textproto", text);
+    expect_config_error(kvtier("config check " + path.string()), "!= hidden_size 4096");
+  }
+  SECTION("TP degree not dividing KV heads") {
+    const auto path = write_file("tp.textproto", kRun);
+    expect_config_error(kvtier("config check " + path.string() + " --set tensor_parallel_degree=3"),
+                        "tensor_parallel_degree 3 does not divide the model's 8 KV heads");
+  }
+  SECTION("a dtype the GPU cannot run") {
+    std::string text = kRun;
+    text.replace(text.find("hgx-h100-8"), 10, "dgx-a100-8");
+    text.replace(text.find("model {"), 7,
+                 "model { activation_dtype: FP8_E4M3 weight_dtype: FP8_E4M3");
+    const auto path = write_file("dtype.textproto", text);
+    expect_config_error(kvtier("config check " + path.string()), "cannot run FP8_E4M3");
+  }
+  SECTION("JSON with an unknown field") {
+    const auto path = write_file("bad.json", "{\n  \"seed\": 1,\n  \"modle\": {}\n}\n");
+    expect_config_error(kvtier("config check " + path.string()), "unknown field 'modle'");
+  }
+  SECTION("JSON positions") {
+    const auto path = write_file("pos.json", "{\n  \"seed\": 1,\n  \"modle\": {}\n}\n");
+    CHECK_THAT(kvtier("config check " + path.string()).err,
+               Catch::Contains("pos.json:3:3, field modle)"));
+  }
+  SECTION("several problems, one line each") {
+    std::string text = kRun;
+    text.replace(text.find("model {"), 7, "model { num_key_value_heads: 6");
+    text.replace(text.find("runtime_reserve_gib: 2"), 22, "runtime_reserve_gib: -2");
+    const auto path = write_file("many.textproto", text);
+    const Result result = kvtier("config check " + path.string());
+    CHECK(result.exit_code == 2);
+    CHECK(count_lines(result.err) >= 2);
+  }
+  SECTION("unreadable file") {
+    expect_config_error(kvtier("config check /nonexistent.textproto"), "cannot open config file");
+  }
+}
+
+TEST_CASE("overrides reject malformed and wrong-dimension values", "[cli]") {
+  const auto path = write_file("run.textproto", kRun);
+  expect_config_error(
+      kvtier("config check " + path.string() + " --set hardware.node.gpu.memory_capacity=80"),
+      "needs a unit");
+  expect_config_error(
+      kvtier("config check " + path.string() + " --set hardware.node.gpu.memory_capacity=4.8TB/s"),
+      "is a bandwidth");
+  expect_config_error(
+      kvtier("config check " + path.string() + " --set hardware.node.gpu.memory_capacity=lots"),
+      "is not a number");
+  expect_config_error(kvtier("config check " + path.string() + " --set seed"),
+                      "expected PATH=VALUE");
+  const Result ok = kvtier("config check " + path.string() +
+                           " --set hardware.node.gpu.memory_capacity=40GiB --format json");
+  CHECK(ok.exit_code == 0);
+  CHECK_THAT(ok.out, Catch::Contains("\"memory_capacity_gib\":40"));
+}
+
+TEST_CASE("usage errors exit 2 with one line", "[cli]") {
+  expect_config_error(kvtier("frobnicate"), "unknown command 'frobnicate'");
+  expect_config_error(kvtier("presets list --bogus"), "unrecognised option '--bogus'");
+  expect_config_error(kvtier("presets"), "presets needs a subcommand");
+  expect_config_error(kvtier("config wrong"), "unknown config subcommand");
+  const Result bare = kvtier("");
+  CHECK(bare.exit_code == 2);
+}
+
+TEST_CASE("devices lists at least the host CPU", "[cli]") {
+  const Result result = kvtier("devices --format json");
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("\"kind\": \"cpu\"") && Catch::Contains("cuda_status"));
+}
+
+TEST_CASE("output is byte-identical from run to run", "[cli]") {
+  const Result first = kvtier("presets show Qwen2.5-72B --format json");
+  const Result second = kvtier("presets show Qwen2.5-72B --format json");
+  CHECK(first.out == second.out);
+  CHECK_FALSE(first.out.empty());
+}

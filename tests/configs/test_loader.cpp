@@ -1,0 +1,216 @@
+// Loading end to end: presets expanded, overrides applied, every class of bad config reported
+// with its position.
+
+#include <catch2/catch.hpp>
+
+#include "configs/schema/hardware.pb.h"
+#include "configs/schema/run.pb.h"
+#include "configs/schema/sweep.pb.h"
+#include "tests/support/config_fixture.hpp"
+
+using kvtier::config::ModelSpec;
+using kvtier::config::RunSpec;
+using kvtier::config::SweepSpec;
+using kvtier::test::load_spec;
+using kvtier::test::problems;
+using kvtier::test::quickstart_run;
+
+namespace {
+
+std::string joined(const std::vector<std::string>& lines) {
+  std::string all;
+  for (const auto& line : lines) {
+    all += line + "\n";
+  }
+  return all;
+}
+
+}  // namespace
+
+TEST_CASE("preset references expand, and values written next to them win", "[loader]") {
+  const RunSpec run = load_spec<RunSpec>(quickstart_run(), {"model.kv_dtype=FP8_E4M3"});
+  CHECK(run.model().name() == "Llama-3.1-8B");
+  CHECK(run.model().preset() == "Llama-3.1-8B");
+  CHECK(run.model().num_hidden_layers() == 32);
+  CHECK(run.model().kv_dtype() == kvtier::config::FP8_E4M3);
+  // Node presets refer to GPU, host and link presets in turn.
+  CHECK(run.hardware().node().gpu().name() == "H100-SXM");
+  CHECK(run.hardware().node().host_link().pcie_generation() == 5);
+  CHECK(run.hardware().node().gpu_link().name() == "NVLink4");
+}
+
+TEST_CASE("a list written next to a preset replaces the preset's list", "[loader]") {
+  const auto gpu = load_spec<kvtier::config::GpuSpec>(
+      "preset: \"H100-SXM\"\ncompute { dtype: BF16 dense_tflops: 500 }\n");
+  REQUIRE(gpu.compute_size() == 1);
+  CHECK(gpu.compute(0).dense_tflops() == 500);
+  CHECK(gpu.memory_capacity_gib() == 80);
+}
+
+TEST_CASE("overrides convert units and apply after presets", "[loader]") {
+  const RunSpec run = load_spec<RunSpec>(
+      quickstart_run(),
+      {"hardware.node.gpu.memory_capacity=40GiB",
+       "hardware.node.gpu.memory_bandwidth_gb_per_s=2000",
+       "hardware.node.host_link.per_copy_overhead=7us", "workload.closed_loop.concurrency=2k",
+       "model.kv_dtype=fp8_e4m3", "hardware.node.gpu.compute[0].dense_tflops=900TFLOP/s"});
+  CHECK(run.hardware().node().gpu().memory_capacity_gib() == 40);
+  CHECK(run.hardware().node().gpu().memory_bandwidth_gb_per_s() == 2000);
+  CHECK(run.hardware().node().host_link().per_copy_overhead_us() == Approx(7));
+  CHECK(run.workload().closed_loop().concurrency() == 2000);
+  CHECK(run.model().kv_dtype() == kvtier::config::FP8_E4M3);
+  CHECK(run.hardware().node().gpu().compute(0).dense_tflops() == 900);
+}
+
+TEST_CASE("overriding a preset field swaps the whole sub-config, later overrides apply on top",
+          "[loader]") {
+  const RunSpec run = load_spec<RunSpec>(
+      quickstart_run(),
+      {"model.kv_dtype=FP8_E4M3", "model.preset=Llama-3.1-70B", "tensor_parallel_degree=4"});
+  CHECK(run.model().num_hidden_layers() == 80);
+  CHECK(run.model().kv_dtype() == kvtier::config::FP8_E4M3);
+  CHECK(run.tensor_parallel_degree() == 4);
+}
+
+TEST_CASE("an override appends to a list at index == size and rejects indices past it", "[loader]") {
+  const auto gpu = load_spec<kvtier::config::GpuSpec>(
+      "preset: \"A100-80GB\"", {"compute[5].dtype=FP8_E4M3", "compute[5].dense_tflops=1"});
+  CHECK(gpu.compute(5).dtype() == kvtier::config::FP8_E4M3);
+  CHECK_THAT(joined(problems<kvtier::config::GpuSpec>("preset: \"A100-80GB\"",
+                                                      {"compute[9].dense_tflops=1"})),
+             Catch::Contains("past the end of 'compute'"));
+}
+
+TEST_CASE("bad overrides say what is wrong and name the override", "[loader]") {
+  const auto check = [](const std::string& set, const std::string& expected) {
+    const std::string all = joined(problems<RunSpec>(quickstart_run(), {set}));
+    INFO(all);
+    CHECK_THAT(all, Catch::Contains(expected) && Catch::Contains("--set " + set));
+  };
+  check("model.nope=3", "'nope' is not a field of ModelSpec");
+  check("model.hidden_size=wide", "is not a number");
+  check("model.hidden_size=1.5", "not a whole number");
+  check("model.hidden_size=-3", "does not fit");
+  check("model.kv_dtype=BF17", "is not one of");
+  check("model.tie_word_embeddings=maybe", "not a boolean");
+  check("hardware.node.gpu.memory_capacity=80", "needs a unit");
+  check("hardware.node.gpu.memory_capacity=5us", "expected a size");
+  check("model=3", "is a message");
+  check("model.preset=NoSuchModel", "unknown model preset 'NoSuchModel'");
+  CHECK_THROWS_WITH(kvtier::config::parse_override("no-equals-sign"),
+                    Catch::Contains("PATH=VALUE"));
+}
+
+TEST_CASE("missing required values are errors, never silent defaults", "[loader]") {
+  const std::string all = joined(problems<ModelSpec>("name: \"m\"\narchitecture: LLAMA\n"));
+  CHECK_THAT(all, Catch::Contains("missing required field 'hidden_size'") &&
+                      Catch::Contains("field hidden_size") && Catch::Contains("test.textproto"));
+  CHECK_THAT(all, Catch::Contains("missing required field 'kv_dtype'"));
+  CHECK_THAT(joined(problems<RunSpec>("seed: 1")),
+             Catch::Contains("missing required field 'hardware'"));
+}
+
+TEST_CASE("values out of range name the range and the value's position", "[loader]") {
+  std::string text = quickstart_run();
+  text.replace(text.find("runtime_reserve_gib: 2"), 22, "runtime_reserve_gib: -1");
+  const std::string all = joined(problems<RunSpec>(text, {"workload.max_batch_size=0"}));
+  CHECK_THAT(all, Catch::Contains("value -1 GiB is out of range: expected >= 0 GiB") &&
+                      Catch::Contains("field memory.runtime_reserve_gib"));
+  CHECK_THAT(all, Catch::Contains("test.textproto:12:10, field memory.runtime_reserve_gib"));
+  CHECK_THAT(all,
+             Catch::Contains("value 0 requests is out of range") &&
+                 Catch::Contains("--set workload.max_batch_size=0, field workload.max_batch_size"));
+  CHECK_THAT(joined(problems<kvtier::config::GpuSpec>(
+                 "preset: \"H100-SXM\" efficiency { gemm_compute_fraction: 1.5 }")),
+             Catch::Contains("expected in (0, 1]"));
+  CHECK_THAT(joined(problems<kvtier::config::GpuSpec>(
+                 "preset: \"H100-SXM\" memory_bandwidth_gb_per_s: inf")),
+             Catch::Contains("not a finite number"));
+}
+
+TEST_CASE("inconsistent combinations are reported", "[loader]") {
+  SECTION("kv heads must divide attention heads") {
+    CHECK_THAT(joined(problems<ModelSpec>("preset: \"Llama-3.1-8B\" num_key_value_heads: 5")),
+               Catch::Contains("num_key_value_heads 5 does not divide num_attention_heads 32"));
+  }
+  SECTION("head_dim x heads must equal hidden for Llama") {
+    CHECK_THAT(joined(problems<ModelSpec>("preset: \"Llama-3.1-8B\" head_dim: 64")),
+               Catch::Contains("head_dim 64 x num_attention_heads 32 != hidden_size 4096"));
+    // Qwen3 declares head_dim explicitly.
+    CHECK(problems<ModelSpec>("preset: \"Qwen3-8B\" head_dim: 64").empty());
+  }
+  SECTION("tensor parallelism must divide the KV heads") {
+    std::string text = quickstart_run();
+    text.replace(text.find("tensor_parallel_degree: 1"), 25, "tensor_parallel_degree: 3");
+    CHECK_THAT(joined(problems<RunSpec>(text)),
+               Catch::Contains("tensor_parallel_degree 3 does not divide the model's 8 KV heads") &&
+                   Catch::Contains("test.textproto:4:1"));
+    CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"tensor_parallel_degree=16"})),
+               Catch::Contains("exceeds the node's 8 GPUs"));
+  }
+  SECTION("the GPU must run the model's math format") {
+    CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"hardware.node.preset=dgx-a100-8",
+                                                           "model.weight_dtype=FP8_E4M3",
+                                                           "model.activation_dtype=FP8_E4M3"})),
+               Catch::Contains("GPU A100-80GB cannot run FP8_E4M3 matrix multiplies"));
+    CHECK(problems<RunSpec>(quickstart_run(), {"model.weight_dtype=INT4"}).empty());
+  }
+  SECTION("links and nodes") {
+    CHECK_THAT(joined(problems<kvtier::config::LinkSpec>("preset: \"PCIe-Gen5-x16\" lanes: 3")),
+               Catch::Contains("not a PCIe link width"));
+    CHECK_THAT(joined(problems<kvtier::config::LinkSpec>(
+                   "preset: \"PCIe-Gen5-x16\" peak_gb_per_s_per_direction: 70")),
+               Catch::Contains("follows from pcie_generation and lanes"));
+    CHECK_THAT(joined(problems<kvtier::config::LinkSpec>("preset: \"NVLink4\" lanes: 16")),
+               Catch::Contains("apply to PCIE links only"));
+    CHECK_THAT(joined(problems<kvtier::config::NodeSpec>("preset: \"gh200\" gpus_per_node: 2")),
+               Catch::Contains("SINGLE_GPU with gpus_per_node 2"));
+  }
+  SECTION("workloads need exactly one kind") {
+    CHECK_THAT(
+        joined(problems<kvtier::config::WorkloadSpec>("max_batch_size: 1 prefill_chunk_tokens: 1")),
+        Catch::Contains("missing workload kind"));
+  }
+}
+
+TEST_CASE("errors in preset-supplied values point at the preset file", "[loader]") {
+  // The preset is fine; a broken override of it is reported at the override.
+  const std::string all =
+      joined(problems<RunSpec>(quickstart_run(), {"model.num_key_value_heads=5"}));
+  CHECK_THAT(all, Catch::Contains("--set model.num_key_value_heads=5"));
+  // A value the preset supplies keeps the preset's position.
+  const auto locations = [] {
+    RunSpec run;
+    return kvtier::test::loader().load_text(quickstart_run(), "run.textproto", run, {});
+  }();
+  const auto position = locations.nearest("model.hidden_size");
+  CHECK(position.file == "configs/models/Llama-3.1-8B.textproto");
+  CHECK(position.line > 0);
+  CHECK(locations.nearest("seed").file == "run.textproto");
+}
+
+TEST_CASE("sweeps validate every axis value on the base run", "[loader]") {
+  const std::string base = "name: \"s\" mode: GRID base {" + quickstart_run() + "}\n";
+  CHECK(problems<SweepSpec>(
+            base + "axis { path: \"tensor_parallel_degree\" values: [\"1\", \"2\", \"8\"] }")
+            .empty());
+  const std::string all =
+      joined(problems<SweepSpec>(
+          base + "axis { path: \"tensor_parallel_degree\" values: [\"1\", \"3\"] }\n"
+                 "axis { path: \"model.nope\" values: [\"1\"] }"));
+  CHECK_THAT(all, Catch::Contains("axis value tensor_parallel_degree=3 makes an invalid run"));
+  CHECK_THAT(all, Catch::Contains("field axis[0].values[1]"));
+  CHECK_THAT(all, Catch::Contains("'nope' is not a field of ModelSpec"));
+  CHECK_THAT(
+      joined(problems<SweepSpec>("name: \"s\" mode: ZIP base {" + quickstart_run() +
+                                 "}\naxis { path: \"seed\" values: [\"1\", \"2\"] }\n"
+                                 "axis { path: \"tensor_parallel_degree\" values: [\"1\"] }")),
+      Catch::Contains("ZIP sweeps need axes of equal length"));
+}
+
+TEST_CASE("the declared message type is read from the file header", "[loader]") {
+  CHECK(kvtier::config::declared_kind("# proto-message: SweepSpec\nname: \"x\"") == "sweep");
+  CHECK(kvtier::config::declared_kind("# proto-message: kvtier.config.RunSpec\n") == "run");
+  CHECK(kvtier::config::declared_kind("seed: 1\n").empty());
+  CHECK_THROWS_AS(kvtier::config::declared_kind("# proto-message: Nope\n"), kvtier::ConfigError);
+}

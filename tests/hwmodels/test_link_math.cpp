@@ -1,0 +1,49 @@
+#include <catch2/catch.hpp>
+
+#include "hwmodels/link_math.hpp"
+
+using kvtier::config::LinkSpec;
+
+TEST_CASE("PCIe x16 peaks per direction follow REFERENCE.md §3", "[link_math]") {
+  LinkSpec link;
+  link.set_kind(kvtier::config::PCIE);
+  link.set_lanes(16);
+  const std::pair<uint32_t, double> expected[] = {{3, 15.75}, {4, 31.5}, {5, 63.0}, {6, 118.0}};
+  for (const auto& [generation, peak] : expected) {
+    link.set_pcie_generation(generation);
+    CHECK(kvtier::hw::peak_gb_per_s_per_direction(link) == Approx(peak));
+  }
+  link.set_lanes(8);
+  link.set_pcie_generation(5);
+  CHECK(kvtier::hw::peak_gb_per_s_per_direction(link) == Approx(31.5));
+}
+
+TEST_CASE("per-copy overhead sets the sizes where copies reach 50% and 90% of bandwidth",
+          "[link_math]") {
+  // REFERENCE.md §3: T = t0 + S/B with t0 ≈ 5 us gives 50% at ~125 KB and 90% at ~1.1 MB
+  // for a 25 GB/s link.
+  LinkSpec link;
+  link.set_kind(kvtier::config::NVLINK_C2C);
+  link.set_peak_gb_per_s_per_direction(25);
+  link.set_per_copy_overhead_us(5);
+  CHECK(kvtier::hw::bytes_for_efficiency(link, kvtier::config::H2D, 0.5) == Approx(125e3));
+  CHECK(kvtier::hw::bytes_for_efficiency(link, kvtier::config::H2D, 0.9) == Approx(1.125e6));
+}
+
+TEST_CASE("large copies see the largest measured transfer's bandwidth", "[link_math]") {
+  LinkSpec link;
+  link.set_kind(kvtier::config::PCIE);
+  link.set_pcie_generation(4);
+  link.set_lanes(16);
+  auto* small = link.add_measured();
+  small->set_direction(kvtier::config::H2D);
+  small->set_transfer_size_bytes(1 << 20);
+  small->set_effective_gb_per_s(22.5);
+  auto* large = link.add_measured();
+  large->set_direction(kvtier::config::H2D);
+  large->set_transfer_size_bytes(64 << 20);
+  large->set_effective_gb_per_s(23.9);
+  CHECK(kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::H2D) == Approx(23.9));
+  // No D2H measurement: the theoretical peak stands in.
+  CHECK(kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::D2H) == Approx(31.5));
+}
