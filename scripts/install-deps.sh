@@ -10,6 +10,7 @@ packages=(
   libhdf5-dev hdf5-tools
   protobuf-compiler libprotobuf-dev
   catch2
+  clang-format clang-tidy
 )
 
 missing=()

@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f build/default/compile_commands.json ] || bash scripts/build.sh default
-git ls-files '*.cpp' | grep -v '^tests/' | xargs -P "$(nproc)" -n 4 clang-tidy -p build/default --quiet
+git ls-files '*.cpp' | grep -v '^tests/' | xargs -P "$(nproc)" -n 4 clang-tidy -p build/default --quiet \
+  --extra-arg=-Wno-unknown-warning-option

@@ -143,27 +143,31 @@ std::span<const std::string_view> config_kinds() {
   return kConfigKinds;
 }
 
+template <typename Spec>
+std::unique_ptr<pb::Message> make() {
+  return std::make_unique<Spec>();
+}
+
 std::unique_ptr<pb::Message> new_config_message(std::string_view kind) {
-  if (kind == "run")
-    return std::make_unique<RunSpec>();
-  if (kind == "sweep")
-    return std::make_unique<SweepSpec>();
-  if (kind == "hardware")
-    return std::make_unique<HardwareSpec>();
-  if (kind == "node")
-    return std::make_unique<NodeSpec>();
-  if (kind == "gpu")
-    return std::make_unique<GpuSpec>();
-  if (kind == "host")
-    return std::make_unique<HostSpec>();
-  if (kind == "link")
-    return std::make_unique<LinkSpec>();
-  if (kind == "model")
-    return std::make_unique<ModelSpec>();
-  if (kind == "workload")
-    return std::make_unique<WorkloadSpec>();
-  if (kind == "policy")
-    return std::make_unique<PolicySpec>();
+  using Factory = std::unique_ptr<pb::Message> (*)();
+  static constexpr std::array<std::pair<std::string_view, Factory>, kConfigKinds.size()>
+      kFactories = {{
+          {"run", &make<RunSpec>},
+          {"sweep", &make<SweepSpec>},
+          {"hardware", &make<HardwareSpec>},
+          {"node", &make<NodeSpec>},
+          {"gpu", &make<GpuSpec>},
+          {"host", &make<HostSpec>},
+          {"link", &make<LinkSpec>},
+          {"model", &make<ModelSpec>},
+          {"workload", &make<WorkloadSpec>},
+          {"policy", &make<PolicySpec>},
+      }};
+  for (const auto& [name, factory] : kFactories) {
+    if (name == kind) {
+      return factory();
+    }
+  }
   std::string known;
   for (const auto name : kConfigKinds) {
     known += (known.empty() ? "" : ", ") + std::string(name);

@@ -72,7 +72,8 @@ TEST_CASE("overriding a preset field swaps the whole sub-config, later overrides
   CHECK(run.tensor_parallel_degree() == 4);
 }
 
-TEST_CASE("an override appends to a list at index == size and rejects indices past it", "[loader]") {
+TEST_CASE("an override appends to a list at index == size and rejects indices past it",
+          "[loader]") {
   const auto gpu = load_spec<kvtier::config::GpuSpec>(
       "preset: \"A100-80GB\"", {"compute[5].dtype=FP8_E4M3", "compute[5].dense_tflops=1"});
   CHECK(gpu.compute(5).dtype() == kvtier::config::FP8_E4M3);
