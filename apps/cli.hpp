@@ -40,6 +40,8 @@ void add_set_option(boost::program_options::options_description& options);
 int run_presets(const Arguments& args, Context& context);
 int run_config(const Arguments& args, Context& context);
 int run_devices(const Arguments& args, Context& context);
+int run_sim(const Arguments& args, Context& context);
+int run_validate(const Arguments& args, Context& context);
 
 // "kvtier 0.1.0 (commit abc123, CUDA on)"
 [[nodiscard]] std::string version_line();

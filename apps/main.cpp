@@ -24,6 +24,9 @@ const std::map<std::string, Command>& commands() {
       {"presets", {"list and show built-in hardware and model presets", kvtier::app::run_presets}},
       {"config", {"validate a config file and print it resolved", kvtier::app::run_config}},
       {"devices", {"list the CPU and CUDA devices this build can use", kvtier::app::run_devices}},
+      {"sim", {"simulate batched serving on a modelled GPU node", kvtier::app::run_sim}},
+      {"validate",
+       {"compare the simulator with published measurements", kvtier::app::run_validate}},
   };
   return table;
 }

@@ -4,7 +4,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bash "$root/scripts/build.sh" default >&2
 if [ $# -eq 0 ]; then
-  # The main job until the serving simulator lands: the hardware and model catalogue.
-  set -- presets list
+  # The main job: the quickstart serving simulation (configs/examples/quickstart.textproto).
+  set -- sim "$root/configs/examples/quickstart.textproto"
 fi
 exec "$root/build/default/bin/kvtier" "$@"

@@ -77,6 +77,7 @@ workload {
 }
 policy { name: "full" }
 memory { runtime_reserve_gib: 2 activation_workspace_gib: 1 }
+engine { iteration_overhead_us: 1000 }
 seed: 7
 )";
 
@@ -167,7 +168,7 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
     expect_config_error(kvtier("config check " + path.string()),
                         "unknown field 'policy_extra' in RunSpec");
     CHECK_THAT(kvtier("config check " + path.string()).err,
-               Catch::Contains("unknown.textproto:13:1, field policy_extra"));
+               Catch::Contains("unknown.textproto:14:1, field policy_extra"));
     std::string nested = kRun;
     nested.replace(nested.find("model {"), 7, "model {\n  colour: 3");
     const auto nested_path = write_file("nested.textproto", nested);
@@ -283,4 +284,76 @@ TEST_CASE("output is byte-identical from run to run", "[cli]") {
   const Result second = kvtier("presets show Qwen2.5-72B --format json");
   CHECK(first.out == second.out);
   CHECK_FALSE(first.out.empty());
+}
+
+TEST_CASE("sim runs the quickstart by default and reports the serving metrics", "[cli]") {
+  const Result result = kvtier("sim --format json");
+  INFO(result.err);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("\"schema\": \"kvtier.sim.v1\"") &&
+                             Catch::Contains("\"requests_completed\": 32") &&
+                             Catch::Contains("\"tpot_p99_ms\"") &&
+                             Catch::Contains("\"ttft_p50_ms\""));
+  const Result table = kvtier("sim");
+  CHECK(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("Llama-3.1-8B on H100-SXM") &&
+                            Catch::Contains("throughput_output_tokens_per_s"));
+  const Result csv = kvtier("sim --format csv");
+  CHECK_THAT(csv.out, Catch::StartsWith("requests_completed,prompt_tokens,"));
+  CHECK(count_lines(csv.out) == 2);
+}
+
+TEST_CASE("sim output is byte-identical for the same config and seed", "[cli]") {
+  const auto path = write_file("sim.textproto", kRun);
+  const Result first = kvtier("sim " + path.string() + " --format json");
+  const Result second = kvtier("sim " + path.string() + " --format json");
+  CHECK(first.exit_code == 0);
+  CHECK(first.out == second.out);
+  const Result reseeded = kvtier("sim " + path.string() + " --format json --set seed=8");
+  CHECK(reseeded.exit_code == 0);
+}
+
+TEST_CASE("sim --out writes the report files whole", "[cli]") {
+  const auto path = write_file("out.textproto", kRun);
+  const fs::path out = scratch_dir() / "sim-out";
+  const Result result = kvtier("sim " + path.string() + " --out " + out.string() +
+                               " --set outputs.timeseries_interval_us=50ms");
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(slurp(out / "report.json"), Catch::StartsWith("{\"schema\": \"kvtier.sim.v1\""));
+  CHECK_THAT(slurp(out / "metrics.csv"), Catch::StartsWith("requests_completed,"));
+  CHECK_THAT(slurp(out / "timeseries.csv"),
+             Catch::StartsWith("time_us,hbm_kv_used_gib,running_requests\n"));
+  for (const auto& entry : fs::directory_iterator(out)) {
+    CHECK_THAT(entry.path().filename().string(), !Catch::Contains(".tmp"));
+  }
+}
+
+TEST_CASE("sim refuses configs where nothing can run, and unsupported policies", "[cli]") {
+  const auto path = write_file("big.textproto", kRun);
+  expect_config_error(kvtier("sim " + path.string() + " --set model.preset=Llama-3.1-70B"),
+                      "nothing can run: weights 131.");
+  expect_config_error(kvtier("sim " + path.string() + " --set policy.name=tiered"),
+                      "needs the tier-aware simulation");
+  expect_config_error(kvtier("sim " + path.string() + " --format yaml"), "unknown --format");
+}
+
+TEST_CASE("validate compares the simulator with the published measurements", "[cli]") {
+  const std::string published =
+      std::string("'") + KVTIER_SOURCE_DIR + "/validation/published/decode_latency.csv'";
+  const Result table = kvtier("validate --published " + published);
+  CHECK(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("lmdeploy-01") && Catch::Contains("median |error|"));
+  const Result json = kvtier("validate --published " + published + " --format json");
+  CHECK(json.exit_code == 0);
+  // The accuracy gate of docs/VALIDATION.md: median |relative error| over every projected
+  // point stays within 10%.
+  const auto at = json.out.find("\"median_abs_relative_error\": ");
+  REQUIRE(at != std::string::npos);
+  const double median = std::stod(json.out.substr(at + 29));
+  CHECK(median <= 0.10);
+  CHECK(median > 0.0);
+  const auto bad = write_file("bad.csv", "id,gpu\nx\n");
+  const Result broken = kvtier("validate --published " + bad.string());
+  CHECK(broken.exit_code == 3);
+  CHECK_THAT(broken.err, Catch::Contains("bad.csv:2"));
 }

@@ -57,6 +57,7 @@ workload {
 }
 policy { name: "full" }
 memory { runtime_reserve_gib: 2 activation_workspace_gib: 1 }
+engine { iteration_overhead_us: 1000 }
 seed: 7
 )";
 }

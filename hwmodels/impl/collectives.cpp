@@ -1,0 +1,24 @@
+#include "hwmodels/collectives.hpp"
+
+#include "hwmodels/link_math.hpp"
+
+namespace kvtier::hw {
+
+double ring_all_reduce_bytes_per_gpu(std::uint32_t gpus, double bytes) {
+  if (gpus <= 1) {
+    return 0.0;
+  }
+  return 2.0 * (gpus - 1) / gpus * bytes;
+}
+
+sim::Tick ring_all_reduce_time(const config::LinkSpec& link, std::uint32_t gpus, double bytes) {
+  if (gpus <= 1) {
+    return sim::Tick::zero();
+  }
+  const double bandwidth = asymptotic_gb_per_s(link, config::PEER) * 1e9;
+  const double seconds = ring_all_reduce_bytes_per_gpu(gpus, bytes) / bandwidth +
+                         2.0 * (gpus - 1) * link.hop_latency_us() * 1e-6;
+  return sim::from_seconds(seconds, sim::Rounding::kUp);
+}
+
+}  // namespace kvtier::hw

@@ -1,0 +1,67 @@
+#pragma once
+// The cost of one engine iteration of a decoder-only transformer on one GPU of a
+// tensor-parallel group: every layer's projections, attention, elementwise kernels and
+// all-reduces, then the final norm and LM head. Weights are read once per iteration whatever
+// the batch; attention reads each request's KV.
+
+#include <cstdint>
+#include <vector>
+
+#include "configs/schema/hardware.pb.h"
+#include "configs/schema/model.pb.h"
+#include "hwmodels/gpu_model.hpp"
+#include "sim/tick.hpp"
+
+namespace kvtier::hw {
+
+struct PrefillChunk {
+  std::uint64_t tokens = 0;          // prompt tokens processed in this iteration
+  std::uint64_t context_before = 0;  // tokens of the same request already in the KV cache
+};
+
+// What one iteration processes (the same on every GPU of the TP group).
+struct BatchShape {
+  std::uint64_t decode_tokens = 0;  // one per decoding request
+  // Σ over decoding requests of the KV tokens their attention reads (window-capped).
+  std::uint64_t decode_context_tokens = 0;
+  std::vector<PrefillChunk> prefill;
+  // Tokens whose logits are computed: decode tokens plus prompts finishing this iteration.
+  std::uint64_t logits_tokens = 0;
+};
+
+struct IterationCost {
+  sim::Tick total;
+  sim::Tick gemm;  // projections, MLP and LM head
+  sim::Tick attention;
+  sim::Tick elementwise;            // norms, RoPE, activation, embedding
+  sim::Tick all_reduce;             // tensor-parallel all-reduces on the GPU interconnect
+  double flops = 0.0;               // per GPU
+  double hbm_bytes = 0.0;           // per GPU
+  double interconnect_bytes = 0.0;  // per GPU, sent
+  std::uint32_t kernels = 0;
+};
+
+class IterationCostModel {
+ public:
+  // `gpu_link` may be null when `tensor_parallel` is 1.
+  IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
+                     const config::LinkSpec* gpu_link, std::uint32_t tensor_parallel);
+
+  [[nodiscard]] IterationCost cost(const BatchShape& batch) const;
+  [[nodiscard]] const GpuModel& gpu() const noexcept { return gpu_; }
+
+ private:
+  struct Accumulator;
+  void add_layer(const BatchShape& batch, Accumulator& layer) const;
+  void add_head(const BatchShape& batch, Accumulator& total) const;
+
+  config::ModelSpec model_;
+  GpuModel gpu_;
+  config::LinkSpec gpu_link_;
+  std::uint32_t tp_;
+  double weight_bytes_;      // per weight
+  double activation_bytes_;  // per activation element
+  double kv_bytes_per_token_per_layer_;
+};
+
+}  // namespace kvtier::hw

@@ -1,0 +1,128 @@
+#pragma once
+// A continuously batched serving engine (one tensor-parallel group) on the discrete-event
+// simulator, with the whole KV cache in HBM: the baseline every tier policy is compared with.
+//
+// Each iteration batches one token for every decoding request plus prompt chunks, up to the
+// prefill token budget (chunked prefill: decodes first, then unfinished prompts, then new
+// requests in arrival order). A request is admitted when the batch has room and its whole KV
+// (prompt + output, window-capped) fits next to the weights, workspace and reserve; admission
+// is first come, first served, without preemption. The iteration's duration comes from the
+// per-layer cost model (hwmodels/iteration_cost.hpp) plus the engine's host overhead per
+// iteration; the first output token is produced by the iteration that processes the last
+// prompt chunk.
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "configs/schema/run.pb.h"
+#include "hwmodels/iteration_cost.hpp"
+#include "serving/memory_plan.hpp"
+#include "serving/workload.hpp"
+#include "sim/simulator.hpp"
+#include "sim/stats.hpp"
+#include "sim/time_series.hpp"
+
+namespace kvtier::serving {
+
+struct ServingTotals {
+  std::uint64_t requests_completed = 0;
+  std::uint64_t prompt_tokens = 0;
+  std::uint64_t output_tokens = 0;
+  std::uint64_t iterations = 0;
+  std::uint64_t max_running = 0;
+  std::uint64_t max_waiting = 0;
+  sim::Tick busy;  // Σ GPU time of iterations (host overhead excluded)
+  sim::Tick last_completion;
+  double flops = 0.0;               // per GPU
+  double hbm_bytes = 0.0;           // per GPU
+  double interconnect_bytes = 0.0;  // per GPU, sent
+};
+
+class ServingEngine {
+ public:
+  ServingEngine(sim::Simulator& simulator, const config::RunSpec& run, Workload workload);
+  ServingEngine(const ServingEngine&) = delete;
+  ServingEngine& operator=(const ServingEngine&) = delete;
+
+  // Schedules the arrivals; run the simulator afterwards.
+  void start();
+
+  [[nodiscard]] const ServingTotals& totals() const noexcept { return totals_; }
+  [[nodiscard]] const MemoryPlan& memory() const noexcept { return plan_; }
+  [[nodiscard]] const Workload& workload() const noexcept { return workload_; }
+  [[nodiscard]] const hw::IterationCostModel& cost_model() const noexcept { return cost_model_; }
+  [[nodiscard]] const sim::LatencyDistribution& ttft() const noexcept { return ttft_; }
+  [[nodiscard]] const sim::LatencyDistribution& tpot() const noexcept { return tpot_; }
+  [[nodiscard]] const sim::LatencyDistribution& e2e() const noexcept { return e2e_; }
+  [[nodiscard]] const sim::LatencyDistribution& queue_wait() const noexcept { return queue_wait_; }
+  [[nodiscard]] const sim::LatencyDistribution& iteration_time() const noexcept {
+    return iteration_time_;
+  }
+  [[nodiscard]] const sim::TimeWeightedGauge& kv_used() const noexcept { return kv_used_; }
+  [[nodiscard]] const sim::TimeWeightedGauge& kv_reserved() const noexcept { return kv_reserved_; }
+  [[nodiscard]] const sim::TimeWeightedGauge& running() const noexcept { return running_gauge_; }
+  // Sampled series (null unless the run asks for outputs.timeseries_interval_us).
+  [[nodiscard]] const sim::TimeSeries* kv_used_series() const noexcept { return kv_series_.get(); }
+  [[nodiscard]] const sim::TimeSeries* running_series() const noexcept {
+    return running_series_.get();
+  }
+
+ private:
+  struct Request {
+    RequestSpec spec;
+    sim::Tick arrival;
+    sim::Tick admitted;
+    sim::Tick first_token;
+    std::uint64_t prefilled = 0;
+    std::uint64_t generated = 0;
+    double kv_reserved = 0.0;
+  };
+  struct PlannedChunk {
+    std::uint32_t request;
+    std::uint64_t tokens;
+  };
+
+  void arrive(std::uint32_t request);
+  void schedule_next_open_loop_arrival();
+  void try_start_iteration();
+  void finish_iteration();
+  void complete(std::uint32_t request);
+  [[nodiscard]] std::uint64_t attended(const Request& request) const;
+  [[nodiscard]] double kv_in_use() const;
+
+  sim::Simulator& simulator_;
+  config::RunSpec run_;
+  Workload workload_;
+  MemoryPlan plan_;
+  hw::IterationCostModel cost_model_;
+  std::uint64_t prefill_budget_;
+  std::uint32_t max_batch_;
+  sim::Tick iteration_overhead_;
+
+  std::vector<Request> requests_;
+  std::uint32_t next_arrival_ = 0;
+  std::deque<std::uint32_t> waiting_;
+  std::vector<std::uint32_t> running_;  // admitted, in admission order
+  double kv_reserved_bytes_ = 0.0;
+  bool iteration_in_flight_ = false;
+  bool start_pending_ = false;
+  std::vector<std::uint32_t> decoding_now_;
+  std::vector<PlannedChunk> prefilling_now_;
+  sim::Tick iteration_started_;
+
+  ServingTotals totals_;
+  sim::LatencyDistribution ttft_;
+  sim::LatencyDistribution tpot_;
+  sim::LatencyDistribution e2e_;
+  sim::LatencyDistribution queue_wait_;
+  sim::LatencyDistribution iteration_time_;
+  sim::TimeWeightedGauge kv_used_;
+  sim::TimeWeightedGauge kv_reserved_;
+  sim::TimeWeightedGauge running_gauge_;
+  std::unique_ptr<sim::TimeSeries> kv_series_;
+  std::unique_ptr<sim::TimeSeries> running_series_;
+};
+
+}  // namespace kvtier::serving

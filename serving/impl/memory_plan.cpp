@@ -1,0 +1,54 @@
+#include "serving/memory_plan.hpp"
+
+#include <algorithm>
+
+#include "common/errors.hpp"
+#include "common/text_output.hpp"
+#include "hwmodels/model_shape.hpp"
+
+namespace kvtier::serving {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::string gib(double bytes) {
+  return format_fixed(bytes / kGiB, 2) + " GiB";
+}
+
+}  // namespace
+
+double MemoryPlan::kv_bytes_for(std::uint64_t tokens) const {
+  const std::uint64_t held = window_tokens > 0 ? std::min(tokens, window_tokens) : tokens;
+  return static_cast<double>(held) * kv_bytes_per_token;
+}
+
+std::string MemoryPlan::breakdown() const {
+  return "weights " + gib(weights_bytes) + " + workspace " + gib(workspace_bytes) + " + reserve " +
+         gib(reserve_bytes) + " = " + gib(weights_bytes + workspace_bytes + reserve_bytes) +
+         " of " + gib(capacity_bytes) + " per GPU";
+}
+
+MemoryPlan plan_memory(const config::RunSpec& run) {
+  const auto& model = run.model();
+  const double tp = run.tensor_parallel_degree();
+  MemoryPlan plan;
+  plan.capacity_bytes = run.hardware().node().gpu().memory_capacity_gib() * kGiB;
+  plan.weights_bytes = hw::weight_bytes(model, model.weight_dtype()) / tp;
+  plan.workspace_bytes = run.memory().activation_workspace_gib() * kGiB;
+  plan.reserve_bytes = run.memory().runtime_reserve_gib() * kGiB;
+  plan.kv_bytes_per_token = hw::kv_bytes_per_token(model) / tp;
+  plan.window_tokens = model.has_sliding_window() ? model.sliding_window() : 0;
+  plan.kv_capacity_bytes =
+      plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;
+  if (plan.kv_capacity_bytes <= 0.0) {
+    throw ConfigError("nothing can run: " + plan.breakdown() +
+                          ", leaving no room for the KV cache (" + model.name() +
+                          " at tensor_parallel_degree " +
+                          std::to_string(run.tensor_parallel_degree()) +
+                          "; raise the TP degree or use a GPU with more memory)",
+                      "model " + model.name() + " on " + run.hardware().node().gpu().name());
+  }
+  return plan;
+}
+
+}  // namespace kvtier::serving

@@ -1,0 +1,31 @@
+#pragma once
+// How one GPU's memory divides in a tensor-parallel engine: weights/TP, activation workspace,
+// runtime reserve, and what is left for the KV cache.
+
+#include <cstdint>
+#include <string>
+
+#include "configs/schema/run.pb.h"
+
+namespace kvtier::serving {
+
+struct MemoryPlan {
+  double capacity_bytes = 0.0;
+  double weights_bytes = 0.0;  // this GPU's shard
+  double workspace_bytes = 0.0;
+  double reserve_bytes = 0.0;
+  double kv_capacity_bytes = 0.0;
+  double kv_bytes_per_token = 0.0;  // this GPU's share of one token's K and V over all layers
+  std::uint64_t window_tokens = 0;  // sliding window (0: none): KV a request holds is capped
+
+  // KV bytes a request holding `tokens` tokens of context occupies on this GPU.
+  [[nodiscard]] double kv_bytes_for(std::uint64_t tokens) const;
+  // "weights 14.96 GiB + workspace 1.00 GiB + reserve 2.00 GiB = ... of 80.00 GiB".
+  [[nodiscard]] std::string breakdown() const;
+};
+
+// Throws ConfigError (exit 2) with the breakdown when weights, workspace and reserve alone
+// exceed the GPU's memory: nothing could ever run.
+[[nodiscard]] MemoryPlan plan_memory(const config::RunSpec& run);
+
+}  // namespace kvtier::serving

@@ -1,0 +1,118 @@
+#include <catch2/catch.hpp>
+
+#include "common/errors.hpp"
+#include "configs/schema/hardware.pb.h"
+#include "configs/schema/model.pb.h"
+#include "hwmodels/collectives.hpp"
+#include "hwmodels/gpu_model.hpp"
+#include "hwmodels/iteration_cost.hpp"
+#include "hwmodels/model_shape.hpp"
+#include "tests/support/config_fixture.hpp"
+
+using kvtier::hw::OpCost;
+using kvtier::hw::OpKind;
+
+namespace {
+
+template <typename Spec>
+Spec preset(const char* kind, const char* name) {
+  Spec spec;
+  (void)kvtier::test::loader().load_preset(*kvtier::test::builtin_presets().find(kind, name), spec,
+                                           {});
+  return spec;
+}
+
+double seconds(kvtier::sim::Tick tick) {
+  return kvtier::sim::to_seconds(tick);
+}
+
+}  // namespace
+
+TEST_CASE("an operation takes the longer of its math and its memory traffic, plus a launch",
+          "[gpu_model]") {
+  const auto gpu_spec = preset<kvtier::config::GpuSpec>("gpu", "H100-SXM");
+  const kvtier::hw::GpuModel gpu(gpu_spec);
+  const double launch = 4e-6;
+  // Memory-bound: 1 GB at 3350 GB/s x 0.90.
+  const OpCost streaming{1e9, 1e9};
+  CHECK(seconds(gpu.op_time(OpKind::kGemm, streaming, kvtier::config::BF16)) ==
+        Approx(1e9 / (3350e9 * 0.90) + launch).epsilon(1e-9).margin(1e-12));
+  // Compute-bound: 1e15 FLOP at 989 TFLOP/s x 0.70.
+  const OpCost math{1e15, 1e6};
+  CHECK(seconds(gpu.op_time(OpKind::kGemm, math, kvtier::config::BF16)) ==
+        Approx(1e15 / (989e12 * 0.70) + launch).epsilon(1e-9).margin(1e-12));
+  // FP8 runs at its own rate.
+  CHECK(seconds(gpu.op_time(OpKind::kGemm, math, kvtier::config::FP8_E4M3)) ==
+        Approx(1e15 / (1979e12 * 0.70) + launch).epsilon(1e-9).margin(1e-12));
+  // Attention uses its own (lower) memory fraction.
+  CHECK(seconds(gpu.op_time(OpKind::kAttention, streaming, kvtier::config::BF16)) ==
+        Approx(1e9 / (3350e9 * 0.55) + launch).epsilon(1e-9).margin(1e-12));
+  CHECK_THROWS_AS(gpu.peak_flops(kvtier::config::INT4), kvtier::ConfigError);
+}
+
+TEST_CASE("ring all-reduce moves 2(n-1)/n of the buffer and pays 2(n-1) hop latencies",
+          "[collectives]") {
+  const auto nvlink = preset<kvtier::config::LinkSpec>("link", "NVLink4");
+  const double peer = 378e9;  // the preset's measured PEER bandwidth
+  const double bytes = 64e6;
+  CHECK(kvtier::hw::ring_all_reduce_bytes_per_gpu(4, bytes) == Approx(1.5 * bytes));
+  CHECK(
+      seconds(kvtier::hw::ring_all_reduce_time(nvlink, 4, bytes)) ==
+      Approx(1.5 * bytes / peer + 6 * nvlink.hop_latency_us() * 1e-6).epsilon(1e-9).margin(1e-12));
+  CHECK(kvtier::hw::ring_all_reduce_time(nvlink, 1, bytes) == kvtier::sim::Tick::zero());
+}
+
+TEST_CASE("a batch-1 decode of a memory-bound model reads the weights once per iteration",
+          "[iteration_cost]") {
+  const auto gpu = preset<kvtier::config::GpuSpec>("gpu", "H100-SXM");
+  const auto model = preset<kvtier::config::ModelSpec>("model", "Llama-3.1-8B");
+  const kvtier::hw::IterationCostModel costs(model, gpu, nullptr, 1);
+  kvtier::hw::BatchShape batch;
+  batch.decode_tokens = 1;
+  batch.decode_context_tokens = 1;
+  batch.logits_tokens = 1;
+  const auto cost = costs.cost(batch);
+  // Every matrix weight is read once: all parameters but the embedding table, whose rows are
+  // looked up (the untied LM head is a separate matrix) and the norms (elementwise).
+  const auto count = kvtier::hw::count_parameters(model);
+  const double matrix_weights =
+      static_cast<double>(32 * (count.attention_per_layer + count.mlp_per_layer) + count.lm_head);
+  const double expected_gemm = matrix_weights * 2.0 / (3350e9 * 0.90) + (4 * 32 + 1) * 4e-6;
+  CHECK(seconds(cost.gemm) == Approx(expected_gemm).epsilon(0.002));
+  CHECK(cost.total == cost.gemm + cost.attention + cost.elementwise + cost.all_reduce);
+  CHECK(cost.all_reduce == kvtier::sim::Tick::zero());
+  // The whole iteration: weights over bandwidth plus a launch per kernel, within 1%.
+  CHECK(seconds(cost.total) ==
+        Approx(matrix_weights * 2.0 / (3350e9 * 0.90) + cost.kernels * 4e-6).epsilon(0.01));
+  CHECK(cost.kernels == 32 * 9 + 3);
+}
+
+TEST_CASE("iteration cost grows with batch and context, and TP splits it", "[iteration_cost]") {
+  const auto gpu = preset<kvtier::config::GpuSpec>("gpu", "H100-SXM");
+  const auto model = preset<kvtier::config::ModelSpec>("model", "Llama-3.1-70B");
+  const auto nvlink = preset<kvtier::config::LinkSpec>("link", "NVLink4");
+  kvtier::hw::BatchShape small;
+  small.decode_tokens = 8;
+  small.decode_context_tokens = 8 * 1024;
+  small.logits_tokens = 8;
+  kvtier::hw::BatchShape long_context = small;
+  long_context.decode_context_tokens = 8 * 32768;
+  const kvtier::hw::IterationCostModel tp4(model, gpu, &nvlink, 4);
+  const kvtier::hw::IterationCostModel tp8(model, gpu, &nvlink, 8);
+  CHECK(tp4.cost(long_context).attention > tp4.cost(small).attention);
+  CHECK(tp4.cost(long_context).gemm == tp4.cost(small).gemm);
+  CHECK(tp8.cost(small).gemm < tp4.cost(small).gemm);
+  CHECK(tp4.cost(small).all_reduce > kvtier::sim::Tick::zero());
+  CHECK(tp4.cost(small).interconnect_bytes ==
+        Approx(2 * 80 * kvtier::hw::ring_all_reduce_bytes_per_gpu(4, 8 * 8192 * 2.0)));
+  // Prefill of a long chunk is compute-bound: doubling the chunk roughly doubles the GEMM time.
+  kvtier::hw::BatchShape prefill;
+  prefill.prefill.push_back({4096, 0});
+  prefill.logits_tokens = 1;
+  kvtier::hw::BatchShape double_prefill;
+  double_prefill.prefill.push_back({8192, 0});
+  double_prefill.logits_tokens = 1;
+  const double ratio = seconds(tp4.cost(double_prefill).gemm) / seconds(tp4.cost(prefill).gemm);
+  CHECK(ratio == Approx(2.0).epsilon(0.05));
+  CHECK_THROWS_AS(kvtier::hw::IterationCostModel(model, gpu, nullptr, 4), kvtier::ConfigError);
+}

@@ -1,0 +1,155 @@
+// The full-cache serving engine: request lifecycle, batching, admission by memory, determinism.
+
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "common/errors.hpp"
+#include "configs/schema/run.pb.h"
+#include "hwmodels/iteration_cost.hpp"
+#include "serving/engine.hpp"
+#include "serving/simulation.hpp"
+#include "sim/simulator.hpp"
+#include "tests/support/config_fixture.hpp"
+
+using kvtier::config::RunSpec;
+using kvtier::sim::Tick;
+
+namespace {
+
+RunSpec run_with(const std::vector<std::string>& sets) {
+  return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
+}
+
+std::map<std::string, double> metrics(const RunSpec& run) {
+  std::map<std::string, double> values;
+  for (const auto& metric : kvtier::serving::simulate(run).metrics) {
+    values[metric.name] = metric.value;
+  }
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("one request: a prefill iteration yields the first token, then one decode per token",
+          "[serving]") {
+  const RunSpec run =
+      run_with({"workload.closed_loop.concurrency=1", "workload.closed_loop.num_requests=1",
+                "workload.closed_loop.prompt_tokens.fixed_tokens=100",
+                "workload.closed_loop.output_tokens.fixed_tokens=10"});
+  kvtier::sim::Simulator simulator;
+  kvtier::serving::ServingEngine engine(simulator, run,
+                                        kvtier::serving::make_workload(run.workload(), run.seed()));
+  engine.start();
+  simulator.run();
+  CHECK(engine.totals().iterations == 10);  // 1 prefill + 9 decodes
+  CHECK(engine.totals().requests_completed == 1);
+  CHECK(engine.totals().output_tokens == 10);
+
+  // The prefill iteration's duration is the cost model's plus the engine overhead.
+  kvtier::hw::BatchShape prefill;
+  prefill.prefill.push_back({100, 0});
+  prefill.logits_tokens = 1;
+  const Tick overhead = Tick::us(1000);
+  CHECK(engine.ttft().percentile(50) == engine.cost_model().cost(prefill).total + overhead);
+  // Decode k reads the prompt and the k tokens generated so far.
+  Tick decodes;
+  for (std::uint64_t generated = 1; generated < 10; ++generated) {
+    kvtier::hw::BatchShape decode;
+    decode.decode_tokens = 1;
+    decode.decode_context_tokens = 100 + generated;
+    decode.logits_tokens = 1;
+    decodes += engine.cost_model().cost(decode).total + overhead;
+  }
+  CHECK(engine.e2e().percentile(50) == engine.ttft().percentile(50) + decodes);
+  CHECK(engine.tpot().percentile(50) == decodes / 9);
+}
+
+TEST_CASE("long prompts are prefilled in chunks of the token budget", "[serving]") {
+  const RunSpec run = run_with(
+      {"workload.closed_loop.concurrency=1", "workload.closed_loop.num_requests=1",
+       "workload.closed_loop.prompt_tokens.fixed_tokens=1200",
+       "workload.closed_loop.output_tokens.fixed_tokens=1", "workload.prefill_chunk_tokens=512"});
+  kvtier::sim::Simulator simulator;
+  kvtier::serving::ServingEngine engine(simulator, run,
+                                        kvtier::serving::make_workload(run.workload(), run.seed()));
+  engine.start();
+  simulator.run();
+  CHECK(engine.totals().iterations == 3);  // 512 + 512 + 176
+  CHECK(engine.totals().requests_completed == 1);
+  CHECK(engine.tpot().count() == 0);  // one output token: no time per output token
+}
+
+TEST_CASE("a closed loop keeps its concurrency and serves every request", "[serving]") {
+  const auto values = metrics(
+      run_with({"workload.closed_loop.concurrency=4", "workload.closed_loop.num_requests=12"}));
+  CHECK(values.at("requests_completed") == 12);
+  CHECK(values.at("max_running_requests") == 4);
+  CHECK(values.at("output_tokens") == 12 * 64);
+  CHECK(values.at("prompt_tokens") == 12 * 128);
+}
+
+TEST_CASE("admission is limited by the KV memory left next to the weights", "[serving]") {
+  // Llama-3.1-8B bf16 weights are 14.96 GiB; 18.5 GiB of HBM leaves 0.54 GiB for KV after the
+  // 3 GiB of reserve and workspace: 4,428 tokens, i.e. 23 requests of 192 tokens.
+  const auto values = metrics(
+      run_with({"hardware.node.gpu.memory_capacity=18.5GiB", "workload.closed_loop.concurrency=64",
+                "workload.closed_loop.num_requests=64"}));
+  CHECK(values.at("largest_batch_that_fits") == 23);
+  CHECK(values.at("max_running_requests") == 23);
+  CHECK(values.at("hbm_kv_reserved_peak_gib") <= values.at("hbm_kv_capacity_gib"));
+  CHECK(values.at("requests_completed") == 64);
+  CHECK(values.at("max_waiting_requests") > 0);
+}
+
+TEST_CASE("the batch cap limits running requests", "[serving]") {
+  const auto values =
+      metrics(run_with({"workload.closed_loop.concurrency=16",
+                        "workload.closed_loop.num_requests=16", "workload.max_batch_size=5"}));
+  CHECK(values.at("max_running_requests") == 5);
+  CHECK(values.at("requests_completed") == 16);
+}
+
+TEST_CASE("weights that do not fit are a config error with the memory breakdown", "[serving]") {
+  const RunSpec run = run_with({"model.preset=Llama-3.1-70B"});
+  try {
+    (void)kvtier::serving::simulate(run);
+    FAIL("expected an error");
+  } catch (const kvtier::ConfigError& error) {
+    CHECK_THAT(error.what(), Catch::Contains("nothing can run") &&
+                                 Catch::Contains("weights 131.") &&
+                                 Catch::Contains("of 80.00 GiB"));
+  }
+  CHECK_THROWS_WITH(kvtier::serving::simulate(
+                        run_with({"workload.closed_loop.prompt_tokens.fixed_tokens=200000"})),
+                    Catch::Contains("positions"));
+}
+
+TEST_CASE("tensor parallelism splits the weights and speeds up decoding", "[serving]") {
+  const auto tp1 = metrics(run_with({}));
+  const auto tp2 = metrics(run_with({"tensor_parallel_degree=2"}));
+  CHECK(tp2.at("hbm_weights_gib") == Approx(tp1.at("hbm_weights_gib") / 2));
+  CHECK(tp2.at("tpot_mean_ms") < tp1.at("tpot_mean_ms"));
+  CHECK(tp2.count("nvlink_utilisation") == 1);
+  CHECK(tp2.at("engines_per_node") == 4);
+}
+
+TEST_CASE("the same config and seed give byte-identical reports", "[serving]") {
+  const RunSpec run =
+      run_with({"workload.poisson.rate_per_s=20", "workload.poisson.num_requests=40",
+                "workload.poisson.prompt_tokens.uniform.min_tokens=50",
+                "workload.poisson.prompt_tokens.uniform.max_tokens=400",
+                "workload.poisson.output_tokens.lognormal.median_tokens=60",
+                "workload.poisson.output_tokens.lognormal.sigma=0.5",
+                "workload.poisson.output_tokens.lognormal.min_tokens=1",
+                "workload.poisson.output_tokens.lognormal.max_tokens=500",
+                "outputs.timeseries_interval_us=100000"});
+  REQUIRE(run.workload().has_poisson());
+  const std::string first = kvtier::serving::report_json(kvtier::serving::simulate(run), run, "v");
+  const std::string second = kvtier::serving::report_json(kvtier::serving::simulate(run), run, "v");
+  CHECK(first == second);
+  CHECK_THAT(first, Catch::Contains("\"hbm_kv_used_gib\""));
+  RunSpec reseeded = run;
+  reseeded.set_seed(run.seed() + 1);
+  CHECK(kvtier::serving::report_json(kvtier::serving::simulate(reseeded), reseeded, "v") != first);
+}

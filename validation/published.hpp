@@ -1,0 +1,44 @@
+#pragma once
+// Published measurements of LLM serving (validation/published/*.csv, each row citing its
+// source) and the simulator's projection of each: the same model, GPU, tensor parallelism,
+// batch and lengths, and the metric the source reports.
+
+#include <string>
+#include <vector>
+
+#include "configs/loader.hpp"
+
+namespace kvtier::validation {
+
+struct PublishedPoint {
+  std::string id;
+  std::string source_title;
+  std::string source_url;
+  std::string gpu;
+  std::uint32_t tensor_parallel = 0;
+  std::string model;
+  std::uint32_t batch_size = 0;
+  std::uint64_t prompt_tokens = 0;  // 0 when the source does not say
+  std::uint64_t output_tokens = 0;
+  std::string metric;  // tpot_ms, ttft_ms, decode_tokens_per_s_total, e2e_latency_ms
+  double value = 0.0;
+  std::string engine;
+};
+
+// Reads the CSV (RFC 4180 quoting). A malformed row is a DataError naming file and line.
+[[nodiscard]] std::vector<PublishedPoint> read_published(const std::string& path);
+
+struct Projection {
+  PublishedPoint point;
+  bool projected = false;
+  std::string skipped_because;  // set when not projected
+  std::string simulator_metric;
+  double simulated = 0.0;
+  double relative_error = 0.0;  // (simulated − published) / published
+};
+
+// Runs the serving simulation for the point. `base_run` is a RunSpec text the point's
+// hardware, model and workload are set on with overrides.
+[[nodiscard]] Projection project(const PublishedPoint& point, const config::ConfigLoader& loader);
+
+}  // namespace kvtier::validation
