@@ -41,6 +41,7 @@ int run_validate(const Arguments& args, Context& context) {
   const Format format = format_from(values);
   const auto points = validation::read_published(values["published"].as<std::string>());
   std::vector<validation::Projection> projections;
+  projections.reserve(points.size());
   for (const auto& point : points) {
     projections.push_back(validation::project(point, context.loader));
   }

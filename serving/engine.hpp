@@ -88,7 +88,7 @@ class ServingEngine {
   void schedule_next_open_loop_arrival();
   void try_start_iteration();
   void finish_iteration();
-  void complete(std::uint32_t request);
+  void complete(std::uint32_t id);
   [[nodiscard]] std::uint64_t attended(const Request& request) const;
   [[nodiscard]] double kv_in_use() const;
 

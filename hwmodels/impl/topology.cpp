@@ -94,9 +94,14 @@ std::vector<sim::LinkId> NodeTopology::route(VertexId from, VertexId to) const {
   for (VertexId v = 0; v < predecessor.size(); ++v) {
     predecessor[v] = v;
   }
+  // An explicit colour map (rather than BFS's default shared two-bit map) keeps the search's
+  // state in a plain vector.
+  std::vector<boost::default_color_type> colours(boost::num_vertices(graph_));
   boost::breadth_first_search(graph_, from,
                               boost::visitor(boost::make_bfs_visitor(boost::record_predecessors(
-                                  predecessor.data(), boost::on_tree_edge()))));
+                                                 predecessor.data(), boost::on_tree_edge())))
+                                  .color_map(boost::make_iterator_property_map(
+                                      colours.begin(), boost::get(boost::vertex_index, graph_))));
   if (from != to && predecessor[to] == to) {
     throw std::invalid_argument("no path from " + graph_[from].name + " to " + graph_[to].name);
   }

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <fstream>
 #include <map>
+#include <span>
 #include <sstream>
 
 #include "common/errors.hpp"
@@ -15,15 +16,28 @@ namespace {
 
 // The node preset each GPU is measured in, and the metric of the simulator report that
 // corresponds to each published metric.
-const std::map<std::string, std::string> kNodeOfGpu = {{"A100-80GB", "dgx-a100-8"},
-                                                       {"A100-40GB", "dgx-a100-8"},
-                                                       {"H100-SXM", "hgx-h100-8"},
-                                                       {"H200", "hgx-h200-8"}};
-const std::map<std::string, std::string> kSimulatorMetric = {
+struct NameMapping {
+  std::string_view from;
+  std::string_view to;
+};
+constexpr NameMapping kNodeOfGpu[] = {{"A100-80GB", "dgx-a100-8"},
+                                      {"A100-40GB", "dgx-a100-8"},
+                                      {"H100-SXM", "hgx-h100-8"},
+                                      {"H200", "hgx-h200-8"}};
+constexpr NameMapping kSimulatorMetric[] = {
     {"tpot_ms", "tpot_mean_ms"},
     {"ttft_ms", "ttft_mean_ms"},
     {"decode_tokens_per_s_total", "throughput_output_tokens_per_s"},
     {"e2e_latency_ms", "e2e_latency_mean_ms"}};
+
+const NameMapping* find_mapping(std::span<const NameMapping> table, std::string_view from) {
+  for (const auto& entry : table) {
+    if (entry.from == from) {
+      return &entry;
+    }
+  }
+  return nullptr;
+}
 
 // Host overhead per iteration by engine family (matched by prefix of the CSV's engine column).
 // LMDeploy was calibrated on point lmdeploy-01 and vLLM on vllm-ci-01; TensorRT-LLM's C++
@@ -167,13 +181,13 @@ std::vector<PublishedPoint> read_published(const std::string& path) {
 Projection project(const PublishedPoint& point, const config::ConfigLoader& loader) {
   Projection projection;
   projection.point = point;
-  const auto node = kNodeOfGpu.find(point.gpu);
-  const auto metric = kSimulatorMetric.find(point.metric);
-  if (node == kNodeOfGpu.end()) {
+  const NameMapping* node = find_mapping(kNodeOfGpu, point.gpu);
+  const NameMapping* metric = find_mapping(kSimulatorMetric, point.metric);
+  if (node == nullptr) {
     projection.skipped_because = "no node preset for GPU " + point.gpu;
     return projection;
   }
-  if (metric == kSimulatorMetric.end()) {
+  if (metric == nullptr) {
     projection.skipped_because = "metric " + point.metric + " has no simulator counterpart";
     return projection;
   }
@@ -181,11 +195,11 @@ Projection project(const PublishedPoint& point, const config::ConfigLoader& load
     projection.skipped_because = "the source does not state the prompt and output lengths";
     return projection;
   }
-  projection.simulator_metric = metric->second;
+  projection.simulator_metric = std::string(metric->to);
   const std::string batch = std::to_string(point.batch_size);
   std::vector<config::Override> overrides;
   for (const std::string& set :
-       {"hardware.node.preset=" + node->second, "model.preset=" + point.model,
+       {"hardware.node.preset=" + std::string(node->to), "model.preset=" + point.model,
         "tensor_parallel_degree=" + std::to_string(point.tensor_parallel),
         "workload.closed_loop.concurrency=" + batch, "workload.closed_loop.num_requests=" + batch,
         "workload.max_batch_size=" + batch,
