@@ -74,6 +74,14 @@ int run_sim(const Arguments& args, Context& context) {
       values.count("run") != 0U ? values["run"].as<std::string>() : default_run_file();
   config::RunSpec run;
   (void)context.loader.load_file(file, run, overrides_from(values));
+  // A request file is found relative to the config that names it.
+  if (run.workload().has_request_file()) {
+    const std::filesystem::path named = run.workload().request_file().path();
+    if (named.is_relative()) {
+      run.mutable_workload()->mutable_request_file()->set_path(
+          (std::filesystem::path(file).parent_path() / named).lexically_normal().string());
+    }
+  }
   if (run.policy().name() != "full") {
     throw ConfigError("policy '" + run.policy().name() +
                           "' needs the tier-aware simulation, which this kvtier does not have yet; "

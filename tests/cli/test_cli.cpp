@@ -357,3 +357,22 @@ TEST_CASE("validate compares the simulator with the published measurements", "[c
   CHECK(broken.exit_code == 3);
   CHECK_THAT(broken.err, Catch::Contains("bad.csv:2"));
 }
+
+TEST_CASE("sim replays a request file named relative to its config", "[cli]") {
+  const Result result = kvtier(std::string("sim '") + KVTIER_SOURCE_DIR +
+                               "/configs/examples/request-file.textproto' --format json");
+  INFO(result.err);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.out,
+             Catch::Contains("\"requests_completed\": 8") && Catch::Contains("request file"));
+  const auto broken =
+      write_file("broken.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,5\n");
+  const auto run = write_file("replay.textproto", kRun);
+  // Setting a member of the workload's oneof replaces the closed loop.
+  const Result bad =
+      kvtier("sim " + run.string() + " --set workload.request_file.path=" + broken.string() +
+             " --set workload.request_file.format=AZURE_CSV" +
+             " --set workload.request_file.time_scale=1");
+  CHECK(bad.exit_code == 3);
+  CHECK_THAT(bad.err, Catch::Contains("broken.csv:2") && Catch::Contains("TIMESTAMP 'yesterday'"));
+}
