@@ -42,6 +42,8 @@ int run_config(const Arguments& args, Context& context);
 int run_devices(const Arguments& args, Context& context);
 int run_sim(const Arguments& args, Context& context);
 int run_validate(const Arguments& args, Context& context);
+int run_policies(const Arguments& args, Context& context);
+int run_trace(const Arguments& args, Context& context);
 
 // "kvtier 0.1.0 (commit abc123, CUDA on)"
 [[nodiscard]] std::string version_line();

@@ -25,8 +25,11 @@ const std::map<std::string, Command>& commands() {
       {"config", {"validate a config file and print it resolved", kvtier::app::run_config}},
       {"devices", {"list the CPU and CUDA devices this build can use", kvtier::app::run_devices}},
       {"sim", {"simulate batched serving on a modelled GPU node", kvtier::app::run_sim}},
+      {"policies", {"list and show KV tier and eviction policies", kvtier::app::run_policies}},
       {"validate",
        {"compare the simulator with published measurements", kvtier::app::run_validate}},
+      {"trace",
+       {"inspect, validate, generate and convert attention traces", kvtier::app::run_trace}},
   };
   return table;
 }

@@ -11,6 +11,7 @@ packages=(
   protobuf-compiler libprotobuf-dev
   catch2
   clang-format clang-tidy
+  nlohmann-json3-dev libpcre2-dev libsentencepiece-dev
 )
 
 missing=()

@@ -4,5 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f build/default/compile_commands.json ] || bash scripts/build.sh default
-git ls-files '*.cpp' | grep -v '^tests/' | xargs -P "$(nproc)" -n 4 clang-tidy -p build/default --quiet \
+git ls-files --cached --others --exclude-standard '*.cpp' | grep -v -e '^tests/' -e '^fuzz/' | xargs -P "$(nproc)" -n 4 clang-tidy -p build/default --quiet \
   --extra-arg=-Wno-unknown-warning-option

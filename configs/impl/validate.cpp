@@ -149,6 +149,14 @@ void walk(const pb::Message& message, const std::string& prefix, const ConfigLoa
       walk(reflection->GetMessage(message, field), path, loader, locations, problems);
     } else if (is_numeric(field)) {
       check_range(message, field, -1, path, problems);
+    } else if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_ENUM &&
+               field->enum_type()->FindValueByNumber(reflection->GetEnumValue(message, field)) ==
+                   nullptr) {
+      // proto3 enums are open: a number the schema does not name parses, and is refused here.
+      problems.push_back({path, "value " +
+                                    std::to_string(reflection->GetEnumValue(message, field)) +
+                                    " is not a " + field->enum_type()->name()});
+      return;  // the consistency rules below assume known values
     }
   }
   detail::check_consistency(message, prefix, loader, locations, problems);

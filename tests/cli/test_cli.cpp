@@ -3,53 +3,21 @@
 
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "tests/support/cli_runner.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
+using Result = kvtier::test::CliResult;
+using kvtier::test::scratch_dir;
+using kvtier::test::slurp;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-fs::path scratch_dir() {
-  static const fs::path dir = [] {
-    std::string pattern = (fs::temp_directory_path() / "kvtier-cli-XXXXXX").string();
-    const char* made = mkdtemp(pattern.data());
-    REQUIRE(made != nullptr);
-    return fs::path(made);
-  }();
-  return dir;
-}
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::ostringstream content;
-  content << in.rdbuf();
-  return content.str();
-}
-
-// `args` is passed through the shell: tests quote what needs quoting.
-Result kvtier(const std::string& args) {
-  const fs::path out = scratch_dir() / "stdout";
-  const fs::path err = scratch_dir() / "stderr";
-  const std::string command = std::string("'") + KVTIER_BINARY + "' " + args + " >'" +
-                              out.string() + "' 2>'" + err.string() + "' </dev/null";
-  const int status = std::system(command.c_str());
-  Result result;
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  result.out = slurp(out);
-  result.err = slurp(err);
-  return result;
+Result run(const std::string& args) {
+  return kvtier::test::run_kvtier(args);
 }
 
 fs::path write_file(const std::string& name, const std::string& content) {
@@ -96,68 +64,65 @@ void expect_config_error(const Result& result, const std::string& fragment) {
 }  // namespace
 
 TEST_CASE("kvtier --version and --help", "[cli]") {
-  const Result version = kvtier("--version");
+  const Result version = run("--version");
   CHECK(version.exit_code == 0);
   CHECK_THAT(version.out, Catch::StartsWith("kvtier 0.1.0 (commit "));
-  const Result help = kvtier("--help");
+  const Result help = run("--help");
   CHECK(help.exit_code == 0);
   CHECK_THAT(help.out, Catch::Contains("presets") && Catch::Contains("config") &&
                            Catch::Contains("exit codes"));
   for (const char* command : {"presets --help", "presets list --help", "presets show --help",
                               "config --help", "config check --help", "devices --help"}) {
     INFO(command);
-    const Result sub = kvtier(command);
+    const Result sub = run(command);
     CHECK(sub.exit_code == 0);
     CHECK_THAT(sub.out, Catch::Contains("usage: kvtier"));
   }
 }
 
 TEST_CASE("presets list prints a table or JSON, filtered by kind", "[cli]") {
-  const Result all = kvtier("presets list");
+  const Result all = run("presets list");
   CHECK(all.exit_code == 0);
   CHECK(count_lines(all.out) == 46);  // header + 45 presets
-  const Result gpus = kvtier("presets list --kind gpu");
+  const Result gpus = run("presets list --kind gpu");
   CHECK(count_lines(gpus.out) == 13);
   CHECK_THAT(gpus.out, Catch::Contains("H200") && !Catch::Contains("Llama"));
-  const Result json = kvtier("presets list --kind model --format json");
+  const Result json = run("presets list --kind model --format json");
   CHECK(json.exit_code == 0);
   CHECK_THAT(json.out, Catch::StartsWith("[{\"kind\": \"model\"") &&
                            Catch::Contains("\"name\": \"Qwen3-8B\""));
-  expect_config_error(kvtier("presets list --kind cpu"), "unknown --kind 'cpu'");
-  expect_config_error(kvtier("presets list --format yaml"), "unknown --format 'yaml'");
+  expect_config_error(run("presets list --kind cpu"), "unknown --kind 'cpu'");
+  expect_config_error(run("presets list --format yaml"), "unknown --format 'yaml'");
 }
 
 TEST_CASE("presets show resolves values and derives quantities", "[cli]") {
-  const Result text = kvtier("presets show Llama-3.1-8B");
+  const Result text = run("presets show Llama-3.1-8B");
   CHECK(text.exit_code == 0);
   CHECK_THAT(text.out, Catch::Contains("configs/models/Llama-3.1-8B.textproto") &&
                            Catch::Contains("parameters") && Catch::Contains("8030261248") &&
                            Catch::Contains("kv_bytes_per_token"));
-  const Result json = kvtier("presets show hgx-h100-8 --format json");
+  const Result json = run("presets show hgx-h100-8 --format json");
   CHECK(json.exit_code == 0);
   CHECK_THAT(json.out, Catch::Contains("\"spec\": {") && Catch::Contains("\"name\":\"H100-SXM\"") &&
                            Catch::Contains("\"gpu_memory_total\": 640"));
-  const Result overridden =
-      kvtier("presets show H100-SXM --set memory_capacity=40GiB --format json");
+  const Result overridden = run("presets show H100-SXM --set memory_capacity=40GiB --format json");
   CHECK_THAT(overridden.out, Catch::Contains("\"memory_capacity_gib\":40"));
-  expect_config_error(kvtier("presets show H300"), "unknown preset 'H300'");
-  expect_config_error(kvtier("presets show H100-SXM --kind model"),
-                      "unknown model preset 'H100-SXM'");
-  expect_config_error(kvtier("presets show"), "name");
+  expect_config_error(run("presets show H300"), "unknown preset 'H300'");
+  expect_config_error(run("presets show H100-SXM --kind model"), "unknown model preset 'H100-SXM'");
+  expect_config_error(run("presets show"), "name");
 }
 
 TEST_CASE("config check accepts the shipped examples", "[cli]") {
   for (const char* file :
        {"configs/examples/quickstart.textproto", "configs/sweeps/batch-x-model-h100.textproto"}) {
     INFO(file);
-    const Result result =
-        kvtier(std::string("config check '") + KVTIER_SOURCE_DIR + "/" + file + "'");
+    const Result result = run(std::string("config check '") + KVTIER_SOURCE_DIR + "/" + file + "'");
     CHECK(result.exit_code == 0);
     CHECK(result.err.empty());
     CHECK_THAT(result.out, Catch::Contains(": valid "));
   }
-  const Result json = kvtier(std::string("config check '") + KVTIER_SOURCE_DIR +
-                             "/configs/examples/quickstart.textproto' --format json");
+  const Result json = run(std::string("config check '") + KVTIER_SOURCE_DIR +
+                          "/configs/examples/quickstart.textproto' --format json");
   CHECK_THAT(json.out, Catch::Contains("\"valid\": true") &&
                            Catch::Contains("\"kv_tokens_that_fit_per_gpu\""));
 }
@@ -165,14 +130,14 @@ TEST_CASE("config check accepts the shipped examples", "[cli]") {
 TEST_CASE("config check: each class of bad config gives its message and exit 2", "[cli]") {
   SECTION("unknown field") {
     const auto path = write_file("unknown.textproto", kRun + "policy_extra {\n  colour: 3\n}\n");
-    expect_config_error(kvtier("config check " + path.string()),
+    expect_config_error(run("config check " + path.string()),
                         "unknown field 'policy_extra' in RunSpec");
-    CHECK_THAT(kvtier("config check " + path.string()).err,
+    CHECK_THAT(run("config check " + path.string()).err,
                Catch::Contains("unknown.textproto:14:1, field policy_extra"));
     std::string nested = kRun;
     nested.replace(nested.find("model {"), 7, "model {\n  colour: 3");
     const auto nested_path = write_file("nested.textproto", nested);
-    CHECK_THAT(kvtier("config check " + nested_path.string()).err,
+    CHECK_THAT(run("config check " + nested_path.string()).err,
                Catch::Contains("unknown field 'colour' in ModelSpec") &&
                    Catch::Contains("nested.textproto:3:3, field model.colour"));
   }
@@ -180,38 +145,38 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
     std::string text = kRun;
     text.erase(text.find("seed: 7"));
     const auto path = write_file("missing.textproto", text);
-    expect_config_error(kvtier("config check " + path.string()), "missing.textproto, field seed)");
+    expect_config_error(run("config check " + path.string()), "missing.textproto, field seed)");
   }
   SECTION("wrong type") {
     std::string text = kRun;
     text.replace(text.find("tensor_parallel_degree: 1"), 25, "tensor_parallel_degree: \"two\"");
     const auto path = write_file("type.textproto", text);
-    expect_config_error(kvtier("config check " + path.string()),
+    expect_config_error(run("config check " + path.string()),
                         "type.textproto:3:25, field tensor_parallel_degree");
   }
   SECTION("value out of range") {
     std::string text = kRun;
     text.replace(text.find("runtime_reserve_gib: 2"), 22, "runtime_reserve_gib: -2");
     const auto path = write_file("range.textproto", text);
-    expect_config_error(kvtier("config check " + path.string()),
+    expect_config_error(run("config check " + path.string()),
                         "value -2 GiB is out of range: expected >= 0 GiB (");
   }
   SECTION("kv_heads not dividing heads") {
     std::string text = kRun;
     text.replace(text.find("model {"), 7, "model { num_key_value_heads: 6");
     const auto path = write_file("gqa.textproto", text);
-    expect_config_error(kvtier("config check " + path.string()),
+    expect_config_error(run("config check " + path.string()),
                         "num_key_value_heads 6 does not divide num_attention_heads 32");
   }
   SECTION("head_dim x heads != hidden") {
     std::string text = kRun;
     text.replace(text.find("model {"), 7, "model { head_dim: 96");
     const auto path = write_file("hd.textproto", text);
-    expect_config_error(kvtier("config check " + path.string()), "!= hidden_size 4096");
+    expect_config_error(run("config check " + path.string()), "!= hidden_size 4096");
   }
   SECTION("TP degree not dividing KV heads") {
     const auto path = write_file("tp.textproto", kRun);
-    expect_config_error(kvtier("config check " + path.string() + " --set tensor_parallel_degree=3"),
+    expect_config_error(run("config check " + path.string() + " --set tensor_parallel_degree=3"),
                         "tensor_parallel_degree 3 does not divide the model's 8 KV heads");
   }
   SECTION("a dtype the GPU cannot run") {
@@ -220,15 +185,15 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
     text.replace(text.find("model {"), 7,
                  "model { activation_dtype: FP8_E4M3 weight_dtype: FP8_E4M3");
     const auto path = write_file("dtype.textproto", text);
-    expect_config_error(kvtier("config check " + path.string()), "cannot run FP8_E4M3");
+    expect_config_error(run("config check " + path.string()), "cannot run FP8_E4M3");
   }
   SECTION("JSON with an unknown field") {
     const auto path = write_file("bad.json", "{\n  \"seed\": 1,\n  \"modle\": {}\n}\n");
-    expect_config_error(kvtier("config check " + path.string()), "unknown field 'modle'");
+    expect_config_error(run("config check " + path.string()), "unknown field 'modle'");
   }
   SECTION("JSON positions") {
     const auto path = write_file("pos.json", "{\n  \"seed\": 1,\n  \"modle\": {}\n}\n");
-    CHECK_THAT(kvtier("config check " + path.string()).err,
+    CHECK_THAT(run("config check " + path.string()).err,
                Catch::Contains("pos.json:3:3, field modle)"));
   }
   SECTION("several problems, one line each") {
@@ -236,88 +201,87 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
     text.replace(text.find("model {"), 7, "model { num_key_value_heads: 6");
     text.replace(text.find("runtime_reserve_gib: 2"), 22, "runtime_reserve_gib: -2");
     const auto path = write_file("many.textproto", text);
-    const Result result = kvtier("config check " + path.string());
+    const Result result = run("config check " + path.string());
     CHECK(result.exit_code == 2);
     CHECK(count_lines(result.err) >= 2);
   }
   SECTION("unreadable file") {
-    expect_config_error(kvtier("config check /nonexistent.textproto"), "cannot open config file");
+    expect_config_error(run("config check /nonexistent.textproto"), "cannot open config file");
   }
 }
 
 TEST_CASE("overrides reject malformed and wrong-dimension values", "[cli]") {
   const auto path = write_file("run.textproto", kRun);
   expect_config_error(
-      kvtier("config check " + path.string() + " --set hardware.node.gpu.memory_capacity=80"),
+      run("config check " + path.string() + " --set hardware.node.gpu.memory_capacity=80"),
       "needs a unit");
   expect_config_error(
-      kvtier("config check " + path.string() + " --set hardware.node.gpu.memory_capacity=4.8TB/s"),
+      run("config check " + path.string() + " --set hardware.node.gpu.memory_capacity=4.8TB/s"),
       "is a bandwidth");
   expect_config_error(
-      kvtier("config check " + path.string() + " --set hardware.node.gpu.memory_capacity=lots"),
+      run("config check " + path.string() + " --set hardware.node.gpu.memory_capacity=lots"),
       "is not a number");
-  expect_config_error(kvtier("config check " + path.string() + " --set seed"),
-                      "expected PATH=VALUE");
-  const Result ok = kvtier("config check " + path.string() +
-                           " --set hardware.node.gpu.memory_capacity=40GiB --format json");
+  expect_config_error(run("config check " + path.string() + " --set seed"), "expected PATH=VALUE");
+  const Result ok = run("config check " + path.string() +
+                        " --set hardware.node.gpu.memory_capacity=40GiB --format json");
   CHECK(ok.exit_code == 0);
   CHECK_THAT(ok.out, Catch::Contains("\"memory_capacity_gib\":40"));
 }
 
 TEST_CASE("usage errors exit 2 with one line", "[cli]") {
-  expect_config_error(kvtier("frobnicate"), "unknown command 'frobnicate'");
-  expect_config_error(kvtier("presets list --bogus"), "unrecognised option '--bogus'");
-  expect_config_error(kvtier("presets"), "presets needs a subcommand");
-  expect_config_error(kvtier("config wrong"), "unknown config subcommand");
-  const Result bare = kvtier("");
+  expect_config_error(run("frobnicate"), "unknown command 'frobnicate'");
+  expect_config_error(run("presets list --bogus"), "unrecognised option '--bogus'");
+  expect_config_error(run("presets"), "presets needs a subcommand");
+  expect_config_error(run("config wrong"), "unknown config subcommand");
+  const Result bare = run("");
   CHECK(bare.exit_code == 2);
 }
 
 TEST_CASE("devices lists at least the host CPU", "[cli]") {
-  const Result result = kvtier("devices --format json");
+  const Result result = run("devices --format json");
   CHECK(result.exit_code == 0);
   CHECK_THAT(result.out, Catch::Contains("\"kind\": \"cpu\"") && Catch::Contains("cuda_status"));
 }
 
 TEST_CASE("output is byte-identical from run to run", "[cli]") {
-  const Result first = kvtier("presets show Qwen2.5-72B --format json");
-  const Result second = kvtier("presets show Qwen2.5-72B --format json");
+  const Result first = run("presets show Qwen2.5-72B --format json");
+  const Result second = run("presets show Qwen2.5-72B --format json");
   CHECK(first.out == second.out);
   CHECK_FALSE(first.out.empty());
 }
 
 TEST_CASE("sim runs the quickstart by default and reports the serving metrics", "[cli]") {
-  const Result result = kvtier("sim --format json");
+  const Result result = run("sim --format json");
   INFO(result.err);
   CHECK(result.exit_code == 0);
   CHECK_THAT(result.out, Catch::Contains("\"schema\": \"kvtier.sim.v1\"") &&
                              Catch::Contains("\"requests_completed\": 32") &&
                              Catch::Contains("\"tpot_p99_ms\"") &&
                              Catch::Contains("\"ttft_p50_ms\""));
-  const Result table = kvtier("sim");
+  const Result table = run("sim");
   CHECK(table.exit_code == 0);
   CHECK_THAT(table.out, Catch::Contains("Llama-3.1-8B on H100-SXM") &&
                             Catch::Contains("throughput_output_tokens_per_s"));
-  const Result csv = kvtier("sim --format csv");
+  const Result csv = run("sim --format csv");
   CHECK_THAT(csv.out, Catch::StartsWith("requests_completed,prompt_tokens,"));
   CHECK(count_lines(csv.out) == 2);
 }
 
 TEST_CASE("sim output is byte-identical for the same config and seed", "[cli]") {
   const auto path = write_file("sim.textproto", kRun);
-  const Result first = kvtier("sim " + path.string() + " --format json");
-  const Result second = kvtier("sim " + path.string() + " --format json");
+  const Result first = run("sim " + path.string() + " --format json");
+  const Result second = run("sim " + path.string() + " --format json");
   CHECK(first.exit_code == 0);
   CHECK(first.out == second.out);
-  const Result reseeded = kvtier("sim " + path.string() + " --format json --set seed=8");
+  const Result reseeded = run("sim " + path.string() + " --format json --set seed=8");
   CHECK(reseeded.exit_code == 0);
 }
 
 TEST_CASE("sim --out writes the report files whole", "[cli]") {
   const auto path = write_file("out.textproto", kRun);
   const fs::path out = scratch_dir() / "sim-out";
-  const Result result = kvtier("sim " + path.string() + " --out " + out.string() +
-                               " --set outputs.timeseries_interval_us=50ms");
+  const Result result = run("sim " + path.string() + " --out " + out.string() +
+                            " --set outputs.timeseries_interval_us=50ms");
   CHECK(result.exit_code == 0);
   CHECK_THAT(slurp(out / "report.json"), Catch::StartsWith("{\"schema\": \"kvtier.sim.v1\""));
   CHECK_THAT(slurp(out / "metrics.csv"), Catch::StartsWith("requests_completed,"));
@@ -330,20 +294,20 @@ TEST_CASE("sim --out writes the report files whole", "[cli]") {
 
 TEST_CASE("sim refuses configs where nothing can run, and unsupported policies", "[cli]") {
   const auto path = write_file("big.textproto", kRun);
-  expect_config_error(kvtier("sim " + path.string() + " --set model.preset=Llama-3.1-70B"),
+  expect_config_error(run("sim " + path.string() + " --set model.preset=Llama-3.1-70B"),
                       "nothing can run: weights 131.");
-  expect_config_error(kvtier("sim " + path.string() + " --set policy.name=tiered"),
+  expect_config_error(run("sim " + path.string() + " --set policy.name=tiered"),
                       "needs the tier-aware simulation");
-  expect_config_error(kvtier("sim " + path.string() + " --format yaml"), "unknown --format");
+  expect_config_error(run("sim " + path.string() + " --format yaml"), "unknown --format");
 }
 
 TEST_CASE("validate compares the simulator with the published measurements", "[cli]") {
   const std::string published =
       std::string("'") + KVTIER_SOURCE_DIR + "/validation/published/decode_latency.csv'";
-  const Result table = kvtier("validate --published " + published);
+  const Result table = run("validate --published " + published);
   CHECK(table.exit_code == 0);
   CHECK_THAT(table.out, Catch::Contains("lmdeploy-01") && Catch::Contains("median |error|"));
-  const Result json = kvtier("validate --published " + published + " --format json");
+  const Result json = run("validate --published " + published + " --format json");
   CHECK(json.exit_code == 0);
   // The accuracy gate of docs/VALIDATION.md: median |relative error| over every projected
   // point stays within 10%.
@@ -353,26 +317,40 @@ TEST_CASE("validate compares the simulator with the published measurements", "[c
   CHECK(median <= 0.10);
   CHECK(median > 0.0);
   const auto bad = write_file("bad.csv", "id,gpu\nx\n");
-  const Result broken = kvtier("validate --published " + bad.string());
+  const Result broken = run("validate --published " + bad.string());
   CHECK(broken.exit_code == 3);
   CHECK_THAT(broken.err, Catch::Contains("bad.csv:2"));
 }
 
 TEST_CASE("sim replays a request file named relative to its config", "[cli]") {
-  const Result result = kvtier(std::string("sim '") + KVTIER_SOURCE_DIR +
-                               "/configs/examples/request-file.textproto' --format json");
+  const Result result = run(std::string("sim '") + KVTIER_SOURCE_DIR +
+                            "/configs/examples/request-file.textproto' --format json");
   INFO(result.err);
   CHECK(result.exit_code == 0);
   CHECK_THAT(result.out,
              Catch::Contains("\"requests_completed\": 8") && Catch::Contains("request file"));
   const auto broken =
       write_file("broken.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,5\n");
-  const auto run = write_file("replay.textproto", kRun);
+  const auto config = write_file("replay.textproto", kRun);
   // Setting a member of the workload's oneof replaces the closed loop.
   const Result bad =
-      kvtier("sim " + run.string() + " --set workload.request_file.path=" + broken.string() +
-             " --set workload.request_file.format=AZURE_CSV" +
-             " --set workload.request_file.time_scale=1");
+      run("sim " + config.string() + " --set workload.request_file.path=" + broken.string() +
+          " --set workload.request_file.format=AZURE_CSV" +
+          " --set workload.request_file.time_scale=1");
   CHECK(bad.exit_code == 3);
   CHECK_THAT(bad.err, Catch::Contains("broken.csv:2") && Catch::Contains("TIMESTAMP 'yesterday'"));
+}
+
+TEST_CASE("policies list and show the registry with each policy's parameters", "[cli]") {
+  const Result list = run("policies list");
+  CHECK(list.exit_code == 0);
+  CHECK_THAT(list.out, Catch::Contains("tiered") && Catch::Contains("h2o") &&
+                           Catch::Contains("streaming") && Catch::Contains("oracle"));
+  const Result show = run("policies show tiered");
+  CHECK(show.exit_code == 0);
+  CHECK_THAT(show.out, Catch::Contains("hbm") && Catch::Contains("evict") &&
+                           Catch::Contains("delta") && Catch::Contains("full|differential"));
+  const Result json = run("policies show h2o --format json");
+  CHECK_THAT(json.out, Catch::Contains("\"name\": \"budget\""));
+  expect_config_error(run("policies show lru"), "unknown policy 'lru'");
 }

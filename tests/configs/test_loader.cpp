@@ -215,3 +215,8 @@ TEST_CASE("the declared message type is read from the file header", "[loader]") 
   CHECK(kvtier::config::declared_kind("seed: 1\n").empty());
   CHECK_THROWS_AS(kvtier::config::declared_kind("# proto-message: Nope\n"), kvtier::ConfigError);
 }
+
+TEST_CASE("enum numbers the schema does not name are refused", "[loader]") {
+  CHECK_THAT(joined(problems<ModelSpec>("preset: \"Llama-3.1-8B\" kv_dtype: 99")),
+             Catch::Contains("value 99 is not a DType") && Catch::Contains("field kv_dtype"));
+}

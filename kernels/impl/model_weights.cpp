@@ -1,0 +1,74 @@
+#include "kernels/model_weights.hpp"
+
+#include "common/errors.hpp"
+
+namespace kvtier::kernels {
+
+void check_engine_spec(const config::ModelSpec& spec, const std::string& where) {
+  const auto require_positive = [&](bool has, std::uint32_t value, const char* field) {
+    if (!has || value == 0) {
+      throw DataError(std::string("model field '") + field + "' is missing or zero", where);
+    }
+  };
+  require_positive(spec.has_num_hidden_layers(), spec.num_hidden_layers(), "num_hidden_layers");
+  require_positive(spec.has_hidden_size(), spec.hidden_size(), "hidden_size");
+  require_positive(spec.has_num_attention_heads(), spec.num_attention_heads(),
+                   "num_attention_heads");
+  require_positive(spec.has_num_key_value_heads(), spec.num_key_value_heads(),
+                   "num_key_value_heads");
+  require_positive(spec.has_head_dim(), spec.head_dim(), "head_dim");
+  require_positive(spec.has_intermediate_size(), spec.intermediate_size(), "intermediate_size");
+  require_positive(spec.has_vocab_size(), spec.vocab_size(), "vocab_size");
+  require_positive(spec.has_max_position_embeddings(), spec.max_position_embeddings(),
+                   "max_position_embeddings");
+  if (spec.num_attention_heads() % spec.num_key_value_heads() != 0) {
+    throw DataError("num_attention_heads (" + std::to_string(spec.num_attention_heads()) +
+                        ") is not a multiple of num_key_value_heads (" +
+                        std::to_string(spec.num_key_value_heads()) + ")",
+                    where);
+  }
+  if (spec.head_dim() % 2 != 0) {
+    throw DataError(
+        "head_dim " + std::to_string(spec.head_dim()) + " is odd; rotary embeddings rotate pairs",
+        where);
+  }
+  if (!(spec.rope_theta() > 0.0)) {
+    throw DataError("rope_theta must be positive", where);
+  }
+  if (!(spec.rms_norm_eps() > 0.0)) {
+    throw DataError("rms_norm_eps must be positive", where);
+  }
+  if (spec.has_rope_scaling()) {
+    const auto& scaling = spec.rope_scaling();
+    if (scaling.rope_type() != "llama3" && scaling.rope_type() != "linear") {
+      throw DataError("rope_scaling.rope_type '" + scaling.rope_type() +
+                          "' is not supported (supported: llama3, linear)",
+                      where);
+    }
+    if (!(scaling.factor() >= 1.0)) {
+      throw DataError("rope_scaling.factor must be at least 1", where);
+    }
+    if (scaling.rope_type() == "llama3" &&
+        (!scaling.has_low_freq_factor() || !scaling.has_high_freq_factor() ||
+         !scaling.has_original_max_position_embeddings() ||
+         scaling.high_freq_factor() <= scaling.low_freq_factor())) {
+      throw DataError(
+          "rope_scaling of type llama3 needs low_freq_factor < high_freq_factor and "
+          "original_max_position_embeddings",
+          where);
+    }
+  }
+}
+
+ExpectedShapes expected_shapes(const config::ModelSpec& spec) {
+  ExpectedShapes shapes;
+  shapes.hidden = spec.hidden_size();
+  shapes.head_dim = spec.head_dim();
+  shapes.q_out = static_cast<std::int64_t>(spec.num_attention_heads()) * spec.head_dim();
+  shapes.kv_out = static_cast<std::int64_t>(spec.num_key_value_heads()) * spec.head_dim();
+  shapes.intermediate = spec.intermediate_size();
+  shapes.vocab = spec.vocab_size();
+  return shapes;
+}
+
+}  // namespace kvtier::kernels

@@ -1,0 +1,61 @@
+#pragma once
+// Drives an attention trace through a policy and records, for every step and layer, the tokens
+// in each tier, what moved, and the attention mass each tier held at that step (mass on T3 is
+// lost). Replay is hardware-independent: the simulator turns this demand into bytes and time.
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "replay/attention.hpp"
+#include "replay/policy.hpp"
+
+namespace kvtier::replay {
+
+struct StepLayerRecord {
+  std::array<std::uint32_t, kTierCount> tokens{};  // after the policy's step
+  std::uint32_t promoted = 0;
+  std::uint32_t demoted = 0;
+  std::uint32_t compressed = 0;
+  std::uint32_t evicted = 0;
+  std::uint32_t newly_host = 0;
+  std::array<float, kTierCount> mass{};  // of the step's attention, by the tier it fell on
+};
+
+struct ReplaySummary {
+  double mean_kept_mass = 0.0;      // over steps and layers
+  double min_kept_mass = 1.0;       // worst step-layer
+  double mean_hbm_fraction = 0.0;   // T0 tokens / all tokens, averaged over steps and layers
+  double final_hbm_fraction = 0.0;  // at the last step
+  double final_evicted_fraction = 0.0;
+  std::uint64_t promoted = 0;
+  std::uint64_t demoted = 0;
+  std::uint64_t evicted = 0;
+  std::uint64_t host_token_steps = 0;  // Σ over steps and layers of T1 tokens (full prefetch)
+  std::uint64_t newly_host = 0;        // Σ tokens entering T1 (differential prefetch)
+};
+
+class ReplayDemand {
+ public:
+  ReplayDemand(std::uint32_t layers, std::uint64_t steps);
+
+  [[nodiscard]] std::uint32_t layers() const noexcept { return layers_; }
+  [[nodiscard]] std::uint64_t steps() const noexcept { return steps_; }
+  [[nodiscard]] StepLayerRecord& at(std::uint64_t step, std::uint32_t layer) {
+    return records_[step * layers_ + layer];
+  }
+  [[nodiscard]] const StepLayerRecord& at(std::uint64_t step, std::uint32_t layer) const {
+    return records_[step * layers_ + layer];
+  }
+  [[nodiscard]] ReplaySummary summary() const;
+
+ private:
+  std::uint32_t layers_;
+  std::uint64_t steps_;
+  std::vector<StepLayerRecord> records_;
+};
+
+// Replays every step of `source` through `policy`.
+[[nodiscard]] ReplayDemand replay(AttentionSource& source, Policy& policy);
+
+}  // namespace kvtier::replay

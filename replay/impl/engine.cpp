@@ -1,0 +1,143 @@
+#include "replay/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "replay/kernels.hpp"
+
+namespace kvtier::replay {
+namespace {
+
+// The step's attention on each tier: sums against the placement's masks, and a scan of the
+// tiers only when some tokens sit in T2.
+std::array<double, kTierCount> mass_by_tier(const std::vector<float>& row,
+                                            const LayerPlacement& tiers) {
+  const double total = kernels::sum(row);
+  std::array<double, kTierCount> mass{};
+  if (tiers.count(Tier::kHbm) == tiers.size()) {
+    mass[0] = total;
+    return mass;
+  }
+  const double held = kernels::dot(row, tiers.resident_mask());
+  const double hbm = kernels::dot(row, tiers.hbm_mask());
+  mass[0] = hbm;
+  mass[3] = total - held;
+  if (tiers.count(Tier::kCompressed) == 0) {
+    mass[1] = held - hbm;
+  } else {
+    for (std::uint64_t token = 0; token < row.size(); ++token) {
+      const Tier tier = tiers.tier(token);
+      if (tier == Tier::kHost || tier == Tier::kCompressed) {
+        mass[static_cast<std::size_t>(tier)] += row[token];
+      }
+    }
+  }
+  return mass;
+}
+
+}  // namespace
+
+void Policy::start(const ReplayShape& /*shape*/, std::vector<LayerPlacement>& /*placement*/) {}
+
+double Policy::bound_kept_mass(const std::vector<float>& /*row*/, std::uint32_t /*layer*/) const {
+  return -1.0;
+}
+
+ReplayDemand::ReplayDemand(std::uint32_t layers, std::uint64_t steps)
+    : layers_(layers), steps_(steps), records_(static_cast<std::size_t>(layers) * steps) {}
+
+ReplaySummary ReplayDemand::summary() const {
+  ReplaySummary summary;
+  if (records_.empty()) {
+    return summary;
+  }
+  double kept = 0.0;
+  double hbm = 0.0;
+  for (const StepLayerRecord& record : records_) {
+    const double step_kept = static_cast<double>(record.mass[0]) + record.mass[1] + record.mass[2];
+    kept += step_kept;
+    summary.min_kept_mass = std::min(summary.min_kept_mass, step_kept);
+    double total = 0.0;
+    for (const auto count : record.tokens) {
+      total += count;
+    }
+    hbm += total > 0 ? record.tokens[0] / total : 0.0;
+    summary.promoted += record.promoted;
+    summary.demoted += record.demoted;
+    summary.evicted += record.evicted;
+    summary.newly_host += record.newly_host;
+    summary.host_token_steps += record.tokens[1];
+  }
+  const auto count = static_cast<double>(records_.size());
+  summary.mean_kept_mass = kept / count;
+  summary.mean_hbm_fraction = hbm / count;
+  double final_total = 0.0;
+  double final_hbm = 0.0;
+  double final_evicted = 0.0;
+  for (std::uint32_t layer = 0; layer < layers_; ++layer) {
+    const StepLayerRecord& last = at(steps_ - 1, layer);
+    for (const auto tokens : last.tokens) {
+      final_total += tokens;
+    }
+    final_hbm += last.tokens[0];
+    final_evicted += last.tokens[3];
+  }
+  summary.final_hbm_fraction = final_total > 0 ? final_hbm / final_total : 0.0;
+  summary.final_evicted_fraction = final_total > 0 ? final_evicted / final_total : 0.0;
+  return summary;
+}
+
+ReplayDemand replay(AttentionSource& source, Policy& policy) {
+  const ReplayShape shape{source.layers(), source.prompt_tokens(), source.steps()};
+  ReplayDemand demand(shape.layers, shape.steps);
+  std::vector<LayerPlacement> placement(shape.layers);
+  for (auto& layer : placement) {
+    for (std::uint64_t token = 0; token < shape.prompt_tokens; ++token) {
+      layer.append();
+    }
+  }
+  // Moves made at start (a window dropping old prompt tokens) are reported with step 0.
+  policy.start(shape, placement);
+  std::vector<std::vector<float>> rows;
+  std::vector<double> kept(shape.layers);
+  std::vector<double> total(shape.layers);
+  for (std::uint64_t step = 0; step < shape.steps; ++step) {
+    source.read_step(step, rows);
+    for (std::uint32_t layer = 0; layer < shape.layers; ++layer) {
+      placement[layer].append();
+      StepLayerRecord& record = demand.at(step, layer);
+      const std::vector<float>& row = rows[layer];
+      const std::array<double, kTierCount> tier_mass = mass_by_tier(row, placement[layer]);
+      std::array<double, kTierCount> mass = tier_mass;
+      const double bound = policy.bound_kept_mass(row, layer);
+      if (bound >= 0.0) {
+        // A bound, not a placement: what it keeps is held in HBM, the rest counts as lost.
+        const double all = mass[0] + mass[1] + mass[2] + mass[3];
+        mass = {bound, 0.0, 0.0, all - bound};
+      }
+      for (std::size_t tier = 0; tier < kTierCount; ++tier) {
+        record.mass[tier] = static_cast<float>(mass[tier]);
+      }
+      kept[layer] = mass[0] + mass[1] + mass[2];
+      total[layer] = tier_mass[0] + tier_mass[1] + tier_mass[2] + tier_mass[3];
+    }
+    policy.observe(StepView{step, rows, kept, total}, placement);
+    for (std::uint32_t layer = 0; layer < shape.layers; ++layer) {
+      StepLayerRecord& record = demand.at(step, layer);
+      LayerPlacement& tiers = placement[layer];
+      for (std::size_t tier = 0; tier < kTierCount; ++tier) {
+        record.tokens[tier] = static_cast<std::uint32_t>(tiers.count(static_cast<Tier>(tier)));
+      }
+      const TierMoves& moves = tiers.moves();
+      record.promoted = static_cast<std::uint32_t>(moves.promoted);
+      record.demoted = static_cast<std::uint32_t>(moves.demoted);
+      record.compressed = static_cast<std::uint32_t>(moves.compressed);
+      record.evicted = static_cast<std::uint32_t>(moves.evicted);
+      record.newly_host = static_cast<std::uint32_t>(moves.newly_host);
+      tiers.reset_moves();
+    }
+  }
+  return demand;
+}
+
+}  // namespace kvtier::replay

@@ -1,0 +1,130 @@
+#include "replay/registry.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "common/errors.hpp"
+#include "replay/policies.hpp"
+
+namespace kvtier::replay {
+namespace {
+
+// The most attention any policy holding `budget` tokens of a layer between steps can keep at a
+// step: the step's own token (always present) plus the budget's worth of the largest weights on
+// earlier tokens. Not causal (it may keep a token it dropped a step earlier), so it bounds every
+// budgeted policy from above.
+class OraclePolicy final : public Policy {
+ public:
+  OraclePolicy(const PolicyParameters& params, const ReplayShape& shape)
+      : budgets_(layer_budgets(params, shape.layers)) {}
+
+  void observe(const StepView& /*view*/, std::vector<LayerPlacement>& /*placement*/) override {}
+
+  [[nodiscard]] double bound_kept_mass(const std::vector<float>& row,
+                                       std::uint32_t layer) const override {
+    const std::uint64_t budget = budgets_[layer];
+    const std::uint64_t earlier = row.size() - 1;
+    double kept = row.back();
+    if (earlier <= budget) {
+      for (std::uint64_t i = 0; i < earlier; ++i) {
+        kept += row[i];
+      }
+      return kept;
+    }
+    scratch_.assign(row.begin(), row.end() - 1);
+    std::nth_element(scratch_.begin(), scratch_.begin() + static_cast<std::ptrdiff_t>(budget),
+                     scratch_.end(), std::greater<>());
+    for (std::uint64_t i = 0; i < budget; ++i) {
+      kept += scratch_[i];
+    }
+    return kept;
+  }
+
+ private:
+  std::vector<std::uint64_t> budgets_;
+  mutable std::vector<float> scratch_;
+};
+
+}  // namespace
+
+std::vector<ParamSpec> budget_params(const std::string& default_budget) {
+  return {{"budget", ParamType::kInteger, default_budget, "mean tokens kept per layer", 1, 1e9, {}},
+          {"allocation",
+           ParamType::kChoice,
+           "uniform",
+           "how the budget is spread over layers: uniform, or pyramid (PyramidKV: more in lower "
+           "layers, beta 20, window 64)",
+           0,
+           0,
+           {"uniform", "pyramid"}}};
+}
+
+std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::uint32_t layers) {
+  const auto budget = static_cast<double>(params.integer("budget"));
+  std::vector<std::uint64_t> budgets(layers, static_cast<std::uint64_t>(budget));
+  if (params.choice("allocation") == "pyramid" && layers > 1) {
+    // PyramidKV: min = (B − w)/β, max = 2(B − w) − min, k_l = max − l(max − min)/(L − 1), + w.
+    constexpr double kWindow = 64.0;
+    constexpr double kBeta = 20.0;
+    const double spread = std::max(budget - kWindow, 0.0);
+    const double low = spread / kBeta;
+    const double high = 2.0 * spread - low;
+    for (std::uint32_t layer = 0; layer < layers; ++layer) {
+      const double share = high - layer * (high - low) / (layers - 1);
+      budgets[layer] = static_cast<std::uint64_t>(std::llround(share + std::min(kWindow, budget)));
+    }
+  }
+  return budgets;
+}
+
+PolicyInfo oracle_policy_info() {
+  return PolicyInfo{
+      "oracle",
+      "upper bound: at each step, the step's own token plus the budget's worth of the highest "
+      "attention on earlier tokens (not a causal policy)",
+      "—", budget_params("1024"),
+      [](const PolicyParameters& p, const ReplayShape& shape) -> std::unique_ptr<Policy> {
+        return std::make_unique<OraclePolicy>(p, shape);
+      }};
+}
+
+PolicyRegistry::PolicyRegistry(std::vector<PolicyInfo> policies) : policies_(std::move(policies)) {
+  std::sort(policies_.begin(), policies_.end(),
+            [](const PolicyInfo& a, const PolicyInfo& b) { return a.name < b.name; });
+}
+
+const PolicyInfo* PolicyRegistry::find(const std::string& name) const {
+  for (const auto& info : policies_) {
+    if (info.name == name) {
+      return &info;
+    }
+  }
+  return nullptr;
+}
+
+std::unique_ptr<Policy> PolicyRegistry::create(const config::PolicySpec& spec,
+                                               const ReplayShape& shape,
+                                               std::string* canonical) const {
+  const PolicyInfo* info = find(spec.name());
+  if (info == nullptr) {
+    std::string names;
+    for (const auto& known : policies_) {
+      names += (names.empty() ? "" : ", ") + known.name;
+    }
+    throw ConfigError("unknown policy '" + spec.name() + "' (policies: " + names + ")");
+  }
+  const PolicyParameters params(info->name, info->params, spec);
+  if (canonical != nullptr) {
+    const std::string values = params.canonical();
+    *canonical = info->name + (values.empty() ? "" : ":" + values);
+  }
+  return info->make(params, shape);
+}
+
+PolicyRegistry builtin_policies() {
+  return PolicyRegistry({full_policy_info(), tiered_policy_info(), streaming_policy_info(),
+                         h2o_policy_info(), tova_policy_info(), oracle_policy_info()});
+}
+
+}  // namespace kvtier::replay

@@ -1,0 +1,166 @@
+// `kvtier trace ...` driven as a user would: outputs, one-line diagnostics, exit codes, and no
+// partial output files after a failure.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+
+#include "tests/support/cli_runner.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Result = kvtier::test::CliResult;
+using kvtier::test::scratch_dir;
+using kvtier::test::slurp;
+
+Result run(const std::string& args, const std::string& environment = "") {
+  return kvtier::test::run_kvtier(args, environment);
+}
+
+std::string path_of(const std::string& name) {
+  return (scratch_dir() / name).string();
+}
+
+// A failure: the exit code, nothing on stdout, one line on stderr naming `place`.
+void expect_one_line_error(const Result& result, int exit_code, const std::string& place) {
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_code == exit_code);
+  CHECK(result.out.empty());
+  CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(place));
+  CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
+}
+
+// A small trace of every granularity; the output file follows.
+std::string synth_command() {
+  return "trace synth --model stories260K --prompt-tokens 64 --steps 200 --pattern reasoning "
+         "--seed 3 --heads --top-k 8 --prefill-window 4 --key-norms --out ";
+}
+
+}  // namespace
+
+TEST_CASE("kvtier trace help", "[cli][trace]") {
+  for (const char* command : {"trace --help", "trace info --help", "trace validate --help",
+                              "trace synth --help", "trace convert --help"}) {
+    INFO(command);
+    const Result help = run(command);
+    CHECK(help.exit_code == 0);
+    CHECK_THAT(help.out, Catch::Contains("usage: kvtier trace"));
+  }
+  CHECK_THAT(run("--help").out, Catch::Contains("trace"));
+  expect_one_line_error(run("trace"), 2, "subcommand");
+  expect_one_line_error(run("trace frobnicate"), 2, "frobnicate");
+}
+
+TEST_CASE("synth, info, validate", "[cli][trace]") {
+  const std::string file = path_of("synth.h5");
+  const Result made = run(synth_command() + "'" + file + "'");
+  REQUIRE(made.exit_code == 0);
+  CHECK(made.out == "wrote " + file + "\n");
+  const Result info = run("trace info '" + file + "'");
+  CHECK(info.exit_code == 0);
+  CHECK_THAT(info.out, Catch::Contains("stories260K") && Catch::Contains("decode steps") &&
+                           Catch::Contains("mean, heads, topk (k=8), prefill_window (w=4), "
+                                           "key_norms") &&
+                           Catch::Contains("compression") && Catch::Contains("reach p90") &&
+                           Catch::Contains("pattern reasoning, seed 3"));
+  const Result json = run("trace info --format json '" + file + "'");
+  CHECK(json.exit_code == 0);
+  CHECK_THAT(json.out, Catch::StartsWith("{\"file\": ") && Catch::Contains("\"sink_mass\": ") &&
+                           Catch::Contains("\"compression_ratio\": ") &&
+                           Catch::Contains("\"pattern\":\"reasoning\""));
+  const Result valid = run("trace validate '" + file + "'");
+  CHECK(valid.exit_code == 0);
+  CHECK_THAT(valid.out, Catch::Contains("valid"));
+}
+
+TEST_CASE("synth is deterministic", "[cli][trace]") {
+  const std::string a = path_of("same_a.h5");
+  const std::string b = path_of("same_b.h5");
+  REQUIRE(run(synth_command() + "'" + a + "'", "SOURCE_DATE_EPOCH=86400").exit_code == 0);
+  REQUIRE(run(synth_command() + "'" + b + "'", "SOURCE_DATE_EPOCH=86400").exit_code == 0);
+  CHECK(slurp(a) == slurp(b));
+  CHECK(run("trace info --format json '" + a + "'").out.find("1970-01-02T00:00:00Z") !=
+        std::string::npos);
+}
+
+TEST_CASE("convert", "[cli][trace]") {
+  const std::string file = path_of("convert_in.h5");
+  REQUIRE(run(synth_command() + "'" + file + "'").exit_code == 0);
+  const std::string mean = path_of("convert_mean.h5");
+  const Result to_mean = run("trace convert '" + file + "' --to-mean --out '" + mean + "'");
+  CHECK(to_mean.exit_code == 0);
+  CHECK_THAT(to_mean.out, Catch::Contains("heads -> mean"));
+  CHECK(run("trace validate '" + mean + "'").exit_code == 0);
+  const std::string topk = path_of("convert_topk.h5");
+  const Result to_topk = run("trace convert '" + file + "' --top-k 16 --drop-dense --steps " +
+                             "50:150 --layers 2:4 --deflate 9 --out '" + topk + "'");
+  CHECK(to_topk.exit_code == 0);
+  const Result info = run("trace info '" + topk + "'");
+  CHECK_THAT(info.out, Catch::Contains("prompt tokens    114") &&
+                           Catch::Contains("decode steps     100") &&
+                           Catch::Contains("layers           2..3") &&
+                           Catch::Contains("granularities    topk (k=16), key_norms"));
+  expect_one_line_error(run("trace convert '" + file + "' --steps 10:5 --out x.h5"), 2, "--steps");
+  expect_one_line_error(
+      run("trace convert '" + topk + "' --top-k 4 --out '" + path_of("never.h5") + "'"), 2,
+      "dense");
+  CHECK_FALSE(fs::exists(path_of("never.h5")));
+}
+
+TEST_CASE("bad input: one line naming the file, exit 3, no output", "[cli][trace]") {
+  const std::string text = path_of("not_hdf5.h5");
+  std::ofstream(text) << "hello\n";
+  expect_one_line_error(run("trace info '" + text + "'"), 3, text);
+  expect_one_line_error(run("trace validate '" + text + "'"), 3, "not an HDF5 file");
+  expect_one_line_error(run("trace info '" + path_of("absent.h5") + "'"), 3, "absent.h5");
+
+  const std::string good = path_of("to_truncate.h5");
+  REQUIRE(run(synth_command() + "'" + good + "'").exit_code == 0);
+  const std::string truncated = path_of("truncated.h5");
+  const std::string bytes = slurp(good);
+  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  for (const char* command : {"info", "validate"}) {
+    const Result result = run(std::string("trace ") + command + " '" + truncated + "'");
+    INFO(command << ": " << result.err);
+    CHECK(result.exit_code == 3);
+    CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(truncated));
+  }
+  const std::string output = path_of("from_truncated.h5");
+  const Result convert = run("trace convert '" + truncated + "' --out '" + output + "'");
+  CHECK(convert.exit_code == 3);
+  CHECK_FALSE(fs::exists(output));
+  for (const auto& entry : fs::directory_iterator(scratch_dir())) {
+    CHECK(entry.path().string().find(".tmp.") == std::string::npos);
+  }
+}
+
+TEST_CASE("bad synth arguments exit 2", "[cli][trace]") {
+  const std::string out = path_of("bad_synth.h5");
+  expect_one_line_error(run("trace synth --model NoSuchModel --prompt-tokens 8 --steps 8 "
+                            "--out '" +
+                            out + "'"),
+                        2, "NoSuchModel");
+  expect_one_line_error(run("trace synth --model stories260K --prompt-tokens 8 --steps 8 "
+                            "--pattern poetry --out '" +
+                            out + "'"),
+                        2, "poetry");
+  expect_one_line_error(run("trace synth --model stories260K --prompt-tokens 8 --steps 8 "
+                            "--set sink_mass=0.9 --out '" +
+                            out + "'"),
+                        2, "cannot exceed 1");
+  expect_one_line_error(run("trace synth --model stories260K --prompt-tokens 8 --steps 8 "
+                            "--no-mean --out '" +
+                            out + "'"),
+                        2, "--top-k");
+  CHECK_FALSE(fs::exists(out));
+  const Result with_set =
+      run("trace synth --model stories260K --prompt-tokens 32 --steps 40 "
+          "--set recency_decay_tokens=5 --set sink_tokens=2 --out '" +
+          out + "'");
+  CHECK(with_set.exit_code == 0);
+  CHECK_THAT(run("trace info --format json '" + out + "'").out,
+             Catch::Contains("\"recency_decay_tokens\":5") && Catch::Contains("\"sink_tokens\":2"));
+}

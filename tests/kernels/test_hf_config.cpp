@@ -1,0 +1,79 @@
+// config.json → ModelSpec for the supported architectures, with the fields a real config has.
+#include <catch2/catch.hpp>
+#include <fstream>
+
+#include "common/errors.hpp"
+#include "kernels/hf_checkpoint.hpp"
+#include "tests/kernels/support/model_files.hpp"
+
+namespace kk = kvtier::kernels;
+
+namespace {
+
+kvtier::config::ModelSpec read(const kk::testing::TempDir& temp, const std::string& json) {
+  std::ofstream(temp.path() / "config.json") << json;
+  return kk::read_hf_config(temp.path() / "config.json");
+}
+
+}  // namespace
+
+TEST_CASE("a Llama-3.1 config.json with llama3 RoPE scaling", "[kernels][hf]") {
+  const kk::testing::TempDir temp("config-llama31");
+  const auto spec = read(temp, R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "bos_token_id": 128000,
+    "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+    "intermediate_size": 14336, "max_position_embeddings": 131072, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "vocab_size": 128256})");
+  CHECK(spec.architecture() == kvtier::config::LLAMA);
+  CHECK(spec.head_dim() == 128);  // hidden_size / num_attention_heads when not stated
+  CHECK(spec.num_key_value_heads() == 8);
+  CHECK(spec.rope_theta() == 500000.0);
+  CHECK(spec.rope_scaling().rope_type() == "llama3");
+  CHECK(spec.rope_scaling().original_max_position_embeddings() == 8192);
+  CHECK(spec.weight_dtype() == kvtier::config::BF16);
+  CHECK_FALSE(spec.has_sliding_window());
+  kk::check_engine_spec(spec, "config.json");
+}
+
+TEST_CASE("Qwen2, Qwen3 and Mistral specifics", "[kernels][hf]") {
+  const kk::testing::TempDir temp("config-others");
+  const std::string common = R"("hidden_size": 64, "intermediate_size": 128,
+      "max_position_embeddings": 4096, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "vocab_size": 100)";
+  auto spec = read(temp, R"({"architectures": ["Qwen2ForCausalLM"], "use_sliding_window": false,
+      "sliding_window": 4096, "tie_word_embeddings": true, )" +
+                             common + "}");
+  CHECK(spec.attention_bias());  // Qwen2 always has q/k/v biases
+  CHECK_FALSE(spec.qk_norm());
+  CHECK_FALSE(spec.has_sliding_window());  // use_sliding_window false
+  CHECK(spec.tie_word_embeddings());
+  CHECK(spec.rope_theta() == 10000.0);  // transformers' default when absent
+
+  spec = read(temp, R"({"architectures": ["Qwen3ForCausalLM"], "head_dim": 32, )" + common + "}");
+  CHECK(spec.qk_norm());
+  CHECK(spec.head_dim() == 32);
+  CHECK_FALSE(spec.attention_bias());
+
+  spec = read(
+      temp, R"({"architectures": ["MistralForCausalLM"], "sliding_window": 4096, )" + common + "}");
+  CHECK(spec.sliding_window() == 4096);
+
+  CHECK_THROWS_WITH(read(temp, R"({"architectures": ["Qwen2ForCausalLM"],
+      "use_sliding_window": true, )" +
+                                   common + "}"),
+                    Catch::Contains("'use_sliding_window'"));
+  spec = read(temp, R"({"architectures": ["LlamaForCausalLM"],
+      "rope_scaling": {"type": "yarn", "factor": 4.0}, )" +
+                        common + "}");
+  CHECK_THROWS_WITH(kk::check_engine_spec(spec, "config.json"),
+                    Catch::Contains("rope_scaling.rope_type 'yarn' is not supported"));
+  CHECK_THROWS_WITH(read(temp, R"({"architectures": ["LlamaForCausalLM"],
+      "num_attention_heads": "four", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2})"),
+                    Catch::Contains("'num_attention_heads' must be a positive integer"));
+  CHECK_THROWS_AS(read(temp, "{not json"), kvtier::DataError);
+}

@@ -1,0 +1,179 @@
+// Properties every policy must have, checked on seeded synthetic attention.
+
+#include <catch2/catch.hpp>
+
+#include "common/errors.hpp"
+#include "replay/engine.hpp"
+#include "replay/registry.hpp"
+#include "tests/replay/synthetic_source.hpp"
+
+using kvtier::replay::ReplayDemand;
+using kvtier::replay::Tier;
+
+namespace {
+
+constexpr std::uint32_t kLayers = 3;
+constexpr std::uint64_t kPrompt = 40;
+constexpr std::uint64_t kSteps = 300;
+
+ReplayDemand run(const std::string& policy, std::uint64_t steps = kSteps) {
+  auto source = kvtier::test::synthetic_attention(kLayers, kPrompt, steps, 11);
+  const auto registry = kvtier::replay::builtin_policies();
+  auto instance =
+      registry.create(kvtier::replay::parse_policy_string(policy), {kLayers, kPrompt, steps});
+  return kvtier::replay::replay(source, *instance);
+}
+
+double kept(const ReplayDemand& demand, std::uint64_t step, std::uint32_t layer) {
+  const auto& record = demand.at(step, layer);
+  return static_cast<double>(record.mass[0]) + record.mass[1] + record.mass[2];
+}
+
+}  // namespace
+
+TEST_CASE("full keeps every token in HBM and all attention mass", "[replay]") {
+  const auto demand = run("full");
+  for (std::uint64_t step = 0; step < kSteps; ++step) {
+    for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+      CHECK(kept(demand, step, layer) == Approx(1.0).epsilon(1e-5));
+      CHECK(demand.at(step, layer).tokens[0] == kPrompt + step + 1);
+    }
+  }
+  CHECK(demand.summary().mean_hbm_fraction == 1.0);
+}
+
+TEST_CASE("tiered without eviction and T2 loses no mass for every HBM ratio", "[replay]") {
+  for (const char* hbm : {"0", "0.3", "0.5", "0.7", "1"}) {
+    INFO("hbm " << hbm);
+    const auto demand = run(std::string("tiered:hbm=") + hbm + ",evict=0,delta=16,recent=32");
+    CHECK(demand.summary().mean_kept_mass == Approx(1.0).epsilon(1e-5));
+    CHECK(demand.summary().min_kept_mass == Approx(1.0).epsilon(1e-4));
+    CHECK(demand.summary().evicted == 0);
+  }
+  // With a low HBM ratio tokens really do leave HBM.
+  CHECK(run("tiered:hbm=0.3,evict=0,delta=16,recent=32").summary().final_hbm_fraction < 0.7);
+}
+
+TEST_CASE("tiered evicts the share r of unprotected tokens and splits the rest by beta",
+          "[replay]") {
+  const auto demand = run("tiered:hbm=0.5,evict=0.2,delta=10,recent=20,sinks=4");
+  // After the last re-tiering (step 299 is the 30th multiple of 10): 300 generated tokens,
+  // 276 unprotected, 55 evicted, 221 survivors: 110 in HBM, 111 on the host.
+  const auto& last = demand.at(kSteps - 1, 0);
+  CHECK(last.tokens[3] == 55);
+  CHECK(last.tokens[1] == 111);
+  CHECK(last.tokens[0] == kPrompt + 4 + 20 + 110);
+  // Placement is shared by every layer.
+  CHECK(demand.at(kSteps - 1, 2).tokens == last.tokens);
+  CHECK(demand.summary().mean_kept_mass < 1.0);
+}
+
+TEST_CASE("tiered can hold the low-score share of host tokens compressed (T2)", "[replay]") {
+  const auto demand = run("tiered:hbm=0.5,evict=0,compress=0.5,delta=10,recent=20");
+  const auto& last = demand.at(kSteps - 1, 0);
+  CHECK(last.tokens[2] > 0);
+  CHECK(last.tokens[2] == Approx(last.tokens[1]).margin(1));
+}
+
+TEST_CASE("budgeted policies never exceed their budget", "[replay]") {
+  const auto registry = kvtier::replay::builtin_policies();
+  const auto budgets_of = [&](const std::string& policy) {
+    const auto spec = kvtier::replay::parse_policy_string(policy);
+    if (spec.name() == "streaming") {
+      return std::vector<std::uint64_t>(kLayers, 64);  // 4 sinks + a window of 60
+    }
+    const kvtier::replay::PolicyParameters params(spec.name(), registry.find(spec.name())->params,
+                                                  spec);
+    return kvtier::replay::layer_budgets(params, kLayers);
+  };
+  for (const char* policy : {"h2o:budget=64", "h2o:budget=64,allocation=pyramid", "tova:budget=50",
+                             "tova:budget=90,allocation=pyramid", "streaming:sinks=4,window=60"}) {
+    INFO(policy);
+    const auto budgets = budgets_of(policy);
+    const auto demand = run(policy);
+    for (std::uint64_t step = 0; step < kSteps; ++step) {
+      for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+        const auto& record = demand.at(step, layer);
+        CHECK(record.tokens[0] + record.tokens[1] + record.tokens[2] <= budgets[layer]);
+      }
+    }
+    // The budget binds: by the end every layer is full.
+    CHECK(demand.at(kSteps - 1, 0).tokens[0] == budgets[0]);
+  }
+}
+
+TEST_CASE("pyramid budgets fall with depth and average the mean budget", "[replay]") {
+  const auto registry = kvtier::replay::builtin_policies();
+  const auto* info = registry.find("h2o");
+  REQUIRE(info != nullptr);
+  const kvtier::replay::PolicyParameters params(
+      "h2o", info->params,
+      kvtier::replay::parse_policy_string("h2o:budget=512,allocation=pyramid"));
+  const auto budgets = kvtier::replay::layer_budgets(params, 32);
+  REQUIRE(budgets.size() == 32);
+  CHECK(budgets.front() > budgets.back());
+  double mean = 0.0;
+  for (const auto b : budgets) {
+    mean += static_cast<double>(b);
+  }
+  CHECK(mean / 32 == Approx(512).epsilon(0.01));
+}
+
+TEST_CASE("streaming with a window longer than the trace equals full", "[replay]") {
+  const auto streaming = run("streaming:sinks=4,window=100000");
+  const auto full = run("full");
+  for (std::uint64_t step = 0; step < kSteps; ++step) {
+    for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+      CHECK(streaming.at(step, layer).tokens == full.at(step, layer).tokens);
+      CHECK(streaming.at(step, layer).mass == full.at(step, layer).mass);
+    }
+  }
+}
+
+TEST_CASE("the oracle keeps at least as much mass as any policy with the same budget", "[replay]") {
+  const auto oracle = run("oracle:budget=64");
+  for (const char* policy : {"h2o:budget=64", "tova:budget=64", "streaming:sinks=4,window=60"}) {
+    INFO(policy);
+    const auto demand = run(policy);
+    for (std::uint64_t step = 0; step < kSteps; ++step) {
+      for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+        CHECK(kept(oracle, step, layer) >= kept(demand, step, layer) - 1e-6);
+      }
+    }
+  }
+}
+
+TEST_CASE("replay is deterministic", "[replay]") {
+  const auto first = run("tiered:hbm=0.4,evict=0.1,delta=8");
+  const auto second = run("tiered:hbm=0.4,evict=0.1,delta=8");
+  for (std::uint64_t step = 0; step < kSteps; ++step) {
+    for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+      CHECK(first.at(step, layer).tokens == second.at(step, layer).tokens);
+      CHECK(first.at(step, layer).mass == second.at(step, layer).mass);
+    }
+  }
+}
+
+TEST_CASE("policy strings are checked against each policy's declared parameters", "[replay]") {
+  const auto registry = kvtier::replay::builtin_policies();
+  const kvtier::replay::ReplayShape shape{2, 10, 10};
+  std::string canonical;
+  (void)registry.create(kvtier::replay::parse_policy_string("tiered:hbm=0.3,evict=0.05"), shape,
+                        &canonical);
+  CHECK(canonical ==
+        "tiered:hbm=0.3,evict=0.05,delta=64,compress=0,recent=128,sinks=4,prefetch=full");
+  const auto fails = [&](const std::string& text, const std::string& expected) {
+    INFO(text);
+    CHECK_THROWS_WITH(registry.create(kvtier::replay::parse_policy_string(text), shape),
+                      Catch::Contains(expected));
+  };
+  fails("lru", "unknown policy 'lru'");
+  fails("tiered:beta=0.5", "has no parameter 'beta'");
+  fails("tiered:hbm=1.5", "out of range");
+  fails("tiered:delta=2.5", "not an integer");
+  fails("tiered:prefetch=sometimes", "not one of full, differential");
+  fails("tiered:hbm=0.5,hbm=0.4", "given twice");
+  fails("full:budget=3", "it takes none");
+  CHECK_THROWS_WITH(kvtier::replay::parse_policy_string("tiered:hbm"),
+                    Catch::Contains("NAME=VALUE"));
+}

@@ -1,0 +1,55 @@
+#pragma once
+// Runs the kvtier binary as a user would, capturing stdout, stderr and the exit code.
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace kvtier::test {
+
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// A folder of this test process's own, made on first use.
+inline std::filesystem::path scratch_dir() {
+  static const std::filesystem::path dir = [] {
+    std::string pattern = (std::filesystem::temp_directory_path() / "kvtier-cli-XXXXXX").string();
+    const char* made = mkdtemp(pattern.data());
+    REQUIRE(made != nullptr);
+    return std::filesystem::path(made);
+  }();
+  return dir;
+}
+
+inline std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// `args` is passed through the shell: tests quote what needs quoting. `environment` is put in
+// front of the command ("SOURCE_DATE_EPOCH=0").
+inline CliResult run_kvtier(const std::string& args, const std::string& environment = "") {
+  const std::filesystem::path out = scratch_dir() / "stdout";
+  const std::filesystem::path err = scratch_dir() / "stderr";
+  const std::string command = environment + (environment.empty() ? "" : " ") + "'" + KVTIER_BINARY +
+                              "' " + args + " >'" + out.string() + "' 2>'" + err.string() +
+                              "' </dev/null";
+  const int status = std::system(command.c_str());
+  CliResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.out = slurp(out);
+  result.err = slurp(err);
+  return result;
+}
+
+}  // namespace kvtier::test
