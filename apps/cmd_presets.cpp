@@ -17,8 +17,6 @@ namespace {
 
 namespace po = boost::program_options;
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-
 void check_kind(const std::string& kind) {
   for (const auto known : config::PresetRegistry::kinds()) {
     if (kind == known) {

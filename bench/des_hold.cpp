@@ -19,6 +19,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "sim/random.hpp"
 #include "sim/simulator.hpp"
@@ -72,11 +73,12 @@ class HoldModel {
     const auto delay = static_cast<std::int64_t>(1 + random_.uniform_below(kMaxDelayPs));
     if (heap_callbacks_) {
       const std::array<std::uint64_t, 6> padding{};
-      static_assert(!InlineCallback::stores_inline<decltype([this, padding] {})>());
-      simulator_.schedule_after(Tick::ps(delay), [this, padding] {
+      auto on_fire = [this, padding] {
         static_cast<void>(padding);
         fire();
-      });
+      };
+      static_assert(!InlineCallback::stores_inline<decltype(on_fire)>());
+      simulator_.schedule_after(Tick::ps(delay), std::move(on_fire));
     } else {
       simulator_.schedule_after(Tick::ps(delay), [this] { fire(); });
     }
