@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/errors.hpp"
+#include "kernels/impl/json_file.hpp"
 #include "kernels/mapped_file.hpp"
 
 namespace kvtier::kernels {
@@ -30,18 +31,6 @@ std::size_t dtype_size_or_zero(const std::string& dtype) {
     return 1;
   }
   return 0;
-}
-
-Json parse_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) {
-    throw DataError("cannot open file", path.string());
-  }
-  try {
-    return Json::parse(in);
-  } catch (const Json::exception& error) {
-    throw DataError(std::string("invalid JSON: ") + error.what(), path.string());
-  }
 }
 
 }  // namespace
@@ -155,7 +144,7 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open_directory(
   const std::filesystem::path index = directory / "model.safetensors.index.json";
   std::vector<std::string> shard_names;
   if (std::filesystem::exists(index)) {
-    const Json index_json = parse_json_file(index);
+    const Json index_json = read_json_file(index);
     if (!index_json.contains("weight_map") || !index_json["weight_map"].is_object()) {
       throw DataError("index has no 'weight_map' object", index.string());
     }

@@ -6,23 +6,12 @@
 #include "common/errors.hpp"
 #include "kernels/byte_level.hpp"
 #include "kernels/impl/byte_level_bpe.hpp"
+#include "kernels/impl/json_file.hpp"
 
 namespace kvtier::kernels {
 namespace {
 
 using Json = nlohmann::json;
-
-Json read_json(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  if (!in) {
-    throw DataError("cannot open file", path.string());
-  }
-  try {
-    return Json::parse(in);
-  } catch (const Json::exception& error) {
-    throw DataError(std::string("invalid JSON: ") + error.what(), path.string());
-  }
-}
 
 std::string type_of(const Json& object) {
   return object.is_object() && object.contains("type") && object["type"].is_string()
@@ -133,7 +122,7 @@ void read_model(const Json& model, ByteLevelBpeDefinition& out) {
 ByteLevelBpeDefinition read_tokenizer_json(const std::filesystem::path& path) {
   ByteLevelBpeDefinition definition;
   definition.where = path.string();
-  const Json json = read_json(path);
+  const Json json = read_json_file(path);
   try {
     read_model(json.at("model"), definition);
     if (json.contains("added_tokens")) {
@@ -161,7 +150,7 @@ ByteLevelBpeDefinition read_tokenizer_json(const std::filesystem::path& path) {
   }
   const std::filesystem::path config = path.parent_path() / "tokenizer_config.json";
   if (std::filesystem::exists(config)) {
-    const Json settings = read_json(config);
+    const Json settings = read_json_file(config);
     if (settings.contains("eos_token")) {
       const Json& eos = settings["eos_token"];
       if (eos.is_string()) {
