@@ -1,11 +1,39 @@
 #include "apps/cli.hpp"
 
+#include <algorithm>
+
 #include "common/errors.hpp"
 #include "kernels/device_info.hpp"
+#include "replay/parameters.hpp"
 
 namespace kvtier::app {
 
 namespace po = boost::program_options;
+
+std::vector<config::PolicySpec> parse_policy_list(const std::string& text) {
+  std::vector<std::string> policies;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string piece = text.substr(begin, comma - begin);
+    const bool parameter =
+        piece.find('=') != std::string::npos && piece.find(':') == std::string::npos;
+    if (parameter && !policies.empty()) {
+      policies.back() += "," + piece;
+    } else {
+      policies.push_back(piece);
+    }
+    begin = comma + 1;
+  }
+  std::vector<config::PolicySpec> specs;
+  for (const std::string& policy : policies) {
+    if (policy.empty()) {
+      throw ConfigError("--compare has an empty policy in '" + text + "'");
+    }
+    specs.push_back(replay::parse_policy_string(policy));
+  }
+  return specs;
+}
 
 bool parse_arguments(const Arguments& args, const po::options_description& options,
                      const po::positional_options_description& positional,

@@ -10,6 +10,7 @@
 
 #include "configs/loader.hpp"
 #include "configs/presets.hpp"
+#include "configs/schema/policy.pb.h"
 
 namespace kvtier::app {
 
@@ -44,6 +45,16 @@ int run_sim(const Arguments& args, Context& context);
 int run_validate(const Arguments& args, Context& context);
 int run_policies(const Arguments& args, Context& context);
 int run_trace(const Arguments& args, Context& context);
+int run_replay(const Arguments& args, Context& context);
+int run_plan(const Arguments& args, Context& context);
+int run_sweep(const Arguments& args, Context& context);
+
+// "full,tiered:hbm=0.5,evict=0.1,h2o" -> full | tiered:hbm=0.5,evict=0.1 | h2o: a piece with '='
+// but no ':' is a parameter of the policy before it (--compare).
+[[nodiscard]] std::vector<config::PolicySpec> parse_policy_list(const std::string& text);
+// Subcommands of `kvtier replay`.
+int run_replay_run(const Arguments& args, Context& context);
+int run_replay_search_budgets(const Arguments& args, Context& context);
 
 // "kvtier 0.1.0 (commit abc123, CUDA on)"
 [[nodiscard]] std::string version_line();

@@ -12,6 +12,10 @@ namespace po = boost::program_options;
 namespace {
 
 std::string type_name(const replay::ParamSpec& spec) {
+  if (spec.list) {
+    return spec.type == replay::ParamType::kInteger ? "integer list (a/b/...)"
+                                                    : "number list (a/b/...)";
+  }
   switch (spec.type) {
     case replay::ParamType::kNumber: return "number";
     case replay::ParamType::kInteger: return "integer";
@@ -59,6 +63,9 @@ int list(const Arguments& args, Context& context) {
   for (const auto& info : registry.all()) {
     std::string params;
     for (const auto& spec : info.params) {
+      if (spec.list && spec.default_value.empty()) {
+        continue;  // absent unless given
+      }
       params += (params.empty() ? "" : ",") + spec.name + "=" + spec.default_value;
     }
     table.add_row({info.name, params.empty() ? "-" : params, info.summary});

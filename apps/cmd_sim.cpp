@@ -8,6 +8,8 @@
 #include "common/text_output.hpp"
 #include "configs/parse.hpp"
 #include "configs/schema/run.pb.h"
+#include "configs/validate.hpp"
+#include "replay/parameters.hpp"
 #include "serving/simulation.hpp"
 
 namespace kvtier::app {
@@ -30,17 +32,80 @@ std::string default_run_file() {
   throw ConfigError("no RUN file given and the default config is missing", kDefaultRun);
 }
 
-void print_table(std::ostream& out, const serving::SimulationReport& report,
+// A policy as the user wrote it: its name and the parameters given ("tiered:hbm=0.5").
+std::string policy_label(const config::PolicySpec& policy) {
+  std::string label = policy.name();
+  for (int i = 0; i < policy.param_size(); ++i) {
+    const config::PolicyParam& param = policy.param(i);
+    label += (i == 0 ? ":" : ",") + param.name() + "=";
+    switch (param.value_case()) {
+      case config::PolicyParam::kNumber: label += format_double(param.number()); break;
+      case config::PolicyParam::kInteger: label += std::to_string(param.integer()); break;
+      case config::PolicyParam::kText: label += param.text(); break;
+      case config::PolicyParam::kFlag: label += param.flag() ? "true" : "false"; break;
+      case config::PolicyParam::VALUE_NOT_SET: break;
+    }
+  }
+  return label;
+}
+
+void print_table(std::ostream& out, const std::vector<serving::SimulationReport>& reports,
                  const config::RunSpec& run, const std::string& file) {
   out << "kvtier sim: " << file << "\n  " << run.model().name() << " on "
       << run.hardware().node().gpu().name() << " (" << run.hardware().node().name()
-      << "), tensor parallel " << run.tensor_parallel_degree() << ", policy " << run.policy().name()
-      << ", seed " << run.seed() << "\n  workload: " << report.workload << "\n\n";
-  TextTable table({"metric", "value"}, {false, true});
-  for (const auto& metric : report.metrics) {
-    table.add_row({metric.name, format_fixed(metric.value, metric.decimals)});
+      << "), tensor parallel " << run.tensor_parallel_degree() << ", seed " << run.seed()
+      << "\n  workload: " << reports.front().workload << "\n";
+  std::vector<std::string> header{"metric"};
+  std::vector<bool> right{false};
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const config::PolicySpec& spec = i == 0 ? run.policy() : run.compare(static_cast<int>(i - 1));
+    header.push_back(policy_label(spec));
+    right.push_back(true);
+    out << "  policy " << header.back() << ": " << reports[i].policy << "\n";
+    for (const std::string& note : reports[i].notes) {
+      out << "    note: " << note << "\n";
+    }
+  }
+  out << "\n";
+  TextTable table(header, right);
+  for (std::size_t m = 0; m < reports.front().metrics.size(); ++m) {
+    std::vector<std::string> row{reports.front().metrics[m].name};
+    for (const auto& report : reports) {
+      row.push_back(format_fixed(report.metrics[m].value, report.metrics[m].decimals));
+    }
+    table.add_row(row);
   }
   table.render(out);
+}
+
+// --policy, --trace, --extend, --compare and --cache-dir: edits of the loaded run, checked
+// like the file itself.
+void apply_tier_options(const po::variables_map& values, config::RunSpec& run) {
+  if (values.count("policy") != 0U) {
+    *run.mutable_policy() = replay::parse_policy_string(values["policy"].as<std::string>());
+  }
+  if (values.count("compare") != 0U) {
+    run.clear_compare();
+    for (auto& spec : parse_policy_list(values["compare"].as<std::string>())) {
+      *run.add_compare() = std::move(spec);
+    }
+  }
+  if (values.count("trace") != 0U) {
+    run.mutable_tiering()->clear_traces();
+    for (const std::string& trace : values["trace"].as<std::vector<std::string>>()) {
+      run.mutable_tiering()->add_traces(trace);
+    }
+  }
+  if (values.count("extend") != 0U) {
+    const std::string extend = values["extend"].as<std::string>();
+    if (extend != "synthetic" && extend != "none") {
+      throw ConfigError("unknown --extend '" + extend + "': expected synthetic or none");
+    }
+    run.mutable_tiering()->set_extend_synthetic(extend == "synthetic");
+  }
+  if (values.count("cache-dir") != 0U) {
+    run.mutable_tiering()->set_demand_cache_directory(values["cache-dir"].as<std::string>());
+  }
 }
 
 }  // namespace
@@ -54,15 +119,28 @@ int run_sim(const Arguments& args, Context& context) {
       "timeseries.csv into this folder");
   options.add_options()("format", po::value<std::string>()->default_value("table"),
                         "output: table, json or csv");
+  options.add_options()("policy", po::value<std::string>(),
+                        "KV policy, e.g. tiered:hbm=0.5,evict=0.1 (replaces the run's policy)")(
+      "compare", po::value<std::string>(),
+      "policies simulated beside it, e.g. full,tiered:hbm=0.5,evict=0.1,h2o:budget=1024")(
+      "trace", po::value<std::vector<std::string>>()->composing(),
+      "attention trace the policy is replayed over (repeatable; replaces the run's traces)")(
+      "extend", po::value<std::string>(),
+      "synthetic: requests longer than their trace continue on a synthetic trace; none: error")(
+      "cache-dir", po::value<std::string>(), "store and reuse replay demands here");
   add_set_option(options);
   po::positional_options_description positional;
   positional.add("run", 1);
   po::variables_map values;
   if (!parse_arguments(args, options, positional, values,
-                       "usage: kvtier sim [RUN] [--set PATH=VALUE ...] [--format table|json|csv] "
+                       "usage: kvtier sim [RUN] [--policy P] [--compare P1,P2,...] [--trace T ...] "
+                       "[--extend synthetic] [--set PATH=VALUE ...] [--format table|json|csv] "
                        "[--out DIR]\n\nSimulates continuously batched serving of RUN's workload on "
-                       "its hardware with the whole KV cache in HBM, and reports throughput, TTFT, "
-                       "TPOT, HBM use and utilisation. Same config and seed, same bytes out.",
+                       "its hardware and reports throughput, TTFT, TPOT, HBM and host memory use, "
+                       "PCIe traffic and utilisation. With a tier policy, each request follows "
+                       "the policy's replay over an attention trace (or a synthetic one) and its "
+                       "T1/T2 tokens are prefetched over PCIe layer by layer; --compare puts "
+                       "several policies side by side. Same config and seed, same bytes out.",
                        context.out)) {
     return 0;
   }
@@ -73,7 +151,11 @@ int run_sim(const Arguments& args, Context& context) {
   const std::string file =
       values.count("run") != 0U ? values["run"].as<std::string>() : default_run_file();
   config::RunSpec run;
-  (void)context.loader.load_file(file, run, overrides_from(values));
+  const config::LocationMap locations = context.loader.load_file(file, run, overrides_from(values));
+  apply_tier_options(values, run);
+  if (const auto problems = config::validate(run, context.loader, locations); !problems.empty()) {
+    throw config::InvalidConfig(problems, locations);
+  }
   // A request file is found relative to the config that names it.
   if (run.workload().has_request_file()) {
     const std::filesystem::path named = run.workload().request_file().path();
@@ -82,18 +164,19 @@ int run_sim(const Arguments& args, Context& context) {
           (std::filesystem::path(file).parent_path() / named).lexically_normal().string());
     }
   }
-  if (run.policy().name() != "full") {
-    throw ConfigError("policy '" + run.policy().name() +
-                          "' needs the tier-aware simulation, which this kvtier does not have yet; "
-                          "use policy full",
-                      file + ", field policy.name");
+  // Traces are found relative to the config that names them, like request files.
+  for (std::string& trace : *run.mutable_tiering()->mutable_traces()) {
+    if (values.count("trace") == 0U && std::filesystem::path(trace).is_relative()) {
+      trace = (std::filesystem::path(file).parent_path() / trace).lexically_normal().string();
+    }
   }
-  const serving::SimulationReport report = serving::simulate(run);
-  const std::string json = serving::report_json(report, run, version_line());
+  const std::vector<serving::SimulationReport> reports = serving::simulate_all(run);
+  const serving::SimulationReport& report = reports.front();
+  const std::string json = serving::report_json(reports, run, version_line());
   if (values.count("out") != 0U) {
     const std::filesystem::path folder = values["out"].as<std::string>();
     write_file_atomically(folder / "report.json", json);
-    write_file_atomically(folder / "metrics.csv", serving::report_csv(report));
+    write_file_atomically(folder / "metrics.csv", serving::report_csv(reports));
     if (!report.series.empty()) {
       write_file_atomically(folder / "timeseries.csv", serving::series_csv(report));
     }
@@ -101,9 +184,9 @@ int run_sim(const Arguments& args, Context& context) {
   if (format == "json") {
     context.out << json;
   } else if (format == "csv") {
-    context.out << serving::report_csv(report);
+    context.out << serving::report_csv(reports);
   } else {
-    print_table(context.out, report, run, file);
+    print_table(context.out, reports, run, file);
   }
   return 0;
 }

@@ -1,12 +1,25 @@
-// `kvtier trace info|validate|synth|convert`: attention traces (docs/TRACE_FORMAT.md).
+// `kvtier trace info|validate|synth|convert|capture`: attention traces (docs/TRACE_FORMAT.md).
+
+#include <unistd.h>
 
 #include <charconv>
+#include <chrono>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <iterator>
 #include <optional>
+#include <sstream>
 
 #include "apps/cli.hpp"
 #include "common/errors.hpp"
 #include "configs/locations.hpp"
 #include "configs/schema/model.pb.h"
+#include "kernels/cuda_engine.hpp"
+#include "kernels/device_info.hpp"
+#include "kernels/hf_checkpoint.hpp"
+#include "kernels/tokenizer.hpp"
+#include "kernels/tracer.hpp"
 #include "traces/convert.hpp"
 #include "traces/describe.hpp"
 #include "traces/synth.hpp"
@@ -36,6 +49,20 @@ traces::WriterOptions writer_options(const po::variables_map& values, const std:
   }
   options.producer = version_line() + " " + tool;
   return options;
+}
+
+// How a trace was made, for its /meta: the command line without the output name, so that the
+// same command gives the same file wherever it is written. Arguments with spaces are quoted.
+std::string command_without_output(std::string command, const Arguments& args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--out") {
+      ++i;
+    } else if (args[i].rfind("--out=", 0) != 0) {
+      const bool quote = args[i].find_first_of(" \t\n'\"") != std::string::npos;
+      command += quote ? " '" + args[i] + "'" : " " + args[i];
+    }
+  }
+  return command;
 }
 
 // "A:B" is the half-open range [A, B); "A" alone is [A, A + 1).
@@ -174,17 +201,7 @@ int synth(const Arguments& args, Context& context) {
   }
   synth.dtype = dtype == "fp16" ? config::FP16 : config::FP32;
   synth.writer = writer_options(values, "trace synth");
-  // How it was made, for the trace's /meta: the command line without the output name, so
-  // that the same command gives the same file wherever it is written.
-  std::string command = "kvtier trace synth";
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--out") {
-      ++i;
-    } else if (args[i].rfind("--out=", 0) != 0) {
-      command += " " + args[i];
-    }
-  }
-  synth.description = command;
+  synth.description = command_without_output("kvtier trace synth", args);
   const std::string out = values["out"].as<std::string>();
   traces::write_synthetic_trace(out, synth);
   context.out << "wrote " << out << "\n";
@@ -235,6 +252,282 @@ int convert(const Arguments& args, Context& context) {
   return 0;
 }
 
+// --granularity values, repeatable and comma-separated: mean, heads, topk:K.
+void parse_granularities(const std::vector<std::string>& values, kernels::TraceContents& contents) {
+  contents.mean = false;
+  bool any = false;
+  for (const std::string& value : values) {
+    std::stringstream list(value);
+    std::string item;
+    while (std::getline(list, item, ',')) {
+      any = true;
+      if (item == "mean") {
+        contents.mean = true;
+      } else if (item == "heads") {
+        contents.heads = true;
+      } else if (item.rfind("topk:", 0) == 0) {
+        const std::string number = item.substr(5);
+        std::uint32_t k = 0;
+        const auto parsed = std::from_chars(number.data(), number.data() + number.size(), k);
+        if (number.empty() || parsed.ec != std::errc() ||
+            parsed.ptr != number.data() + number.size() || k == 0) {
+          throw ConfigError("--granularity topk:K needs a whole K >= 1, got '" + item + "'");
+        }
+        if (contents.top_k != 0 && contents.top_k != k) {
+          throw ConfigError("--granularity names two different top-k sizes (" +
+                            std::to_string(contents.top_k) + " and " + std::to_string(k) + ")");
+        }
+        contents.top_k = k;
+      } else {
+        throw ConfigError("unknown --granularity '" + item + "': expected mean, heads or topk:K");
+      }
+    }
+  }
+  contents.mean = contents.mean || !any;  // mean rows unless granularities were named
+}
+
+std::string read_prompt_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw DataError("cannot read the prompt file", path);
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // One final line break is the file's, not the prompt's (as with the shell's $(cat FILE)).
+  if (!text.empty() && text.back() == '\n') {
+    text.pop_back();
+    if (!text.empty() && text.back() == '\r') {
+      text.pop_back();
+    }
+  }
+  return text;
+}
+
+// The tokenizer of a Hugging Face directory is in it; beside a llama2.c checkpoint it is
+// tokenizer.bin (llama2.c's default name) or else the only tok*.bin there (tok512.bin and the
+// like, llama2.c's custom vocabularies).
+std::filesystem::path find_tokenizer(const std::filesystem::path& model) {
+  std::error_code error;
+  if (std::filesystem::is_directory(model, error)) {
+    return model;
+  }
+  const std::filesystem::path folder = model.parent_path().empty() ? "." : model.parent_path();
+  if (std::filesystem::exists(folder / "tokenizer.bin", error)) {
+    return folder / "tokenizer.bin";
+  }
+  std::vector<std::filesystem::path> found;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("tok", 0) == 0 && entry.path().extension() == ".bin") {
+      found.push_back(entry.path());
+    }
+  }
+  if (found.size() != 1) {
+    throw ConfigError("no tokenizer.bin and " +
+                          std::string(found.empty() ? "no" : "more than one") +
+                          " tok*.bin beside the checkpoint: name the tokenizer with --tokenizer",
+                      model.string());
+  }
+  return found.front();
+}
+
+// Progress on stderr, rewritten in place, when stderr is a terminal: a capture can take
+// minutes, while logs and pipes should not fill with carriage returns.
+class ProgressLine {
+ public:
+  ProgressLine() : enabled_(isatty(STDERR_FILENO) == 1) {}
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+  ProgressLine(ProgressLine&&) = delete;
+  ProgressLine& operator=(ProgressLine&&) = delete;
+  ~ProgressLine() { end(); }
+
+  [[nodiscard]] bool enabled() const { return enabled_; }
+
+  void update(const kernels::CaptureProgress& progress) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool last = progress.tokens_done == progress.tokens_total;
+    if (!last && shown_ && now - last_shown_ < std::chrono::milliseconds(250)) {
+      return;
+    }
+    last_shown_ = now;
+    shown_ = true;
+    const bool tracing = progress.phase == kernels::CaptureProgress::Phase::kTracing;
+    const double rate =
+        progress.seconds > 0.0 ? static_cast<double>(progress.tokens_done) / progress.seconds : 0.0;
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(0)
+         << "\rkvtier: " << (tracing ? "tracing " : "generating ") << progress.tokens_done << "/"
+         << progress.tokens_total << " tokens, " << rate << " tokens/s";
+    std::error_code error;
+    if (tracing && !progress.partial_file.empty()) {
+      const std::uintmax_t bytes = std::filesystem::file_size(progress.partial_file, error);
+      if (!error) {
+        line << std::setprecision(1) << ", file " << static_cast<double>(bytes) / (1U << 20)
+             << " MiB";
+      }
+    }
+    // Erase what a longer earlier line left to the right.
+    std::cerr << line.str() << "\033[K" << std::flush;
+  }
+
+  // Ends the line, so that what follows starts on a line of its own.
+  void end() {
+    if (shown_) {
+      std::cerr << "\n" << std::flush;
+      shown_ = false;
+    }
+  }
+
+ private:
+  bool enabled_;
+  bool shown_ = false;
+  std::chrono::steady_clock::time_point last_shown_;
+};
+
+int capture(const Arguments& args, Context& context) {
+  po::options_description options("trace capture options");
+  options.add_options()("model", po::value<std::string>()->required(),
+                        "llama2.c checkpoint file or Hugging Face model directory")(
+      "tokenizer", po::value<std::string>(),
+      "tokenizer file (default: the model directory's, or tokenizer.bin / the only tok*.bin "
+      "beside a checkpoint file)")("prompt", po::value<std::string>(), "prompt text")(
+      "prompt-file", po::value<std::string>(),
+      "file holding the prompt (one final newline dropped)")(
+      "max-new-tokens", po::value<int>()->default_value(256),
+      "decode steps to trace, fewer when a stop token comes first")(
+      "granularity", po::value<std::vector<std::string>>()->composing(),
+      "mean, heads or topk:K; repeatable or comma-separated (default: mean)")(
+      "window", po::value<std::uint32_t>()->default_value(0),
+      "also record the attention of the last W prompt queries (prefill window)")(
+      "key-norms", "also record the L2 norm of every cached key")(
+      "temperature", po::value<float>()->default_value(0.0F), "sampling temperature (0: greedy)")(
+      "top-p", po::value<float>()->default_value(1.0F), "nucleus sampling mass, (0, 1]")(
+      "seed", po::value<std::uint64_t>()->default_value(1), "sampling seed")(
+      "no-stop", "run all --max-new-tokens steps, past EOS (one pass instead of two)")(
+      "dtype", po::value<std::string>()->default_value("fp16"), "attention storage: fp16 or fp32")(
+      "device", po::value<std::string>()->default_value("cpu"), "engine: cpu or cuda")(
+      "out", po::value<std::string>()->required(), "output trace file");
+  add_writer_options(options);
+  po::variables_map values;
+  if (!parse_arguments(
+          args, options, {}, values,
+          "usage: kvtier trace capture --model PATH (--prompt TEXT | --prompt-file FILE) "
+          "[--max-new-tokens N] [--granularity mean|heads|topk:K] [--window W] [--key-norms] "
+          "[--temperature T --top-p P --seed S] [--device cpu|cuda] --out FILE\n\n"
+          "Runs a model on the prompt and writes the attention of every decode step: step t "
+          "runs the token at position prompt + t and attends to positions 0 .. prompt + t. "
+          "Generation stops after the tokenizer's EOS (and, for llama2.c tokenizers, BOS) "
+          "unless --no-stop; the tokens are then generated first and traced in a second pass "
+          "(docs/ENGINE.md).",
+          context.out)) {
+    return 0;
+  }
+  // Everything that needs no model is checked before the model is loaded.
+  const std::string device = values["device"].as<std::string>();
+  if (device == "cuda" && !kernels::built_with_cuda()) {
+    throw ConfigError(
+        "the CUDA engine is not available in this build (only the CPU engine is); use "
+        "--device cpu");
+  }
+  if (device == "cuda") {
+    std::string status;
+    if (kernels::cuda_devices(status).empty()) {
+      throw ConfigError("the CUDA engine is not available: " + status + "; use --device cpu");
+    }
+  }
+  if (device != "cpu" && device != "cuda") {
+    throw ConfigError("unknown --device '" + device + "': expected cpu or cuda");
+  }
+  if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
+    throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
+  }
+  kernels::CaptureOptions capture_options;
+  kernels::TraceContents& contents = capture_options.contents;
+  parse_granularities(values.count("granularity") != 0U
+                          ? values["granularity"].as<std::vector<std::string>>()
+                          : std::vector<std::string>(),
+                      contents);
+  contents.prefill_window = values["window"].as<std::uint32_t>();
+  contents.key_norms = values.count("key-norms") != 0U;
+  const std::string dtype = values["dtype"].as<std::string>();
+  if (dtype != "fp16" && dtype != "fp32") {
+    throw ConfigError("--dtype must be fp16 or fp32");
+  }
+  contents.dtype = dtype == "fp16" ? config::FP16 : config::FP32;
+  kernels::GenerationOptions& generation = capture_options.generation;
+  generation.max_new_tokens = values["max-new-tokens"].as<int>();
+  if (generation.max_new_tokens < 1) {
+    throw ConfigError("--max-new-tokens must be at least 1");
+  }
+  generation.sampling = kernels::SamplingOptions::nucleus(values["temperature"].as<float>(),
+                                                          values["top-p"].as<float>(),
+                                                          values["seed"].as<std::uint64_t>());
+  const kernels::Sampler check_sampling(generation.sampling);  // ConfigError for bad values
+  capture_options.writer = writer_options(values, "trace capture");
+  capture_options.tool = version_line() + " trace capture";
+
+  const std::string prompt_text = values.count("prompt") != 0U
+                                      ? values["prompt"].as<std::string>()
+                                      : read_prompt_file(values["prompt-file"].as<std::string>());
+  const std::filesystem::path model_path = values["model"].as<std::string>();
+  const auto weights =
+      std::make_shared<const kernels::ModelWeights>(kernels::load_model(model_path));
+  const std::filesystem::path tokenizer_path =
+      values.count("tokenizer") != 0U ? std::filesystem::path(values["tokenizer"].as<std::string>())
+                                      : find_tokenizer(model_path);
+  const auto tokenizer = kernels::load_tokenizer(tokenizer_path);
+  if (static_cast<std::uint32_t>(tokenizer->vocab_size()) > weights->spec.vocab_size()) {
+    throw DataError("the tokenizer's " + std::to_string(tokenizer->vocab_size()) +
+                        " tokens do not fit the model's vocabulary of " +
+                        std::to_string(weights->spec.vocab_size()),
+                    tokenizer_path.string());
+  }
+  if (values.count("no-stop") == 0U) {
+    if (const auto eos = tokenizer->eos_id()) {
+      generation.stop_tokens.push_back(*eos);
+    }
+    // llama2.c's run.c ends a story at BOS, which its models emit between stories.
+    if (const auto bos = tokenizer->bos_id(); bos && tokenizer->kind() == "llama2.c") {
+      generation.stop_tokens.push_back(*bos);
+    }
+  }
+  const std::vector<std::int32_t> prompt = tokenizer->encode_prompt(prompt_text);
+  if (prompt.empty()) {
+    throw ConfigError("the prompt is empty and the tokenizer has no BOS to start from");
+  }
+  capture_options.description =
+      command_without_output("kvtier trace capture", args) +
+      "; prompt: " + std::to_string(prompt.size()) + " tokens from " +
+      (values.count("prompt") != 0U ? std::string("--prompt")
+                                    : "the file " + values["prompt-file"].as<std::string>());
+
+  ProgressLine progress_line;
+  if (progress_line.enabled()) {
+    capture_options.progress = [&](const kernels::CaptureProgress& progress) {
+      progress_line.update(progress);
+    };
+  }
+  std::unique_ptr<kernels::Engine> engine;
+  if (device == "cuda") {
+    kernels::CudaEngineOptions cuda;
+    // Head means reduced on the device suffice unless per-head rows or a prefill window are kept.
+    cuda.observer_rows = contents.heads || contents.prefill_window > 0
+                             ? kernels::ObserverRows::kPerHead
+                             : kernels::ObserverRows::kHeadMean;
+    engine = kernels::make_cuda_engine(weights, cuda);
+  } else {
+    engine = kernels::make_cpu_engine(weights);
+  }
+  const std::string out = values["out"].as<std::string>();
+  const kernels::CaptureResult result =
+      kernels::capture_trace(*engine, prompt, capture_options, out);
+  progress_line.end();
+  context.out << "wrote " << out << " (" << result.generation.prompt_tokens << " prompt tokens, "
+              << result.steps << " decode steps"
+              << (result.generation.stopped ? ", ended by a stop token" : "") << ")\n";
+  return 0;
+}
+
 }  // namespace
 
 int run_trace(const Arguments& args, Context& context) {
@@ -242,12 +535,14 @@ int run_trace(const Arguments& args, Context& context) {
       "usage: kvtier trace info FILE [--format text|json]\n"
       "       kvtier trace validate FILE\n"
       "       kvtier trace synth --model NAME --prompt-tokens P --steps N --out FILE [...]\n"
-      "       kvtier trace convert FILE --out OUT [...]\n\n"
+      "       kvtier trace convert FILE --out OUT [...]\n"
+      "       kvtier trace capture --model PATH --prompt TEXT --out FILE [...]\n\n"
       "Attention traces (HDF5, format v1; docs/TRACE_FORMAT.md). `kvtier trace COMMAND --help` "
       "lists each command's options.";
   if (args.empty()) {
     throw ConfigError(
-        "trace needs a subcommand: info, validate, synth or convert (see kvtier trace --help)");
+        "trace needs a subcommand: info, validate, synth, convert or capture (see kvtier trace "
+        "--help)");
   }
   if (args.front() == "--help" || args.front() == "-h") {
     context.out << usage << "\n";
@@ -266,8 +561,11 @@ int run_trace(const Arguments& args, Context& context) {
   if (args.front() == "convert") {
     return convert(rest, context);
   }
+  if (args.front() == "capture") {
+    return capture(rest, context);
+  }
   throw ConfigError("unknown trace subcommand '" + args.front() +
-                    "': expected info, validate, synth or convert");
+                    "': expected info, validate, synth, convert or capture");
 }
 
 }  // namespace kvtier::app

@@ -25,11 +25,19 @@ const std::map<std::string, Command>& commands() {
       {"config", {"validate a config file and print it resolved", kvtier::app::run_config}},
       {"devices", {"list the CPU and CUDA devices this build can use", kvtier::app::run_devices}},
       {"sim", {"simulate batched serving on a modelled GPU node", kvtier::app::run_sim}},
+      {"plan",
+       {"largest batch per GPU that meets latency SLOs, per policy; GPUs for a target",
+        kvtier::app::run_plan}},
       {"policies", {"list and show KV tier and eviction policies", kvtier::app::run_policies}},
       {"validate",
        {"compare the simulator with published measurements", kvtier::app::run_validate}},
+      {"replay",
+       {"replay KV policies over attention traces; search per-layer budgets",
+        kvtier::app::run_replay}},
       {"trace",
        {"inspect, validate, generate and convert attention traces", kvtier::app::run_trace}},
+      {"sweep",
+       {"what-if grids over batch, context, model, hardware and policy", kvtier::app::run_sweep}},
   };
   return table;
 }

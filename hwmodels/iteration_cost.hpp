@@ -33,8 +33,14 @@ struct IterationCost {
   sim::Tick total;
   sim::Tick gemm;  // projections, MLP and LM head
   sim::Tick attention;
-  sim::Tick elementwise;            // norms, RoPE, activation, embedding
-  sim::Tick all_reduce;             // tensor-parallel all-reduces on the GPU interconnect
+  sim::Tick elementwise;  // norms, RoPE, activation, embedding
+  sim::Tick all_reduce;   // tensor-parallel all-reduces on the GPU interconnect
+  // One decoder layer (every layer costs the same) and what follows them (embedding, final
+  // norm, LM head): total == layer × layers + head. The tier-aware engine pipelines prefetches
+  // against the layers.
+  sim::Tick layer;
+  sim::Tick layer_attention;  // the attention part of `layer`
+  sim::Tick head;
   double flops = 0.0;               // per GPU
   double hbm_bytes = 0.0;           // per GPU
   double interconnect_bytes = 0.0;  // per GPU, sent

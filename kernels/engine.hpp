@@ -5,13 +5,45 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
+#include "common/errors.hpp"
 #include "configs/schema/model.pb.h"
 #include "kernels/forward_observer.hpp"
 #include "kernels/model_weights.hpp"
 
 namespace kvtier::kernels {
+
+// --- External KV store (the live tiered cache, kernels/tiered_cache.hpp) ---------------------
+// A layer's keys and values as attention reads them when a KeyValueStore is attached.
+struct LayerKeyValues {
+  // Per KV head: [positions][head_dim] keys and values of positions 0 .. positions - 1,
+  // contiguous; valid until the next call into the store.
+  std::span<const float* const> keys;
+  std::span<const float* const> values;
+  // Per position: 0 for a token attention must skip (evicted: left out of the softmax, which
+  // renormalises over the rest), non-zero otherwise. Empty: every position is read.
+  std::span<const std::uint8_t> readable;
+};
+
+class KeyValueStore {
+ public:
+  virtual ~KeyValueStore() = default;
+  KeyValueStore() = default;
+  KeyValueStore(const KeyValueStore&) = delete;
+  KeyValueStore& operator=(const KeyValueStore&) = delete;
+  KeyValueStore(KeyValueStore&&) = delete;
+  KeyValueStore& operator=(KeyValueStore&&) = delete;
+
+  // The key and value one position wrote into one layer (after k-norm and RoPE), in position
+  // order; the spans are valid during the call only.
+  virtual void store(const KeyValueWrite& write) = 0;
+  // Called once per layer and forward call, after that call's positions were stored and before
+  // the layer's attention: positions 0 .. positions - 1 as attention must read them.
+  virtual LayerKeyValues load(int layer, int positions) = 0;
+};
+// ------------------------------------------------------------------------------------------------
 
 class Engine {
  public:
@@ -40,6 +72,15 @@ class Engine {
   virtual void reserve(int positions) = 0;
   // Every attention computed from now on is shown to `observer` (not owned); nullptr detaches.
   virtual void set_observer(ForwardObserver* observer) = 0;
+  // Keys and values go to `store` (not owned) instead of the engine's own cache, and attention
+  // reads them back from it; nullptr returns to the engine's cache. Call between runs, after
+  // reset(). Engines without support refuse (ConfigError).
+  virtual void set_kv_store(KeyValueStore* store) {
+    if (store != nullptr) {
+      throw ConfigError("the " + std::string(backend()) +
+                        " engine cannot run with an external KV store (the live tiered cache)");
+    }
+  }
 };
 
 // The CPU reference engine: float32, single-threaded, deterministic.

@@ -48,11 +48,15 @@ class ReplayDemand {
     return records_[step * layers_ + layer];
   }
   [[nodiscard]] ReplaySummary summary() const;
+  // Bits per K or V element of a T2 token (Policy::compressed_bits of the replayed policy).
+  [[nodiscard]] double compressed_bits() const noexcept { return compressed_bits_; }
+  void set_compressed_bits(double bits) noexcept { compressed_bits_ = bits; }
 
  private:
   std::uint32_t layers_;
   std::uint64_t steps_;
   std::vector<StepLayerRecord> records_;
+  double compressed_bits_ = 8.0;
 };
 
 // Replays every step of `source` through `policy`.

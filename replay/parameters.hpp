@@ -22,7 +22,13 @@ struct ParamSpec {
   double min = 0.0;  // numbers and integers
   double max = 1e18;
   std::vector<std::string> choices;  // kChoice
+  // A list of numbers or integers separated by '/' ("64/128/96": ',' already separates a policy
+  // string's parameters), each entry typed and range-checked. A list whose default is empty is
+  // absent unless given; an empty list cannot be given.
+  bool list = false;
 };
+
+inline constexpr char kListSeparator = '/';
 
 // Values of one policy's parameters, defaults filled in, checked against the specs.
 class PolicyParameters {
@@ -30,18 +36,35 @@ class PolicyParameters {
   PolicyParameters(const std::string& policy, const std::vector<ParamSpec>& specs,
                    const config::PolicySpec& given);
 
+  [[nodiscard]] const std::string& policy() const noexcept { return policy_; }
   [[nodiscard]] double number(const std::string& name) const;
   [[nodiscard]] std::int64_t integer(const std::string& name) const;
   [[nodiscard]] bool flag(const std::string& name) const;
   [[nodiscard]] const std::string& choice(const std::string& name) const;
-  // "hbm=0.5,evict=0.1,..." with every parameter, in declaration order (for reports and keys).
+  // The entries of a list parameter (empty when it is absent).
+  [[nodiscard]] std::vector<double> numbers(const std::string& name) const;
+  [[nodiscard]] std::vector<std::int64_t> integers(const std::string& name) const;
+  // Whether the policy string gave the parameter (false when it holds its default).
+  [[nodiscard]] bool given(const std::string& name) const;
+  // Replaces a value that follows from others (the mean budget of an explicit budget list),
+  // checked like a given one; ConfigError when it is not a valid value.
+  void set(const std::string& name, const std::string& value);
+  // "hbm=0.5,evict=0.1,..." with every parameter, in declaration order (for reports and keys);
+  // absent lists are left out, so the text parses back to the same values.
   [[nodiscard]] std::string canonical() const;
 
  private:
+  struct Value {
+    std::string name;
+    std::string text;
+    bool given = false;
+  };
+  const Value& find(const std::string& name) const;
   const std::string& raw(const std::string& name) const;
 
   std::string policy_;
-  std::vector<std::pair<std::string, std::string>> values_;  // declaration order
+  std::vector<ParamSpec> specs_;
+  std::vector<Value> values_;  // declaration order
 };
 
 // "tiered:hbm=0.5,evict=0.1" -> PolicySpec{name: "tiered", params...}; values are typed by

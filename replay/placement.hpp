@@ -35,6 +35,10 @@ class LayerPlacement {
   // tiers so that per-step sums over a layer's tokens are plain vectorisable dot products.
   [[nodiscard]] std::span<const float> resident_mask() const noexcept { return resident_mask_; }
   [[nodiscard]] std::span<const float> hbm_mask() const noexcept { return hbm_mask_; }
+  // 1 for tokens in T2.
+  [[nodiscard]] std::span<const float> compressed_mask() const noexcept {
+    return compressed_mask_;
+  }
 
   // A new token (always placed in HBM: it was just computed there).
   void append();
@@ -48,6 +52,7 @@ class LayerPlacement {
   std::vector<Tier> tiers_;
   std::vector<float> resident_mask_;
   std::vector<float> hbm_mask_;
+  std::vector<float> compressed_mask_;
   std::array<std::uint64_t, kTierCount> counts_{};
   TierMoves moves_;
 };

@@ -8,8 +8,10 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "replay/attention.hpp"
 #include "replay/placement.hpp"
 
 namespace kvtier::replay {
@@ -19,6 +21,13 @@ struct ReplayShape {
   std::uint64_t prompt_tokens = 0;
   std::uint64_t steps = 0;
 };
+
+// Data beyond the head-mean decode rows that a policy reads. The engine checks that the source
+// holds each input a policy declares before the first step (DataError naming the dataset).
+enum class PolicyInput { kHeadRows, kPrefillWindow, kKeyNorms };
+
+// "per-head decode rows (/attention/heads: capture with --granularity heads)".
+[[nodiscard]] std::string_view describe(PolicyInput input);
 
 // One step as a policy sees it.
 struct StepView {
@@ -31,20 +40,33 @@ struct StepView {
   std::span<const double> kept_mass;
   // total_mass[l]: Σ rows[l]; not finite when the row holds NaN or infinity.
   std::span<const double> total_mass;
+  // head_rows[l]: every head's row, heads × rows[l].size(), head-major; empty unless the
+  // policy declared PolicyInput::kHeadRows.
+  const std::vector<std::vector<float>>& head_rows;
+  std::uint32_t heads = 0;
 };
 
 class Policy {
  public:
   virtual ~Policy() = default;
 
+  // The optional data this policy reads (none by default).
+  [[nodiscard]] virtual std::vector<PolicyInput> inputs() const;
+  // Once, before start(), when inputs() is not empty: reads the prefill window or key norms.
+  virtual void load_inputs(AttentionSource& source);
   // Once, after the prompt's tokens have been placed in HBM in every layer.
   virtual void start(const ReplayShape& shape, std::vector<LayerPlacement>& placement);
   // Every step, after the step's own token has been appended in HBM to every layer.
   virtual void observe(const StepView& view, std::vector<LayerPlacement>& placement) = 0;
-  // The attention share a bound keeps at this step when it is not a placement (the oracle);
-  // negative for ordinary policies, whose kept mass follows from the placement.
-  [[nodiscard]] virtual double bound_kept_mass(const std::vector<float>& row,
-                                               std::uint32_t layer) const;
+  // The attention share of `layer` this policy keeps at this step when its placement cannot
+  // say: a bound that is not a placement (the oracle), or a policy whose heads keep different
+  // tokens (the layer placement then holds the union). Called before observe() for the step,
+  // with view.kept_mass not yet filled. Negative (the default) when the kept mass follows from
+  // the placement; otherwise the engine books it on HBM and the rest as lost.
+  [[nodiscard]] virtual double own_kept_mass(const StepView& view, std::uint32_t layer) const;
+  // Bits a T2 (compressed) token costs per K or V element, for the simulator's byte counts
+  // (8: the tiered hierarchy's 8-bit offload).
+  [[nodiscard]] virtual double compressed_bits() const { return 8.0; }
 };
 
 }  // namespace kvtier::replay

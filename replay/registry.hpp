@@ -19,6 +19,9 @@ struct PolicyInfo {
   std::string source;  // the paper or repository the rule and defaults come from
   std::vector<ParamSpec> params;
   std::function<std::unique_ptr<Policy>(const PolicyParameters&, const ReplayShape&)> make;
+  // Optional: settles values that follow from others (a preset's), so that the canonical string
+  // holds what the policy really runs with; called by create() before make.
+  std::function<void(PolicyParameters&, const ReplayShape&)> resolve = {};
 };
 
 class PolicyRegistry {
@@ -41,10 +44,20 @@ class PolicyRegistry {
 // Every policy kvtier ships.
 [[nodiscard]] PolicyRegistry builtin_policies();
 
-// Per-layer token budgets from a policy's `budget` (mean per layer) and `allocation`
-// (uniform | pyramid) parameters; pyramid follows PyramidKV (REFERENCE.md §2).
+// Per-layer token budgets from a policy's `budget` (mean per layer), `allocation` (uniform |
+// pyramid | explicit) and `budgets` parameters: pyramid follows PyramidKV (REFERENCE.md §2);
+// explicit takes `budgets`, one integer per layer separated by '/'
+// ("h2o:allocation=explicit,budgets=64/128/96"). ConfigError naming the parameter when the list
+// is missing, has a wrong number of entries, or is given without allocation=explicit.
 [[nodiscard]] std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params,
                                                        std::uint32_t layers);
-[[nodiscard]] std::vector<ParamSpec> budget_params(const std::string& default_budget);
+// The declarations of `budget`, `allocation` and `budgets` every budgeted policy takes.
+[[nodiscard]] std::vector<ParamSpec> budget_params(
+    const std::string& default_budget, const std::string& default_allocation = "uniform");
+// Checks the budget parameters against the layer count and, with allocation=explicit, sets
+// `budget` to the mean of `budgets` (rounded to nearest) unless it was given, when it must be
+// that mean rounded either way. PolicyRegistry::create calls it for every policy declaring
+// `allocation`, before the canonical string is made.
+void resolve_budget_params(PolicyParameters& params, std::uint32_t layers);
 
 }  // namespace kvtier::replay

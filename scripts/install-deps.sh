@@ -7,7 +7,7 @@ packages=(
   g++ cmake ninja-build pkg-config git
   libboost-graph-dev libboost-program-options-dev
   libeigen3-dev
-  libhdf5-dev hdf5-tools
+  libhdf5-dev hdf5-tools libxxhash-dev
   protobuf-compiler libprotobuf-dev
   catch2
   clang-format clang-tidy

@@ -10,6 +10,11 @@
 // per-layer cost model (hwmodels/iteration_cost.hpp) plus the engine's host overhead per
 // iteration; the first output token is produced by the iteration that processes the last
 // prompt chunk.
+//
+// With a tier policy (a TierDemand), each decoding request's tokens follow the policy's replay:
+// attention reads the tokens not evicted, the T1/T2 tokens of every layer are prefetched and
+// offloads happen as tier_timing.hpp describes, and admission reserves the request's peak T0 KV
+// plus its staging share in HBM and its peak T1 + T2 in host memory.
 
 #include <cstdint>
 #include <deque>
@@ -19,6 +24,8 @@
 #include "configs/schema/run.pb.h"
 #include "hwmodels/iteration_cost.hpp"
 #include "serving/memory_plan.hpp"
+#include "serving/tier_demand.hpp"
+#include "serving/tier_timing.hpp"
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
 #include "sim/stats.hpp"
@@ -38,11 +45,20 @@ struct ServingTotals {
   double flops = 0.0;               // per GPU
   double hbm_bytes = 0.0;           // per GPU
   double interconnect_bytes = 0.0;  // per GPU, sent
+  // With a tier policy (per GPU): bytes prefetched host -> GPU and offloaded GPU -> host,
+  // busy time of each copy engine, and time layers waited for their prefetch.
+  double h2d_bytes = 0.0;
+  double d2h_bytes = 0.0;
+  sim::Tick h2d_busy;
+  sim::Tick d2h_busy;
+  sim::Tick prefetch_stall;
 };
 
 class ServingEngine {
  public:
-  ServingEngine(sim::Simulator& simulator, const config::RunSpec& run, Workload workload);
+  // `tiers` (not owned; null for the full cache) must outlive the engine.
+  ServingEngine(sim::Simulator& simulator, const config::RunSpec& run, Workload workload,
+                const TierDemand* tiers = nullptr);
   ServingEngine(const ServingEngine&) = delete;
   ServingEngine& operator=(const ServingEngine&) = delete;
 
@@ -63,6 +79,18 @@ class ServingEngine {
   [[nodiscard]] const sim::TimeWeightedGauge& kv_used() const noexcept { return kv_used_; }
   [[nodiscard]] const sim::TimeWeightedGauge& kv_reserved() const noexcept { return kv_reserved_; }
   [[nodiscard]] const sim::TimeWeightedGauge& running() const noexcept { return running_gauge_; }
+  // What the running requests' KV would take with the whole cache in HBM, and the host memory
+  // their T1/T2 tokens take (both equal kv_used / zero without a tier policy).
+  [[nodiscard]] const sim::TimeWeightedGauge& full_kv() const noexcept { return full_kv_; }
+  [[nodiscard]] const sim::TimeWeightedGauge& host_kv_used() const noexcept { return host_used_; }
+  [[nodiscard]] const sim::TimeWeightedGauge& host_kv_reserved() const noexcept {
+    return host_reserved_;
+  }
+  [[nodiscard]] const TierDemand* tiers() const noexcept { return tiers_; }
+  [[nodiscard]] const CopyRates& copy_rates() const noexcept { return copy_rates_; }
+  // HBM and host bytes admission reserves for a request (HBM includes staging).
+  [[nodiscard]] double hbm_reservation(std::uint32_t request) const;
+  [[nodiscard]] double host_reservation(std::uint32_t request) const;
   // Sampled series (null unless the run asks for outputs.timeseries_interval_us).
   [[nodiscard]] const sim::TimeSeries* kv_used_series() const noexcept { return kv_series_.get(); }
   [[nodiscard]] const sim::TimeSeries* running_series() const noexcept {
@@ -78,6 +106,7 @@ class ServingEngine {
     std::uint64_t prefilled = 0;
     std::uint64_t generated = 0;
     double kv_reserved = 0.0;
+    double host_reserved = 0.0;
   };
   struct PlannedChunk {
     std::uint32_t request;
@@ -91,6 +120,10 @@ class ServingEngine {
   void complete(std::uint32_t id);
   [[nodiscard]] std::uint64_t attended(const Request& request) const;
   [[nodiscard]] double kv_in_use() const;
+  [[nodiscard]] double full_kv_in_use() const;
+  // Sets the decode context of `batch` and fills layer_copies_ from the decoding requests'
+  // tier demand (tiered runs only).
+  void plan_tier_traffic(hw::BatchShape& batch);
 
   sim::Simulator& simulator_;
   config::RunSpec run_;
@@ -100,12 +133,21 @@ class ServingEngine {
   std::uint64_t prefill_budget_;
   std::uint32_t max_batch_;
   sim::Tick iteration_overhead_;
+  const TierDemand* tiers_;
+  CopyRates copy_rates_;
+  std::uint32_t lookahead_ = 1;
+  double bytes_per_token_layer_ = 0.0;             // full precision, this GPU's share
+  double compressed_bytes_per_token_layer_ = 0.0;  // T2
+  std::vector<LayerCopies> layer_copies_;
+  double tier_hbm_bytes_ = 0.0;  // T0 + staging of the decoding requests, this iteration
+  double tier_host_bytes_ = 0.0;
 
   std::vector<Request> requests_;
   std::uint32_t next_arrival_ = 0;
   std::deque<std::uint32_t> waiting_;
   std::vector<std::uint32_t> running_;  // admitted, in admission order
   double kv_reserved_bytes_ = 0.0;
+  double host_reserved_bytes_ = 0.0;
   bool iteration_in_flight_ = false;
   bool start_pending_ = false;
   std::vector<std::uint32_t> decoding_now_;
@@ -121,6 +163,9 @@ class ServingEngine {
   sim::TimeWeightedGauge kv_used_;
   sim::TimeWeightedGauge kv_reserved_;
   sim::TimeWeightedGauge running_gauge_;
+  sim::TimeWeightedGauge full_kv_;
+  sim::TimeWeightedGauge host_used_;
+  sim::TimeWeightedGauge host_reserved_;
   std::unique_ptr<sim::TimeSeries> kv_series_;
   std::unique_ptr<sim::TimeSeries> running_series_;
 };

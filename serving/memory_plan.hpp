@@ -17,6 +17,9 @@ struct MemoryPlan {
   double kv_capacity_bytes = 0.0;
   double kv_bytes_per_token = 0.0;  // this GPU's share of one token's K and V over all layers
   std::uint64_t window_tokens = 0;  // sliding window (0: none): KV a request holds is capped
+  // Host memory this engine may fill with T1/T2 KV: the node's DDR shared evenly by the
+  // engines a fully loaded node runs (gpus_per_node / TP of them).
+  double host_kv_capacity_bytes = 0.0;
 
   // KV bytes a request holding `tokens` tokens of context occupies on this GPU.
   [[nodiscard]] double kv_bytes_for(std::uint64_t tokens) const;

@@ -24,20 +24,33 @@ struct Series {
 };
 
 struct SimulationReport {
+  std::string policy;  // canonical, with every parameter
   std::string workload;
+  // Facts a reader must know to trust the figures ("demand from a synthetic reasoning trace").
+  std::vector<std::string> notes;
   std::vector<Metric> metrics;
   std::vector<Series> series;
   std::uint64_t events = 0;
 };
 
-[[nodiscard]] SimulationReport simulate(const config::RunSpec& run);
+class DemandMemo;
 
-// {"schema": "kvtier.sim.v1", "kvtier_version": ..., "seed": ..., "config": {...}, ...}
-[[nodiscard]] std::string report_json(const SimulationReport& report, const config::RunSpec& run,
-                                      const std::string& version);
-// A header row of metric names and one row of values.
-[[nodiscard]] std::string report_csv(const SimulationReport& report);
-// time_us then one column per series.
+// Simulates run.policy(); a policy other than `full` is replayed first (serving/tier_demand.hpp),
+// or its demand taken from `memo` (shared by the simulations of a sweep; may be null).
+[[nodiscard]] SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo = nullptr);
+
+// run.policy() followed by every policy of run.compare(), each on the same workload and seed.
+[[nodiscard]] std::vector<SimulationReport> simulate_all(const config::RunSpec& run,
+                                                         DemandMemo* memo = nullptr);
+
+// {"schema": "kvtier.sim.v2", "kvtier_version": ..., "seed": ..., "workload": ...,
+//  "policies": [{"policy": ..., "notes": [...], "metrics": {...}, "series": {...}}, ...],
+//  "config": {...}}
+[[nodiscard]] std::string report_json(const std::vector<SimulationReport>& reports,
+                                      const config::RunSpec& run, const std::string& version);
+// A header row (policy, then metric names) and one row of values per report.
+[[nodiscard]] std::string report_csv(const std::vector<SimulationReport>& reports);
+// time_us then one column per series (of one report).
 [[nodiscard]] std::string series_csv(const SimulationReport& report);
 
 }  // namespace kvtier::serving

@@ -182,7 +182,35 @@ void check_workload(const WorkloadSpec& workload, const std::string& path, Probl
   }
 }
 
+// Policies other than `full` place tokens outside HBM, so they need to know where their
+// attention demand comes from and how the tiers move.
+void check_tiering(const RunSpec& run, const std::string& path, Problems& problems) {
+  bool tiered = run.policy().has_name() && run.policy().name() != "full";
+  for (const PolicySpec& other : run.compare()) {
+    tiered = tiered || other.name() != "full";
+  }
+  if (!run.has_tiering()) {
+    if (tiered) {
+      problems.push_back({at(path, "tiering"),
+                          "a policy other than full needs a tiering block (traces or "
+                          "synthetic_pattern, prefetch_lookahead_layers, host_allocation)"});
+    }
+    return;
+  }
+  const TieringSpec& tiering = run.tiering();
+  if (tiering.traces_size() == 0 && !tiering.has_synthetic_pattern()) {
+    problems.push_back({at(path, "tiering.synthetic_pattern"),
+                        "without traces, tiering needs a synthetic_pattern (reasoning, chat or "
+                        "retrieval)"});
+  }
+  if (tiering.extend_synthetic() && !tiering.has_synthetic_pattern()) {
+    problems.push_back({at(path, "tiering.synthetic_pattern"),
+                        "extend_synthetic needs a synthetic_pattern for the tail"});
+  }
+}
+
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {
+  check_tiering(run, path, problems);
   const ModelSpec& model = run.model();
   const NodeSpec& node = run.hardware().node();
   const uint32_t tp = run.tensor_parallel_degree();
@@ -242,6 +270,11 @@ void check_sweep(const SweepSpec& sweep, const std::string& path, const ConfigLo
   }
   // Every value of every axis must make a valid run on its own.
   for (int a = 0; a < sweep.axis_size(); ++a) {
+    // A `policy` axis takes policy strings ("tiered:hbm=0.5"), not `--set` values; their syntax
+    // and parameters belong to replay/, above this module, so sweep/ checks them.
+    if (sweep.axis(a).path() == "policy") {
+      continue;
+    }
     for (int v = 0; v < sweep.axis(a).values_size(); ++v) {
       const std::string value_path =
           at(path, "axis[" + std::to_string(a) + "].values[" + std::to_string(v) + "]");

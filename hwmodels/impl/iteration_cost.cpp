@@ -148,6 +148,9 @@ IterationCost IterationCostModel::cost(const BatchShape& batch) const {
   cost.elementwise = layer.elementwise * layers + head.elementwise;
   cost.all_reduce = layer.all_reduce * layers;
   cost.total = cost.gemm + cost.attention + cost.elementwise + cost.all_reduce;
+  cost.layer = layer.gemm + layer.attention + layer.elementwise + layer.all_reduce;
+  cost.layer_attention = layer.attention;
+  cost.head = head.gemm + head.attention + head.elementwise;
   cost.flops = layer.flops * static_cast<double>(layers) + head.flops;
   cost.hbm_bytes = layer.hbm_bytes * static_cast<double>(layers) + head.hbm_bytes;
   cost.interconnect_bytes = layer.interconnect_bytes * static_cast<double>(layers);

@@ -4,6 +4,7 @@
 // matrix-vector products).
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 
 #include "common/errors.hpp"
@@ -47,6 +48,10 @@ class CpuEngine final : public Engine {
   void reset() override { position_ = 0; }
   void reserve(int positions) override { ensure_capacity(std::min(positions, max_positions_)); }
   void set_observer(ForwardObserver* observer) override { observer_ = observer; }
+  void set_kv_store(KeyValueStore* store) override {
+    kv_store_ = store;
+    layer_kv_ = {};
+  }
 
  private:
   // One layer's cache for one KV head: [capacity][head_dim] keys and values.
@@ -76,6 +81,8 @@ class CpuEngine final : public Engine {
   float eps_;
   RotaryEmbedding rotary_;
   ForwardObserver* observer_ = nullptr;
+  KeyValueStore* kv_store_ = nullptr;  // the live tiered cache, when attached
+  LayerKeyValues layer_kv_;            // what kv_store_ gave for the current layer
   int position_ = 0;
   int capacity_ = 0;
   std::vector<HeadCache> cache_;  // [layer * kv_heads + kv_head]
@@ -126,7 +133,9 @@ std::span<const float> CpuEngine::run(std::span<const std::int32_t> tokens, bool
   if (rows < 1) {  // check_input refuses this already; stated again for the analyzer
     throw DataError("no tokens to run", spec_.name());
   }
-  ensure_capacity(position_ + rows);
+  if (kv_store_ == nullptr) {
+    ensure_capacity(position_ + rows);
+  }
   const ConstMatrixMap embedding = weights_->token_embedding.matrix();
   x_.resize(rows, hidden_);
   for (int row = 0; row < rows; ++row) {
@@ -189,7 +198,11 @@ void CpuEngine::attention_block(int layer, int rows, bool prefill) {
     rotary_.apply({q_row, static_cast<std::size_t>(heads_) * head_dim_}, heads_, position);
     rotary_.apply({k_row, static_cast<std::size_t>(kv_heads_) * head_dim_}, kv_heads_, position);
     const float* v_row = v_.row(row).data();
-    for (int kv_head = 0; kv_head < kv_heads_; ++kv_head) {
+    if (kv_store_ != nullptr) {
+      const auto width = static_cast<std::size_t>(kv_heads_) * head_dim_;
+      kv_store_->store({layer, position, kv_heads_, head_dim_, {k_row, width}, {v_row, width}});
+    }
+    for (int kv_head = 0; kv_store_ == nullptr && kv_head < kv_heads_; ++kv_head) {
       HeadCache& head = cache_[static_cast<std::size_t>(layer) * kv_heads_ + kv_head];
       const auto offset = static_cast<std::ptrdiff_t>(kv_head) * head_dim_;
       const auto slot = static_cast<std::ptrdiff_t>(position) * head_dim_;
@@ -201,6 +214,9 @@ void CpuEngine::attention_block(int layer, int rows, bool prefill) {
       observer_->on_key_value(
           {layer, position, kv_heads_, head_dim_, {k_row, width}, {v_row, width}});
     }
+  }
+  if (kv_store_ != nullptr) {
+    layer_kv_ = kv_store_->load(layer, position_ + rows);
   }
   attention_out_.resize(rows, static_cast<Eigen::Index>(heads_) * head_dim_);
   for (int row = 0; row < rows; ++row) {
@@ -215,10 +231,19 @@ void CpuEngine::attend(int layer, int row, int position, bool prefill) {
   probabilities_.resize(static_cast<std::size_t>(heads_) * keys);
   const float scale = 1.0F / std::sqrt(static_cast<float>(head_dim_));
   for (int kv_head = 0; kv_head < kv_heads_; ++kv_head) {
-    const HeadCache& head = cache_[static_cast<std::size_t>(layer) * kv_heads_ + kv_head];
     const auto start = static_cast<std::ptrdiff_t>(first) * head_dim_;
-    const ConstMatrixMap cached_keys(head.keys.data() + start, keys, head_dim_);
-    const ConstMatrixMap cached_values(head.values.data() + start, keys, head_dim_);
+    const float* key_base = nullptr;
+    const float* value_base = nullptr;
+    if (kv_store_ == nullptr) {
+      const HeadCache& head = cache_[static_cast<std::size_t>(layer) * kv_heads_ + kv_head];
+      key_base = head.keys.data();
+      value_base = head.values.data();
+    } else {
+      key_base = layer_kv_.keys[static_cast<std::size_t>(kv_head)];
+      value_base = layer_kv_.values[static_cast<std::size_t>(kv_head)];
+    }
+    const ConstMatrixMap cached_keys(key_base + start, keys, head_dim_);
+    const ConstMatrixMap cached_values(value_base + start, keys, head_dim_);
     for (int member = 0; member < group_; ++member) {
       const int query_head = kv_head * group_ + member;
       const auto head_offset = static_cast<std::ptrdiff_t>(query_head) * head_dim_;
@@ -227,6 +252,14 @@ void CpuEngine::attend(int layer, int row, int position, bool prefill) {
                             keys);
       weights.noalias() = cached_keys * query;
       weights *= scale;
+      if (!layer_kv_.readable.empty() && kv_store_ != nullptr) {
+        // Evicted tokens are left out of the softmax (their weight is exactly 0).
+        for (int key = 0; key < keys; ++key) {
+          if (layer_kv_.readable[static_cast<std::size_t>(first + key)] == 0) {
+            weights[key] = -std::numeric_limits<float>::infinity();
+          }
+        }
+      }
       const float max_score = weights.maxCoeff();
       weights = (weights.array() - max_score).exp();
       weights /= weights.sum();

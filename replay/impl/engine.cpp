@@ -2,14 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "common/errors.hpp"
 
 #include "replay/kernels.hpp"
 
 namespace kvtier::replay {
 namespace {
 
-// The step's attention on each tier: sums against the placement's masks, and a scan of the
-// tiers only when some tokens sit in T2.
+// The step's attention on each tier: sums against the placement's masks.
 std::array<double, kTierCount> mass_by_tier(const std::vector<float>& row,
                                             const LayerPlacement& tiers) {
   const double total = kernels::sum(row);
@@ -22,24 +24,45 @@ std::array<double, kTierCount> mass_by_tier(const std::vector<float>& row,
   const double hbm = kernels::dot(row, tiers.hbm_mask());
   mass[0] = hbm;
   mass[3] = total - held;
-  if (tiers.count(Tier::kCompressed) == 0) {
-    mass[1] = held - hbm;
-  } else {
-    for (std::uint64_t token = 0; token < row.size(); ++token) {
-      const Tier tier = tiers.tier(token);
-      if (tier == Tier::kHost || tier == Tier::kCompressed) {
-        mass[static_cast<std::size_t>(tier)] += row[token];
-      }
-    }
-  }
+  // Sums against masks rather than a scan of the tiers, whatever the policy puts in T2.
+  const double compressed =
+      tiers.count(Tier::kCompressed) == 0 ? 0.0 : kernels::dot(row, tiers.compressed_mask());
+  mass[2] = compressed;
+  mass[1] = held - hbm - compressed;
   return mass;
+}
+
+bool source_has(AttentionSource& source, PolicyInput input) {
+  switch (input) {
+    case PolicyInput::kHeadRows: return source.heads() > 0;
+    case PolicyInput::kPrefillWindow: return source.prefill_window() > 0;
+    case PolicyInput::kKeyNorms: return source.kv_heads() > 0;
+  }
+  return false;
 }
 
 }  // namespace
 
+std::string_view describe(PolicyInput input) {
+  switch (input) {
+    case PolicyInput::kHeadRows:
+      return "per-head decode rows (/attention/heads: capture with --granularity heads)";
+    case PolicyInput::kPrefillWindow:
+      return "prefill window attention (/prefill/window: capture with --window W)";
+    case PolicyInput::kKeyNorms: return "key norms (/keys/norm: capture with --key-norms)";
+  }
+  return "unknown input";
+}
+
+std::vector<PolicyInput> Policy::inputs() const {
+  return {};
+}
+
+void Policy::load_inputs(AttentionSource& /*source*/) {}
+
 void Policy::start(const ReplayShape& /*shape*/, std::vector<LayerPlacement>& /*placement*/) {}
 
-double Policy::bound_kept_mass(const std::vector<float>& /*row*/, std::uint32_t /*layer*/) const {
+double Policy::own_kept_mass(const StepView& /*view*/, std::uint32_t /*layer*/) const {
   return -1.0;
 }
 
@@ -89,7 +112,20 @@ ReplaySummary ReplayDemand::summary() const {
 
 ReplayDemand replay(AttentionSource& source, Policy& policy) {
   const ReplayShape shape{source.layers(), source.prompt_tokens(), source.steps()};
+  const std::vector<PolicyInput> inputs = policy.inputs();
+  bool wants_heads = false;
+  for (const PolicyInput input : inputs) {
+    if (!source_has(source, input)) {
+      throw DataError(source.name() + ": the policy reads " + std::string(describe(input)) +
+                      ", which this trace does not hold");
+    }
+    wants_heads = wants_heads || input == PolicyInput::kHeadRows;
+  }
+  if (!inputs.empty()) {
+    policy.load_inputs(source);
+  }
   ReplayDemand demand(shape.layers, shape.steps);
+  demand.set_compressed_bits(policy.compressed_bits());
   std::vector<LayerPlacement> placement(shape.layers);
   for (auto& layer : placement) {
     for (std::uint64_t token = 0; token < shape.prompt_tokens; ++token) {
@@ -99,19 +135,24 @@ ReplayDemand replay(AttentionSource& source, Policy& policy) {
   // Moves made at start (a window dropping old prompt tokens) are reported with step 0.
   policy.start(shape, placement);
   std::vector<std::vector<float>> rows;
+  std::vector<std::vector<float>> head_rows;
   std::vector<double> kept(shape.layers);
   std::vector<double> total(shape.layers);
   for (std::uint64_t step = 0; step < shape.steps; ++step) {
     source.read_step(step, rows);
+    if (wants_heads) {
+      source.read_head_step(step, head_rows);
+    }
+    const StepView view{step, rows, kept, total, head_rows, wants_heads ? source.heads() : 0U};
     for (std::uint32_t layer = 0; layer < shape.layers; ++layer) {
       placement[layer].append();
       StepLayerRecord& record = demand.at(step, layer);
       const std::vector<float>& row = rows[layer];
       const std::array<double, kTierCount> tier_mass = mass_by_tier(row, placement[layer]);
       std::array<double, kTierCount> mass = tier_mass;
-      const double bound = policy.bound_kept_mass(row, layer);
+      const double bound = policy.own_kept_mass(view, layer);
       if (bound >= 0.0) {
-        // A bound, not a placement: what it keeps is held in HBM, the rest counts as lost.
+        // Not a plain placement: what it keeps is held in HBM, the rest counts as lost.
         const double all = mass[0] + mass[1] + mass[2] + mass[3];
         mass = {bound, 0.0, 0.0, all - bound};
       }
@@ -121,7 +162,7 @@ ReplayDemand replay(AttentionSource& source, Policy& policy) {
       kept[layer] = mass[0] + mass[1] + mass[2];
       total[layer] = tier_mass[0] + tier_mass[1] + tier_mass[2] + tier_mass[3];
     }
-    policy.observe(StepView{step, rows, kept, total}, placement);
+    policy.observe(view, placement);
     for (std::uint32_t layer = 0; layer < shape.layers; ++layer) {
       StepLayerRecord& record = demand.at(step, layer);
       LayerPlacement& tiers = placement[layer];

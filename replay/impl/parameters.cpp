@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
@@ -25,11 +27,79 @@ bool parse_double(const std::string& text, double& value) {
   return error == std::errc{} && end == text.data() + text.size() && std::isfinite(value);
 }
 
+// The entries of a list value ("64/128/96"); an empty entry stays empty so that it is reported.
+std::vector<std::string> split_list(const std::string& value) {
+  std::vector<std::string> entries;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t end = value.find(kListSeparator, start);
+    entries.push_back(value.substr(start, end == std::string::npos ? end : end - start));
+    if (end == std::string::npos) {
+      return entries;
+    }
+    start = end + 1;
+  }
+}
+
+// Checks one number or integer; `entry` names a list entry ("entry 2 ") or is empty.
+void check_number(const ParamSpec& spec, const std::string& value, const std::string& entry,
+                  const std::string& where) {
+  double number = 0.0;
+  if (!parse_double(value, number) ||
+      (spec.type == ParamType::kInteger && std::floor(number) != number)) {
+    throw ConfigError(entry + "'" + value + "' is not " +
+                          (spec.type == ParamType::kInteger ? "an integer" : "a number"),
+                      where);
+  }
+  if (number < spec.min || number > spec.max) {
+    throw ConfigError(entry + "value " + value + " is out of range [" + format_double(spec.min) +
+                          ", " + format_double(spec.max) + "]",
+                      where);
+  }
+}
+
+void check_value(const ParamSpec& spec, const std::string& value, const std::string& where) {
+  if (spec.list) {
+    if (value.empty()) {
+      throw ConfigError("an empty list: give one or more values separated by '" +
+                            std::string(1, kListSeparator) + "'",
+                        where);
+    }
+    const std::vector<std::string> entries = split_list(value);
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      check_number(spec, entries[i], "entry " + std::to_string(i + 1) + " ", where);
+    }
+    return;
+  }
+  switch (spec.type) {
+    case ParamType::kNumber:
+    case ParamType::kInteger: check_number(spec, value, "", where); break;
+    case ParamType::kFlag:
+      if (value != "true" && value != "false") {
+        throw ConfigError("'" + value + "' is not true or false", where);
+      }
+      break;
+    case ParamType::kChoice: {
+      bool allowed = false;
+      std::string options;
+      for (const auto& choice : spec.choices) {
+        allowed = allowed || choice == value;
+        options += options.empty() ? "" : ", ";
+        options += choice;
+      }
+      if (!allowed) {
+        throw ConfigError("'" + value + "' is not one of " + options, where);
+      }
+      break;
+    }
+  }
+}
+
 }  // namespace
 
 PolicyParameters::PolicyParameters(const std::string& policy, const std::vector<ParamSpec>& specs,
                                    const config::PolicySpec& given)
-    : policy_(policy) {
+    : policy_(policy), specs_(specs) {
   std::map<std::string, std::string> supplied;
   for (const auto& param : given.param()) {
     bool known = false;
@@ -50,56 +120,27 @@ PolicyParameters::PolicyParameters(const std::string& policy, const std::vector<
   }
   for (const auto& spec : specs) {
     const auto found = supplied.find(spec.name);
-    const std::string value = found == supplied.end() ? spec.default_value : found->second;
-    const std::string where = "policy " + policy + ", parameter " + spec.name;
-    double number = 0.0;
-    switch (spec.type) {
-      case ParamType::kNumber:
-      case ParamType::kInteger:
-        if (!parse_double(value, number) ||
-            (spec.type == ParamType::kInteger && std::floor(number) != number)) {
-          throw ConfigError("'" + value + "' is not " +
-                                (spec.type == ParamType::kInteger ? "an integer" : "a number"),
-                            where);
-        }
-        if (number < spec.min || number > spec.max) {
-          throw ConfigError("value " + value + " is out of range [" + format_double(spec.min) +
-                                ", " + format_double(spec.max) + "]",
-                            where);
-        }
-        break;
-      case ParamType::kFlag:
-        if (value != "true" && value != "false") {
-          throw ConfigError("'" + value + "' is not true or false", where);
-        }
-        break;
-      case ParamType::kChoice: {
-        bool allowed = false;
-        std::string options;
-        for (const auto& choice : spec.choices) {
-          allowed = allowed || choice == value;
-          options += options.empty() ? "" : ", ";
-          options += choice;
-        }
-        if (!allowed) {
-          options.insert(0, "' is not one of ");
-          options.insert(0, value);
-          throw ConfigError("'" + options, where);
-        }
-        break;
-      }
+    const bool is_given = found != supplied.end();
+    const std::string value = is_given ? found->second : spec.default_value;
+    // An absent list (empty default, not given) has no entries to check.
+    if (is_given || !spec.list || !value.empty()) {
+      check_value(spec, value, "policy " + policy + ", parameter " + spec.name);
     }
-    values_.emplace_back(spec.name, value);
+    values_.push_back({spec.name, value, is_given});
   }
 }
 
-const std::string& PolicyParameters::raw(const std::string& name) const {
-  for (const auto& [key, value] : values_) {
-    if (key == name) {
+const PolicyParameters::Value& PolicyParameters::find(const std::string& name) const {
+  for (const auto& value : values_) {
+    if (value.name == name) {
       return value;
     }
   }
   throw std::logic_error("policy " + policy_ + " reads undeclared parameter " + name);
+}
+
+const std::string& PolicyParameters::raw(const std::string& name) const {
+  return find(name).text;
 }
 
 double PolicyParameters::number(const std::string& name) const {
@@ -120,13 +161,53 @@ const std::string& PolicyParameters::choice(const std::string& name) const {
   return raw(name);
 }
 
+std::vector<double> PolicyParameters::numbers(const std::string& name) const {
+  const std::string& text = raw(name);
+  std::vector<double> values;
+  if (text.empty()) {
+    return values;
+  }
+  for (const std::string& entry : split_list(text)) {
+    double value = 0.0;
+    (void)parse_double(entry, value);
+    values.push_back(value);
+  }
+  return values;
+}
+
+std::vector<std::int64_t> PolicyParameters::integers(const std::string& name) const {
+  std::vector<std::int64_t> values;
+  for (const double value : numbers(name)) {
+    values.push_back(static_cast<std::int64_t>(value));
+  }
+  return values;
+}
+
+bool PolicyParameters::given(const std::string& name) const {
+  return find(name).given;
+}
+
+void PolicyParameters::set(const std::string& name, const std::string& value) {
+  for (std::size_t i = 0; i < values_.size(); ++i) {
+    if (values_[i].name == name) {
+      check_value(specs_[i], value, "policy " + policy_ + ", parameter " + name);
+      values_[i].text = value;
+      return;
+    }
+  }
+  throw std::logic_error("policy " + policy_ + " sets undeclared parameter " + name);
+}
+
 std::string PolicyParameters::canonical() const {
   std::string text;
-  for (const auto& [key, value] : values_) {
+  for (const auto& value : values_) {
+    if (value.text.empty()) {
+      continue;  // an absent list
+    }
     text += text.empty() ? "" : ",";
-    text += key;
+    text += value.name;
     text += '=';
-    text += value;
+    text += value.text;
   }
   return text;
 }

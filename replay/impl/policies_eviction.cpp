@@ -3,12 +3,15 @@
 // and the full cache.
 
 #include <algorithm>
-#include <limits>
 
+#include "replay/impl/budgeted.hpp"
 #include "replay/policies.hpp"
 
 namespace kvtier::replay {
 namespace {
+
+using detail::BudgetedPolicy;
+using detail::ResidentTokens;
 
 class FullPolicy final : public Policy {
  public:
@@ -54,50 +57,6 @@ class StreamingPolicy final : public Policy {
   std::uint64_t window_;
 };
 
-// The tokens a layer still holds, in position order, each with a score. Budgeted policies
-// work on this compact list, so a step costs O(budget) rather than O(context).
-struct ResidentTokens {
-  std::vector<std::uint64_t> ids;
-  std::vector<float> scores;
-
-  void add(std::uint64_t id) {
-    ids.push_back(id);
-    scores.push_back(0.0F);
-  }
-  // Removes entry j and evicts its token.
-  void evict(std::size_t j, LayerPlacement& tiers) {
-    tiers.move(ids[j], Tier::kEvicted);
-    ids.erase(ids.begin() + static_cast<std::ptrdiff_t>(j));
-    scores.erase(scores.begin() + static_cast<std::ptrdiff_t>(j));
-  }
-  // The entry with the lowest score among the first `limit`; ties go to the earlier token.
-  [[nodiscard]] std::size_t lowest(std::size_t limit) const {
-    return static_cast<std::size_t>(
-        std::min_element(scores.begin(), scores.begin() + static_cast<std::ptrdiff_t>(limit)) -
-        scores.begin());
-  }
-};
-
-// A policy holding at most a budget of tokens per layer, tracked as compact lists.
-class BudgetedPolicy : public Policy {
- public:
-  BudgetedPolicy(const PolicyParameters& params, const ReplayShape& shape)
-      : budgets_(layer_budgets(params, shape.layers)) {}
-
-  void start(const ReplayShape& shape, std::vector<LayerPlacement>& /*placement*/) override {
-    layers_.assign(shape.layers, {});
-    for (auto& layer : layers_) {
-      for (std::uint64_t token = 0; token < shape.prompt_tokens; ++token) {
-        layer.add(token);
-      }
-    }
-  }
-
- protected:
-  std::vector<std::uint64_t> budgets_;
-  std::vector<ResidentTokens> layers_;
-};
-
 // Accumulated attention per token (column sums of the head-mean rows, renormalised to what the
 // layer still holds); over budget, the lowest-scoring token outside the recent window goes.
 class H2OPolicy final : public BudgetedPolicy {
@@ -110,12 +69,7 @@ class H2OPolicy final : public BudgetedPolicy {
       LayerPlacement& tiers = placement[layer];
       ResidentTokens& resident = layers_[layer];
       resident.add(tiers.size() - 1);
-      const std::vector<float>& row = view.rows[layer];
-      const float scale =
-          view.kept_mass[layer] > 0 ? static_cast<float>(1.0 / view.kept_mass[layer]) : 0.0F;
-      for (std::size_t j = 0; j < resident.ids.size(); ++j) {
-        resident.scores[j] += row[resident.ids[j]] * scale;
-      }
+      resident.accumulate(view.rows[layer], view.kept_mass[layer]);
       const std::uint64_t budget = budgets_[layer];
       const auto recent = static_cast<std::uint64_t>(recent_share_ * static_cast<double>(budget));
       const std::uint64_t first_recent = tiers.size() > recent ? tiers.size() - recent : 0;

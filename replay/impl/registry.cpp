@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <numeric>
+#include <string>
 
 #include "common/errors.hpp"
+#include "common/text_output.hpp"
 #include "replay/policies.hpp"
 
 namespace kvtier::replay {
@@ -21,8 +24,8 @@ class OraclePolicy final : public Policy {
 
   void observe(const StepView& /*view*/, std::vector<LayerPlacement>& /*placement*/) override {}
 
-  [[nodiscard]] double bound_kept_mass(const std::vector<float>& row,
-                                       std::uint32_t layer) const override {
+  [[nodiscard]] double own_kept_mass(const StepView& view, std::uint32_t layer) const override {
+    const std::vector<float>& row = view.rows[layer];
     const std::uint64_t budget = budgets_[layer];
     const std::uint64_t earlier = row.size() - 1;
     double kept = row.back();
@@ -48,22 +51,58 @@ class OraclePolicy final : public Policy {
 
 }  // namespace
 
-std::vector<ParamSpec> budget_params(const std::string& default_budget) {
-  return {{"budget", ParamType::kInteger, default_budget, "mean tokens kept per layer", 1, 1e9, {}},
+std::vector<ParamSpec> budget_params(const std::string& default_budget,
+                                     const std::string& default_allocation) {
+  return {{"budget",
+           ParamType::kInteger,
+           default_budget,
+           "mean tokens kept per layer (with allocation=explicit: the mean of budgets, which may "
+           "be left out)",
+           1,
+           1e9,
+           {}},
           {"allocation",
            ParamType::kChoice,
-           "uniform",
-           "how the budget is spread over layers: uniform, or pyramid (PyramidKV: more in lower "
-           "layers, beta 20, window 64)",
+           default_allocation,
+           "how the budget is spread over layers: uniform; pyramid (PyramidKV: more in lower "
+           "layers, beta 20, window 64); explicit (one budget per layer in budgets)",
            0,
            0,
-           {"uniform", "pyramid"}}};
+           {"uniform", "pyramid", "explicit"}},
+          {"budgets",
+           ParamType::kInteger,
+           "",
+           "with allocation=explicit: tokens kept in each layer, one integer per layer from the "
+           "first, separated by '/' (64/128/96/...)",
+           1,
+           1e9,
+           {},
+           true}};
 }
 
 std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::uint32_t layers) {
+  const std::string& allocation = params.choice("allocation");
+  const std::vector<std::int64_t> explicit_budgets = params.integers("budgets");
+  if (allocation != "explicit") {
+    if (!explicit_budgets.empty()) {
+      throw ConfigError("budgets needs allocation=explicit (allocation is " + allocation + ")",
+                        "policy " + params.policy() + ", parameter budgets");
+    }
+  } else {
+    if (explicit_budgets.empty()) {
+      throw ConfigError("allocation=explicit needs budgets: one integer per layer, '/' between",
+                        "policy " + params.policy() + ", parameter budgets");
+    }
+    if (explicit_budgets.size() != layers) {
+      throw ConfigError("budgets has " + std::to_string(explicit_budgets.size()) +
+                            " entries for a model of " + std::to_string(layers) + " layers",
+                        "policy " + params.policy() + ", parameter budgets");
+    }
+    return {explicit_budgets.begin(), explicit_budgets.end()};
+  }
   const auto budget = static_cast<double>(params.integer("budget"));
   std::vector<std::uint64_t> budgets(layers, static_cast<std::uint64_t>(budget));
-  if (params.choice("allocation") == "pyramid" && layers > 1) {
+  if (allocation == "pyramid" && layers > 1) {
     // PyramidKV: min = (B − w)/β, max = 2(B − w) − min, k_l = max − l(max − min)/(L − 1), + w.
     constexpr double kWindow = 64.0;
     constexpr double kBeta = 20.0;
@@ -76,6 +115,28 @@ std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::ui
     }
   }
   return budgets;
+}
+
+void resolve_budget_params(PolicyParameters& params, std::uint32_t layers) {
+  if (params.choice("allocation") != "explicit") {
+    (void)layer_budgets(params, layers);  // rejects a budgets list without allocation=explicit
+    return;
+  }
+  const std::vector<std::uint64_t> budgets = layer_budgets(params, layers);
+  const double mean =
+      std::accumulate(budgets.begin(), budgets.end(), 0.0) / static_cast<double>(budgets.size());
+  // `budget` keeps meaning the mean: when given it must be the mean rounded either way, and the
+  // canonical string carries the mean rounded to nearest, so that it parses back.
+  if (params.given("budget")) {
+    const auto given = static_cast<double>(params.integer("budget"));
+    if (given != std::floor(mean) && given != std::ceil(mean)) {
+      throw ConfigError("budget " + format_double(given) + " is not the mean of budgets (" +
+                            format_double(mean) + "); leave it out with allocation=explicit",
+                        "policy " + params.policy() + ", parameter budget");
+    }
+    return;
+  }
+  params.set("budget", std::to_string(std::llround(mean)));
 }
 
 PolicyInfo oracle_policy_info() {
@@ -114,7 +175,15 @@ std::unique_ptr<Policy> PolicyRegistry::create(const config::PolicySpec& spec,
     }
     throw ConfigError("unknown policy '" + spec.name() + "' (policies: " + names + ")");
   }
-  const PolicyParameters params(info->name, info->params, spec);
+  PolicyParameters params(info->name, info->params, spec);
+  for (const auto& param : info->params) {
+    if (param.name == "allocation") {
+      resolve_budget_params(params, shape.layers);
+    }
+  }
+  if (info->resolve) {
+    info->resolve(params, shape);
+  }
   if (canonical != nullptr) {
     const std::string values = params.canonical();
     *canonical = info->name + (values.empty() ? "" : ":" + values);
@@ -124,7 +193,9 @@ std::unique_ptr<Policy> PolicyRegistry::create(const config::PolicySpec& spec,
 
 PolicyRegistry builtin_policies() {
   return PolicyRegistry({full_policy_info(), tiered_policy_info(), streaming_policy_info(),
-                         h2o_policy_info(), tova_policy_info(), oracle_policy_info()});
+                         h2o_policy_info(), tova_policy_info(), oracle_policy_info(),
+                         monarch_policy_info(), dms_policy_info(), snapkv_policy_info(),
+                         pyramidkv_policy_info(), adakv_policy_info(), knorm_policy_info()});
 }
 
 }  // namespace kvtier::replay

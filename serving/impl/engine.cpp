@@ -1,9 +1,11 @@
 #include "serving/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "hwmodels/model_shape.hpp"
 
 namespace kvtier::serving {
 namespace {
@@ -19,7 +21,7 @@ const config::LinkSpec* gpu_link_of(const config::RunSpec& run) {
 }  // namespace
 
 ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& run,
-                             Workload workload)
+                             Workload workload, const TierDemand* tiers)
     : simulator_(simulator),
       run_(run),
       workload_(std::move(workload)),
@@ -30,9 +32,24 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       max_batch_(run.workload().max_batch_size()),
       iteration_overhead_(
           sim::from_microseconds(run.engine().iteration_overhead_us(), sim::Rounding::kUp)),
+      tiers_(tiers),
       kv_used_(simulator),
       kv_reserved_(simulator),
-      running_gauge_(simulator) {
+      running_gauge_(simulator),
+      full_kv_(simulator),
+      host_used_(simulator),
+      host_reserved_(simulator) {
+  if (tiers_ != nullptr) {
+    copy_rates_ = measure_copy_rates(run);
+    lookahead_ = run.tiering().prefetch_lookahead_layers();
+    bytes_per_token_layer_ =
+        hw::kv_bytes_per_token_per_layer(run.model()) / run.tensor_parallel_degree();
+    // K and V elements of one token in one layer on this GPU, at the policy's compressed size.
+    const double elements = 2.0 * run.model().num_key_value_heads() * run.model().head_dim() /
+                            run.tensor_parallel_degree();
+    compressed_bytes_per_token_layer_ = elements * tiers_->compressed_bits() / 8.0;
+    layer_copies_.resize(run.model().num_hidden_layers());
+  }
   const auto max_positions = run.model().max_position_embeddings();
   for (size_t i = 0; i < workload_.requests.size(); ++i) {
     const RequestSpec& spec = workload_.requests[i];
@@ -42,14 +59,22 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
                         " tokens, more than " + run.model().name() + "'s " +
                         std::to_string(max_positions) + " positions");
     }
-    if (plan_.kv_bytes_for(tokens) > plan_.kv_capacity_bytes) {
-      throw ConfigError(
-          "request " + std::to_string(i) + " (" + std::to_string(tokens) + " tokens) needs " +
-          format_fixed(plan_.kv_bytes_for(tokens) / (1 << 30), 2) +
-          " GiB of KV per GPU, but only " + format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
-          " GiB are left after " + plan_.breakdown());
+    requests_.push_back(Request{spec, {}, {}, {}, 0, 0, 0.0, 0.0});
+    const auto id = static_cast<std::uint32_t>(i);
+    if (hbm_reservation(id) > plan_.kv_capacity_bytes) {
+      throw ConfigError("request " + std::to_string(i) + " (" + std::to_string(tokens) +
+                        " tokens) needs " + format_fixed(hbm_reservation(id) / (1 << 30), 2) +
+                        " GiB of KV per GPU, but only " +
+                        format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
+                        " GiB are left after " + plan_.breakdown());
     }
-    requests_.push_back(Request{spec, {}, {}, {}, 0, 0, 0.0});
+    if (host_reservation(id) > plan_.host_kv_capacity_bytes) {
+      throw ConfigError("request " + std::to_string(i) + " needs " +
+                        format_fixed(host_reservation(id) / (1 << 30), 2) +
+                        " GiB of host memory for its T1/T2 KV, but this engine's share of the "
+                        "node's DDR is " +
+                        format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB");
+    }
   }
   if (run.has_outputs() && run.outputs().has_timeseries_interval_us()) {
     const sim::Tick interval =
@@ -113,7 +138,40 @@ std::uint64_t ServingEngine::attended(const Request& request) const {
   return plan_.window_tokens > 0 ? std::min(context, plan_.window_tokens) : context;
 }
 
+double ServingEngine::hbm_reservation(std::uint32_t request) const {
+  const RequestSpec& spec = requests_[request].spec;
+  if (tiers_ == nullptr) {
+    return plan_.kv_bytes_for(spec.prompt_tokens + spec.output_tokens);
+  }
+  const RequestPeaks& peaks = tiers_->peaks(request);
+  return (peaks.hbm_token_layers + peaks.staged_tokens * (lookahead_ + 1)) * bytes_per_token_layer_;
+}
+
+double ServingEngine::host_reservation(std::uint32_t request) const {
+  if (tiers_ == nullptr) {
+    return 0.0;
+  }
+  const RequestPeaks& peaks = tiers_->peaks(request);
+  return peaks.host_token_layers * bytes_per_token_layer_ +
+         peaks.compressed_token_layers * compressed_bytes_per_token_layer_;
+}
+
 double ServingEngine::kv_in_use() const {
+  if (tiers_ == nullptr) {
+    return full_kv_in_use();
+  }
+  // Decoding requests as their tiers place them; prompts being prefilled whole in HBM.
+  double bytes = tier_hbm_bytes_;
+  for (const std::uint32_t id : running_) {
+    const Request& request = requests_[id];
+    if (request.prefilled < request.spec.prompt_tokens) {
+      bytes += plan_.kv_bytes_for(request.prefilled);
+    }
+  }
+  return bytes;
+}
+
+double ServingEngine::full_kv_in_use() const {
   double bytes = 0.0;
   for (const std::uint32_t id : running_) {
     const Request& request = requests_[id];
@@ -153,35 +211,96 @@ void ServingEngine::try_start_iteration() {
   }
   while (budget > 0 && !waiting_.empty() && running_.size() < max_batch_) {
     Request& head = requests_[waiting_.front()];
-    const double kv = plan_.kv_bytes_for(head.spec.prompt_tokens + head.spec.output_tokens);
-    if (kv_reserved_bytes_ + kv > plan_.kv_capacity_bytes) {
+    const double kv = hbm_reservation(waiting_.front());
+    const double host = host_reservation(waiting_.front());
+    if (kv_reserved_bytes_ + kv > plan_.kv_capacity_bytes ||
+        host_reserved_bytes_ + host > plan_.host_kv_capacity_bytes) {
       break;  // first come, first served: later requests wait behind the head
     }
     const std::uint32_t id = waiting_.front();
     waiting_.pop_front();
     head.admitted = simulator_.now();
     head.kv_reserved = kv;
+    head.host_reserved = host;
     kv_reserved_bytes_ += kv;
+    host_reserved_bytes_ += host;
     queue_wait_.record(head.admitted - head.arrival);
     running_.push_back(id);
     add_chunk(id);
   }
   batch.logits_tokens += batch.decode_tokens;
   kv_reserved_.set(kv_reserved_bytes_);
+  host_reserved_.set(host_reserved_bytes_);
   running_gauge_.set(static_cast<double>(running_.size()));
   totals_.max_running = std::max<std::uint64_t>(totals_.max_running, running_.size());
   if (decoding_now_.empty() && prefilling_now_.empty()) {
     iteration_in_flight_ = false;
     return;
   }
+  if (tiers_ != nullptr) {
+    plan_tier_traffic(batch);
+  }
   const hw::IterationCost cost = cost_model_.cost(batch);
+  sim::Tick duration = cost.total;
+  if (tiers_ != nullptr) {
+    const PipelineTiming timing = time_pipeline(cost.layer, layer_copies_, lookahead_, copy_rates_);
+    duration = std::max(timing.layers_end + cost.head, timing.end);
+    totals_.prefetch_stall += timing.stall;
+    totals_.h2d_busy += timing.h2d_busy;
+    totals_.d2h_busy += timing.d2h_busy;
+    for (const LayerCopies& copies : layer_copies_) {
+      totals_.h2d_bytes += copies.h2d_bytes;
+      totals_.d2h_bytes += copies.d2h_bytes;
+    }
+  }
   iteration_in_flight_ = true;
   iteration_started_ = simulator_.now();
   totals_.flops += cost.flops;
   totals_.hbm_bytes += cost.hbm_bytes;
   totals_.interconnect_bytes += cost.interconnect_bytes;
-  totals_.busy += cost.total;
-  simulator_.schedule_after(cost.total + iteration_overhead_, [this] { finish_iteration(); });
+  totals_.busy += duration;
+  simulator_.schedule_after(duration + iteration_overhead_, [this] { finish_iteration(); });
+}
+
+void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
+  std::fill(layer_copies_.begin(), layer_copies_.end(), LayerCopies{});
+  const auto layers = static_cast<std::uint32_t>(layer_copies_.size());
+  const bool differential = tiers_->differential_prefetch();
+  const double full = bytes_per_token_layer_;
+  const double compressed = compressed_bytes_per_token_layer_;
+  std::vector<double> staged(layers, 0.0);
+  std::vector<double> dequantised(layers, 0.0);
+  double resident = 0.0;
+  double hbm = 0.0;
+  double host = 0.0;
+  for (const std::uint32_t id : decoding_now_) {
+    const std::uint64_t context = attended(requests_[id]);
+    for (std::uint32_t layer = 0; layer < layers; ++layer) {
+      const LayerDemand demand = tiers_->at(id, context, layer);
+      LayerCopies& copies = layer_copies_[layer];
+      copies.h2d_bytes +=
+          (differential ? demand.newly_host : demand.host) * full + demand.compressed * compressed;
+      copies.d2h_bytes += demand.demoted * full + demand.compressed_moves * compressed;
+      staged[layer] += demand.host + demand.compressed;
+      dequantised[layer] += demand.compressed;
+      resident += demand.hbm + demand.host + demand.compressed;
+      hbm += demand.hbm * full;
+      host += demand.host * full + demand.compressed * compressed;
+    }
+  }
+  // Attention reads every token still held, at full precision once staged.
+  batch.decode_context_tokens = static_cast<std::uint64_t>(std::llround(resident / layers));
+  const hw::GpuModel& gpu = cost_model_.gpu();
+  for (std::uint32_t layer = 0; layer < layers; ++layer) {
+    if (dequantised[layer] > 0.0) {
+      layer_copies_[layer].extra_compute = gpu.op_time(
+          hw::OpKind::kElementwise, hw::OpCost{0.0, dequantised[layer] * (compressed + full)},
+          run_.model().activation_dtype());
+    }
+  }
+  const double staging = *std::max_element(staged.begin(), staged.end()) * (lookahead_ + 1) * full;
+  tier_hbm_bytes_ = hbm + staging;
+  tier_host_bytes_ = host;
 }
 
 void ServingEngine::finish_iteration() {
@@ -213,6 +332,8 @@ void ServingEngine::finish_iteration() {
     complete(id);
   }
   kv_used_.set(kv_in_use());
+  full_kv_.set(full_kv_in_use());
+  host_used_.set(tier_host_bytes_);
   try_start_iteration();
 }
 
@@ -225,6 +346,7 @@ void ServingEngine::complete(std::uint32_t id) {
   }
   e2e_.record(now - request.arrival);
   kv_reserved_bytes_ -= request.kv_reserved;
+  host_reserved_bytes_ -= request.host_reserved;
   running_.erase(std::find(running_.begin(), running_.end(), id));
   ++totals_.requests_completed;
   totals_.prompt_tokens += request.spec.prompt_tokens;

@@ -38,6 +38,9 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   plan.reserve_bytes = run.memory().runtime_reserve_gib() * kGiB;
   plan.kv_bytes_per_token = hw::kv_bytes_per_token(model) / tp;
   plan.window_tokens = model.has_sliding_window() ? model.sliding_window() : 0;
+  const auto& node = run.hardware().node();
+  plan.host_kv_capacity_bytes =
+      node.host().capacity_gib() * kGiB * tp / std::max<double>(node.gpus_per_node(), tp);
   plan.kv_capacity_bytes =
       plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;
   if (plan.kv_capacity_bytes <= 0.0) {

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "common/text_output.hpp"
 #include "hwmodels/link_math.hpp"
 #include "serving/engine.hpp"
+#include "serving/tier_demand.hpp"
 #include "sim/simulator.hpp"
 
 namespace kvtier::serving {
@@ -30,23 +32,99 @@ void add_distribution(std::vector<Metric>& metrics, const std::string& name,
   metrics.push_back({name + "_mean_ms", distribution.mean_ps() * 1e-9, 3});
 }
 
-double mean_request_tokens(const Workload& workload) {
-  double total = 0.0;
-  for (const auto& request : workload.requests) {
-    total += static_cast<double>(request.prompt_tokens + request.output_tokens);
+void add_tier_metrics(std::vector<Metric>& m, const ServingEngine& engine, double seconds) {
+  const ServingTotals& totals = engine.totals();
+  const double full_peak = engine.full_kv().max();
+  m.push_back({"hbm_kv_full_cache_peak_gib", full_peak / kGiB, 3});
+  m.push_back({"hbm_saved_peak_gib", (full_peak - engine.kv_used().max()) / kGiB, 3});
+  m.push_back({"hbm_saved_mean_gib",
+               (engine.full_kv().time_average() - engine.kv_used().time_average()) / kGiB, 3});
+  m.push_back({"host_kv_capacity_gib", engine.memory().host_kv_capacity_bytes / kGiB, 2});
+  m.push_back({"host_kv_used_peak_gib", engine.host_kv_used().max() / kGiB, 3});
+  m.push_back({"host_kv_reserved_peak_gib", engine.host_kv_reserved().max() / kGiB, 3});
+  m.push_back({"pcie_h2d_gb", totals.h2d_bytes / 1e9, 3});
+  m.push_back({"pcie_d2h_gb", totals.d2h_bytes / 1e9, 3});
+  m.push_back({"pcie_h2d_gb_per_s", totals.h2d_bytes / 1e9 / seconds, 3});
+  m.push_back({"pcie_h2d_utilisation", sim::to_seconds(totals.h2d_busy) / seconds, 4});
+  m.push_back({"pcie_d2h_utilisation", sim::to_seconds(totals.d2h_busy) / seconds, 4});
+  m.push_back({"prefetch_stall_s", sim::to_seconds(totals.prefetch_stall), 4});
+  m.push_back(
+      {"prefetch_stall_fraction",
+       sim::to_seconds(totals.prefetch_stall) / std::max(sim::to_seconds(totals.busy), 1e-12), 4});
+  const TierDemand* tiers = engine.tiers();
+  const double kept = tiers != nullptr ? tiers->mean_kept_mass() : 1.0;
+  m.push_back({"attention_mass_kept_mean", kept, 4});
+  m.push_back({"attention_mass_kept_min", tiers != nullptr ? tiers->min_kept_mass() : 1.0, 4});
+  m.push_back({"attention_mass_lost_mean", 1.0 - kept, 4});
+}
+
+// The most requests of the workload's mean shape that fit at once by HBM (their KV: T0 and
+// staging with a tier policy) and by host memory (their T1/T2; 0 when they use none).
+struct BatchLimits {
+  double hbm = 0.0;
+  double host = 0.0;
+};
+
+BatchLimits largest_batch(const ServingEngine& engine) {
+  const MemoryPlan& plan = engine.memory();
+  const auto count = static_cast<std::uint32_t>(engine.workload().requests.size());
+  BatchLimits limits;
+  if (count == 0) {
+    return limits;
   }
-  return workload.requests.empty() ? 0.0 : total / static_cast<double>(workload.requests.size());
+  double hbm = 0.0;
+  double host = 0.0;
+  for (std::uint32_t id = 0; id < count; ++id) {
+    hbm += engine.hbm_reservation(id);
+    host += engine.host_reservation(id);
+  }
+  hbm /= count;
+  host /= count;
+  limits.hbm = hbm > 0 ? std::floor(plan.kv_capacity_bytes / hbm) : 0.0;
+  limits.host = host > 0 ? std::floor(plan.host_kv_capacity_bytes / host) : 0.0;
+  return limits;
 }
 
 }  // namespace
 
-SimulationReport simulate(const config::RunSpec& run) {
+SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo) {
   sim::Simulator simulator;
-  ServingEngine engine(simulator, run, make_workload(run.workload(), run.seed()));
+  Workload workload = make_workload(run.workload(), run.seed());
+  std::unique_ptr<TierDemand> tiers;
+  SimulationReport report;
+  report.policy = "full";
+  if (run.policy().name() != "full") {
+    tiers = std::make_unique<TierDemand>(run, run.policy(), workload, memo);
+    report.policy = tiers->policy();
+    if (tiers->synthetic()) {
+      const ReplayedTrace& trace = tiers->traces().front();
+      report.notes.push_back(
+          "demand from a " + trace.source + " of " + std::to_string(trace.prompt_tokens) +
+          " prompt tokens + " + std::to_string(trace.steps) + " steps, " +
+          std::to_string(trace.demand().layers()) + " layers: the run names no traces");
+    }
+    if (!tiers->synthetic()) {
+      report.notes.push_back("demand replayed over " + std::to_string(run.tiering().traces_size()) +
+                             " trace(s), " + std::to_string(tiers->cache_hits()) +
+                             " read from the demand cache; mean kept mass " +
+                             format_fixed(tiers->mean_kept_mass(), 4));
+    }
+    if (tiers->synthetic_tail_fraction() > 0.0) {
+      report.notes.push_back(format_fixed(100.0 * tiers->synthetic_tail_fraction(), 1) +
+                             "% of decode steps ran past their trace and follow a synthetic "
+                             "extension");
+    }
+    if (tiers->differential_prefetch()) {
+      report.notes.emplace_back(
+          "differential prefetch: only tokens newly placed in T1 cross PCIe "
+          "each step (the paper's accounting; T1 is assumed to stay staged "
+          "on the GPU between re-tierings without counting against HBM)");
+    }
+  }
+  ServingEngine engine(simulator, run, std::move(workload), tiers.get());
   engine.start();
   simulator.run();
 
-  SimulationReport report;
   report.workload = engine.workload().description;
   report.events = simulator.events_executed();
   const ServingTotals& totals = engine.totals();
@@ -87,10 +165,12 @@ SimulationReport simulate(const config::RunSpec& run) {
                    kGiB,
                3});
   m.push_back({"kv_bytes_per_token_per_gpu", plan.kv_bytes_per_token, 1});
-  const double per_request =
-      plan.kv_bytes_for(static_cast<std::uint64_t>(mean_request_tokens(engine.workload())));
+  const BatchLimits limits = largest_batch(engine);
   m.push_back({"largest_batch_that_fits",
-               per_request > 0 ? std::floor(plan.kv_capacity_bytes / per_request) : 0.0, 0});
+               limits.host > 0 ? std::min(limits.hbm, limits.host) : limits.hbm, 0});
+  m.push_back({"largest_batch_hbm_limit", limits.hbm, 0});
+  m.push_back({"largest_batch_host_limit", limits.host, 0});
+  add_tier_metrics(m, engine, seconds);
   m.push_back({"max_running_requests", static_cast<double>(totals.max_running), 0});
   m.push_back({"mean_running_requests", engine.running().time_average(), 2});
   m.push_back({"max_waiting_requests", static_cast<double>(totals.max_waiting), 0});
@@ -120,41 +200,70 @@ SimulationReport simulate(const config::RunSpec& run) {
   return report;
 }
 
-std::string report_json(const SimulationReport& report, const config::RunSpec& run,
+std::string report_json(const std::vector<SimulationReport>& reports, const config::RunSpec& run,
                         const std::string& version) {
   std::string config;
   google::protobuf::util::JsonPrintOptions options;
   options.preserve_proto_field_names = true;
   (void)google::protobuf::util::MessageToJsonString(run, &config, options);
-  std::string json = "{\"schema\": \"kvtier.sim.v1\", \"kvtier_version\": " + json_escape(version) +
+  std::string json = "{\"schema\": \"kvtier.sim.v2\", \"kvtier_version\": " + json_escape(version) +
                      ", \"seed\": " + std::to_string(run.seed()) +
-                     ", \"workload\": " + json_escape(report.workload) + ",\n \"metrics\": {";
-  for (size_t i = 0; i < report.metrics.size(); ++i) {
-    json += (i == 0 ? "" : ", ") + json_escape(report.metrics[i].name) + ": " +
-            format_double(report.metrics[i].value);
-  }
-  json += "},\n \"series\": {";
-  for (size_t i = 0; i < report.series.size(); ++i) {
-    const Series& series = report.series[i];
-    json += (i == 0 ? "" : ", ") + json_escape(series.name) +
-            ": {\"interval_us\": " + format_double(series.interval_us) + ", \"values\": [";
-    for (size_t k = 0; k < series.values.size(); ++k) {
-      json += (k == 0 ? "" : ", ") + format_double(series.values[k]);
+                     ", \"workload\": " + json_escape(reports.front().workload) +
+                     ",\n \"policies\": [";
+  for (size_t r = 0; r < reports.size(); ++r) {
+    const SimulationReport& report = reports[r];
+    json += std::string(r == 0 ? "" : ",") + "\n  {\"policy\": " + json_escape(report.policy) +
+            ", \"notes\": [";
+    for (size_t i = 0; i < report.notes.size(); ++i) {
+      json += (i == 0 ? "" : ", ") + json_escape(report.notes[i]);
     }
-    json += "]}";
+    json += "],\n   \"metrics\": {";
+    for (size_t i = 0; i < report.metrics.size(); ++i) {
+      json += (i == 0 ? "" : ", ") + json_escape(report.metrics[i].name) + ": " +
+              format_double(report.metrics[i].value);
+    }
+    json += "},\n   \"series\": {";
+    for (size_t i = 0; i < report.series.size(); ++i) {
+      const Series& series = report.series[i];
+      json += (i == 0 ? "" : ", ") + json_escape(series.name) +
+              ": {\"interval_us\": " + format_double(series.interval_us) + ", \"values\": [";
+      for (size_t k = 0; k < series.values.size(); ++k) {
+        json += (k == 0 ? "" : ", ") + format_double(series.values[k]);
+      }
+      json += "]}";
+    }
+    json += "}}";
   }
-  json += "},\n \"config\": " + config + "}\n";
+  json += "],\n \"config\": " + config + "}\n";
   return json;
 }
 
-std::string report_csv(const SimulationReport& report) {
-  std::string header;
-  std::string values;
-  for (size_t i = 0; i < report.metrics.size(); ++i) {
-    header += (i == 0 ? "" : ",") + report.metrics[i].name;
-    values += (i == 0 ? "" : ",") + format_double(report.metrics[i].value);
+std::vector<SimulationReport> simulate_all(const config::RunSpec& run, DemandMemo* memo) {
+  std::vector<SimulationReport> reports{simulate(run, memo)};
+  for (const config::PolicySpec& policy : run.compare()) {
+    config::RunSpec variant = run;
+    *variant.mutable_policy() = policy;
+    variant.clear_compare();
+    reports.push_back(simulate(variant, memo));
   }
-  return header + "\n" + values + "\n";
+  return reports;
+}
+
+std::string report_csv(const std::vector<SimulationReport>& reports) {
+  std::string csv = "policy";
+  for (const Metric& metric : reports.front().metrics) {
+    csv += "," + metric.name;
+  }
+  csv += "\n";
+  for (const SimulationReport& report : reports) {
+    // Policy strings hold commas: quoted as RFC 4180 asks.
+    csv += "\"" + report.policy + "\"";
+    for (const Metric& metric : report.metrics) {
+      csv += "," + format_double(metric.value);
+    }
+    csv += "\n";
+  }
+  return csv;
 }
 
 std::string series_csv(const SimulationReport& report) {

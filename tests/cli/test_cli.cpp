@@ -254,7 +254,7 @@ TEST_CASE("sim runs the quickstart by default and reports the serving metrics", 
   const Result result = run("sim --format json");
   INFO(result.err);
   CHECK(result.exit_code == 0);
-  CHECK_THAT(result.out, Catch::Contains("\"schema\": \"kvtier.sim.v1\"") &&
+  CHECK_THAT(result.out, Catch::Contains("\"schema\": \"kvtier.sim.v2\"") &&
                              Catch::Contains("\"requests_completed\": 32") &&
                              Catch::Contains("\"tpot_p99_ms\"") &&
                              Catch::Contains("\"ttft_p50_ms\""));
@@ -262,9 +262,33 @@ TEST_CASE("sim runs the quickstart by default and reports the serving metrics", 
   CHECK(table.exit_code == 0);
   CHECK_THAT(table.out, Catch::Contains("Llama-3.1-8B on H100-SXM") &&
                             Catch::Contains("throughput_output_tokens_per_s"));
+  // The quickstart compares full with two tiered variants: one CSV row each.
+  CHECK_THAT(table.out, Catch::Contains("tiered:hbm=0.5,evict=0.1,prefetch=differential") &&
+                            Catch::Contains("synthetic reasoning trace"));
   const Result csv = run("sim --format csv");
-  CHECK_THAT(csv.out, Catch::StartsWith("requests_completed,prompt_tokens,"));
-  CHECK(count_lines(csv.out) == 2);
+  CHECK_THAT(csv.out, Catch::StartsWith("policy,requests_completed,prompt_tokens,"));
+  CHECK(count_lines(csv.out) == 4);
+}
+
+TEST_CASE("sim --policy and --compare put policies side by side", "[cli]") {
+  const auto path = write_file("compare.textproto", kRun);
+  const std::string tiering =
+      " --set tiering.prefetch_lookahead_layers=1 --set tiering.host_allocation=PINNED"
+      " --set tiering.synthetic_pattern=chat";
+  const Result result = run("sim " + path.string() +
+                            " --policy tiered:hbm=0.5,evict=0.1 --compare full,h2o:budget=64" +
+                            tiering + " --format csv");
+  INFO(result.err);
+  CHECK(result.exit_code == 0);
+  CHECK(count_lines(result.out) == 4);
+  CHECK_THAT(result.out, Catch::Contains("\n\"tiered:hbm=0.5,evict=0.1,") &&
+                             Catch::Contains("\n\"full\",") &&
+                             Catch::Contains("\n\"h2o:budget=64,"));
+  expect_config_error(run("sim " + path.string() + " --policy nosuch" + tiering), "unknown policy");
+  expect_config_error(run("sim " + path.string() + " --compare full,," + tiering), "empty policy");
+  const Result missing =
+      run("sim " + path.string() + " --policy tiered --trace /no/such.h5" + tiering);
+  CHECK(missing.exit_code == 3);
 }
 
 TEST_CASE("sim output is byte-identical for the same config and seed", "[cli]") {
@@ -283,8 +307,8 @@ TEST_CASE("sim --out writes the report files whole", "[cli]") {
   const Result result = run("sim " + path.string() + " --out " + out.string() +
                             " --set outputs.timeseries_interval_us=50ms");
   CHECK(result.exit_code == 0);
-  CHECK_THAT(slurp(out / "report.json"), Catch::StartsWith("{\"schema\": \"kvtier.sim.v1\""));
-  CHECK_THAT(slurp(out / "metrics.csv"), Catch::StartsWith("requests_completed,"));
+  CHECK_THAT(slurp(out / "report.json"), Catch::StartsWith("{\"schema\": \"kvtier.sim.v2\""));
+  CHECK_THAT(slurp(out / "metrics.csv"), Catch::StartsWith("policy,requests_completed,"));
   CHECK_THAT(slurp(out / "timeseries.csv"),
              Catch::StartsWith("time_us,hbm_kv_used_gib,running_requests\n"));
   for (const auto& entry : fs::directory_iterator(out)) {
@@ -292,13 +316,29 @@ TEST_CASE("sim --out writes the report files whole", "[cli]") {
   }
 }
 
-TEST_CASE("sim refuses configs where nothing can run, and unsupported policies", "[cli]") {
+TEST_CASE("sim refuses configs where nothing can run, and tier policies without tiering", "[cli]") {
   const auto path = write_file("big.textproto", kRun);
   expect_config_error(run("sim " + path.string() + " --set model.preset=Llama-3.1-70B"),
                       "nothing can run: weights 131.");
   expect_config_error(run("sim " + path.string() + " --set policy.name=tiered"),
-                      "needs the tier-aware simulation");
+                      "a policy other than full needs a tiering block");
   expect_config_error(run("sim " + path.string() + " --format yaml"), "unknown --format");
+}
+
+TEST_CASE("plan finds the largest batch per policy and the GPUs a target needs", "[cli]") {
+  const auto path = write_file("plan.textproto", kRun);
+  const Result result = run("plan " + path.string() +
+                            " --slo tpot_p99=1s --target-tokens-per-s 5000 --format json");
+  INFO(result.err);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("\"plans\": [{\"policy\": \"full\"") &&
+                             Catch::Contains("\"max_batch\": ") &&
+                             Catch::Contains("\"gpus\": "));
+  const Result table = run("plan " + path.string() + " --slo tpot_p99=1s");
+  CHECK(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("max batch") && Catch::Contains("bound by"));
+  expect_config_error(run("plan " + path.string() + " --slo tpot=1s"), "unknown metric");
+  expect_config_error(run("plan " + path.string()), "slo");
 }
 
 TEST_CASE("validate compares the simulator with the published measurements", "[cli]") {

@@ -86,8 +86,11 @@ TEST_CASE("budgeted policies never exceed their budget", "[replay]") {
                                                   spec);
     return kvtier::replay::layer_budgets(params, kLayers);
   };
-  for (const char* policy : {"h2o:budget=64", "h2o:budget=64,allocation=pyramid", "tova:budget=50",
-                             "tova:budget=90,allocation=pyramid", "streaming:sinks=4,window=60"}) {
+  for (const char* policy :
+       {"h2o:budget=64", "h2o:budget=64,allocation=pyramid", "tova:budget=50",
+        "tova:budget=90,allocation=pyramid", "streaming:sinks=4,window=60",
+        "h2o:allocation=explicit,budgets=64/30/90", "tova:allocation=explicit,budgets=64/30/90",
+        "dms:budget=64,delay=0"}) {
     INFO(policy);
     const auto budgets = budgets_of(policy);
     const auto demand = run(policy);
@@ -132,7 +135,8 @@ TEST_CASE("streaming with a window longer than the trace equals full", "[replay]
 
 TEST_CASE("the oracle keeps at least as much mass as any policy with the same budget", "[replay]") {
   const auto oracle = run("oracle:budget=64");
-  for (const char* policy : {"h2o:budget=64", "tova:budget=64", "streaming:sinks=4,window=60"}) {
+  for (const char* policy : {"h2o:budget=64", "tova:budget=64", "streaming:sinks=4,window=60",
+                             "dms:budget=64,delay=0", "h2o:allocation=explicit,budgets=64/64/64"}) {
     INFO(policy);
     const auto demand = run(policy);
     for (std::uint64_t step = 0; step < kSteps; ++step) {

@@ -70,16 +70,18 @@ class TraceWriter::Impl {
 
   void append_mean_row(std::uint32_t layer, std::span<const float> row) {
     LayerOutput& out = output(layer, shape_.has_mean, "mean");
-    const std::string where_text = h5::where(name_, mean_path(layer));
-    check_row(out.mean_rows, row.size(), 1, where_text);
+    if (!row_fits(out.mean_rows, row.size(), 1)) {
+      check_row(out.mean_rows, row.size(), 1, h5::where(name_, mean_path(layer)));
+    }
     out.mean_stream->append(stored_weights(row), row.size());
     ++out.mean_rows;
   }
 
   void append_head_rows(std::uint32_t layer, std::span<const float> rows) {
     LayerOutput& out = output(layer, shape_.has_heads, "heads");
-    const std::string where_text = h5::where(name_, heads_path(layer));
-    check_row(out.head_rows, rows.size(), shape_.heads, where_text);
+    if (!row_fits(out.head_rows, rows.size(), shape_.heads)) {
+      check_row(out.head_rows, rows.size(), shape_.heads, h5::where(name_, heads_path(layer)));
+    }
     out.heads_stream->append(stored_weights(rows), rows.size() / shape_.heads);
     ++out.head_rows;
   }
@@ -87,10 +89,13 @@ class TraceWriter::Impl {
   void append_topk_row(std::uint32_t layer, std::span<const std::int32_t> indices,
                        std::span<const float> weights, float residual) {
     LayerOutput& out = output(layer, shape_.has_topk, "topk");
-    const std::string where_text = h5::where(name_, topk_weights_path(layer));
-    require(out.topk_rows < shape_.steps, "more top-k rows than steps", where_text);
-    require(indices.size() == shape_.top_k && weights.size() == shape_.top_k,
-            "a top-k row needs exactly " + std::to_string(shape_.top_k) + " entries", where_text);
+    if (out.topk_rows >= shape_.steps || indices.size() != shape_.top_k ||
+        weights.size() != shape_.top_k) {
+      const std::string where_text = h5::where(name_, topk_weights_path(layer));
+      require(out.topk_rows < shape_.steps, "more top-k rows than steps", where_text);
+      require(false, "a top-k row needs exactly " + std::to_string(shape_.top_k) + " entries",
+              where_text);
+    }
     out.indices_stream->append(indices.data(), indices.size());
     out.weights_stream->append(stored_weights(weights), weights.size());
     out.residual_stream->append(&residual, 1);
@@ -170,11 +175,18 @@ class TraceWriter::Impl {
     }
   }
 
+  // Called for every row: the diagnostics are only built when a check fails.
   LayerOutput& output(std::uint32_t layer, bool declared, const char* granularity) {
-    require(declared, std::string("the trace's /meta does not declare ") + granularity, name_);
-    require(shape_.has_layer(layer), "layer " + std::to_string(layer) + " is not in the trace",
-            name_);
+    if (!declared || !shape_.has_layer(layer)) {
+      require(declared, std::string("the trace's /meta does not declare ") + granularity, name_);
+      require(false, "layer " + std::to_string(layer) + " is not in the trace", name_);
+    }
     return layers_[layer - shape_.layers.first];
+  }
+
+  [[nodiscard]] bool row_fits(std::uint32_t rows_so_far, std::size_t size,
+                              std::uint32_t lanes) const {
+    return rows_so_far < shape_.steps && size == shape_.row_length(rows_so_far) * lanes;
   }
 
   void check_row(std::uint32_t rows_so_far, std::size_t size, std::uint32_t lanes,

@@ -1,0 +1,146 @@
+// `kvtier plan RUN --slo ... [--policy P] [--compare ...] [--target-tokens-per-s X]`: capacity
+// planning with the simulator (serving/plan.hpp).
+
+#include <filesystem>
+
+#include "apps/cli.hpp"
+#include "common/errors.hpp"
+#include "common/text_output.hpp"
+#include "configs/schema/run.pb.h"
+#include "configs/validate.hpp"
+#include "replay/parameters.hpp"
+#include "serving/demand_memo.hpp"
+#include "serving/plan.hpp"
+
+namespace kvtier::app {
+namespace {
+
+namespace po = boost::program_options;
+
+std::string json_result(const serving::PlanResult& result, bool with_target) {
+  std::string json = "{\"policy\": " + json_escape(result.policy) +
+                     ", \"max_batch\": " + std::to_string(result.max_batch) +
+                     ", \"binding\": " + json_escape(result.binding) +
+                     ", \"output_tokens_per_s_per_engine\": " +
+                     format_double(result.output_tokens_per_s_per_engine) +
+                     ", \"output_tokens_per_s_per_gpu\": " +
+                     format_double(result.output_tokens_per_s_per_gpu) +
+                     ", \"output_tokens_per_s_per_node\": " +
+                     format_double(result.output_tokens_per_s_per_node) +
+                     ", \"evaluations\": " + std::to_string(result.evaluations);
+  if (with_target) {
+    json += ", \"engines\": " + std::to_string(result.engines) +
+            ", \"gpus\": " + std::to_string(result.gpus) +
+            ", \"nodes\": " + std::to_string(result.nodes);
+  }
+  json += ", \"metrics\": {";
+  for (std::size_t i = 0; i < result.metrics.size(); ++i) {
+    json += (i == 0 ? "" : ", ") + json_escape(result.metrics[i].name) + ": " +
+            format_double(result.metrics[i].value);
+  }
+  return json + "}}";
+}
+
+}  // namespace
+
+int run_plan(const Arguments& args, Context& context) {
+  po::options_description options("plan options");
+  options.add_options()("run", po::value<std::string>()->required(), "RunSpec file")(
+      "slo", po::value<std::string>()->required(),
+      "latency objectives, e.g. tpot_p99=50ms,ttft_p99=2s")(
+      "policy", po::value<std::string>(), "plan this policy instead of the run's")(
+      "compare", po::value<std::string>(),
+      "also plan these policies, e.g. full,tiered:hbm=0.5,evict=0.1")(
+      "target-tokens-per-s", po::value<double>(),
+      "output tokens/s to serve: how many engines, GPUs and nodes it needs")(
+      "rounds", po::value<std::uint32_t>()->default_value(3),
+      "requests per batch slot (num_requests = rounds x batch)");
+  add_format_option(options);
+  add_set_option(options);
+  po::positional_options_description positional;
+  positional.add("run", 1);
+  po::variables_map values;
+  if (!parse_arguments(
+          args, options, positional, values,
+          "usage: kvtier plan RUN --slo METRIC=LIMIT[,...] [--policy P] [--compare P1,P2,...] "
+          "[--target-tokens-per-s X] [--rounds N] [--set PATH=VALUE ...] [--format text|json]\n\n"
+          "For each policy, the largest batch one engine (a TP group) holds while meeting the "
+          "SLOs, found by bisection with the simulator over closed-loop runs of RUN's request "
+          "shape; what binds it (HBM, DDR, PCIe, compute or the batch cap); throughput per "
+          "engine, GPU and node; and with a target, the engines, GPUs and nodes it needs.",
+          context.out)) {
+    return 0;
+  }
+  const std::string file = values["run"].as<std::string>();
+  config::RunSpec run;
+  const config::LocationMap locations =
+      context.loader.load_file(file, run, overrides_from(values));
+  if (values.count("policy") != 0U) {
+    *run.mutable_policy() = replay::parse_policy_string(values["policy"].as<std::string>());
+  }
+  if (values.count("compare") != 0U) {
+    run.clear_compare();
+    for (auto& spec : parse_policy_list(values["compare"].as<std::string>())) {
+      *run.add_compare() = std::move(spec);
+    }
+  }
+  if (const auto problems = config::validate(run, context.loader, locations); !problems.empty()) {
+    throw config::InvalidConfig(problems, locations);
+  }
+  serving::PlanOptions plan;
+  plan.slos = serving::parse_slos(values["slo"].as<std::string>());
+  plan.rounds = values["rounds"].as<std::uint32_t>();
+  if (values.count("target-tokens-per-s") != 0U) {
+    plan.target_output_tokens_per_s = values["target-tokens-per-s"].as<double>();
+    if (!(*plan.target_output_tokens_per_s > 0)) {
+      throw ConfigError("--target-tokens-per-s must be positive");
+    }
+  }
+  std::vector<config::PolicySpec> policies{run.policy()};
+  policies.insert(policies.end(), run.compare().begin(), run.compare().end());
+  serving::DemandMemo memo;
+  std::vector<serving::PlanResult> results;
+  for (const config::PolicySpec& policy : policies) {
+    config::RunSpec variant = run;
+    *variant.mutable_policy() = policy;
+    variant.clear_compare();
+    results.push_back(serving::plan_capacity(variant, plan, &memo));
+  }
+
+  const bool with_target = plan.target_output_tokens_per_s.has_value();
+  if (format_from(values) == Format::kJson) {
+    context.out << "{\"run\": " << json_escape(file) << ", \"plans\": [";
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      context.out << (i == 0 ? "" : ", ") << json_result(results[i], with_target);
+    }
+    context.out << "]}\n";
+    return 0;
+  }
+  context.out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
+              << run.hardware().node().gpu().name() << ", tensor parallel "
+              << run.tensor_parallel_degree() << ", SLO " << values["slo"].as<std::string>()
+              << "\n\n";
+  std::vector<std::string> header{"policy", "max batch", "tok/s engine", "tok/s GPU",
+                                  "tok/s node"};
+  if (with_target) {
+    header.insert(header.end(), {"engines", "GPUs", "nodes"});
+  }
+  header.emplace_back("bound by");
+  TextTable table(header);
+  for (const auto& result : results) {
+    std::vector<std::string> row{result.policy, std::to_string(result.max_batch),
+                                 format_fixed(result.output_tokens_per_s_per_engine, 1),
+                                 format_fixed(result.output_tokens_per_s_per_gpu, 1),
+                                 format_fixed(result.output_tokens_per_s_per_node, 1)};
+    if (with_target) {
+      row.insert(row.end(), {std::to_string(result.engines), std::to_string(result.gpus),
+                             std::to_string(result.nodes)});
+    }
+    row.push_back(result.binding);
+    table.add_row(row);
+  }
+  table.render(context.out);
+  return 0;
+}
+
+}  // namespace kvtier::app

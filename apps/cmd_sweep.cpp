@@ -1,0 +1,225 @@
+// kvtier sweep: what-if grids over a base run (docs/SWEEPS.md), and merging of shard folders.
+
+#include <unistd.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "apps/cli.hpp"
+#include "common/errors.hpp"
+#include "common/text_output.hpp"
+#include "sweep/sweep.hpp"
+
+namespace kvtier::app {
+namespace {
+
+namespace po = boost::program_options;
+
+// The metrics a table shows (with their decimals); results.csv and --format csv have them all.
+struct ShownMetric {
+  const char* name;
+  int decimals;
+};
+constexpr ShownMetric kShown[] = {
+    {"throughput_output_tokens_per_s", 1},
+    {"ttft_p99_ms", 1},
+    {"tpot_p50_ms", 2},
+    {"hbm_peak_gib", 2},
+    {"hbm_saved_peak_gib", 2},
+    {"pcie_h2d_utilisation", 3},
+    {"attention_mass_kept_mean", 4},
+    {"largest_batch_that_fits", 0},
+};
+
+std::string shown_value(const sweep::Row& row, const ShownMetric& metric) {
+  for (const auto& [name, text] : row.metrics) {
+    if (name == metric.name) {
+      double value = 0.0;
+      const auto parsed = std::from_chars(text.data(), text.data() + text.size(), value);
+      return parsed.ec == std::errc() ? format_fixed(value, metric.decimals) : text;
+    }
+  }
+  return "";
+}
+
+void print_table(std::ostream& out, const sweep::ResultTable& table) {
+  std::vector<std::string> header{"point"};
+  header.insert(header.end(), table.axis_columns.begin(), table.axis_columns.end());
+  header.emplace_back("policy");
+  std::vector<bool> right(header.size(), false);
+  right.front() = true;
+  std::vector<const ShownMetric*> shown;
+  for (const ShownMetric& metric : kShown) {
+    for (const std::string& column : table.metric_columns) {
+      if (column == metric.name) {
+        shown.push_back(&metric);
+        header.emplace_back(metric.name);
+        right.push_back(true);
+      }
+    }
+  }
+  bool errors = false;
+  for (const sweep::Row& row : table.rows) {
+    errors = errors || !row.error.empty();
+  }
+  if (errors) {
+    header.emplace_back("error");
+    right.push_back(false);
+  }
+  TextTable text(header, right);
+  for (const sweep::Row& row : table.rows) {
+    std::vector<std::string> cells{std::to_string(row.point)};
+    cells.insert(cells.end(), row.axis_values.begin(), row.axis_values.end());
+    cells.push_back(row.policy);
+    for (const ShownMetric* metric : shown) {
+      cells.push_back(shown_value(row, *metric));
+    }
+    if (errors) {
+      cells.push_back(row.error);
+    }
+    text.add_row(cells);
+  }
+  out << "kvtier sweep: " << table.name << " (spec hash " << table.spec_hash << ")\n\n";
+  text.render(out);
+}
+
+void print_results(std::ostream& out, const std::string& format, const sweep::ResultTable& table) {
+  if (format == "csv") {
+    out << sweep::results_csv(table);
+  } else if (format == "json") {
+    out << sweep::results_json(table);
+  } else {
+    print_table(out, table);
+  }
+}
+
+std::string checked_format(const po::variables_map& values) {
+  std::string format = values["format"].as<std::string>();
+  if (format != "table" && format != "csv" && format != "json") {
+    throw ConfigError("unknown --format '" + format + "': expected table, csv or json");
+  }
+  return format;
+}
+
+// One line rewritten in place; only on a terminal, so logs and pipes stay clean.
+void print_progress(const sweep::Progress& progress) {
+  std::string line = "\r\033[Kkvtier sweep: " + std::to_string(progress.done) + "/" +
+                     std::to_string(progress.total) + " points";
+  if (progress.resumed > 0) {
+    line += " (" + std::to_string(progress.resumed) + " resumed)";
+  }
+  line += ", " + format_fixed(progress.elapsed_s, 1) + " s elapsed";
+  if (progress.eta_s >= 0.0 && progress.done < progress.total) {
+    line += ", ETA " + format_fixed(progress.eta_s, 0) + " s";
+  }
+  std::cerr << line << std::flush;
+}
+
+int run_merge(const Arguments& args, Context& context) {
+  po::options_description options("sweep merge options");
+  options.add_options()("folders", po::value<std::vector<std::string>>()->composing(),
+                        "sweep folders (--out of each shard)")(
+      "out", po::value<std::string>()->required(), "folder for the merged results")(
+      "format", po::value<std::string>()->default_value("table"), "output: table, csv or json");
+  po::positional_options_description positional;
+  positional.add("folders", -1);
+  po::variables_map values;
+  if (!parse_arguments(args, options, positional, values,
+                       "usage: kvtier sweep merge OUT1 OUT2 ... --out DIR [--format "
+                       "table|csv|json]\n\nCombines the point files of shard folders (kvtier sweep "
+                       "--shard K/N) into DIR/results.csv and DIR/results.h5. Refuses folders of "
+                       "different specs, and names the points no folder holds.",
+                       context.out)) {
+    return 0;
+  }
+  const std::string format = checked_format(values);
+  if (values.count("folders") == 0U) {
+    throw ConfigError("kvtier sweep merge needs the shard folders (see --help)");
+  }
+  std::vector<std::filesystem::path> folders;
+  for (const std::string& folder : values["folders"].as<std::vector<std::string>>()) {
+    folders.emplace_back(folder);
+  }
+  const std::filesystem::path out = values["out"].as<std::string>();
+  const sweep::ResultTable table = sweep::merge_sweeps(folders, out);
+  std::cerr << "kvtier sweep merge: " << folders.size() << " folder(s), " << table.rows.size()
+            << " rows -> " << (out / "results.csv").string() << "\n";
+  print_results(context.out, format, table);
+  return 0;
+}
+
+}  // namespace
+
+int run_sweep(const Arguments& args, Context& context) {
+  if (!args.empty() && args.front() == "merge") {
+    return run_merge(Arguments(args.begin() + 1, args.end()), context);
+  }
+  po::options_description options("sweep options");
+  options.add_options()("spec", po::value<std::string>(), "SweepSpec file")(
+      "jobs,j", po::value<int>()->default_value(1), "points simulated at once (threads)")(
+      "out", po::value<std::string>(),
+      "sweep folder: point files, results.csv, results.h5 (default: sweep-NAME)")(
+      "shard", po::value<std::string>(), "run only points whose index % N == K (K/N)")(
+      "format", po::value<std::string>()->default_value("table"), "output: table, csv or json");
+  add_set_option(options);
+  po::positional_options_description positional;
+  positional.add("spec", 1);
+  po::variables_map values;
+  if (!parse_arguments(
+          args, options, positional, values,
+          "usage: kvtier sweep SPEC [--jobs N] [--out DIR] [--shard K/N] [--format "
+          "table|csv|json] [--set PATH=VALUE ...]\n       kvtier sweep merge OUT1 OUT2 ... --out "
+          "DIR\n\nSimulates every point of a SweepSpec (a base run and axes of values, GRID or "
+          "ZIP; an axis on `policy` takes policy strings) with every policy of its run, and "
+          "writes one row per point and policy to DIR/results.csv and DIR/results.h5. Each "
+          "finished point is kept in DIR/points, so a rerun with the same DIR resumes; the "
+          "results do not depend on --jobs. Points that are not valid runs or do not fit get "
+          "rows with an error instead of metrics.",
+          context.out)) {
+    return 0;
+  }
+  const std::string format = checked_format(values);
+  if (values.count("spec") == 0U) {
+    throw ConfigError("kvtier sweep needs a SweepSpec file (see --help)");
+  }
+  const int jobs = values["jobs"].as<int>();
+  if (jobs < 1) {
+    throw ConfigError("--jobs " + std::to_string(jobs) + ": at least 1");
+  }
+  const std::string file = values["spec"].as<std::string>();
+  const sweep::Sweep spec = sweep::load_sweep(file, context.loader, overrides_from(values));
+
+  sweep::RunOptions run;
+  run.out =
+      values.count("out") != 0U ? values["out"].as<std::string>() : "sweep-" + spec.spec.name();
+  run.jobs = static_cast<unsigned>(jobs);
+  if (values.count("shard") != 0U) {
+    run.shard = sweep::parse_shard(values["shard"].as<std::string>());
+  }
+  const bool terminal = ::isatty(STDERR_FILENO) == 1;
+  if (terminal) {
+    run.progress = print_progress;
+  }
+  const sweep::RunSummary summary = sweep::run_sweep(spec, context.loader, run);
+  if (terminal) {
+    std::cerr << "\n";
+  }
+  std::string line = "kvtier sweep: " + std::to_string(summary.selected) + " of " +
+                     std::to_string(summary.total_points) + " points (" +
+                     std::to_string(summary.resumed) + " resumed, " +
+                     std::to_string(summary.computed) + " run";
+  if (summary.replaced > 0) {
+    line += ", " + std::to_string(summary.replaced) + " damaged point files redone";
+  }
+  line += ")";
+  if (summary.failed_points > 0) {
+    line += ", " + std::to_string(summary.failed_points) + " could not run (see the error column)";
+  }
+  std::cerr << line << " -> " << (run.out / "results.csv").string() << "\n";
+  print_results(context.out, format, summary.table);
+  return 0;
+}
+
+}  // namespace kvtier::app

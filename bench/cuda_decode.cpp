@@ -1,0 +1,339 @@
+// Decoding speed of the CUDA engine at batch 1 against the memory roofline, and what tracing
+// attention costs it (docs/ENGINE.md, "The CUDA engine"; scripts/gpu-validate.sh runs it).
+//
+//   kvtier_bench_cuda_decode [PROMPT] [STEPS] [REPEATS] [OUT_DIR] [LAYERS] [DEVICE]
+//
+// The model is Llama-2-7B shaped (hidden 4096, 32 layers, 32 heads, MHA, intermediate 11008,
+// vocabulary 32000, untied head; LAYERS changes the layer count) with seeded random weights
+// (uniform, standard deviation 0.02, norm gains 1), run in BF16. To keep host memory and set-up
+// short, every layer is built from the same host tensors; the engine uploads each layer to a
+// buffer of its own, so the device reads 13.5 GB of distinct weights per token as a real 7B.
+//
+// Measured, each REPEATS times (medians reported), over the same forward passes (a prefill of
+// PROMPT random tokens, then STEPS greedy decode steps):
+// - plain: generate() with no observer; decode tokens/s from a separate timing of the decode
+//   steps alone;
+// - null observer: an observer that does nothing, attached (asynchronous delivery of per-head
+//   rows): the cost of the device-to-host copies and the delivery thread alone;
+// - traced mean: capture_trace writing mean rows (FP16) to OUT_DIR, the engine reducing head
+//   means on the device (what `kvtier trace capture --device cuda` does for mean traces);
+// - traced mean, per-head copies: the same trace with every head's rows copied to the host.
+// The roofline is tokens/s = bandwidth / (weight bytes + mean KV bytes read per step), for the
+// HBM's peak bandwidth (from the device's memory clock and bus width) and for the bandwidth a
+// large device-to-device copy reaches. Prints one JSON line.
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "kernels/cuda_engine.hpp"
+#include "kernels/engine.hpp"
+#include "kernels/generate.hpp"
+#include "kernels/sampler.hpp"
+#include "kernels/tracer.hpp"
+
+namespace {
+
+namespace kk = kvtier::kernels;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::int64_t kHidden = 4096;
+constexpr std::int64_t kHeads = 32;
+constexpr std::int64_t kHeadDim = 128;
+constexpr std::int64_t kIntermediate = 11008;
+constexpr std::int64_t kVocab = 32000;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+std::string json_list(const std::vector<double>& values) {
+  std::ostringstream out;
+  out << "[";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    out << (i == 0 ? "" : ",") << values[i];
+  }
+  out << "]";
+  return out.str();
+}
+
+void check(cudaError_t status, const char* call) {
+  if (status != cudaSuccess) {
+    throw kvtier::Error(std::string(call) + " failed: " + cudaGetErrorString(status), "bench",
+                        kvtier::ExitCode::kRuntimeFailure);
+  }
+}
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30U)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27U)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31U);
+}
+
+// Uniform in [-a, a] with a = 0.02·√3 (standard deviation 0.02), filled on every core.
+std::vector<float> random_values(std::int64_t count, std::uint64_t seed) {
+  std::vector<float> values(static_cast<std::size_t>(count));
+  const float amplitude = 0.02F * std::sqrt(3.0F);
+  const unsigned threads = std::max(1U, std::thread::hardware_concurrency());
+  std::vector<std::thread> workers;
+  const std::int64_t per_thread = (count + threads - 1) / threads;
+  for (unsigned t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      const std::int64_t begin = static_cast<std::int64_t>(t) * per_thread;
+      const std::int64_t end = std::min(count, begin + per_thread);
+      for (std::int64_t i = begin; i < end; ++i) {
+        const auto bits = static_cast<float>(
+            splitmix64(seed * 0x100000000ULL + static_cast<std::uint64_t>(i)) >> 40U);
+        values[static_cast<std::size_t>(i)] = amplitude * (bits / 8388608.0F - 1.0F);
+      }
+    });
+  }
+  for (std::thread& worker : workers) {
+    worker.join();
+  }
+  return values;
+}
+
+kk::ModelWeights random_7b(int layers) {
+  kk::ModelWeights model;
+  kvtier::config::ModelSpec& spec = model.spec;
+  spec.set_name("random-llama-7B-shape");
+  spec.set_architecture(kvtier::config::LLAMA);
+  spec.set_num_hidden_layers(static_cast<std::uint32_t>(layers));
+  spec.set_hidden_size(kHidden);
+  spec.set_num_attention_heads(kHeads);
+  spec.set_num_key_value_heads(kHeads);
+  spec.set_head_dim(kHeadDim);
+  spec.set_intermediate_size(kIntermediate);
+  spec.set_vocab_size(kVocab);
+  spec.set_tie_word_embeddings(false);
+  spec.set_attention_bias(false);
+  spec.set_qk_norm(false);
+  spec.set_max_position_embeddings(4096);
+  spec.set_rope_theta(10000.0);
+  spec.set_rms_norm_eps(1e-5);
+  spec.set_weight_dtype(kvtier::config::BF16);
+  spec.set_activation_dtype(kvtier::config::BF16);
+  spec.set_kv_dtype(kvtier::config::BF16);
+  model.source = "random";
+  std::uint64_t seed = 1;
+  const auto make = [&](const std::string& name, std::int64_t rows, std::int64_t cols, bool ones) {
+    std::vector<float> values = ones ? std::vector<float>(static_cast<std::size_t>(rows * cols), 1.0F)
+                                     : random_values(rows * cols, seed++);
+    return kk::WeightTensor{name, model.storage.adopt(std::move(values)), rows, cols};
+  };
+  model.token_embedding = make("embedding", kVocab, kHidden, false);
+  model.lm_head = make("lm_head", kVocab, kHidden, false);
+  model.final_norm = make("norm", 1, kHidden, true);
+  kk::LayerWeights layer;
+  layer.attention_norm = make("attention_norm", 1, kHidden, true);
+  layer.wq = make("wq", kHidden, kHidden, false);
+  layer.wk = make("wk", kHidden, kHidden, false);
+  layer.wv = make("wv", kHidden, kHidden, false);
+  layer.wo = make("wo", kHidden, kHidden, false);
+  layer.mlp_norm = make("mlp_norm", 1, kHidden, true);
+  layer.w_gate = make("w_gate", kIntermediate, kHidden, false);
+  layer.w_up = make("w_up", kIntermediate, kHidden, false);
+  layer.w_down = make("w_down", kHidden, kIntermediate, false);
+  model.layers.assign(static_cast<std::size_t>(layers), layer);
+  return model;
+}
+
+class NullObserver final : public kk::ForwardObserver {
+ public:
+  void on_attention(const kk::AttentionStep& step) override { static_cast<void>(step); }
+};
+
+// The bandwidth a large device-to-device copy reaches (bytes read + written per second).
+double copy_bandwidth(int device) {
+  check(cudaSetDevice(device), "cudaSetDevice");
+  const std::size_t bytes = std::size_t{2} << 30U;
+  void* source = nullptr;
+  void* target = nullptr;
+  check(cudaMalloc(&source, bytes), "cudaMalloc");
+  check(cudaMalloc(&target, bytes), "cudaMalloc");
+  cudaEvent_t start = nullptr;
+  cudaEvent_t stop = nullptr;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  check(cudaMemset(source, 1, bytes), "cudaMemset");
+  float best_ms = 1e30F;
+  for (int i = 0; i < 6; ++i) {
+    check(cudaEventRecord(start), "cudaEventRecord");
+    check(cudaMemcpy(target, source, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    check(cudaEventRecord(stop), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0F;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i > 0) {  // the first copy warms up
+      best_ms = std::min(best_ms, ms);
+    }
+  }
+  static_cast<void>(cudaEventDestroy(start));
+  static_cast<void>(cudaEventDestroy(stop));
+  static_cast<void>(cudaFree(source));
+  static_cast<void>(cudaFree(target));
+  return 2.0 * static_cast<double>(bytes) / (static_cast<double>(best_ms) * 1e-3);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int prompt_tokens = argc > 1 ? std::atoi(argv[1]) : 512;
+  const int steps = argc > 2 ? std::atoi(argv[2]) : 256;
+  const int repeats = argc > 3 ? std::atoi(argv[3]) : 3;
+  const std::filesystem::path out_dir = argc > 4 ? argv[4] : "/tmp";
+  const int layers = argc > 5 ? std::atoi(argv[5]) : 32;
+  const int device = argc > 6 ? std::atoi(argv[6]) : 0;
+  if (prompt_tokens < 1 || steps < 1 || repeats < 1 || layers < 1 ||
+      prompt_tokens + steps > 4096) {
+    std::cerr << "usage: kvtier_bench_cuda_decode [PROMPT] [STEPS] [REPEATS] [OUT_DIR] [LAYERS] "
+                 "[DEVICE]  (PROMPT + STEPS <= 4096)\n";
+    return 2;
+  }
+  try {
+    cudaDeviceProp properties{};
+    check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+    int memory_clock_khz = 0;
+    check(cudaDeviceGetAttribute(&memory_clock_khz, cudaDevAttrMemoryClockRate, device),
+          "cudaDeviceGetAttribute");
+    const double peak_bandwidth = 2.0 * memory_clock_khz * 1e3 * properties.memoryBusWidth / 8.0;
+    const double copy_rate = copy_bandwidth(device);
+
+    auto start = Clock::now();
+    const auto weights = std::make_shared<const kk::ModelWeights>(random_7b(layers));
+    const double build_seconds = seconds_since(start);
+    const auto engine_with = [&](kk::ObserverRows rows) {
+      kk::CudaEngineOptions options;
+      options.device = device;
+      options.dtype = kk::CudaComputeDtype::kBF16;
+      options.observer_rows = rows;
+      return kk::make_cuda_engine(weights, options);
+    };
+    start = Clock::now();
+    const auto engine = engine_with(kk::ObserverRows::kPerHead);
+    const double upload_seconds = seconds_since(start);
+
+    // Weight bytes every decode step reads (BF16): the layers and the LM head; KV bytes: keys
+    // and values of every earlier position, on average over the decode steps.
+    const double layer_bytes =
+        2.0 * static_cast<double>(4 * kHidden * kHidden + 3 * kIntermediate * kHidden);
+    const double weight_bytes = layer_bytes * layers + 2.0 * static_cast<double>(kVocab * kHidden);
+    const double mean_positions = prompt_tokens + (steps - 1) / 2.0 + 1.0;
+    const double kv_bytes = 2.0 * 2.0 * static_cast<double>(kHidden) * layers * mean_positions;
+
+    std::vector<std::int32_t> prompt(static_cast<std::size_t>(prompt_tokens));
+    for (std::size_t i = 0; i < prompt.size(); ++i) {
+      prompt[i] = static_cast<std::int32_t>(splitmix64(i) % kVocab);
+    }
+    // Plain runs make the same forward passes as a capture of `steps` decode steps: generate()
+    // samples steps + 1 tokens and runs all but the last.
+    kk::GenerationOptions plain;
+    plain.max_new_tokens = steps + 1;
+    kk::CaptureOptions traced;
+    traced.generation.max_new_tokens = steps;
+    traced.tool = "kvtier_bench_cuda_decode";
+    const std::filesystem::path file = out_dir / "kvtier_bench_cuda_decode.h5";
+    const auto mean_engine = engine_with(kk::ObserverRows::kHeadMean);
+
+    std::vector<double> prefill_seconds;
+    std::vector<double> decode_seconds;
+    std::vector<double> plain_seconds;
+    std::vector<double> null_seconds;
+    std::vector<double> traced_mean_seconds;
+    std::vector<double> traced_heads_seconds;
+    std::uintmax_t trace_bytes = 0;
+    NullObserver null_observer;
+    for (int repeat = 0; repeat < repeats; ++repeat) {
+      // Decode alone: prefill, then time the greedy decode steps.
+      engine->reset();
+      engine->reserve(prompt_tokens + steps);
+      start = Clock::now();
+      std::span<const float> logits = engine->prefill(prompt);
+      prefill_seconds.push_back(seconds_since(start));
+      start = Clock::now();
+      for (int step = 0; step < steps; ++step) {
+        logits = engine->decode(kk::argmax(logits));
+      }
+      decode_seconds.push_back(seconds_since(start));
+
+      start = Clock::now();
+      const kk::GenerationResult result = kk::generate(*engine, prompt, plain);
+      plain_seconds.push_back(seconds_since(start));
+
+      engine->set_observer(&null_observer);
+      start = Clock::now();
+      static_cast<void>(kk::generate(*engine, prompt, plain));
+      engine->set_observer(nullptr);  // waits for the last deliveries
+      null_seconds.push_back(seconds_since(start));
+
+      start = Clock::now();
+      const kk::CaptureResult mean = kk::capture_trace(*mean_engine, prompt, traced, file);
+      traced_mean_seconds.push_back(seconds_since(start));
+      trace_bytes = std::filesystem::file_size(file);
+      std::filesystem::remove(file);
+
+      start = Clock::now();
+      static_cast<void>(kk::capture_trace(*engine, prompt, traced, file));
+      traced_heads_seconds.push_back(seconds_since(start));
+      std::filesystem::remove(file);
+      if (!std::equal(mean.generation.tokens.begin(), mean.generation.tokens.end(),
+                      result.tokens.begin())) {
+        std::cerr << "warning: the traced run decoded other tokens than the plain one\n";
+      }
+    }
+
+    const double decode_rate = steps / median(decode_seconds);
+    const double roofline_peak = peak_bandwidth / (weight_bytes + kv_bytes);
+    const double roofline_copy = copy_rate / (weight_bytes + kv_bytes);
+    const double plain_median = median(plain_seconds);
+    std::cout << "{\"bench\":\"cuda_decode\",\"model\":\"" << weights->spec.name()
+              << "\",\"layers\":" << layers << ",\"dtype\":\"bf16\",\"device\":\""
+              << properties.name << "\",\"prompt_tokens\":" << prompt_tokens
+              << ",\"steps\":" << steps << ",\"repeats\":" << repeats
+              << ",\"weight_bytes\":" << weight_bytes << ",\"mean_kv_bytes_per_step\":" << kv_bytes
+              << ",\"hbm_peak_bytes_per_s\":" << peak_bandwidth
+              << ",\"copy_bytes_per_s\":" << copy_rate << ",\"build_s\":" << build_seconds
+              << ",\"upload_s\":" << upload_seconds
+              << ",\"prefill_s\":" << json_list(prefill_seconds)
+              << ",\"prefill_tokens_per_s\":" << prompt_tokens / median(prefill_seconds)
+              << ",\"decode_s\":" << json_list(decode_seconds)
+              << ",\"decode_tokens_per_s\":" << decode_rate
+              << ",\"roofline_tokens_per_s_peak\":" << roofline_peak
+              << ",\"roofline_tokens_per_s_copy\":" << roofline_copy
+              << ",\"fraction_of_peak_roofline\":" << decode_rate / roofline_peak
+              << ",\"fraction_of_copy_roofline\":" << decode_rate / roofline_copy
+              << ",\"plain_s\":" << json_list(plain_seconds)
+              << ",\"null_observer_s\":" << json_list(null_seconds)
+              << ",\"traced_mean_s\":" << json_list(traced_mean_seconds)
+              << ",\"traced_mean_per_head_copies_s\":" << json_list(traced_heads_seconds)
+              << ",\"trace_bytes\":" << trace_bytes
+              << ",\"overhead_null_observer\":" << median(null_seconds) / plain_median - 1.0
+              << ",\"overhead_traced_mean\":" << median(traced_mean_seconds) / plain_median - 1.0
+              << ",\"overhead_traced_mean_per_head_copies\":"
+              << median(traced_heads_seconds) / plain_median - 1.0 << "}\n";
+  } catch (const kvtier::Error& error) {
+    for (const std::string& line : error.lines()) {
+      std::cerr << line << "\n";
+    }
+    return static_cast<int>(error.exit_code());
+  }
+  return 0;
+}

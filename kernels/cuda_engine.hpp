@@ -1,0 +1,69 @@
+#pragma once
+// The CUDA engine: the CPU engine's forward pass on an NVIDIA GPU (docs/ENGINE.md, "The CUDA
+// engine"). Same interface, same architectures (Llama, Mistral sliding windows, Qwen2 biases,
+// Qwen3 q/k norms, tied LM heads, both RoPE layouts and scalings), same observer calls.
+//
+// Weights are uploaded once, converted to the compute dtype; GEMMs are cuBLAS in that dtype with
+// float32 accumulation and float32 outputs; the residual stream, norms, RoPE, softmax and the
+// probabilities the observer sees are float32; the KV cache is in the compute dtype. In FP32 the
+// engine differs from the CPU engine by rounding only.
+//
+// Declared in every build. Without the CUDA targets make_cuda_engine throws ConfigError "the
+// CUDA engine is not available in this build".
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+
+#include "kernels/engine.hpp"
+#include "kernels/model_weights.hpp"
+
+namespace kvtier::kernels {
+
+// Storage of weights, KV cache and GEMM inputs.
+enum class CudaComputeDtype { kBF16, kFP16, kFP32 };
+
+// What on_attention's probabilities hold.
+enum class ObserverRows {
+  // Every head's softmax row, exactly as the CPU engine shows it.
+  kPerHead,
+  // The head mean, reduced on the device (the tracer's mean granularity): each head's row in the
+  // AttentionStep is that mean, so the layout is the CPU engine's while the device-to-host copy
+  // is 1/heads of it. Right for mean and top-k traces; wrong for per-head rows or a prefill window.
+  kHeadMean,
+};
+
+// Which thread calls the observer.
+enum class ObserverDelivery {
+  // A delivery thread of the engine, from pinned host ring buffers the device copies into
+  // asynchronously, so that observing does not stall decoding: calls for a forward pass may run
+  // after prefill()/decode() return. They run in the CPU engine's order, one at a time;
+  // set_observer() and reset() wait for every pending call (and rethrow an exception the
+  // observer threw, which otherwise comes from the next prefill()/decode()). Detach an observer
+  // (set_observer(nullptr)) before destroying it. No call happens after an exception has left
+  // prefill()/decode(), or once the engine's destructor has begun.
+  kAsynchronous,
+  // The calling thread, within prefill()/decode(), after a device synchronisation per layer.
+  kSynchronous,
+};
+
+struct CudaEngineOptions {
+  int device = 0;  // CUDA device index
+  CudaComputeDtype dtype = CudaComputeDtype::kBF16;
+  ObserverRows observer_rows = ObserverRows::kPerHead;
+  ObserverDelivery observer_delivery = ObserverDelivery::kAsynchronous;
+  // Pinned host memory the observed rows are staged in; a larger ring lets the observer fall
+  // further behind before decoding waits for it. Grown when one layer's rows need more.
+  std::size_t observer_ring_bytes = std::size_t{256} << 20U;
+};
+
+[[nodiscard]] std::string_view cuda_compute_dtype_name(CudaComputeDtype dtype);
+
+// Uploads `weights` to the device and returns an engine (backend() "cuda"). Throws ConfigError
+// when this build has no CUDA targets, no usable CUDA device is present or `options.device` does
+// not exist; DataError for a model the engine cannot run (as the CPU engine); kvtier::Error (exit
+// 1) naming the CUDA or cuBLAS call that failed, e.g. cudaMalloc when the model does not fit.
+[[nodiscard]] std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,
+                                                       CudaEngineOptions options = {});
+
+}  // namespace kvtier::kernels

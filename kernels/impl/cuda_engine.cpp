@@ -1,0 +1,1019 @@
+// The CUDA engine (kernels/cuda_engine.hpp, docs/ENGINE.md "The CUDA engine").
+//
+// Host code in C++20: it implements the Engine interface, whose std::span nvcc cannot compile in
+// the C++17 the project's CUDA sources use; it drives the CUDA runtime and cuBLAS, and launches
+// the device kernels of cuda_kernels.cu through their plain-C++ launchers.
+//
+// One forward pass, every token of the call together as in the CPU engine:
+//   embedding → per layer: RMSNorm → fused Q/K/V GEMM → bias, q/k-norm, RoPE, KV store
+//   (one kernel) → attention (probabilities kept) → O GEMM (+residual) → RMSNorm → fused
+//   gate/up GEMM → SwiGLU → down GEMM (+residual) → final RMSNorm of the last row → LM head.
+// GEMMs are cublasGemmEx in the compute dtype with float32 accumulation and float32 outputs.
+// With an observer, each layer's keys/values, queries and probabilities (per head, or their head
+// mean reduced on the device) are copied asynchronously into a pinned host ring, and a delivery
+// thread calls the observer once each copy's event has completed (observer_delivery.hpp).
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "kernels/cuda_engine.hpp"
+#include "kernels/impl/cuda_kernels.cuh"
+#include "kernels/impl/observer_delivery.hpp"
+#include "kernels/rotary.hpp"
+
+namespace kvtier::kernels {
+namespace {
+
+using cuda::Dtype;
+
+// Floats of attention probabilities a call keeps on the device at once without an observer
+// (128 MiB); longer prompts run their attention in chunks of query rows.
+constexpr std::int64_t kAttentionScratchFloats = std::int64_t{32} << 20U;
+// Floats converted per upload step (64 MiB of float32 staging on the device).
+constexpr std::int64_t kUploadStagingFloats = std::int64_t{16} << 20U;
+constexpr int kMaxHeadDim = 1024;
+
+std::string gib_text(double bytes) {
+  const double gib = bytes / static_cast<double>(1U << 30U);
+  std::string text = std::to_string(std::round(gib * 100.0) / 100.0);
+  text.erase(text.find_last_not_of('0') + 1);
+  if (!text.empty() && text.back() == '.') {
+    text.pop_back();
+  }
+  return text + " GiB";
+}
+
+// Every CUDA and cuBLAS call goes through one of these: a failure is a kvtier::Error (exit 1)
+// naming the call.
+class Checker {
+ public:
+  explicit Checker(int device) : device_(device) {}
+
+  [[nodiscard]] std::string where() const { return "CUDA device " + std::to_string(device_); }
+
+  void operator()(cudaError_t status, const std::string& call) const {
+    if (status != cudaSuccess) {
+      throw Error(call + " failed: " + cudaGetErrorName(status) + " (" +
+                      cudaGetErrorString(status) + ")",
+                  where(), ExitCode::kRuntimeFailure);
+    }
+  }
+  void operator()(cublasStatus_t status, const std::string& call) const {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      throw Error(call + " failed: " + cublasGetStatusName(status) + " (" +
+                      cublasGetStatusString(status) + ")",
+                  where(), ExitCode::kRuntimeFailure);
+    }
+  }
+
+ private:
+  int device_;
+};
+
+// Owning handles. Destructors ignore errors: they run on teardown, where nothing can be done.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(std::size_t bytes, const Checker& check) : bytes_(bytes) {
+    if (bytes > 0) {
+      check(cudaMalloc(&data_, bytes), "cudaMalloc (" + gib_text(static_cast<double>(bytes)) + ")");
+    }
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  DeviceMemory(DeviceMemory&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept {
+    if (this != &other) {
+      free();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  ~DeviceMemory() { free(); }
+
+  [[nodiscard]] void* get() const { return data_; }
+  [[nodiscard]] float* floats() const { return static_cast<float*>(data_); }
+  [[nodiscard]] std::size_t bytes() const { return bytes_; }
+
+ private:
+  void free() noexcept {
+    if (data_ != nullptr) {
+      static_cast<void>(cudaFree(data_));
+      data_ = nullptr;
+    }
+  }
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class PinnedMemory {
+ public:
+  PinnedMemory() = default;
+  PinnedMemory(std::size_t bytes, const Checker& check) : bytes_(bytes) {
+    check(cudaHostAlloc(&data_, std::max<std::size_t>(bytes, 1), cudaHostAllocDefault),
+          "cudaHostAlloc (" + gib_text(static_cast<double>(bytes)) + " pinned)");
+  }
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+  PinnedMemory(PinnedMemory&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  PinnedMemory& operator=(PinnedMemory&& other) noexcept {
+    if (this != &other) {
+      free();
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  ~PinnedMemory() { free(); }
+
+  [[nodiscard]] std::byte* get() const { return static_cast<std::byte*>(data_); }
+  [[nodiscard]] std::size_t bytes() const { return bytes_; }
+
+ private:
+  void free() noexcept {
+    if (data_ != nullptr) {
+      static_cast<void>(cudaFreeHost(data_));
+      data_ = nullptr;
+    }
+  }
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+class Stream {
+ public:
+  // Selects `device` for the calling thread first: the stream and all that follows live there.
+  Stream(const Checker& check, int device) {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  Stream(Stream&&) = delete;
+  Stream& operator=(Stream&&) = delete;
+  ~Stream() {
+    static_cast<void>(cudaStreamSynchronize(stream_));
+    static_cast<void>(cudaStreamDestroy(stream_));
+  }
+  [[nodiscard]] cudaStream_t get() const { return stream_; }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+class Cublas {
+ public:
+  Cublas(const Checker& check, cudaStream_t stream) {
+    check(cublasCreate(&handle_), "cublasCreate");
+    const cublasStatus_t status = cublasSetStream(handle_, stream);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+      static_cast<void>(cublasDestroy(handle_));
+      check(status, "cublasSetStream");
+    }
+  }
+  Cublas(const Cublas&) = delete;
+  Cublas& operator=(const Cublas&) = delete;
+  Cublas(Cublas&&) = delete;
+  Cublas& operator=(Cublas&&) = delete;
+  ~Cublas() { static_cast<void>(cublasDestroy(handle_)); }
+  [[nodiscard]] cublasHandle_t get() const { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+};
+
+// Events that mark when a record's copies have landed; reused once a record is delivered.
+class EventPool {
+ public:
+  explicit EventPool(const Checker& check) : check_(check) {}
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  EventPool(EventPool&&) = delete;
+  EventPool& operator=(EventPool&&) = delete;
+  ~EventPool() {
+    for (cudaEvent_t event : free_) {
+      static_cast<void>(cudaEventDestroy(event));
+    }
+  }
+
+  [[nodiscard]] cudaEvent_t take() {
+    {
+      const std::lock_guard lock(mutex_);
+      if (!free_.empty()) {
+        cudaEvent_t event = free_.back();
+        free_.pop_back();
+        return event;
+      }
+    }
+    cudaEvent_t event = nullptr;
+    check_(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    return event;
+  }
+  void give_back(cudaEvent_t event) noexcept {
+    try {
+      const std::lock_guard lock(mutex_);
+      free_.push_back(event);
+    } catch (...) {
+      static_cast<void>(cudaEventDestroy(event));
+    }
+  }
+
+ private:
+  Checker check_;
+  std::mutex mutex_;
+  std::vector<cudaEvent_t> free_;
+};
+
+Dtype device_dtype(CudaComputeDtype dtype) {
+  switch (dtype) {
+    case CudaComputeDtype::kBF16: return Dtype::kBF16;
+    case CudaComputeDtype::kFP16: return Dtype::kF16;
+    case CudaComputeDtype::kFP32: return Dtype::kF32;
+  }
+  return Dtype::kF32;
+}
+
+cudaDataType cublas_type(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kBF16: return CUDA_R_16BF;
+    case Dtype::kF16: return CUDA_R_16F;
+    case Dtype::kF32: return CUDA_R_32F;
+  }
+  return CUDA_R_32F;
+}
+
+std::size_t dtype_bytes(Dtype dtype) {
+  return dtype == Dtype::kF32 ? 4 : 2;
+}
+
+void require_shape(const WeightTensor& weight, std::int64_t rows, std::int64_t cols,
+                   const std::string& where) {
+  if (!weight.present() || weight.rows * weight.cols != rows * cols) {
+    throw DataError("weight '" + weight.name + "' has " + std::to_string(weight.rows) + " x " +
+                        std::to_string(weight.cols) + " values; the model's configuration implies " +
+                        std::to_string(rows) + " x " + std::to_string(cols),
+                    where);
+  }
+}
+
+// A run of query rows whose attention is computed (and observed) together.
+struct Chunk {
+  int first_row = 0;
+  int rows = 0;
+  std::int64_t keys = 0;  // sum of the rows' key counts
+};
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(std::shared_ptr<const ModelWeights> weights, const CudaEngineOptions& options);
+  CudaEngine(const CudaEngine&) = delete;
+  CudaEngine& operator=(const CudaEngine&) = delete;
+  CudaEngine(CudaEngine&&) = delete;
+  CudaEngine& operator=(CudaEngine&&) = delete;
+  ~CudaEngine() override;
+
+  [[nodiscard]] const config::ModelSpec& spec() const override { return spec_; }
+  [[nodiscard]] std::string_view backend() const override { return "cuda"; }
+  [[nodiscard]] int position() const override { return position_; }
+
+  std::span<const float> prefill(std::span<const std::int32_t> tokens) override {
+    return run(tokens, true);
+  }
+  std::span<const float> decode(std::int32_t token) override { return run({&token, 1}, false); }
+  void reset() override;
+  void reserve(int positions) override;
+  void set_observer(ForwardObserver* observer) override;
+
+ private:
+  struct Layer {
+    DeviceMemory attention_norm;  // float32 [hidden]
+    DeviceMemory qkv;             // [q_width + 2 kv_width, hidden]: wq, wk, wv
+    DeviceMemory qkv_bias;        // float32 [qkv_width] (Qwen2) or empty
+    DeviceMemory q_norm;          // float32 [head_dim] (Qwen3) or empty
+    DeviceMemory k_norm;
+    DeviceMemory wo;        // [hidden, q_width]
+    DeviceMemory mlp_norm;  // float32 [hidden]
+    DeviceMemory gate_up;   // [2 intermediate, hidden]: w_gate, w_up
+    DeviceMemory down;      // [hidden, intermediate]
+    DeviceMemory keys;      // KV cache [capacity][kv_width]
+    DeviceMemory values;
+  };
+
+  void select_device() const { check_(cudaSetDevice(device_), "cudaSetDevice"); }
+  void upload_weights();
+  DeviceMemory upload_vector(const WeightTensor& weight, std::int64_t size);
+  void upload_matrix(const WeightTensor& weight, std::int64_t rows, std::int64_t cols,
+                     void* destination, DeviceMemory& staging);
+
+  std::span<const float> run(std::span<const std::int32_t> tokens, bool prefill);
+  std::span<const float> forward(std::span<const std::int32_t> tokens, bool prefill);
+  void check_input(std::span<const std::int32_t> tokens) const;
+  void report_observer_failure();
+  void abandon_deliveries() noexcept;
+  void ensure_cache(int positions);
+  void ensure_rows(int rows);
+  [[nodiscard]] std::vector<Chunk> plan_chunks(int rows, bool observed) const;
+  void ensure_ring(std::size_t bytes);
+
+  void gemm(const void* weight, int out_features, int in_features, const void* input, int rows,
+            float* output, bool accumulate);
+  void observe_key_values(ForwardObserver* observer, int layer, int rows);
+  void observe_attention(ForwardObserver* observer, int layer, const Chunk& chunk, bool prefill);
+  [[nodiscard]] std::byte* stage(std::size_t bytes, std::size_t& offset);
+  void push_record(cudaEvent_t event, std::function<void()> deliver);
+
+  std::shared_ptr<const ModelWeights> weights_;
+  const config::ModelSpec& spec_;
+  CudaEngineOptions options_;
+  int device_;
+  Checker check_;
+  Dtype dtype_;
+  int hidden_;
+  int heads_;
+  int kv_heads_;
+  int head_dim_;
+  int q_width_;    // heads * head_dim
+  int kv_width_;   // kv_heads * head_dim
+  int qkv_width_;  // q_width + 2 kv_width
+  int intermediate_;
+  int vocab_;
+  int layers_count_;
+  int max_positions_;
+  int window_;
+  float eps_;
+  float scale_;
+  bool tied_;
+
+  ForwardObserver* observer_ = nullptr;
+  int position_ = 0;
+  int capacity_ = 0;  // KV cache positions
+  int row_capacity_ = 0;
+
+  // Declared in teardown order: the delivery queue (last) stops before anything it uses goes.
+  Stream stream_;
+  Cublas cublas_;
+  std::vector<Layer> layers_;
+  DeviceMemory embedding_;
+  DeviceMemory lm_head_;  // empty when tied to the embedding
+  DeviceMemory final_norm_;
+  DeviceMemory inverse_frequency_;
+  // Scratch for the rows of one call.
+  DeviceMemory tokens_;
+  DeviceMemory x_;               // float32 [rows][hidden], the residual stream
+  DeviceMemory normed_;          // [rows][hidden]
+  DeviceMemory qkv_;             // float32 [rows][qkv_width]
+  DeviceMemory attention_out_;   // [rows][q_width]
+  DeviceMemory gate_up_;         // float32 [rows][2 intermediate]
+  DeviceMemory activation_;      // [rows][intermediate]
+  DeviceMemory probabilities_;   // float32, packed per head (cuda_kernels.cuh)
+  DeviceMemory mean_;            // float32, packed head means
+  DeviceMemory logits_;          // float32 [vocab]
+  PinnedMemory tokens_host_;
+  PinnedMemory logits_host_;
+  EventPool events_;
+  PinnedMemory ring_memory_;
+  detail::StagingRing ring_{0};
+  std::vector<float> broadcast_;  // the delivery thread's head-mean rows, one per head
+  std::unique_ptr<detail::DeliveryQueue> delivery_;
+};
+
+CudaEngine::CudaEngine(std::shared_ptr<const ModelWeights> weights,
+                       const CudaEngineOptions& options)
+    : weights_(std::move(weights)),
+      spec_(weights_->spec),
+      options_(options),
+      device_(options.device),
+      check_(options.device),
+      dtype_(device_dtype(options.dtype)),
+      hidden_(static_cast<int>(spec_.hidden_size())),
+      heads_(static_cast<int>(spec_.num_attention_heads())),
+      kv_heads_(static_cast<int>(spec_.num_key_value_heads())),
+      head_dim_(static_cast<int>(spec_.head_dim())),
+      q_width_(heads_ * head_dim_),
+      kv_width_(kv_heads_ * head_dim_),
+      qkv_width_(q_width_ + 2 * kv_width_),
+      intermediate_(static_cast<int>(spec_.intermediate_size())),
+      vocab_(static_cast<int>(spec_.vocab_size())),
+      layers_count_(static_cast<int>(spec_.num_hidden_layers())),
+      max_positions_(static_cast<int>(spec_.max_position_embeddings())),
+      window_(spec_.has_sliding_window() ? static_cast<int>(spec_.sliding_window()) : 0),
+      eps_(static_cast<float>(spec_.rms_norm_eps())),
+      scale_(1.0F / std::sqrt(static_cast<float>(spec_.head_dim()))),
+      tied_(weights_->lm_head.data == weights_->token_embedding.data),
+      stream_(check_, options.device),
+      cublas_(check_, stream_.get()),
+      events_(check_) {
+  if (head_dim_ > kMaxHeadDim) {
+    throw ConfigError("head_dim " + std::to_string(head_dim_) +
+                          " is more than the CUDA engine supports (" +
+                          std::to_string(kMaxHeadDim) + ")",
+                      weights_->source);
+  }
+  if (static_cast<int>(weights_->layers.size()) != layers_count_) {
+    throw DataError("the model has " + std::to_string(weights_->layers.size()) +
+                        " layers of weights; num_hidden_layers is " +
+                        std::to_string(layers_count_),
+                    weights_->source);
+  }
+  upload_weights();
+  logits_ = DeviceMemory(static_cast<std::size_t>(vocab_) * sizeof(float), check_);
+  logits_host_ = PinnedMemory(static_cast<std::size_t>(vocab_) * sizeof(float), check_);
+  check_(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (weight upload)");
+  const int device = device_;
+  const Checker check = check_;
+  delivery_ = std::make_unique<detail::DeliveryQueue>(
+      options_.observer_delivery == ObserverDelivery::kAsynchronous,
+      [device, check] { check(cudaSetDevice(device), "cudaSetDevice (delivery thread)"); });
+}
+
+CudaEngine::~CudaEngine() {
+  static_cast<void>(cudaSetDevice(device_));
+  delivery_.reset();  // releases what is queued without calling the observer
+  static_cast<void>(cudaStreamSynchronize(stream_.get()));
+}
+
+DeviceMemory CudaEngine::upload_vector(const WeightTensor& weight, std::int64_t size) {
+  require_shape(weight, 1, size, weights_->source);
+  DeviceMemory memory(static_cast<std::size_t>(size) * sizeof(float), check_);
+  check_(cudaMemcpyAsync(memory.get(), weight.data, memory.bytes(), cudaMemcpyHostToDevice,
+                         stream_.get()),
+         "cudaMemcpyAsync (upload of " + weight.name + ")");
+  return memory;
+}
+
+void CudaEngine::upload_matrix(const WeightTensor& weight, std::int64_t rows, std::int64_t cols,
+                               void* destination, DeviceMemory& staging) {
+  require_shape(weight, rows, cols, weights_->source);
+  const std::int64_t count = rows * cols;
+  if (dtype_ == Dtype::kF32) {
+    check_(cudaMemcpyAsync(destination, weight.data, static_cast<std::size_t>(count) * 4,
+                           cudaMemcpyHostToDevice, stream_.get()),
+           "cudaMemcpyAsync (upload of " + weight.name + ")");
+    return;
+  }
+  if (staging.get() == nullptr) {
+    staging = DeviceMemory(static_cast<std::size_t>(kUploadStagingFloats) * 4, check_);
+  }
+  // Through the float32 staging buffer, converted on the device (round to nearest even). Stream
+  // order keeps each piece's copy, conversion and the next copy apart.
+  for (std::int64_t done = 0; done < count; done += kUploadStagingFloats) {
+    const std::int64_t piece = std::min(kUploadStagingFloats, count - done);
+    check_(cudaMemcpyAsync(staging.get(), weight.data + done, static_cast<std::size_t>(piece) * 4,
+                           cudaMemcpyHostToDevice, stream_.get()),
+           "cudaMemcpyAsync (upload of " + weight.name + ")");
+    check_(cuda::launch_convert(staging.floats(),
+                                static_cast<std::byte*>(destination) + done * 2, dtype_, piece,
+                                stream_.get()),
+           "convert kernel launch (" + weight.name + ")");
+  }
+}
+
+void CudaEngine::upload_weights() {
+  const std::size_t element = dtype_bytes(dtype_);
+  const auto elements = [&](std::int64_t rows, std::int64_t cols) {
+    return static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols) * element;
+  };
+  // What the weights need, checked against what is free, so that a model too large for the
+  // device fails with its size rather than with the cudaMalloc of some layer.
+  const std::size_t per_layer = elements(qkv_width_, hidden_) + elements(hidden_, q_width_) +
+                                elements(2 * std::int64_t{intermediate_}, hidden_) +
+                                elements(hidden_, intermediate_);
+  const std::size_t needed = per_layer * static_cast<std::size_t>(layers_count_) +
+                             elements(vocab_, hidden_) * (tied_ ? 1 : 2);
+  std::size_t free_bytes = 0;
+  std::size_t total_bytes = 0;
+  check_(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  if (needed > free_bytes) {
+    throw Error("the model's weights need " + gib_text(static_cast<double>(needed)) + " in " +
+                    std::string(cuda_compute_dtype_name(options_.dtype)) + "; the device has " +
+                    gib_text(static_cast<double>(free_bytes)) + " free of " +
+                    gib_text(static_cast<double>(total_bytes)),
+                check_.where(), ExitCode::kRuntimeFailure);
+  }
+
+  DeviceMemory staging;
+  embedding_ = DeviceMemory(elements(vocab_, hidden_), check_);
+  upload_matrix(weights_->token_embedding, vocab_, hidden_, embedding_.get(), staging);
+  if (!tied_) {
+    lm_head_ = DeviceMemory(elements(vocab_, hidden_), check_);
+    upload_matrix(weights_->lm_head, vocab_, hidden_, lm_head_.get(), staging);
+  }
+  final_norm_ = upload_vector(weights_->final_norm, hidden_);
+  const RotaryEmbedding rotary(spec_, weights_->rope_layout);
+  const std::span<const float> frequencies = rotary.inverse_frequencies();
+  inverse_frequency_ = DeviceMemory(frequencies.size_bytes(), check_);
+  check_(cudaMemcpyAsync(inverse_frequency_.get(), frequencies.data(), frequencies.size_bytes(),
+                         cudaMemcpyHostToDevice, stream_.get()),
+         "cudaMemcpyAsync (rotary frequencies)");
+  // The pageable source of the frequencies dies with `rotary`: wait for that copy.
+  check_(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize");
+
+  layers_.resize(static_cast<std::size_t>(layers_count_));
+  for (int index = 0; index < layers_count_; ++index) {
+    const LayerWeights& w = weights_->layers[static_cast<std::size_t>(index)];
+    Layer& layer = layers_[static_cast<std::size_t>(index)];
+    layer.attention_norm = upload_vector(w.attention_norm, hidden_);
+    layer.mlp_norm = upload_vector(w.mlp_norm, hidden_);
+    auto* qkv = static_cast<std::byte*>(
+        (layer.qkv = DeviceMemory(elements(qkv_width_, hidden_), check_)).get());
+    upload_matrix(w.wq, q_width_, hidden_, qkv, staging);
+    upload_matrix(w.wk, kv_width_, hidden_, qkv + elements(q_width_, hidden_), staging);
+    upload_matrix(w.wv, kv_width_, hidden_, qkv + elements(q_width_ + kv_width_, hidden_),
+                  staging);
+    layer.wo = DeviceMemory(elements(hidden_, q_width_), check_);
+    upload_matrix(w.wo, hidden_, q_width_, layer.wo.get(), staging);
+    auto* gate_up = static_cast<std::byte*>(
+        (layer.gate_up = DeviceMemory(elements(2 * std::int64_t{intermediate_}, hidden_), check_))
+            .get());
+    upload_matrix(w.w_gate, intermediate_, hidden_, gate_up, staging);
+    upload_matrix(w.w_up, intermediate_, hidden_, gate_up + elements(intermediate_, hidden_),
+                  staging);
+    layer.down = DeviceMemory(elements(hidden_, intermediate_), check_);
+    upload_matrix(w.w_down, hidden_, intermediate_, layer.down.get(), staging);
+    if (w.q_bias.present()) {
+      require_shape(w.k_bias, 1, kv_width_, weights_->source);
+      require_shape(w.v_bias, 1, kv_width_, weights_->source);
+      require_shape(w.q_bias, 1, q_width_, weights_->source);
+      layer.qkv_bias = DeviceMemory(static_cast<std::size_t>(qkv_width_) * 4, check_);
+      float* bias = layer.qkv_bias.floats();
+      const auto copy = [&](const WeightTensor& part, int offset, int size) {
+        check_(cudaMemcpyAsync(bias + offset, part.data, static_cast<std::size_t>(size) * 4,
+                               cudaMemcpyHostToDevice, stream_.get()),
+               "cudaMemcpyAsync (upload of " + part.name + ")");
+      };
+      copy(w.q_bias, 0, q_width_);
+      copy(w.k_bias, q_width_, kv_width_);
+      copy(w.v_bias, q_width_ + kv_width_, kv_width_);
+    }
+    if (w.q_norm.present()) {
+      layer.q_norm = upload_vector(w.q_norm, head_dim_);
+      layer.k_norm = upload_vector(w.k_norm, head_dim_);
+    }
+  }
+  // The staging buffer is freed on return; the copies and conversions that read it must be done.
+  check_(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (weight upload)");
+}
+
+void CudaEngine::check_input(std::span<const std::int32_t> tokens) const {
+  if (tokens.empty()) {
+    throw DataError("no tokens to run", spec_.name());
+  }
+  const auto end = static_cast<std::int64_t>(position_) + static_cast<std::int64_t>(tokens.size());
+  if (end > max_positions_) {
+    throw DataError(std::to_string(tokens.size()) + " tokens at position " +
+                        std::to_string(position_) + " pass the model's max_position_embeddings (" +
+                        std::to_string(max_positions_) + ")",
+                    spec_.name());
+  }
+  for (const std::int32_t token : tokens) {
+    if (token < 0 || static_cast<std::uint32_t>(token) >= spec_.vocab_size()) {
+      throw DataError("token id " + std::to_string(token) + " is outside the vocabulary (" +
+                          std::to_string(spec_.vocab_size()) + " tokens)",
+                      spec_.name());
+    }
+  }
+}
+
+void CudaEngine::report_observer_failure() {
+  if (delivery_->failed()) {
+    // Nothing more reaches the observer once its failure leaves the engine.
+    delivery_->discard_pending();
+    delivery_->rethrow_if_failed();
+  }
+}
+
+void CudaEngine::abandon_deliveries() noexcept {
+  try {
+    delivery_->discard_pending();
+    // A record staged but never queued (a copy failed) still holds its range.
+    ring_.clear();
+  } catch (...) {
+    // Only reachable through a broken invariant; the exception being thrown says more.
+  }
+}
+
+void CudaEngine::reset() {
+  select_device();
+  delivery_->flush();
+  position_ = 0;
+}
+
+void CudaEngine::reserve(int positions) {
+  select_device();
+  ensure_cache(std::min(positions, max_positions_));
+}
+
+void CudaEngine::set_observer(ForwardObserver* observer) {
+  select_device();
+  observer_ = observer;
+  if (std::uncaught_exceptions() > 0) {
+    // Detaching while an exception unwinds (capture_trace's scope guard): the observer may be
+    // gone already, so nothing pending is delivered, and nothing is thrown.
+    delivery_->discard_pending();
+    delivery_->forget_failure();
+    return;
+  }
+  delivery_->flush();
+}
+
+void CudaEngine::ensure_cache(int positions) {
+  if (positions <= capacity_) {
+    return;
+  }
+  // Grow geometrically so a long decode reallocates O(log n) times, as the CPU engine.
+  const int capacity = std::min(max_positions_, std::max(positions, 2 * capacity_));
+  const std::size_t bytes =
+      static_cast<std::size_t>(capacity) * static_cast<std::size_t>(kv_width_) * dtype_bytes(dtype_);
+  const std::size_t used =
+      static_cast<std::size_t>(position_) * static_cast<std::size_t>(kv_width_) * dtype_bytes(dtype_);
+  for (Layer& layer : layers_) {
+    DeviceMemory keys(bytes, check_);
+    DeviceMemory values(bytes, check_);
+    if (used > 0) {
+      check_(cudaMemcpyAsync(keys.get(), layer.keys.get(), used, cudaMemcpyDeviceToDevice,
+                             stream_.get()),
+             "cudaMemcpyAsync (KV cache growth)");
+      check_(cudaMemcpyAsync(values.get(), layer.values.get(), used, cudaMemcpyDeviceToDevice,
+                             stream_.get()),
+             "cudaMemcpyAsync (KV cache growth)");
+      // The old buffers are freed when replaced: the copies must have read them.
+      check_(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (KV cache growth)");
+    }
+    layer.keys = std::move(keys);
+    layer.values = std::move(values);
+  }
+  capacity_ = capacity;
+}
+
+void CudaEngine::ensure_rows(int rows) {
+  if (rows <= row_capacity_) {
+    return;
+  }
+  // Called at the start of a call, when the stream is idle, so old buffers can go at once.
+  const auto size = static_cast<std::size_t>(rows);
+  const std::size_t element = dtype_bytes(dtype_);
+  tokens_ = DeviceMemory(size * sizeof(std::int32_t), check_);
+  x_ = DeviceMemory(size * static_cast<std::size_t>(hidden_) * 4, check_);
+  normed_ = DeviceMemory(size * static_cast<std::size_t>(hidden_) * element, check_);
+  qkv_ = DeviceMemory(size * static_cast<std::size_t>(qkv_width_) * 4, check_);
+  attention_out_ = DeviceMemory(size * static_cast<std::size_t>(q_width_) * element, check_);
+  gate_up_ = DeviceMemory(size * 2 * static_cast<std::size_t>(intermediate_) * 4, check_);
+  activation_ = DeviceMemory(size * static_cast<std::size_t>(intermediate_) * element, check_);
+  tokens_host_ = PinnedMemory(size * sizeof(std::int32_t), check_);
+  row_capacity_ = rows;
+}
+
+std::vector<Chunk> CudaEngine::plan_chunks(int rows, bool observed) const {
+  // Probabilities (and, observed, the queries) of a chunk fit the scratch budget, or with an
+  // observer a quarter of the ring, so that several records can be in flight.
+  const std::int64_t budget =
+      observed ? std::max<std::int64_t>(1, static_cast<std::int64_t>(ring_.capacity() / 16))
+               : kAttentionScratchFloats;
+  std::vector<Chunk> chunks;
+  Chunk chunk;
+  for (int row = 0; row < rows; ++row) {
+    const std::int64_t keys = cuda::key_count(position_ + row, window_);
+    const std::int64_t floats = static_cast<std::int64_t>(heads_) * (chunk.keys + keys) +
+                                (observed ? static_cast<std::int64_t>(chunk.rows + 1) * q_width_ : 0);
+    if (chunk.rows > 0 && floats > budget) {
+      chunks.push_back(chunk);
+      chunk = Chunk{row, 0, 0};
+    }
+    ++chunk.rows;
+    chunk.keys += keys;
+  }
+  chunks.push_back(chunk);
+  return chunks;
+}
+
+void CudaEngine::ensure_ring(std::size_t bytes) {
+  if (ring_memory_.get() != nullptr && bytes <= ring_memory_.bytes()) {
+    return;
+  }
+  // Only while nothing is in flight: records point into the old memory.
+  delivery_->wait_idle();
+  const std::size_t capacity = std::max({bytes, options_.observer_ring_bytes, 2 * ring_.capacity()});
+  ring_memory_ = PinnedMemory();
+  ring_memory_ = PinnedMemory(capacity, check_);
+  ring_.resize(capacity);
+}
+
+std::byte* CudaEngine::stage(std::size_t bytes, std::size_t& offset) {
+  if (bytes > ring_.capacity()) {
+    ensure_ring(bytes);
+  }
+  offset = ring_.acquire(bytes);
+  return ring_memory_.get() + offset;
+}
+
+void CudaEngine::push_record(cudaEvent_t event, std::function<void()> deliver) {
+  detail::DeliveryQueue::Job job;
+  const Checker check = check_;
+  job.wait = [event, check] { check(cudaEventSynchronize(event), "cudaEventSynchronize"); };
+  job.deliver = std::move(deliver);
+  job.release = [this, event]() noexcept {
+    try {
+      ring_.release();
+    } catch (...) {  // NOLINT(bugprone-empty-catch): only after ring_.clear(); nothing to free
+    }
+    events_.give_back(event);
+  };
+  delivery_->push(std::move(job));
+}
+
+void CudaEngine::observe_key_values(ForwardObserver* observer, int layer, int rows) {
+  const std::size_t row_bytes = 2 * static_cast<std::size_t>(kv_width_) * sizeof(float);
+  const int per_record = static_cast<int>(
+      std::max<std::size_t>(1, (ring_.capacity() / 4) / row_bytes));
+  for (int first = 0; first < rows; first += per_record) {
+    const int count = std::min(per_record, rows - first);
+    std::size_t offset = 0;
+    auto* host = reinterpret_cast<float*>(stage(row_bytes * static_cast<std::size_t>(count), offset));
+    const std::size_t width = static_cast<std::size_t>(kv_width_) * sizeof(float);
+    const float* source = qkv_.floats() + static_cast<std::ptrdiff_t>(first) * qkv_width_ + q_width_;
+    const cudaEvent_t event = events_.take();
+    try {
+      check_(cudaMemcpy2DAsync(host, width, source, static_cast<std::size_t>(qkv_width_) * 4,
+                               width, static_cast<std::size_t>(count), cudaMemcpyDeviceToHost,
+                               stream_.get()),
+             "cudaMemcpy2DAsync (observed keys)");
+      check_(cudaMemcpy2DAsync(host + static_cast<std::ptrdiff_t>(count) * kv_width_, width,
+                               source + kv_width_, static_cast<std::size_t>(qkv_width_) * 4, width,
+                               static_cast<std::size_t>(count), cudaMemcpyDeviceToHost,
+                               stream_.get()),
+             "cudaMemcpy2DAsync (observed values)");
+      check_(cudaEventRecord(event, stream_.get()), "cudaEventRecord");
+    } catch (...) {
+      events_.give_back(event);
+      throw;
+    }
+    const int first_position = position_ + first;
+    const int kv_heads = kv_heads_;
+    const int head_dim = head_dim_;
+    const int kv_width = kv_width_;
+    push_record(event, [=] {
+      const auto width_floats = static_cast<std::size_t>(kv_width);
+      for (int row = 0; row < count; ++row) {
+        const float* keys = host + static_cast<std::ptrdiff_t>(row) * kv_width;
+        const float* values = keys + static_cast<std::ptrdiff_t>(count) * kv_width;
+        observer->on_key_value({layer, first_position + row, kv_heads, head_dim,
+                                {keys, width_floats}, {values, width_floats}});
+      }
+    });
+  }
+}
+
+void CudaEngine::observe_attention(ForwardObserver* observer, int layer, const Chunk& chunk,
+                                   bool prefill) {
+  const bool mean = options_.observer_rows == ObserverRows::kHeadMean;
+  const int first_position = position_ + chunk.first_row;
+  const std::size_t query_floats = static_cast<std::size_t>(chunk.rows) * q_width_;
+  const std::size_t probability_floats =
+      static_cast<std::size_t>(chunk.keys) * (mean ? 1U : static_cast<std::size_t>(heads_));
+  if (mean) {
+    check_(cuda::launch_head_mean(probabilities_.floats(), mean_.floats(), chunk.rows, heads_,
+                                  first_position, window_, stream_.get()),
+           "head mean kernel launch");
+  }
+  std::size_t offset = 0;
+  auto* host = reinterpret_cast<float*>(stage((query_floats + probability_floats) * 4, offset));
+  const cudaEvent_t event = events_.take();
+  try {
+    const std::size_t width = static_cast<std::size_t>(q_width_) * 4;
+    check_(cudaMemcpy2DAsync(host, width,
+                             qkv_.floats() + static_cast<std::ptrdiff_t>(chunk.first_row) * qkv_width_,
+                             static_cast<std::size_t>(qkv_width_) * 4, width,
+                             static_cast<std::size_t>(chunk.rows), cudaMemcpyDeviceToHost,
+                             stream_.get()),
+           "cudaMemcpy2DAsync (observed queries)");
+    check_(cudaMemcpyAsync(host + query_floats, mean ? mean_.get() : probabilities_.get(),
+                           probability_floats * 4, cudaMemcpyDeviceToHost, stream_.get()),
+           "cudaMemcpyAsync (observed probabilities)");
+    check_(cudaEventRecord(event, stream_.get()), "cudaEventRecord");
+  } catch (...) {
+    events_.give_back(event);
+    throw;
+  }
+  const int rows = chunk.rows;
+  const int heads = heads_;
+  const int kv_heads = kv_heads_;
+  const int head_dim = head_dim_;
+  const int q_width = q_width_;
+  const int window = window_;
+  push_record(event, [=, this] {
+    const float* probabilities = host + query_floats;
+    for (int row = 0; row < rows; ++row) {
+      const int position = first_position + row;
+      AttentionStep step;
+      step.layer = layer;
+      step.query_position = position;
+      step.prefill = prefill;
+      step.first_key_position = cuda::first_key(position, window);
+      step.key_count = position - step.first_key_position + 1;
+      step.query_heads = heads;
+      step.kv_heads = kv_heads;
+      step.head_dim = head_dim;
+      step.queries = {host + static_cast<std::ptrdiff_t>(row) * q_width,
+                      static_cast<std::size_t>(q_width)};
+      const auto keys = static_cast<std::size_t>(step.key_count);
+      const std::int64_t before = cuda::keys_before_row(row, first_position, window);
+      if (mean) {
+        // Every head's row is the mean (ObserverRows::kHeadMean).
+        const float* row_mean = probabilities + before;
+        broadcast_.resize(static_cast<std::size_t>(heads) * keys);
+        for (int head = 0; head < heads; ++head) {
+          std::copy_n(row_mean, keys, broadcast_.begin() + static_cast<std::ptrdiff_t>(head * keys));
+        }
+        step.probabilities = broadcast_;
+      } else {
+        step.probabilities = {probabilities + static_cast<std::ptrdiff_t>(heads) * before,
+                              static_cast<std::size_t>(heads) * keys};
+      }
+      observer->on_attention(step);
+    }
+  });
+}
+
+void CudaEngine::gemm(const void* weight, int out_features, int in_features, const void* input,
+                      int rows, float* output, bool accumulate) {
+  // Row-major output [rows, out] = X [rows, in] x W^T, W row-major [out, in]. Column-major cuBLAS
+  // sees W as [in, out] (lda = in), X as [in, rows] and the output as [out, rows]:
+  // C = op_T(W) x X.
+  const float alpha = 1.0F;
+  const float beta = accumulate ? 1.0F : 0.0F;
+  const cudaDataType type = cublas_type(dtype_);
+  check_(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features,
+                      &alpha, weight, type, in_features, input, type, in_features, &beta, output,
+                      CUDA_R_32F, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+         "cublasGemmEx");
+}
+
+std::span<const float> CudaEngine::run(std::span<const std::int32_t> tokens, bool prefill) {
+  select_device();
+  report_observer_failure();
+  check_input(tokens);
+  try {
+    return forward(tokens, prefill);
+  } catch (...) {
+    abandon_deliveries();
+    throw;
+  }
+}
+
+std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens, bool prefill) {
+  cudaStream_t stream = stream_.get();
+  const int rows = static_cast<int>(tokens.size());
+  ForwardObserver* observer = observer_;
+  ensure_cache(position_ + rows);
+  ensure_rows(rows);
+  if (observer != nullptr) {
+    ensure_ring(options_.observer_ring_bytes);
+  }
+  const std::vector<Chunk> chunks = plan_chunks(rows, observer != nullptr);
+  std::int64_t most_keys = 0;
+  for (const Chunk& chunk : chunks) {
+    most_keys = std::max(most_keys, chunk.keys);
+  }
+  const auto probability_bytes = static_cast<std::size_t>(most_keys) * heads_ * 4;
+  if (probability_bytes > probabilities_.bytes()) {
+    probabilities_ = DeviceMemory(probability_bytes, check_);
+  }
+  if (options_.observer_rows == ObserverRows::kHeadMean && observer != nullptr &&
+      static_cast<std::size_t>(most_keys) * 4 > mean_.bytes()) {
+    mean_ = DeviceMemory(static_cast<std::size_t>(most_keys) * 4, check_);
+  }
+
+  const std::size_t element = dtype_bytes(dtype_);
+  std::memcpy(tokens_host_.get(), tokens.data(), tokens.size_bytes());
+  check_(cudaMemcpyAsync(tokens_.get(), tokens_host_.get(), tokens.size_bytes(),
+                         cudaMemcpyHostToDevice, stream),
+         "cudaMemcpyAsync (tokens)");
+  check_(cuda::launch_embedding(embedding_.get(), dtype_, static_cast<std::int32_t*>(tokens_.get()),
+                                rows, hidden_, x_.floats(), stream),
+         "embedding kernel launch");
+
+  for (int index = 0; index < layers_count_; ++index) {
+    Layer& layer = layers_[static_cast<std::size_t>(index)];
+    check_(cuda::launch_rms_norm(x_.floats(), layer.attention_norm.floats(), rows, hidden_, eps_,
+                                 normed_.get(), dtype_, stream),
+           "rms_norm kernel launch");
+    gemm(layer.qkv.get(), qkv_width_, hidden_, normed_.get(), rows, qkv_.floats(), false);
+    cuda::QkvEpilogue epilogue;
+    epilogue.qkv = qkv_.floats();
+    epilogue.row_stride = qkv_width_;
+    epilogue.rows = rows;
+    epilogue.heads = heads_;
+    epilogue.kv_heads = kv_heads_;
+    epilogue.head_dim = head_dim_;
+    epilogue.first_position = position_;
+    epilogue.bias = layer.qkv_bias.floats();
+    epilogue.q_gain = layer.q_norm.floats();
+    epilogue.k_gain = layer.k_norm.floats();
+    epilogue.eps = eps_;
+    epilogue.inverse_frequency = inverse_frequency_.floats();
+    epilogue.interleaved_pairs = weights_->rope_layout == RopeLayout::kInterleavedPairs;
+    epilogue.cache_keys = layer.keys.get();
+    epilogue.cache_values = layer.values.get();
+    epilogue.dtype = dtype_;
+    check_(cuda::launch_qkv_epilogue(epilogue, stream), "qkv epilogue kernel launch");
+    if (observer != nullptr) {
+      observe_key_values(observer, index, rows);
+    }
+    for (const Chunk& chunk : chunks) {
+      cuda::AttentionArgs attention;
+      attention.queries = qkv_.floats() + static_cast<std::ptrdiff_t>(chunk.first_row) * qkv_width_;
+      attention.query_stride = qkv_width_;
+      attention.cache_keys = layer.keys.get();
+      attention.cache_values = layer.values.get();
+      attention.dtype = dtype_;
+      attention.probabilities = probabilities_.floats();
+      attention.out = static_cast<std::byte*>(attention_out_.get()) +
+                      static_cast<std::size_t>(chunk.first_row) * q_width_ * element;
+      attention.rows = chunk.rows;
+      attention.heads = heads_;
+      attention.kv_heads = kv_heads_;
+      attention.head_dim = head_dim_;
+      attention.first_position = position_ + chunk.first_row;
+      attention.window = window_;
+      attention.scale = scale_;
+      check_(cuda::launch_attention(attention, stream), "attention kernel launch");
+      if (observer != nullptr) {
+        observe_attention(observer, index, chunk, prefill);
+      }
+    }
+    gemm(layer.wo.get(), hidden_, q_width_, attention_out_.get(), rows, x_.floats(), true);
+    check_(cuda::launch_rms_norm(x_.floats(), layer.mlp_norm.floats(), rows, hidden_, eps_,
+                                 normed_.get(), dtype_, stream),
+           "rms_norm kernel launch");
+    gemm(layer.gate_up.get(), 2 * intermediate_, hidden_, normed_.get(), rows, gate_up_.floats(),
+         false);
+    check_(cuda::launch_swiglu(gate_up_.floats(), rows, intermediate_, activation_.get(), dtype_,
+                               stream),
+           "swiglu kernel launch");
+    gemm(layer.down.get(), hidden_, intermediate_, activation_.get(), rows, x_.floats(), true);
+  }
+
+  // Only the last token's logits are needed: normalise and project that row alone.
+  check_(cuda::launch_rms_norm(x_.floats() + static_cast<std::ptrdiff_t>(rows - 1) * hidden_,
+                               final_norm_.floats(), 1, hidden_, eps_, normed_.get(), dtype_,
+                               stream),
+         "rms_norm kernel launch (final norm)");
+  gemm(tied_ ? embedding_.get() : lm_head_.get(), vocab_, hidden_, normed_.get(), 1,
+       logits_.floats(), false);
+  auto* logits = reinterpret_cast<float*>(logits_host_.get());
+  check_(cudaMemcpyAsync(logits, logits_.get(), static_cast<std::size_t>(vocab_) * 4,
+                         cudaMemcpyDeviceToHost, stream),
+         "cudaMemcpyAsync (logits)");
+  check_(cudaStreamSynchronize(stream), "cudaStreamSynchronize (forward pass)");
+  position_ += rows;
+  return {logits, static_cast<std::size_t>(vocab_)};
+}
+
+}  // namespace
+
+std::string_view cuda_compute_dtype_name(CudaComputeDtype dtype) {
+  switch (dtype) {
+    case CudaComputeDtype::kBF16: return "bf16";
+    case CudaComputeDtype::kFP16: return "fp16";
+    case CudaComputeDtype::kFP32: return "fp32";
+  }
+  return "unknown";
+}
+
+std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,
+                                         CudaEngineOptions options) {
+  if (!weights) {
+    throw ConfigError("make_cuda_engine: no model weights");
+  }
+  check_engine_spec(weights->spec, weights->source);
+  int count = 0;
+  const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status != cudaSuccess || count == 0) {
+    throw ConfigError(std::string("the CUDA engine is not available: no usable CUDA device (") +
+                      (status != cudaSuccess ? cudaGetErrorString(status) : "none found") + ")");
+  }
+  if (options.device < 0 || options.device >= count) {
+    throw ConfigError("CUDA device " + std::to_string(options.device) +
+                      " does not exist: this machine has " + std::to_string(count) +
+                      " (0 .. " + std::to_string(count - 1) + ")");
+  }
+  if (options.observer_ring_bytes < detail::StagingRing::kAlignment) {
+    throw ConfigError("observer_ring_bytes must be at least " +
+                      std::to_string(detail::StagingRing::kAlignment));
+  }
+  return std::make_unique<CudaEngine>(std::move(weights), options);
+}
+
+}  // namespace kvtier::kernels

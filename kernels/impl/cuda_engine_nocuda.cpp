@@ -1,0 +1,23 @@
+// make_cuda_engine in builds without the CUDA targets (KVTIER_CUDA=OFF, or no nvcc found).
+#include "common/errors.hpp"
+#include "kernels/cuda_engine.hpp"
+
+namespace kvtier::kernels {
+
+std::string_view cuda_compute_dtype_name(CudaComputeDtype dtype) {
+  switch (dtype) {
+    case CudaComputeDtype::kBF16: return "bf16";
+    case CudaComputeDtype::kFP16: return "fp16";
+    case CudaComputeDtype::kFP32: return "fp32";
+  }
+  return "unknown";
+}
+
+std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,
+                                         CudaEngineOptions options) {
+  static_cast<void>(weights);
+  static_cast<void>(options);
+  throw ConfigError("the CUDA engine is not available in this build");
+}
+
+}  // namespace kvtier::kernels

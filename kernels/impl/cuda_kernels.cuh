@@ -1,0 +1,119 @@
+#pragma once
+// Device kernels of the CUDA engine (impl/cuda_engine.cpp) and their host launchers.
+//
+// This header is plain C++: the engine, which implements the C++20 Engine interface, is compiled
+// by the host compiler and includes it; the kernels are compiled by nvcc as C++17
+// (cuda_kernels.cu). So nothing here names a CUDA device type: tensors are `void*` in a Dtype.
+//
+// Every launcher enqueues its kernel on `stream` and returns cudaGetLastError(), which the engine
+// checks with the kernel's name. Layouts are row-major; a "row" is one token of the call.
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define KVTIER_HOST_DEVICE __host__ __device__
+#else
+#define KVTIER_HOST_DEVICE
+#endif
+
+namespace kvtier::kernels::cuda {
+
+// Storage of the weight matrices, the KV cache and the inputs of every GEMM. Norm gains, biases,
+// the residual stream, GEMM outputs, queries and attention probabilities are always float32.
+enum class Dtype { kF32, kF16, kBF16 };
+
+// Keys the query at `position` attends to: positions first .. position, where first is 0, or
+// position - window + 1 with a sliding window (window > 0), as the CPU engine.
+KVTIER_HOST_DEVICE inline int first_key(int position, int window) {
+  const int first = position - window + 1;
+  return window > 0 && first > 0 ? first : 0;
+}
+KVTIER_HOST_DEVICE inline int key_count(int position, int window) {
+  return position - first_key(position, window) + 1;
+}
+
+// Keys of the rows before `row` of a call whose row 0 runs at `first_position`: where row `row`'s
+// probabilities start in the packed buffers (times the heads for per-head rows).
+KVTIER_HOST_DEVICE inline std::int64_t keys_before_row(int row, int first_position, int window) {
+  const std::int64_t rows = row;
+  const std::int64_t first_count = static_cast<std::int64_t>(first_position) + 1;
+  if (window <= 0) {
+    return rows * first_count + rows * (rows - 1) / 2;
+  }
+  // Rows still growing (count first_count + i <= window), then rows of `window` keys each.
+  std::int64_t growing = static_cast<std::int64_t>(window) - first_count + 1;
+  growing = growing < 0 ? 0 : (growing > rows ? rows : growing);
+  return growing * first_count + growing * (growing - 1) / 2 + (rows - growing) * window;
+}
+
+// out[i] = in[i] converted to `dtype` (round to nearest even), for weight upload.
+cudaError_t launch_convert(const float* in, void* out, Dtype dtype, std::int64_t count,
+                           cudaStream_t stream);
+
+// x[row] = float(table[tokens[row]]): rows of `hidden` from a [vocab, hidden] table.
+cudaError_t launch_embedding(const void* table, Dtype dtype, const std::int32_t* tokens, int rows,
+                             int hidden, float* x, cudaStream_t stream);
+
+// out[row] = (x[row] * 1/sqrt(mean(x[row]^2) + eps)) * gain, rows of `cols`, written in `dtype`.
+cudaError_t launch_rms_norm(const float* x, const float* gain, int rows, int cols, float eps,
+                            void* out, Dtype dtype, cudaStream_t stream);
+
+// What follows the fused Q/K/V projection, for each row and head: bias (Qwen2), per-head RMSNorm
+// of queries and keys (Qwen3), RoPE of queries and keys; then keys and values are stored in the
+// layer's cache (in `dtype`) and written back into `qkv` as the cache holds them, so that the
+// observer sees the keys as cached.
+struct QkvEpilogue {
+  float* qkv = nullptr;  // [rows][row_stride]: heads*head_dim queries, then keys, then values
+  int row_stride = 0;
+  int rows = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int first_position = 0;
+  const float* bias = nullptr;    // [row_stride] or nullptr
+  const float* q_gain = nullptr;  // [head_dim] or nullptr (then k_gain is nullptr too)
+  const float* k_gain = nullptr;
+  float eps = 0.0F;
+  const float* inverse_frequency = nullptr;  // [head_dim / 2]
+  bool interleaved_pairs = false;            // RopeLayout::kInterleavedPairs
+  void* cache_keys = nullptr;                // [capacity][kv_heads * head_dim] in dtype
+  void* cache_values = nullptr;
+  Dtype dtype = Dtype::kF32;
+};
+cudaError_t launch_qkv_epilogue(const QkvEpilogue& args, cudaStream_t stream);
+
+// Causal attention of `rows` query rows (row r at first_position + r) over one layer's cache: for
+// every (query head, row) the softmax of q.k * scale over the row's keys, written to
+// `probabilities` (packed: row r, head h at heads * keys_before_row(r) + h * key_count), and the
+// probability-weighted sum of the values, written to `out` in `dtype`. Query head h reads KV head
+// h / (heads / kv_heads).
+struct AttentionArgs {
+  const float* queries = nullptr;  // row r, head h at r * query_stride + h * head_dim
+  int query_stride = 0;
+  const void* cache_keys = nullptr;  // [capacity][kv_heads * head_dim] in dtype
+  const void* cache_values = nullptr;
+  Dtype dtype = Dtype::kF32;
+  float* probabilities = nullptr;
+  void* out = nullptr;  // [rows][heads * head_dim] in dtype
+  int rows = 0;
+  int heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int first_position = 0;
+  int window = 0;  // sliding window in tokens; 0: global
+  float scale = 1.0F;
+};
+cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
+
+// The head mean of packed per-head probabilities: mean row r (packed at keys_before_row(r)) is
+// the heads' rows added one after another and scaled once by 1/heads, as the tracer does.
+cudaError_t launch_head_mean(const float* probabilities, float* mean, int rows, int heads,
+                             int first_position, int window, cudaStream_t stream);
+
+// out[r][c] = silu(gate_up[r][c]) * gate_up[r][intermediate + c], written in `dtype`.
+cudaError_t launch_swiglu(const float* gate_up, int rows, int intermediate, void* out, Dtype dtype,
+                          cudaStream_t stream);
+
+}  // namespace kvtier::kernels::cuda

@@ -1,0 +1,269 @@
+// A live run with the tiered KV cache (kernels/live.hpp, docs/LIVE.md).
+#include "kernels/live.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "common/errors.hpp"
+#include "replay/policy.hpp"
+#include "replay/registry.hpp"
+
+namespace kvtier::kernels {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Collects each decode step's attention as the replay's rows: per layer, the head mean of the
+// probabilities over positions 0 .. query_position (zeros outside a sliding window and on
+// evicted tokens), added head after head in float and scaled once, as the tracer does.
+class StepRows final : public ForwardObserver {
+ public:
+  explicit StepRows(int layers) : rows(static_cast<std::size_t>(layers)) {}
+
+  void on_attention(const AttentionStep& step) override {
+    if (step.prefill) {
+      return;
+    }
+    std::vector<float>& row = rows[static_cast<std::size_t>(step.layer)];
+    row.assign(static_cast<std::size_t>(step.query_position) + 1, 0.0F);
+    float* target = row.data() + step.first_key_position;
+    for (int head = 0; head < step.query_heads; ++head) {
+      const std::span<const float> weights = step.head_probabilities(head);
+      for (int key = 0; key < step.key_count; ++key) {
+        target[key] += weights[static_cast<std::size_t>(key)];
+      }
+    }
+    const float scale = 1.0F / static_cast<float>(step.query_heads);
+    for (int key = 0; key < step.key_count; ++key) {
+      target[key] *= scale;
+    }
+  }
+
+  std::vector<std::vector<float>> rows;
+};
+
+// Detaches the store and observer however the run ends.
+class Attachment {
+ public:
+  Attachment(Engine& engine, KeyValueStore* store, ForwardObserver* observer) : engine_(engine) {
+    engine_.reset();
+    engine_.set_kv_store(store);
+    engine_.set_observer(observer);
+  }
+  ~Attachment() {
+    engine_.set_observer(nullptr);
+    engine_.set_kv_store(nullptr);
+    engine_.reset();
+  }
+  Attachment(const Attachment&) = delete;
+  Attachment& operator=(const Attachment&) = delete;
+  Attachment(Attachment&&) = delete;
+  Attachment& operator=(Attachment&&) = delete;
+
+ private:
+  Engine& engine_;
+};
+
+std::int32_t greedy(std::span<const float> logits) {
+  // The lowest id among equal maxima, as the sampler's greedy mode.
+  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                   logits.begin());
+}
+
+std::vector<double> log_softmax(std::span<const float> logits) {
+  double top = -std::numeric_limits<double>::infinity();
+  for (const float value : logits) {
+    top = std::max(top, static_cast<double>(value));
+  }
+  double sum = 0.0;
+  for (const float value : logits) {
+    sum += std::exp(static_cast<double>(value) - top);
+  }
+  const double log_sum = top + std::log(sum);
+  std::vector<double> out(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i) {
+    out[i] = static_cast<double>(logits[i]) - log_sum;
+  }
+  return out;
+}
+
+// KL(p || q) in nats from logits.
+double kl_divergence(std::span<const float> p_logits, std::span<const float> q_logits) {
+  const std::vector<double> log_p = log_softmax(p_logits);
+  const std::vector<double> log_q = log_softmax(q_logits);
+  double kl = 0.0;
+  for (std::size_t i = 0; i < log_p.size(); ++i) {
+    const double p = std::exp(log_p[i]);
+    if (p > 0.0) {
+      kl += p * (log_p[i] - log_q[i]);
+    }
+  }
+  return std::max(kl, 0.0);
+}
+
+PrefetchMode prefetch_of(const std::string& canonical) {
+  return canonical.find("prefetch=differential") != std::string::npos
+             ? PrefetchMode::kDifferential
+             : PrefetchMode::kFull;
+}
+
+}  // namespace
+
+void check_live_policy(const std::string& name) {
+  static const std::vector<std::string> supported = {"full", "tiered", "streaming", "h2o",
+                                                     "tova", "monarch", "dms"};
+  if (std::find(supported.begin(), supported.end(), name) == supported.end()) {
+    throw ConfigError("policy '" + name +
+                      "' cannot run on the live cache (it runs: full, tiered, streaming, h2o, "
+                      "tova, monarch:attend=all, dms)");
+  }
+}
+
+double percentile(std::vector<double> values, double fraction) {
+  if (values.empty()) {
+    return 0.0;
+  }
+  std::sort(values.begin(), values.end());
+  const double rank = std::ceil(fraction * static_cast<double>(values.size()));
+  const auto index = static_cast<std::size_t>(std::max(rank, 1.0)) - 1;
+  return values[std::min(index, values.size() - 1)];
+}
+
+LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int32_t> prompt,
+                    const LiveOptions& options) {
+  const config::ModelSpec& spec = engine.spec();
+  if (options.max_new_tokens < 1) {
+    throw ConfigError("max_new_tokens must be at least 1");
+  }
+  if (prompt.empty()) {
+    throw ConfigError("the prompt holds no token");
+  }
+  const std::uint64_t positions = prompt.size() + static_cast<std::uint64_t>(options.max_new_tokens);
+  if (positions > spec.max_position_embeddings()) {
+    throw ConfigError(std::to_string(prompt.size()) + " prompt tokens + " +
+                      std::to_string(options.max_new_tokens) +
+                      " new tokens pass the model's max_position_embeddings (" +
+                      std::to_string(spec.max_position_embeddings()) + ")");
+  }
+  if (reference == &engine) {
+    throw std::logic_error("run_live: the reference must be another engine");
+  }
+  check_live_policy(options.policy.name());
+  const auto layers = static_cast<std::uint32_t>(spec.num_hidden_layers());
+  const replay::ReplayShape shape{layers, prompt.size(),
+                                  static_cast<std::uint64_t>(options.max_new_tokens)};
+  LiveResult result;
+  const std::unique_ptr<replay::Policy> policy =
+      replay::builtin_policies().create(options.policy, shape, &result.policy);
+  if (!policy->inputs().empty()) {
+    throw ConfigError("policy '" + result.policy + "' reads " +
+                      std::string(replay::describe(policy->inputs().front())) +
+                      ", which a live run does not provide");
+  }
+  if (options.policy.name() == "monarch" &&
+      result.policy.find("attend=all") == std::string::npos) {
+    throw ConfigError("monarch:attend=hot leaves cold pages out of attention, which the live "
+                      "cache does not model (it reads T2): use monarch:attend=all");
+  }
+  result.prefetch = prefetch_of(result.policy);
+  result.prompt_tokens = prompt.size();
+
+  TieredCacheOptions cache_options;
+  cache_options.prefetch = result.prefetch;
+  cache_options.t0_budget_bytes = options.t0_budget_bytes;
+  const std::uint64_t token_bytes = 2ULL * spec.num_key_value_heads() * spec.head_dim() * 4ULL;
+  if (cache_options.t0_budget_bytes == 0) {
+    cache_options.t0_budget_bytes = positions * layers * token_bytes;
+  }
+  result.t0_budget_bytes = cache_options.t0_budget_bytes;
+  TieredKvCache cache(spec, cache_options);
+  StepRows rows(static_cast<int>(layers));
+  const Attachment attachment(engine, &cache, &rows);
+  if (reference != nullptr) {
+    reference->reset();
+    reference->reserve(static_cast<int>(positions));
+  }
+
+  const auto prefill_start = Clock::now();
+  std::span<const float> logits = engine.prefill(prompt);
+  std::int32_t token = greedy(logits);
+  policy->start(shape, cache.placement());
+  cache.apply_placement();
+  result.prefill_seconds = std::chrono::duration<double>(Clock::now() - prefill_start).count();
+  std::span<const float> reference_logits;
+  if (reference != nullptr) {
+    reference_logits = reference->prefill(prompt);
+    result.has_reference = true;
+  }
+  bool agreeing = reference == nullptr || greedy(reference_logits) == token;
+  if (agreeing && reference != nullptr) {
+    result.greedy_agreement = 1;
+  }
+
+  std::vector<double> kept(layers);
+  std::vector<double> total(layers);
+  const std::vector<std::vector<float>> no_head_rows;
+  double kl_sum = 0.0;
+  for (int step = 0; step < options.max_new_tokens; ++step) {
+    result.tokens.push_back(token);
+    const auto start = Clock::now();
+    logits = engine.decode(token);
+    for (std::uint32_t l = 0; l < layers; ++l) {
+      const std::vector<float>& row = rows.rows[l];
+      const std::span<const float> resident = cache.placement()[l].resident_mask();
+      double row_kept = 0.0;
+      double row_total = 0.0;
+      for (std::size_t i = 0; i < row.size(); ++i) {
+        row_total += row[i];
+        row_kept += static_cast<double>(row[i]) * resident[i];
+      }
+      kept[l] = row_kept;
+      total[l] = row_total;
+    }
+    const replay::StepView view{static_cast<std::uint64_t>(step),
+                                rows.rows,
+                                kept,
+                                total,
+                                no_head_rows,
+                                static_cast<std::uint32_t>(spec.num_attention_heads())};
+    policy->observe(view, cache.placement());
+    cache.apply_placement();
+    result.step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    const std::int32_t next = greedy(logits);
+    if (options.keep_logits) {
+      result.logits.emplace_back(logits.begin(), logits.end());
+    }
+    if (reference != nullptr) {
+      reference_logits = reference->decode(token);
+      const double kl = kl_divergence(reference_logits, logits);
+      kl_sum += kl;
+      result.max_kl = std::max(result.max_kl, kl);
+      if (std::equal(logits.begin(), logits.end(), reference_logits.begin(),
+                     reference_logits.end())) {
+        ++result.identical_logit_steps;
+      }
+      // Generated token step + 1 agrees while every earlier one did.
+      agreeing = agreeing && greedy(reference_logits) == next;
+      if (agreeing && step + 1 < options.max_new_tokens) {
+        ++result.greedy_agreement;
+      }
+    }
+    token = next;
+  }
+  if (reference != nullptr) {
+    result.mean_kl = kl_sum / static_cast<double>(options.max_new_tokens);
+  }
+  result.cache = cache.stats();
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    for (std::size_t tier = 0; tier < replay::kTierCount; ++tier) {
+      result.final_tier_tokens[tier] += cache.placement()[l].count(static_cast<replay::Tier>(tier));
+    }
+  }
+  return result;
+}
+
+}  // namespace kvtier::kernels

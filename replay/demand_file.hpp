@@ -1,0 +1,65 @@
+#pragma once
+// Replay demand files: the per-step, per-layer tier demand of one policy over one trace, in
+// HDF5, so that a replay is run once and reused by every hardware point of a sweep
+// (docs/REPLAY.md, "Demand files").
+//
+// Layout "kvtier-replay-demand" version 1 (S steps, L layers, tiers T0..T3):
+//   /tier_tokens   uint32  [S][L][4]  tokens in each tier after the policy's step
+//   /promoted      uint32  [S][L]     host (T1/T2) -> HBM
+//   /demoted       uint32  [S][L]     HBM -> T1
+//   /compressed    uint32  [S][L]     -> T2
+//   /evicted       uint32  [S][L]     -> T3
+//   /newly_host    uint32  [S][L]     tokens that entered T1 (differential prefetch)
+//   /tier_mass     float32 [S][L][4]  the step's attention mass on each tier (T3 = lost)
+// chunked, shuffled and deflated; root attributes: format, version, trace_hash, trace_file,
+// policy, compressed_bits, prompt_tokens, steps, layers, first_layer, model, from_topk,
+// producer. Files are written under a temporary name and renamed, and carry no timestamps: the
+// same demand gives the same bytes.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "replay/engine.hpp"
+
+namespace kvtier::replay {
+
+inline constexpr std::string_view kDemandFormatName = "kvtier-replay-demand";
+inline constexpr std::uint32_t kDemandFormatVersion = 1;
+
+// Where a demand came from. Steps, layers and compressed bits are the ReplayDemand's own.
+struct DemandProvenance {
+  std::string trace_hash;  // XXH3-128 of the trace file's bytes, 32 lowercase hex digits
+  std::string trace_file;  // the trace's file name (no folder), for people
+  std::string policy;      // canonical policy string, every parameter ("tiered:hbm=0.5,...")
+  std::uint64_t prompt_tokens = 0;
+  std::uint32_t first_layer = 0;  // model layer of demand layer 0 (sliced traces)
+  std::string model;              // the trace's model name
+  bool from_topk = false;         // rows were reconstructed from top-k entries
+  std::string producer;           // "kvtier 0.1.0"; filled by write_demand_file when empty
+
+  friend bool operator==(const DemandProvenance&, const DemandProvenance&) = default;
+};
+
+struct DemandFile {
+  DemandProvenance provenance;
+  ReplayDemand demand;
+};
+
+// "kvtier 0.1.0": the producer recorded in files this build writes.
+[[nodiscard]] std::string demand_producer();
+
+// Writes `demand` atomically (FILE.tmp.PID, then renamed). Creates missing parent folders.
+// kvtier::Error (exit 1) when the file cannot be written; std::invalid_argument when the
+// provenance is incomplete (no hash or policy) or the demand has no step or no layer.
+void write_demand_file(const std::filesystem::path& path, const ReplayDemand& demand,
+                       const DemandProvenance& provenance);
+
+// Reads and checks a demand file: format and version, every attribute and dataset (presence,
+// element type, shape against steps × layers), tokens per step and layer adding up to the
+// positions visible at that step, finite masses. A file that fails any check is refused with a
+// DataError naming the file and the dataset or attribute (exit 3).
+[[nodiscard]] DemandFile read_demand_file(const std::filesystem::path& path);
+
+}  // namespace kvtier::replay

@@ -1,0 +1,181 @@
+#include "serving/plan.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <map>
+
+#include "common/errors.hpp"
+#include "common/text_output.hpp"
+
+namespace kvtier::serving {
+namespace {
+
+// Prefetch stall above this share of GPU time makes PCIe, not compute, the bottleneck behind
+// a latency SLO.
+constexpr double kPcieBound = 0.25;
+
+double metric(const std::vector<Metric>& metrics, const std::string& name) {
+  for (const Metric& m : metrics) {
+    if (m.name == name) {
+      return m.value;
+    }
+  }
+  throw std::logic_error("report has no metric " + name);
+}
+
+struct Evaluation {
+  bool feasible = false;
+  std::string binding;
+  SimulationReport report;
+};
+
+Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const PlanOptions& options,
+                    DemandMemo* memo) {
+  config::RunSpec run = base;
+  auto& loop = *run.mutable_workload()->mutable_closed_loop();
+  loop.set_concurrency(batch);
+  loop.set_num_requests(batch * options.rounds);
+  Evaluation evaluation{false, {}, simulate(run, memo)};
+  const auto& metrics = evaluation.report.metrics;
+  if (metric(metrics, "max_running_requests") < batch) {
+    const double host = metric(metrics, "largest_batch_host_limit");
+    evaluation.binding =
+        host > 0 && host < metric(metrics, "largest_batch_hbm_limit") ? "DDR" : "HBM";
+    return evaluation;
+  }
+  std::string violated;
+  for (const Slo& slo : options.slos) {
+    const double value = metric(metrics, slo.metric);
+    if (value > slo.limit_ms) {
+      violated += (violated.empty() ? "" : ", ") + slo.metric + " " + format_fixed(value, 1) +
+                  " > " + format_fixed(slo.limit_ms, 1);
+    }
+  }
+  if (!violated.empty()) {
+    const double stall = metric(metrics, "prefetch_stall_fraction");
+    evaluation.binding = (stall > kPcieBound ? "PCIe (" + format_fixed(100 * stall, 0) +
+                                                   "% of GPU time waits for prefetches): "
+                                             : std::string("compute: ")) +
+                         violated;
+    return evaluation;
+  }
+  evaluation.feasible = true;
+  return evaluation;
+}
+
+}  // namespace
+
+std::vector<Slo> parse_slos(const std::string& text) {
+  std::vector<Slo> slos;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    const std::size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string piece = text.substr(begin, comma - begin);
+    begin = comma + 1;
+    const auto equals = piece.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      throw ConfigError("--slo takes METRIC=LIMIT[,...] (e.g. tpot_p99=50ms), got '" + piece +
+                        "'");
+    }
+    const std::string name = piece.substr(0, equals);
+    const std::string value = piece.substr(equals + 1);
+    double number = 0.0;
+    const auto parsed = std::from_chars(value.data(), value.data() + value.size(), number);
+    const std::string unit(parsed.ptr, value.data() + value.size());
+    static const std::map<std::string, double> kToMs = {{"ms", 1.0}, {"s", 1e3}, {"us", 1e-3}};
+    const auto scale = kToMs.find(unit);
+    if (parsed.ec != std::errc() || parsed.ptr == value.data() || scale == kToMs.end() ||
+        !(number > 0)) {
+      throw ConfigError("--slo " + name + " needs a positive time with a unit (ms, s or us), got '" +
+                        value + "'");
+    }
+    static const char* const kLatencies[] = {"ttft", "tpot", "e2e_latency", "queue_wait",
+                                             "iteration"};
+    bool known = false;
+    for (const char* latency : kLatencies) {
+      for (const char* statistic : {"_p50", "_p90", "_p99", "_mean"}) {
+        known = known || name == std::string(latency) + statistic;
+      }
+    }
+    if (!known) {
+      throw ConfigError("--slo: unknown metric '" + name +
+                        "' (ttft, tpot, e2e_latency, queue_wait or iteration, with _p50, _p90, "
+                        "_p99 or _mean)");
+    }
+    slos.push_back({name + "_ms", number * scale->second});
+  }
+  if (slos.empty()) {
+    throw ConfigError("--slo needs at least one METRIC=LIMIT");
+  }
+  return slos;
+}
+
+PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
+                         DemandMemo* memo) {
+  if (!run.workload().has_closed_loop()) {
+    throw ConfigError("plan searches the number of requests in flight, so it needs a closed_loop "
+                      "workload (its prompt and output lengths are used)");
+  }
+  if (options.rounds == 0) {
+    throw ConfigError("--rounds must be at least 1");
+  }
+  PlanResult result;
+  const std::uint32_t cap = run.workload().max_batch_size();
+  Evaluation one = evaluate(run, 1, options, memo);
+  result.evaluations = 1;
+  result.policy = one.report.policy;
+  if (!one.feasible) {
+    result.binding = one.binding;
+    return result;
+  }
+  // The memory limit the single-request run reports bounds the search from above.
+  const double fits = metric(one.report.metrics, "largest_batch_that_fits");
+  auto high = static_cast<std::uint32_t>(std::clamp(fits, 1.0, static_cast<double>(cap)));
+  Evaluation best = std::move(one);
+  std::uint32_t low = 1;  // feasible
+  Evaluation top = evaluate(run, high, options, memo);
+  ++result.evaluations;
+  if (top.feasible) {
+    low = high;
+    result.binding = high == cap ? "max_batch_size " + std::to_string(cap)
+                                 : metric(top.report.metrics, "largest_batch_host_limit") ==
+                                           fits
+                                       ? "DDR"
+                                       : "HBM";
+    best = std::move(top);
+  } else {
+    result.binding = top.binding;
+    while (high - low > 1) {
+      const std::uint32_t middle = low + (high - low) / 2;
+      Evaluation probe = evaluate(run, middle, options, memo);
+      ++result.evaluations;
+      if (probe.feasible) {
+        low = middle;
+        best = std::move(probe);
+      } else {
+        high = middle;
+        result.binding = probe.binding;
+      }
+    }
+  }
+  result.max_batch = low;
+  result.metrics = best.report.metrics;
+  const double tp = run.tensor_parallel_degree();
+  const double engines_per_node =
+      std::floor(run.hardware().node().gpus_per_node() / tp);
+  result.output_tokens_per_s_per_engine =
+      metric(result.metrics, "throughput_output_tokens_per_s");
+  result.output_tokens_per_s_per_gpu = result.output_tokens_per_s_per_engine / tp;
+  result.output_tokens_per_s_per_node = result.output_tokens_per_s_per_engine * engines_per_node;
+  if (options.target_output_tokens_per_s) {
+    result.engines = static_cast<std::uint64_t>(
+        std::ceil(*options.target_output_tokens_per_s / result.output_tokens_per_s_per_engine));
+    result.gpus = result.engines * static_cast<std::uint64_t>(tp);
+    result.nodes = static_cast<std::uint64_t>(
+        std::ceil(static_cast<double>(result.gpus) / run.hardware().node().gpus_per_node()));
+  }
+  return result;
+}
+
+}  // namespace kvtier::serving

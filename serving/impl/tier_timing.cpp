@@ -1,0 +1,83 @@
+#include "serving/tier_timing.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "hwmodels/topology.hpp"
+#include "sim/flow_network.hpp"
+#include "sim/simulator.hpp"
+
+namespace kvtier::serving {
+namespace {
+
+// Large enough that the setup cost is negligible against the transfer.
+constexpr std::uint64_t kProbeBytes = std::uint64_t{1} << 32;
+
+double probe_rate(const config::RunSpec& run, bool to_gpu) {
+  sim::Simulator simulator;
+  sim::FlowNetwork network(simulator);
+  const hw::NodeTopology topology(run.hardware().node(),
+                                  run.tiering().host_allocation() == config::PAGEABLE
+                                      ? hw::HostMemory::kPageable
+                                      : hw::HostMemory::kPinned,
+                                  network);
+  sim::Tick last;
+  for (std::uint32_t gpu = 0; gpu < topology.gpu_count(); ++gpu) {
+    network.start_flow(to_gpu ? topology.host_to_gpu(gpu) : topology.gpu_to_host(gpu), kProbeBytes,
+                       sim::Tick::zero(),
+                       [&last, &simulator] { last = std::max(last, simulator.now()); });
+  }
+  simulator.run();
+  return static_cast<double>(kProbeBytes) / sim::to_seconds(last);
+}
+
+sim::Tick copy_time(double bytes, double rate, sim::Tick setup) {
+  if (bytes <= 0.0) {
+    return sim::Tick::zero();
+  }
+  return setup + sim::from_seconds(bytes / rate, sim::Rounding::kUp);
+}
+
+}  // namespace
+
+CopyRates measure_copy_rates(const config::RunSpec& run) {
+  sim::Simulator simulator;
+  sim::FlowNetwork network(simulator);
+  const hw::NodeTopology topology(run.hardware().node(), hw::HostMemory::kPinned, network);
+  return CopyRates{probe_rate(run, true), probe_rate(run, false), topology.copy_setup()};
+}
+
+PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopies> layers,
+                             std::uint32_t lookahead, const CopyRates& rates) {
+  PipelineTiming timing;
+  std::vector<sim::Tick> starts(layers.size());
+  sim::Tick copy_free;     // when the H2D engine is next idle
+  sim::Tick previous_end;  // when the previous layer finished
+  sim::Tick d2h;
+  for (std::size_t layer = 0; layer < layers.size(); ++layer) {
+    const LayerCopies& copies = layers[layer];
+    // The staging slot for this layer frees when layer − lookahead starts; synchronous copies
+    // (lookahead 0) wait for the previous layer to finish.
+    const sim::Tick slot = lookahead == 0        ? previous_end
+                           : layer >= lookahead ? starts[layer - lookahead]
+                                                : sim::Tick::zero();
+    const sim::Tick h2d = copy_time(copies.h2d_bytes, rates.h2d_bytes_per_s, rates.setup);
+    const sim::Tick copy_start = std::max(copy_free, slot);
+    const sim::Tick arrived = h2d > sim::Tick::zero() ? copy_start + h2d : sim::Tick::zero();
+    if (h2d > sim::Tick::zero()) {
+      copy_free = arrived;
+      timing.h2d_busy += h2d;
+    }
+    starts[layer] = std::max(previous_end, arrived);
+    timing.stall += starts[layer] - previous_end;
+    previous_end = starts[layer] + layer_compute + copies.extra_compute;
+    const sim::Tick offload = copy_time(copies.d2h_bytes, rates.d2h_bytes_per_s, rates.setup);
+    d2h += offload;
+    timing.d2h_busy += offload;
+  }
+  timing.layers_end = previous_end;
+  timing.end = std::max(previous_end, d2h);
+  return timing;
+}
+
+}  // namespace kvtier::serving

@@ -1,0 +1,54 @@
+#pragma once
+// How a tier policy's copies time against the layers of one iteration (DESIGN.md §5).
+//
+// Copy rates: the node is assumed fully loaded with identical engines, and every GPU copies
+// its shard at the same moment, so the rate one GPU sees is measured once by starting a copy
+// on every GPU of the node together on its topology (hwmodels/topology.hpp): GPUs behind one
+// PCIe switch share its uplink, pageable host memory pays the link's pageable factor. T1/T2
+// live on each GPU's own socket. The two directions are probed separately (offloads are rare
+// beside prefetches), so duplex interference between them is not counted.
+//
+// Pipeline: layer l's attention reads its T0 tokens plus its T1 (and T2) tokens staged by an
+// H2D copy. Copies run in layer order on the H2D copy engine; the copy of layer l may start
+// once layer l − lookahead has started (the staging buffer holds lookahead + 1 layers), or,
+// with lookahead 0 (synchronous copies), once layer l − 1 has finished; layer l starts when
+// layer l − 1 has finished and its copy has arrived. Offloads (D2H) run on
+// the other copy engine from the start of the iteration; the iteration cannot end before they
+// have, since the next one reuses the HBM they free.
+
+#include <cstdint>
+#include <span>
+
+#include "configs/schema/run.pb.h"
+#include "sim/tick.hpp"
+
+namespace kvtier::serving {
+
+struct CopyRates {
+  double h2d_bytes_per_s = 0.0;  // per GPU, with every GPU of the node copying at once
+  double d2h_bytes_per_s = 0.0;
+  sim::Tick setup;  // per copy
+};
+
+[[nodiscard]] CopyRates measure_copy_rates(const config::RunSpec& run);
+
+// One layer's copies in one iteration, on one GPU.
+struct LayerCopies {
+  double h2d_bytes = 0.0;
+  double d2h_bytes = 0.0;
+  sim::Tick extra_compute;  // dequantising T2 tokens, on top of the layer's own cost
+};
+
+struct PipelineTiming {
+  sim::Tick layers_end;  // when the last layer finishes (the head follows)
+  sim::Tick end;         // including outstanding offloads
+  sim::Tick stall;       // time layers waited for their prefetch
+  sim::Tick h2d_busy;
+  sim::Tick d2h_busy;
+};
+
+[[nodiscard]] PipelineTiming time_pipeline(sim::Tick layer_compute,
+                                           std::span<const LayerCopies> layers,
+                                           std::uint32_t lookahead, const CopyRates& rates);
+
+}  // namespace kvtier::serving

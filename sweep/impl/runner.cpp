@@ -1,0 +1,425 @@
+// Running a sweep into its folder on threads, resuming it, and merging shard folders.
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/atomic_file.hpp"
+#include "common/errors.hpp"
+#include "serving/demand_memo.hpp"
+#include "sweep/sweep.hpp"
+
+#ifndef KVTIER_VERSION
+#define KVTIER_VERSION "unknown"
+#endif
+
+namespace kvtier::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kManifest = "sweep.json";
+constexpr const char* kPoints = "points";
+
+// What identifies the sweep a folder belongs to, and what merging needs without the spec.
+struct Manifest {
+  std::string name;
+  std::string spec_hash;
+  std::string kvtier_version;
+  std::uint64_t points = 0;
+  std::vector<std::string> axis_columns;
+  std::vector<std::vector<std::string>> axis_values;
+  std::string mode;
+  std::string spec_text;  // the resolved spec, for provenance
+};
+
+Manifest manifest_of(const Sweep& sweep) {
+  Manifest manifest;
+  manifest.name = sweep.spec.name();
+  manifest.spec_hash = sweep.hash;
+  manifest.kvtier_version = kvtier_version();
+  manifest.points = point_count(sweep.spec);
+  manifest.axis_columns = sweep.axis_columns;
+  for (const config::SweepAxis& axis : sweep.spec.axis()) {
+    manifest.axis_values.emplace_back(axis.values().begin(), axis.values().end());
+  }
+  manifest.mode = config::SweepMode_Name(sweep.spec.mode());
+  manifest.spec_text = sweep.spec.DebugString();
+  return manifest;
+}
+
+std::string manifest_json(const Manifest& manifest) {
+  nlohmann::ordered_json json;
+  json["schema"] = kSchema;
+  json["name"] = manifest.name;
+  json["spec_hash"] = manifest.spec_hash;
+  json["kvtier_version"] = manifest.kvtier_version;
+  json["mode"] = manifest.mode;
+  json["points"] = manifest.points;
+  json["axes"] = nlohmann::ordered_json::array();
+  for (std::size_t a = 0; a < manifest.axis_columns.size(); ++a) {
+    json["axes"].push_back(
+        {{"column", manifest.axis_columns[a]}, {"values", manifest.axis_values[a]}});
+  }
+  json["spec"] = manifest.spec_text;
+  return json.dump(1) + "\n";
+}
+
+Manifest read_manifest(const fs::path& folder) {
+  const fs::path path = folder / kManifest;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw ConfigError("not a sweep folder: no " + std::string(kManifest), path.string());
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Manifest manifest;
+  try {
+    const auto json = nlohmann::json::parse(text);
+    if (json.at("schema").get<std::string>() != kSchema) {
+      throw DataError("not a " + std::string(kSchema) + " manifest", path.string());
+    }
+    manifest.name = json.at("name").get<std::string>();
+    manifest.spec_hash = json.at("spec_hash").get<std::string>();
+    manifest.kvtier_version = json.at("kvtier_version").get<std::string>();
+    manifest.mode = json.at("mode").get<std::string>();
+    manifest.points = json.at("points").get<std::uint64_t>();
+    for (const auto& axis : json.at("axes")) {
+      manifest.axis_columns.push_back(axis.at("column").get<std::string>());
+      manifest.axis_values.push_back(axis.at("values").get<std::vector<std::string>>());
+    }
+    manifest.spec_text = json.at("spec").get<std::string>();
+  } catch (const nlohmann::json::exception& error) {
+    throw DataError(std::string("unreadable sweep manifest: ") + error.what(), path.string());
+  }
+  return manifest;
+}
+
+fs::path point_file(const fs::path& folder, std::uint64_t point) {
+  return folder / kPoints / (std::to_string(point) + ".csv");
+}
+
+// The values of `point` from the manifest (the spec's enumeration, without the spec).
+std::vector<std::string> manifest_values(const Manifest& manifest, std::uint64_t point) {
+  std::vector<std::string> values(manifest.axis_values.size());
+  for (std::size_t a = manifest.axis_values.size(); a-- > 0;) {
+    const auto length = static_cast<std::uint64_t>(manifest.axis_values[a].size());
+    if (manifest.mode == "ZIP") {
+      values[a] = manifest.axis_values[a].at(point);
+    } else {
+      values[a] = manifest.axis_values[a].at(point % length);
+      point /= length;
+    }
+  }
+  return values;
+}
+
+// A point file's rows, checked against the point they claim to be.
+std::vector<Row> read_point(const fs::path& folder, std::uint64_t point, const Manifest& manifest) {
+  const fs::path path = point_file(folder, point);
+  std::vector<Row> rows = read_point_file(path, manifest.axis_columns);
+  const std::vector<std::string> values = manifest_values(manifest, point);
+  for (const Row& row : rows) {
+    if (row.point != point || row.axis_values != values) {
+      throw DataError("point file holds another point than " + std::to_string(point),
+                      path.string());
+    }
+  }
+  return rows;
+}
+
+// Refuses a folder that belongs to another spec or kvtier version; claims a new one.
+void claim_folder(const fs::path& out, const Manifest& manifest) {
+  const fs::path path = out / kManifest;
+  std::error_code error;
+  if (fs::exists(path, error)) {
+    const Manifest existing = read_manifest(out);
+    if (existing.spec_hash != manifest.spec_hash) {
+      throw ConfigError("this folder holds points of another sweep spec ('" + existing.name +
+                            "', spec hash " + existing.spec_hash + "; this spec's is " +
+                            manifest.spec_hash + "): use another --out, or delete the folder",
+                        path.string());
+    }
+    if (existing.kvtier_version != manifest.kvtier_version) {
+      throw ConfigError("this folder's points were computed by kvtier " + existing.kvtier_version +
+                            ", this is " + manifest.kvtier_version +
+                            ": use another --out, or delete the folder",
+                        path.string());
+    }
+    return;
+  }
+  if (fs::exists(out / kPoints, error) && !fs::is_empty(out / kPoints, error)) {
+    throw ConfigError("the folder holds point files but no " + std::string(kManifest) +
+                          ", so their spec is unknown: use another --out, or delete the folder",
+                      out.string());
+  }
+  write_file_atomically(path, manifest_json(manifest));
+}
+
+void write_results(const fs::path& out, const ResultTable& table) {
+  write_file_atomically(out / "results.csv", results_csv(table));
+  write_results_h5(out / "results.h5", table);
+}
+
+std::uint64_t failed_points(const ResultTable& table) {
+  std::uint64_t failed = 0;
+  std::uint64_t last = UINT64_MAX;
+  for (const Row& row : table.rows) {
+    if (!row.error.empty() && row.point != last) {
+      ++failed;
+      last = row.point;
+    }
+  }
+  return failed;
+}
+
+// "3, 5-7, 9"
+std::string ranges(const std::vector<std::uint64_t>& points) {
+  std::string text;
+  for (std::size_t i = 0; i < points.size();) {
+    std::size_t j = i;
+    while (j + 1 < points.size() && points[j + 1] == points[j] + 1) {
+      ++j;
+    }
+    text += (text.empty() ? "" : ", ") + std::to_string(points[i]);
+    if (j > i) {
+      text += "-" + std::to_string(points[j]);
+    }
+    i = j + 1;
+  }
+  return text;
+}
+
+// Points run on `jobs` threads; each finished point's file is written by its thread, so a kill
+// loses at most the points in flight. The first error (lowest point) is rethrown after all
+// threads stop.
+class PointRunner {
+ public:
+  PointRunner(const Sweep& sweep, const config::ConfigLoader& loader, const RunOptions& options,
+              std::vector<std::uint64_t> pending)
+      : sweep_(sweep), loader_(loader), options_(options), pending_(std::move(pending)) {}
+
+  void run(std::uint64_t selected, std::uint64_t resumed, Clock::time_point start) {
+    const unsigned jobs =
+        std::max(1U, std::min<unsigned>(options_.jobs, static_cast<unsigned>(pending_.size())));
+    std::vector<std::thread> threads;
+    threads.reserve(jobs);
+    for (unsigned j = 0; j < jobs && !pending_.empty(); ++j) {
+      threads.emplace_back([this] { work(); });
+    }
+    {
+      std::unique_lock lock(mutex_);
+      while (finished_threads_ < threads.size()) {
+        if (options_.progress) {
+          const std::uint64_t done = done_;
+          lock.unlock();
+          report(selected, resumed, done, start);
+          lock.lock();
+        }
+        changed_.wait_for(lock, std::chrono::milliseconds(250));
+      }
+    }
+    for (std::thread& thread : threads) {
+      thread.join();
+    }
+    if (!errors_.empty()) {
+      std::rethrow_exception(errors_.begin()->second);
+    }
+  }
+
+  void report(std::uint64_t selected, std::uint64_t resumed, std::uint64_t done,
+              Clock::time_point start) const {
+    Progress progress;
+    progress.total = selected;
+    progress.resumed = resumed;
+    progress.done = resumed + done;
+    progress.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (done > 0) {
+      progress.eta_s = progress.elapsed_s / static_cast<double>(done) *
+                       static_cast<double>(pending_.size() - done);
+    }
+    options_.progress(progress);
+  }
+
+ private:
+  void work() {
+    while (!stop_.load()) {
+      const std::size_t next = next_.fetch_add(1);
+      if (next >= pending_.size()) {
+        break;
+      }
+      const std::uint64_t point = pending_[next];
+      try {
+        const std::vector<Row> rows =
+            simulate_point(sweep_, point, loader_, memo_, options_.out / "demand-cache");
+        write_file_atomically(point_file(options_.out, point),
+                              point_file_csv(rows, sweep_.axis_columns));
+        const std::lock_guard lock(mutex_);
+        ++done_;
+      } catch (...) {
+        const std::lock_guard lock(mutex_);
+        errors_.emplace(point, std::current_exception());
+        stop_ = true;
+      }
+      changed_.notify_all();
+    }
+    {
+      const std::lock_guard lock(mutex_);
+      ++finished_threads_;
+    }
+    changed_.notify_all();
+  }
+
+  const Sweep& sweep_;
+  const config::ConfigLoader& loader_;
+  const RunOptions& options_;
+  const std::vector<std::uint64_t> pending_;
+  serving::DemandMemo memo_;  // one for the whole sweep: replays shared across points
+  std::atomic<std::size_t> next_{0};
+  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::uint64_t done_ = 0;
+  std::size_t finished_threads_ = 0;
+  std::map<std::uint64_t, std::exception_ptr> errors_;
+};
+
+}  // namespace
+
+std::string kvtier_version() {
+  return KVTIER_VERSION;
+}
+
+Shard parse_shard(const std::string& text) {
+  const std::size_t slash = text.find('/');
+  Shard shard;
+  try {
+    if (slash == std::string::npos) {
+      throw std::invalid_argument("no slash");
+    }
+    std::size_t used = 0;
+    const std::string index = text.substr(0, slash);
+    const std::string count = text.substr(slash + 1);
+    shard.index = std::stoull(index, &used);
+    if (used != index.size()) {
+      throw std::invalid_argument("index");
+    }
+    shard.count = std::stoull(count, &used);
+    if (used != count.size()) {
+      throw std::invalid_argument("count");
+    }
+  } catch (const std::logic_error&) {
+    throw ConfigError("--shard '" + text + "': expected K/N, e.g. 0/4");
+  }
+  if (shard.count == 0 || shard.index >= shard.count) {
+    throw ConfigError("--shard '" + text + "': K must be below N (0/4 ... 3/4)");
+  }
+  return shard;
+}
+
+RunSummary run_sweep(const Sweep& sweep, const config::ConfigLoader& loader,
+                     const RunOptions& options) {
+  const Clock::time_point start = Clock::now();
+  const Manifest manifest = manifest_of(sweep);
+  claim_folder(options.out, manifest);
+  std::error_code error;
+  fs::create_directories(options.out / kPoints, error);
+  if (error) {
+    throw Error("cannot create folder: " + error.message(), (options.out / kPoints).string(),
+                ExitCode::kRuntimeFailure);
+  }
+
+  RunSummary summary;
+  summary.total_points = manifest.points;
+  std::vector<std::uint64_t> selected;
+  std::vector<std::uint64_t> pending;
+  for (std::uint64_t point = options.shard.index; point < manifest.points;
+       point += options.shard.count) {
+    selected.push_back(point);
+    if (fs::exists(point_file(options.out, point), error)) {
+      try {
+        (void)read_point(options.out, point, manifest);
+        ++summary.resumed;
+        continue;
+      } catch (const DataError&) {
+        ++summary.replaced;  // written by hand or damaged on disk: computed again
+      }
+    }
+    pending.push_back(point);
+  }
+  summary.selected = selected.size();
+  summary.computed = pending.size();
+
+  PointRunner runner(sweep, loader, options, pending);
+  runner.run(summary.selected, summary.resumed, start);
+
+  std::vector<Row> rows;
+  for (const std::uint64_t point : selected) {
+    std::vector<Row> point_rows = read_point(options.out, point, manifest);
+    std::move(point_rows.begin(), point_rows.end(), std::back_inserter(rows));
+  }
+  summary.table =
+      make_table(manifest.name, manifest.spec_hash, manifest.axis_columns, std::move(rows));
+  summary.failed_points = failed_points(summary.table);
+  write_results(options.out, summary.table);
+  if (options.progress) {
+    runner.report(summary.selected, summary.resumed, summary.computed, start);
+  }
+  return summary;
+}
+
+ResultTable merge_sweeps(std::span<const fs::path> folders, const fs::path& out) {
+  if (folders.empty()) {
+    throw ConfigError("merge needs at least one sweep folder");
+  }
+  std::vector<Manifest> manifests;
+  for (const fs::path& folder : folders) {
+    manifests.push_back(read_manifest(folder));
+    const Manifest& first = manifests.front();
+    const Manifest& last = manifests.back();
+    if (last.spec_hash != first.spec_hash || last.kvtier_version != first.kvtier_version) {
+      throw ConfigError("cannot merge different sweeps: " + folders.front().string() + " holds '" +
+                            first.name + "' (spec hash " + first.spec_hash + ", kvtier " +
+                            first.kvtier_version + "), " + folder.string() + " holds '" +
+                            last.name + "' (spec hash " + last.spec_hash + ", kvtier " +
+                            last.kvtier_version + ")",
+                        (folder / kManifest).string());
+    }
+  }
+  const Manifest& manifest = manifests.front();
+  std::vector<Row> rows;
+  std::vector<std::uint64_t> missing;
+  std::error_code error;
+  for (std::uint64_t point = 0; point < manifest.points; ++point) {
+    const auto holder = std::find_if(folders.begin(), folders.end(), [&](const fs::path& folder) {
+      return fs::exists(point_file(folder, point), error);
+    });
+    if (holder == folders.end()) {
+      missing.push_back(point);
+      continue;
+    }
+    std::vector<Row> point_rows = read_point(*holder, point, manifest);
+    std::move(point_rows.begin(), point_rows.end(), std::back_inserter(rows));
+  }
+  if (!missing.empty()) {
+    throw ConfigError("missing points " + ranges(missing) + " (" + std::to_string(missing.size()) +
+                      " of " + std::to_string(manifest.points) +
+                      "): no folder given holds them; run their shards first");
+  }
+  claim_folder(out, manifest);
+  ResultTable table =
+      make_table(manifest.name, manifest.spec_hash, manifest.axis_columns, std::move(rows));
+  write_results(out, table);
+  return table;
+}
+
+}  // namespace kvtier::sweep

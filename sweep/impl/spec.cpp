@@ -1,0 +1,313 @@
+// Loading a sweep, enumerating its points and simulating one point.
+
+#include <google/protobuf/text_format.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+
+#include "common/errors.hpp"
+#include "common/text_output.hpp"
+#include "configs/parse.hpp"
+#include "configs/validate.hpp"
+#include "replay/parameters.hpp"
+#include "replay/registry.hpp"
+#include "serving/demand_memo.hpp"
+#include "serving/simulation.hpp"
+#include "sweep/sweep.hpp"
+
+namespace kvtier::sweep {
+namespace {
+
+using config::Problem;
+
+constexpr std::string_view kBasePrefix = "base.";
+
+std::string axis_path(int axis) {
+  return "axis[" + std::to_string(axis) + "]";
+}
+
+// A policy as written: its name and the parameters given ("tiered:hbm=0.5"), for rows of a
+// point that did not run (the canonical string needs the policy registry and a trace shape).
+std::string policy_label(const config::PolicySpec& policy) {
+  std::string label = policy.name();
+  for (int i = 0; i < policy.param_size(); ++i) {
+    const config::PolicyParam& param = policy.param(i);
+    label += (i == 0 ? ":" : ",") + param.name() + "=";
+    switch (param.value_case()) {
+      case config::PolicyParam::kNumber: label += format_double(param.number()); break;
+      case config::PolicyParam::kInteger: label += std::to_string(param.integer()); break;
+      case config::PolicyParam::kText: label += param.text(); break;
+      case config::PolicyParam::kFlag: label += param.flag() ? "true" : "false"; break;
+      case config::PolicyParam::VALUE_NOT_SET: break;
+    }
+  }
+  return label;
+}
+
+std::vector<std::string> policy_labels(const config::RunSpec& run) {
+  std::vector<std::string> labels{policy_label(run.policy())};
+  for (const config::PolicySpec& other : run.compare()) {
+    labels.push_back(policy_label(other));
+  }
+  return labels;
+}
+
+// Names and parameters against the registry; no trace shape is needed for that, so a typo in
+// a policy fails the sweep before any point runs rather than every point one by one.
+void check_policy(const replay::PolicyRegistry& registry, const config::PolicySpec& policy) {
+  const replay::PolicyInfo* info = registry.find(policy.name());
+  if (info == nullptr) {
+    std::string names;
+    for (const auto& known : registry.all()) {
+      names += (names.empty() ? "" : ", ") + known.name;
+    }
+    throw ConfigError("unknown policy '" + policy.name() + "' (policies: " + names + ")");
+  }
+  (void)replay::PolicyParameters(info->name, info->params, policy);
+}
+
+// XXH3-128 of the resolved spec in text format, as 32 hex digits (most significant first).
+std::string spec_hash(const config::SweepSpec& spec) {
+  std::string text;
+  google::protobuf::TextFormat::Printer printer;
+  (void)printer.PrintToString(spec, &text);
+  const XXH128_hash_t hash = XXH3_128bits(text.data(), text.size());
+  XXH128_canonical_t canonical;
+  XXH128_canonicalFromHash(&canonical, hash);
+  std::string hex;
+  for (const unsigned char byte : canonical.digest) {
+    std::array<char, 3> digits{};
+    (void)std::snprintf(digits.data(), digits.size(), "%02x", byte);
+    hex += digits.data();
+  }
+  return hex;
+}
+
+// Axis columns carry the axis path; the policy axis would collide with the `policy` column
+// (the canonical policy each row ran), so fixed columns' names get "_axis".
+std::string axis_column(const std::string& path) {
+  return path == "point" || path == "policy" || path == "error" ? path + "_axis" : path;
+}
+
+// A path in the spec's folder unless absolute, as `kvtier sim` finds them beside its RUN.
+std::string beside(const std::filesystem::path& spec_file, const std::string& named) {
+  const std::filesystem::path path(named);
+  return path.is_relative() ? (spec_file.parent_path() / path).lexically_normal().string() : named;
+}
+
+std::string error_text(const Error& error) {
+  constexpr std::string_view kPrefix = "kvtier: error: ";
+  std::string text;
+  for (std::string line : error.lines()) {
+    if (line.rfind(kPrefix, 0) == 0) {
+      line.erase(0, kPrefix.size());
+    }
+    text += (text.empty() ? "" : "; ") + line;
+  }
+  return text;
+}
+
+// The base with the point's values applied, not yet validated.
+config::RunSpec apply_point(const Sweep& sweep, std::uint64_t point,
+                            const config::ConfigLoader& loader, config::LocationMap& locations) {
+  config::RunSpec run = sweep.spec.base();
+  const std::vector<std::string> values = point_values(sweep.spec, point);
+  std::vector<config::Override> overrides;
+  const config::PolicySpec* policy = nullptr;
+  config::PolicySpec parsed;
+  for (int a = 0; a < sweep.spec.axis_size(); ++a) {
+    const std::string& path = sweep.spec.axis(a).path();
+    if (path == kPolicyAxis) {
+      parsed = replay::parse_policy_string(values[a]);
+      policy = &parsed;
+    } else {
+      overrides.push_back(config::parse_override(path + "=" + values[a]));
+    }
+  }
+  loader.apply_and_resolve(run, locations, overrides);
+  if (policy != nullptr) {
+    *run.mutable_policy() = *policy;
+  }
+  return run;
+}
+
+}  // namespace
+
+Sweep load_sweep(const std::string& path, const config::ConfigLoader& loader,
+                 std::span<const config::Override> overrides) {
+  return load_sweep_text(config::read_config_file(path), path, loader, overrides);
+}
+
+Sweep load_sweep_text(std::string_view text, const std::string& file_name,
+                      const config::ConfigLoader& loader,
+                      std::span<const config::Override> overrides) {
+  Sweep sweep;
+  sweep.file = file_name;
+  // config::validate checks every `--set` axis value on the base (configs/impl/consistency.cpp
+  // leaves the policy axis to this module: policy strings belong to replay/).
+  const config::LocationMap locations = loader.load_text(text, file_name, sweep.spec, overrides);
+  sweep.base_locations = config::LocationMap(file_name);
+  for (const auto& [path, position] : locations.entries()) {
+    if (path.rfind(kBasePrefix, 0) == 0) {
+      sweep.base_locations.set(path.substr(kBasePrefix.size()), position);
+    }
+  }
+
+  std::vector<Problem> problems;
+  const config::SweepSpec& spec = sweep.spec;
+  const replay::PolicyRegistry registry = replay::builtin_policies();
+  auto check = [&](const config::PolicySpec& policy, const std::string& where) {
+    try {
+      check_policy(registry, policy);
+    } catch (const ConfigError& error) {
+      problems.push_back({where, error.what()});
+    }
+  };
+  check(spec.base().policy(), "base.policy");
+  for (int i = 0; i < spec.base().compare_size(); ++i) {
+    check(spec.base().compare(i), "base.compare[" + std::to_string(i) + "]");
+  }
+  for (int a = 0; a < spec.axis_size(); ++a) {
+    const config::SweepAxis& axis = spec.axis(a);
+    for (int b = 0; b < a; ++b) {
+      if (spec.axis(b).path() == axis.path()) {
+        problems.push_back({axis_path(a) + ".path", "axis path " + axis.path() +
+                                                        " is also swept by " + axis_path(b) +
+                                                        ": one axis per path"});
+      }
+    }
+    if (axis.path() != kPolicyAxis) {
+      continue;
+    }
+    for (int v = 0; v < axis.values_size(); ++v) {
+      const std::string where = axis_path(a) + ".values[" + std::to_string(v) + "]";
+      config::RunSpec point = spec.base();
+      try {
+        *point.mutable_policy() = replay::parse_policy_string(axis.values(v));
+        check_policy(registry, point.policy());
+      } catch (const ConfigError& error) {
+        problems.push_back({where, "policy axis value '" + axis.values(v) + "': " + error.what()});
+        continue;
+      }
+      for (const Problem& problem : config::validate(point, loader, sweep.base_locations)) {
+        problems.push_back({where, "policy axis value '" + axis.values(v) +
+                                       "' makes an invalid run: " + problem.what + " (field " +
+                                       problem.path + ")"});
+      }
+    }
+  }
+  if (!problems.empty()) {
+    throw config::InvalidConfig(problems, locations);
+  }
+  sweep.hash = spec_hash(spec);
+  for (const config::SweepAxis& axis : spec.axis()) {
+    sweep.axis_columns.push_back(axis_column(axis.path()));
+  }
+  return sweep;
+}
+
+std::uint64_t point_count(const config::SweepSpec& spec) {
+  if (spec.axis_size() == 0) {
+    return 0;
+  }
+  if (spec.mode() == config::ZIP) {
+    return static_cast<std::uint64_t>(spec.axis(0).values_size());
+  }
+  std::uint64_t count = 1;
+  for (const config::SweepAxis& axis : spec.axis()) {
+    count *= static_cast<std::uint64_t>(axis.values_size());
+  }
+  return count;
+}
+
+std::vector<std::uint32_t> point_coordinates(const config::SweepSpec& spec, std::uint64_t point) {
+  const std::uint64_t count = point_count(spec);
+  if (point >= count) {
+    throw std::out_of_range("sweep point " + std::to_string(point) + " of " +
+                            std::to_string(count));
+  }
+  std::vector<std::uint32_t> coordinates(static_cast<std::size_t>(spec.axis_size()), 0);
+  if (spec.mode() == config::ZIP) {
+    std::fill(coordinates.begin(), coordinates.end(), static_cast<std::uint32_t>(point));
+    return coordinates;
+  }
+  for (int a = spec.axis_size() - 1; a >= 0; --a) {
+    const auto length = static_cast<std::uint64_t>(spec.axis(a).values_size());
+    coordinates[static_cast<std::size_t>(a)] = static_cast<std::uint32_t>(point % length);
+    point /= length;
+  }
+  return coordinates;
+}
+
+std::vector<std::string> point_values(const config::SweepSpec& spec, std::uint64_t point) {
+  const std::vector<std::uint32_t> coordinates = point_coordinates(spec, point);
+  std::vector<std::string> values;
+  values.reserve(coordinates.size());
+  for (int a = 0; a < spec.axis_size(); ++a) {
+    values.push_back(
+        spec.axis(a).values(static_cast<int>(coordinates[static_cast<std::size_t>(a)])));
+  }
+  return values;
+}
+
+config::RunSpec point_run(const Sweep& sweep, std::uint64_t point,
+                          const config::ConfigLoader& loader,
+                          const std::filesystem::path& demand_cache) {
+  config::LocationMap locations = sweep.base_locations;
+  config::RunSpec run = apply_point(sweep, point, loader, locations);
+  if (const auto problems = config::validate(run, loader, locations); !problems.empty()) {
+    throw config::InvalidConfig(problems, locations);
+  }
+  if (run.workload().has_request_file()) {
+    auto* file = run.mutable_workload()->mutable_request_file();
+    file->set_path(beside(sweep.file, file->path()));
+  }
+  // mutable_tiering() would add an (invalid, empty) block to a run that has none.
+  if (run.has_tiering()) {
+    config::TieringSpec& tiering = *run.mutable_tiering();
+    for (std::string& trace : *tiering.mutable_traces()) {
+      trace = beside(sweep.file, trace);
+    }
+    if (!tiering.has_demand_cache_directory() && !demand_cache.empty()) {
+      tiering.set_demand_cache_directory(demand_cache.string());
+    }
+  }
+  return run;
+}
+
+std::vector<Row> simulate_point(const Sweep& sweep, std::uint64_t point,
+                                const config::ConfigLoader& loader, serving::DemandMemo& memo,
+                                const std::filesystem::path& demand_cache) {
+  const std::vector<std::string> values = point_values(sweep.spec, point);
+  std::vector<std::string> labels = policy_labels(sweep.spec.base());
+  for (int a = 0; a < sweep.spec.axis_size(); ++a) {
+    if (sweep.spec.axis(a).path() == kPolicyAxis) {
+      labels.front() = values[static_cast<std::size_t>(a)];
+    }
+  }
+  std::vector<Row> rows;
+  try {
+    const config::RunSpec run = point_run(sweep, point, loader, demand_cache);
+    labels = policy_labels(run);
+    for (const serving::SimulationReport& report : serving::simulate_all(run, &memo)) {
+      Row row{point, values, report.policy, {}, {}};
+      row.metrics.reserve(report.metrics.size());
+      for (const serving::Metric& metric : report.metrics) {
+        row.metrics.emplace_back(metric.name, format_double(metric.value));
+      }
+      rows.push_back(std::move(row));
+    }
+  } catch (const ConfigError& error) {
+    // Combinations that do not fit are findings of a what-if grid, not failures of it.
+    rows.clear();
+    const std::string text = error_text(error);
+    for (const std::string& label : labels) {
+      rows.push_back(Row{point, values, label, text, {}});
+    }
+  }
+  return rows;
+}
+
+}  // namespace kvtier::sweep

@@ -1,0 +1,503 @@
+// The CUDA engine against the CPU engine (docs/ENGINE.md, "The CUDA engine"). Needs a GPU: the
+// test cases carry the CTest label `gpu`, which CI excludes, and each returns at once (with a
+// warning) when no CUDA device is present.
+//
+// In FP32 the engines may differ by rounding only: the same greedy tokens, logits within 1e-3,
+// attention probabilities within 1e-5, on stories260K (llama2.c layout, GQA) and on seeded random
+// Qwen2 (biases, tied embedding), Qwen3 (q/k norms), Mistral (sliding window) and Llama
+// (Llama-3 RoPE scaling) models. BF16 and FP16 are checked against looser bounds. Observation
+// is checked in every mode: per-head rows or head means, asynchronous or synchronous delivery,
+// staging rings small enough to split prefills into many records and to be grown.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "kernels/cuda_engine.hpp"
+#include "kernels/device_info.hpp"
+#include "kernels/engine.hpp"
+#include "kernels/generate.hpp"
+#include "kernels/hf_checkpoint.hpp"
+#include "kernels/llama2c_checkpoint.hpp"
+#include "kernels/sampler.hpp"
+#include "kernels/tracer.hpp"
+#include "tests/kernels/support/model_files.hpp"
+#include "traces/reader.hpp"
+#include "traces/validate.hpp"
+
+namespace kk = kvtier::kernels;
+namespace kt = kvtier::traces;
+namespace fs = std::filesystem;
+namespace cfg = kvtier::config;
+
+namespace {
+
+bool gpu_present() {
+  std::string status;
+  if (kk::cuda_devices(status).empty()) {
+    WARN("no CUDA device (" << status << "): CUDA engine test skipped");
+    return false;
+  }
+  return true;
+}
+
+std::shared_ptr<const kk::ModelWeights> stories() {
+  static const auto weights = std::make_shared<const kk::ModelWeights>(
+      kk::load_llama2c_checkpoint(kk::testing::stories_dir() / "stories260K.bin"));
+  return weights;
+}
+
+const std::vector<std::int32_t>& stories_prompt() {
+  static const std::vector<std::int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 299};
+  return prompt;
+}
+
+// A seeded random model of `architecture` (tests/kernels/support), with Llama-3 RoPE scaling for
+// LLAMA so that the scaled frequencies are exercised too.
+std::shared_ptr<const kk::ModelWeights> random_model(cfg::Architecture architecture,
+                                                     const fs::path& directory) {
+  const cfg::ModelSpec spec = kk::testing::small_spec(architecture);
+  kk::testing::write_random_hf_model(spec, directory, 11);
+  kk::ModelWeights weights = kk::load_hf_checkpoint(directory);
+  if (architecture == cfg::LLAMA) {
+    cfg::RopeScaling& scaling = *weights.spec.mutable_rope_scaling();
+    scaling.set_rope_type("llama3");
+    scaling.set_factor(8.0);
+    scaling.set_low_freq_factor(1.0);
+    scaling.set_high_freq_factor(4.0);
+    scaling.set_original_max_position_embeddings(16);
+  }
+  return std::make_shared<const kk::ModelWeights>(std::move(weights));
+}
+
+kk::CudaEngineOptions options(kk::CudaComputeDtype dtype = kk::CudaComputeDtype::kFP32) {
+  kk::CudaEngineOptions result;
+  result.dtype = dtype;
+  return result;
+}
+
+float max_difference(std::span<const float> a, std::span<const float> b) {
+  REQUIRE(a.size() == b.size());
+  float most = 0.0F;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    most = std::max(most, std::abs(a[i] - b[i]));
+  }
+  return most;
+}
+
+float spread(std::span<const float> values) {
+  const auto [low, high] = std::minmax_element(values.begin(), values.end());
+  return *high - *low;
+}
+
+// Runs the prompt and then `forced` tokens (teacher forcing) on both engines; returns the
+// largest logit difference of any call relative to that call's spread of CPU logits.
+double relative_logit_difference(kk::Engine& cpu, kk::Engine& cuda,
+                                 std::span<const std::int32_t> prompt,
+                                 std::span<const std::int32_t> forced) {
+  cpu.reset();
+  cuda.reset();
+  double most = 0.0;
+  const auto compare = [&](std::span<const float> expected, std::span<const float> got) {
+    for (const float value : got) {
+      REQUIRE(std::isfinite(value));
+    }
+    most = std::max(most, static_cast<double>(max_difference(expected, got)) / spread(expected));
+  };
+  {
+    const std::vector<float> expected = [&] {
+      const auto logits = cpu.prefill(prompt);
+      return std::vector<float>(logits.begin(), logits.end());
+    }();
+    compare(expected, cuda.prefill(prompt));
+  }
+  for (const std::int32_t token : forced) {
+    const auto logits = cpu.decode(token);
+    const std::vector<float> expected(logits.begin(), logits.end());
+    compare(expected, cuda.decode(token));
+  }
+  return most;
+}
+
+// Every observer call, in order, with copies of its spans.
+class Recording final : public kk::ForwardObserver {
+ public:
+  struct Call {
+    bool attention = false;
+    int layer = 0;
+    int position = 0;
+    bool prefill = false;
+    int first_key = 0;
+    int key_count = 0;
+    int heads = 0;
+    int kv_heads = 0;
+    int head_dim = 0;
+    std::vector<float> first;   // queries, or keys
+    std::vector<float> second;  // probabilities, or values
+  };
+
+  void on_key_value(const kk::KeyValueWrite& write) override {
+    calls.push_back({false, write.layer, write.position, false, 0, 0, 0, write.kv_heads,
+                     write.head_dim,
+                     {write.keys.begin(), write.keys.end()},
+                     {write.values.begin(), write.values.end()}});
+  }
+  void on_attention(const kk::AttentionStep& step) override {
+    calls.push_back({true, step.layer, step.query_position, step.prefill, step.first_key_position,
+                     step.key_count, step.query_heads, step.kv_heads, step.head_dim,
+                     {step.queries.begin(), step.queries.end()},
+                     {step.probabilities.begin(), step.probabilities.end()}});
+  }
+
+  std::vector<Call> calls;
+};
+
+// Largest difference relative to the larger of 1 and the largest magnitude in `expected`.
+float relative_difference(std::span<const float> expected, std::span<const float> got) {
+  float scale = 1.0F;
+  for (const float value : expected) {
+    scale = std::max(scale, std::abs(value));
+  }
+  return max_difference(expected, got) / scale;
+}
+
+// The CUDA engine's observations against the CPU engine's: the same calls in the same order,
+// queries, keys and values within `vector_margin` (relative to each vector's largest magnitude),
+// probabilities within `probability_margin`. With `head_mean` the CUDA rows are the head mean of
+// the CPU rows, in every head.
+void check_observations(const Recording& cpu, const Recording& cuda, double vector_margin,
+                        double probability_margin, bool head_mean) {
+  REQUIRE(cuda.calls.size() == cpu.calls.size());
+  for (std::size_t i = 0; i < cpu.calls.size(); ++i) {
+    const Recording::Call& a = cpu.calls[i];
+    const Recording::Call& b = cuda.calls[i];
+    INFO("call " << i << ": " << (a.attention ? "attention" : "key/value") << ", layer "
+                 << a.layer << ", position " << a.position);
+    REQUIRE(b.attention == a.attention);
+    REQUIRE(b.layer == a.layer);
+    REQUIRE(b.position == a.position);
+    REQUIRE(b.prefill == a.prefill);
+    REQUIRE(b.first_key == a.first_key);
+    REQUIRE(b.key_count == a.key_count);
+    REQUIRE(b.heads == a.heads);
+    REQUIRE(b.kv_heads == a.kv_heads);
+    REQUIRE(b.head_dim == a.head_dim);
+    REQUIRE(b.first.size() == a.first.size());
+    REQUIRE(b.second.size() == a.second.size());
+    CHECK(relative_difference(a.first, b.first) <= vector_margin);
+    if (!a.attention) {
+      CHECK(relative_difference(a.second, b.second) <= vector_margin);
+      continue;
+    }
+    if (!head_mean) {
+      CHECK(max_difference(a.second, b.second) <= probability_margin);
+      continue;
+    }
+    const auto keys = static_cast<std::size_t>(a.key_count);
+    for (std::size_t key = 0; key < keys; ++key) {
+      float mean = 0.0F;
+      for (int head = 0; head < a.heads; ++head) {
+        mean += a.second[static_cast<std::size_t>(head) * keys + key];
+      }
+      mean *= 1.0F / static_cast<float>(a.heads);
+      for (int head = 0; head < a.heads; ++head) {
+        CHECK(std::abs(b.second[static_cast<std::size_t>(head) * keys + key] - mean) <=
+              probability_margin);
+      }
+    }
+  }
+}
+
+// A prefill of `prompt` and `steps` greedy decode steps with `observer` attached; the observer is
+// detached (which waits for every pending call) before returning.
+std::vector<std::int32_t> observed_run(kk::Engine& engine, std::span<const std::int32_t> prompt,
+                                       int steps, kk::ForwardObserver& observer) {
+  engine.reset();
+  engine.set_observer(&observer);
+  std::vector<std::int32_t> tokens(prompt.begin(), prompt.end());
+  std::span<const float> logits = engine.prefill(prompt);
+  for (int step = 0; step < steps; ++step) {
+    tokens.push_back(kk::argmax(logits));
+    logits = engine.decode(tokens.back());
+  }
+  engine.set_observer(nullptr);
+  return tokens;
+}
+
+std::vector<std::int32_t> greedy(kk::Engine& engine, std::span<const std::int32_t> prompt,
+                                 int new_tokens) {
+  kk::GenerationOptions generation;
+  generation.max_new_tokens = new_tokens;
+  return kk::generate(engine, prompt, generation).tokens;
+}
+
+}  // namespace
+
+TEST_CASE("stories260K: the CUDA engine in FP32 gives the CPU engine's tokens and logits",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto cpu = kk::make_cpu_engine(stories());
+  const auto cuda = kk::make_cuda_engine(stories(), options());
+  CHECK(cuda->backend() == "cuda");
+  CHECK(cuda->spec().name() == cpu->spec().name());
+
+  const std::vector<std::int32_t> expected = greedy(*cpu, stories_prompt(), 200);
+  CHECK(greedy(*cuda, stories_prompt(), 200) == expected);
+  // Teacher-forced along the CPU's tokens, without reserve(): the KV cache grows on the way.
+  const std::span<const std::int32_t> forced =
+      std::span<const std::int32_t>(expected).subspan(stories_prompt().size());
+  CHECK(relative_logit_difference(*cpu, *cuda, stories_prompt(), forced) < 1e-4);
+  CHECK(cuda->position() == static_cast<int>(expected.size()));
+
+  // A prefill split differently gives the same logits: the prompt in two calls.
+  cuda->reset();
+  const std::span<const std::int32_t> prompt(stories_prompt());
+  static_cast<void>(cuda->prefill(prompt.first(3)));
+  const auto split = cuda->prefill(prompt.subspan(3));
+  const std::vector<float> split_logits(split.begin(), split.end());
+  cpu->reset();
+  CHECK(max_difference(cpu->prefill(prompt), split_logits) < 1e-3F);
+}
+
+TEST_CASE("stories260K in BF16 and FP16 stays close to the CPU engine", "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto cpu = kk::make_cpu_engine(stories());
+  const std::vector<std::int32_t> expected = greedy(*cpu, stories_prompt(), 64);
+  const std::span<const std::int32_t> forced =
+      std::span<const std::int32_t>(expected).subspan(stories_prompt().size());
+  // Bounds relative to each call's spread of logits; set before any GPU run, from the rounding
+  // of 8 (BF16) and 11 (FP16) significant bits through five layers.
+  const auto bf16 = kk::make_cuda_engine(stories(), options(kk::CudaComputeDtype::kBF16));
+  CHECK(relative_logit_difference(*cpu, *bf16, stories_prompt(), forced) < 0.05);
+  const auto fp16 = kk::make_cuda_engine(stories(), options(kk::CudaComputeDtype::kFP16));
+  CHECK(relative_logit_difference(*cpu, *fp16, stories_prompt(), forced) < 0.01);
+
+  Recording cpu_calls;
+  Recording cuda_calls;
+  const std::vector<std::int32_t> tokens = observed_run(*cpu, stories_prompt(), 4, cpu_calls);
+  // Teacher-forced through the same tokens so that both see the same positions.
+  bf16->reset();
+  bf16->set_observer(&cuda_calls);
+  static_cast<void>(bf16->prefill(std::span<const std::int32_t>(tokens).first(tokens.size() - 4)));
+  for (std::size_t i = tokens.size() - 4; i < tokens.size(); ++i) {
+    static_cast<void>(bf16->decode(tokens[i]));
+  }
+  bf16->set_observer(nullptr);
+  check_observations(cpu_calls, cuda_calls, 0.05, 0.05, false);
+}
+
+TEST_CASE("random Qwen2, Qwen3, Mistral and Llama models: FP32 tokens, logits, observations",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const kk::testing::TempDir temp("cuda-random");
+  const std::vector<std::int32_t> prompt = {3,  14, 15, 9,  26, 5, 35, 8, 9, 7,
+                                            53, 58, 9,  7,  29, 23, 8, 46, 2, 6};
+  for (const auto architecture : {cfg::QWEN2, cfg::QWEN3, cfg::MISTRAL, cfg::LLAMA}) {
+    CAPTURE(cfg::Architecture_Name(architecture));
+    const auto weights =
+        random_model(architecture, temp.path() / cfg::Architecture_Name(architecture));
+    const auto cpu = kk::make_cpu_engine(weights);
+    const auto cuda = kk::make_cuda_engine(weights, options());
+    const std::vector<std::int32_t> expected = greedy(*cpu, prompt, 40);
+    CHECK(greedy(*cuda, prompt, 40) == expected);
+    const std::span<const std::int32_t> forced =
+        std::span<const std::int32_t>(expected).subspan(prompt.size());
+    CHECK(relative_logit_difference(*cpu, *cuda, prompt, forced) < 1e-4);
+
+    Recording cpu_calls;
+    const std::vector<std::int32_t> tokens = observed_run(*cpu, prompt, 12, cpu_calls);
+    struct Mode {
+      kk::ObserverRows rows;
+      kk::ObserverDelivery delivery;
+      std::size_t ring_bytes;
+    };
+    // Default ring; a 4 KiB ring that splits the prefill into many records and wraps; a 256-byte
+    // ring that single records outgrow.
+    for (const Mode mode : {Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kAsynchronous,
+                                 std::size_t{256} << 20U},
+                            Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kAsynchronous,
+                                 4096},
+                            Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kSynchronous,
+                                 4096},
+                            Mode{kk::ObserverRows::kHeadMean, kk::ObserverDelivery::kAsynchronous,
+                                 256},
+                            Mode{kk::ObserverRows::kHeadMean, kk::ObserverDelivery::kSynchronous,
+                                 std::size_t{256} << 20U}}) {
+      CAPTURE(static_cast<int>(mode.rows), static_cast<int>(mode.delivery), mode.ring_bytes);
+      kk::CudaEngineOptions observed = options();
+      observed.observer_rows = mode.rows;
+      observed.observer_delivery = mode.delivery;
+      observed.observer_ring_bytes = mode.ring_bytes;
+      const auto engine = kk::make_cuda_engine(weights, observed);
+      Recording cuda_calls;
+      CHECK(observed_run(*engine, prompt, 12, cuda_calls) == tokens);
+      check_observations(cpu_calls, cuda_calls, 1e-4, 1e-5,
+                         mode.rows == kk::ObserverRows::kHeadMean);
+    }
+  }
+}
+
+TEST_CASE("a trace captured on the CUDA engine holds the CPU engine's rows",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const kk::testing::TempDir temp("cuda-capture");
+  kk::CaptureOptions capture;
+  capture.generation.max_new_tokens = 40;
+  capture.contents.heads = true;
+  capture.contents.key_norms = true;
+  capture.contents.prefill_window = 4;
+  capture.contents.dtype = cfg::FP32;
+  capture.tool = "kvtier test";
+  const auto cpu = kk::make_cpu_engine(stories());
+  const fs::path expected_path = temp.path() / "cpu.h5";
+  const kk::CaptureResult expected =
+      kk::capture_trace(*cpu, stories_prompt(), capture, expected_path);
+
+  const auto compare = [&](const fs::path& path, bool heads) {
+    CHECK(kt::validate_trace(path).valid());
+    const kt::TraceReader a(expected_path);
+    const kt::TraceReader b(path);
+    CHECK(b.read_tokens() == a.read_tokens());
+    for (std::uint32_t layer = 0; layer < a.shape().layers.count; ++layer) {
+      CAPTURE(layer);
+      kt::DenseRows rows_a;
+      kt::DenseRows rows_b;
+      a.read_mean(layer, {0, 40}, rows_a);
+      b.read_mean(layer, {0, 40}, rows_b);
+      CHECK(max_difference(rows_a.values, rows_b.values) < 1e-5F);
+      CHECK(relative_difference(a.read_key_norms(layer), b.read_key_norms(layer)) < 1e-4F);
+      if (heads) {
+        kt::HeadRows heads_a;
+        kt::HeadRows heads_b;
+        a.read_heads(layer, {0, 40}, heads_a);
+        b.read_heads(layer, {0, 40}, heads_b);
+        CHECK(max_difference(heads_a.values, heads_b.values) < 1e-5F);
+        CHECK(max_difference(a.read_prefill_window(layer), b.read_prefill_window(layer)) < 1e-5F);
+      }
+    }
+  };
+
+  {
+    // Per-head rows, asynchronous delivery (the defaults), one pass and two.
+    const auto cuda = kk::make_cuda_engine(stories(), options());
+    const fs::path path = temp.path() / "cuda.h5";
+    const kk::CaptureResult result = kk::capture_trace(*cuda, stories_prompt(), capture, path);
+    CHECK(result.generation.tokens == expected.generation.tokens);
+    compare(path, true);
+    // A stop token that never comes: two passes (generate, then trace), each in full.
+    std::int32_t absent = 0;
+    while (std::find(expected.generation.tokens.begin(), expected.generation.tokens.end(),
+                     absent) != expected.generation.tokens.end()) {
+      ++absent;
+    }
+    kk::CaptureOptions stopping = capture;
+    stopping.generation.stop_tokens = {absent};
+    const fs::path two_passes = temp.path() / "cuda-two-passes.h5";
+    CHECK(kk::capture_trace(*cuda, stories_prompt(), stopping, two_passes).two_passes);
+    compare(two_passes, true);
+  }
+  {
+    // Head means reduced on the device: mean and top-k rows only.
+    kk::CudaEngineOptions mean = options();
+    mean.observer_rows = kk::ObserverRows::kHeadMean;
+    const auto cuda = kk::make_cuda_engine(stories(), mean);
+    kk::CaptureOptions mean_capture = capture;
+    mean_capture.contents.heads = false;
+    mean_capture.contents.prefill_window = 0;
+    mean_capture.contents.top_k = 8;
+    const fs::path path = temp.path() / "cuda-mean.h5";
+    CHECK(kk::capture_trace(*cuda, stories_prompt(), mean_capture, path).generation.tokens ==
+          expected.generation.tokens);
+    compare(path, false);
+  }
+}
+
+TEST_CASE("an observer's exception reaches the caller, and nothing after it",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  class Refusing final : public kk::ForwardObserver {
+   public:
+    explicit Refusing(int position) : position_(position) {}
+    void on_attention(const kk::AttentionStep& step) override {
+      if (refused_) {
+        ++calls_after;
+      }
+      if (step.layer == 1 && step.query_position == position_) {
+        refused_ = true;
+        throw std::runtime_error("refused position " + std::to_string(position_));
+      }
+    }
+    int calls_after = 0;
+
+   private:
+    int position_;
+    bool refused_ = false;
+  };
+  const int prompt = static_cast<int>(stories_prompt().size());
+  const auto cpu = kk::make_cpu_engine(stories());
+  const std::vector<std::int32_t> expected = greedy(*cpu, stories_prompt(), 20);
+
+  for (const auto delivery :
+       {kk::ObserverDelivery::kAsynchronous, kk::ObserverDelivery::kSynchronous}) {
+    CAPTURE(static_cast<int>(delivery));
+    kk::CudaEngineOptions refusing = options();
+    refusing.observer_delivery = delivery;
+    const auto cuda = kk::make_cuda_engine(stories(), refusing);
+    Refusing observer(prompt + 2);
+    cuda->set_observer(&observer);
+    std::string message;
+    int decoded = 0;
+    try {
+      static_cast<void>(cuda->prefill(stories_prompt()));
+      for (std::size_t i = stories_prompt().size(); i < expected.size(); ++i) {
+        static_cast<void>(cuda->decode(expected[i]));
+        ++decoded;
+      }
+      cuda->set_observer(nullptr);
+    } catch (const std::runtime_error& error) {
+      message = error.what();
+    }
+    CHECK(message == "refused position " + std::to_string(prompt + 2));
+    CHECK(observer.calls_after == 0);
+    if (delivery == kk::ObserverDelivery::kSynchronous) {
+      CHECK(decoded == 2);  // the third decode step runs position prompt + 2
+    }
+    // Reported once; the engine runs on.
+    CHECK_NOTHROW(cuda->set_observer(nullptr));
+    CHECK(greedy(*cuda, stories_prompt(), 20) == expected);
+  }
+}
+
+TEST_CASE("the CUDA engine refuses bad devices and inputs as the CPU engine does",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  kk::CudaEngineOptions missing = options();
+  missing.device = 999;
+  CHECK_THROWS_AS(kk::make_cuda_engine(stories(), missing), kvtier::ConfigError);
+  CHECK_THROWS_WITH(kk::make_cuda_engine(stories(), missing), Catch::Contains("does not exist"));
+
+  const auto cuda = kk::make_cuda_engine(stories(), options());
+  CHECK_THROWS_AS(cuda->prefill(std::vector<std::int32_t>{1, 512}), kvtier::DataError);
+  CHECK_THROWS_AS(cuda->prefill(std::vector<std::int32_t>{}), kvtier::DataError);
+  CHECK_THROWS_AS(cuda->prefill(std::vector<std::int32_t>(513, 1)), kvtier::DataError);
+  CHECK(cuda->position() == 0);
+  cuda->reserve(100000);  // capped at max_position_embeddings
+  const auto cpu = kk::make_cpu_engine(stories());
+  CHECK(greedy(*cuda, stories_prompt(), 30) == greedy(*cpu, stories_prompt(), 30));
+}

@@ -1,0 +1,97 @@
+// Capacity planning: SLO parsing, and a bisection whose answer is the edge of feasibility.
+
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "common/errors.hpp"
+#include "configs/schema/run.pb.h"
+#include "serving/plan.hpp"
+#include "tests/support/config_fixture.hpp"
+
+using kvtier::config::RunSpec;
+using kvtier::serving::parse_slos;
+using kvtier::serving::plan_capacity;
+using kvtier::serving::PlanOptions;
+
+namespace {
+
+RunSpec small_run(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets = {"workload.closed_loop.prompt_tokens.fixed_tokens=256",
+                                   "workload.closed_loop.output_tokens.fixed_tokens=32",
+                                   "workload.max_batch_size=48"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
+}
+
+std::map<std::string, double> at_batch(RunSpec run, std::uint32_t batch, std::uint32_t rounds) {
+  run.mutable_workload()->mutable_closed_loop()->set_concurrency(batch);
+  run.mutable_workload()->mutable_closed_loop()->set_num_requests(batch * rounds);
+  std::map<std::string, double> values;
+  for (const auto& metric : kvtier::serving::simulate(run).metrics) {
+    values[metric.name] = metric.value;
+  }
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("SLOs are read with their units", "[plan]") {
+  const auto slos = parse_slos("tpot_p99=50ms,ttft_p90=2s,e2e_latency_mean=1500us");
+  REQUIRE(slos.size() == 3);
+  CHECK(slos[0].metric == "tpot_p99_ms");
+  CHECK(slos[0].limit_ms == 50.0);
+  CHECK(slos[1].limit_ms == 2000.0);
+  CHECK(slos[2].limit_ms == Approx(1.5));
+  CHECK_THROWS_AS(parse_slos("tpot_p99=50"), kvtier::ConfigError);
+  CHECK_THROWS_AS(parse_slos("tpot_p98=50ms"), kvtier::ConfigError);
+  CHECK_THROWS_AS(parse_slos("tpot_p99=-5ms"), kvtier::ConfigError);
+  CHECK_THROWS_AS(parse_slos(""), kvtier::ConfigError);
+}
+
+TEST_CASE("the planned batch meets the SLO and one more request does not", "[plan]") {
+  const RunSpec run = small_run();
+  // An SLO between the TPOT of batch 1 and of the cap forces an interior answer.
+  const double low = at_batch(run, 1, 2).at("tpot_p99_ms");
+  const double high = at_batch(run, 48, 2).at("tpot_p99_ms");
+  REQUIRE(high > low);
+  PlanOptions options;
+  options.rounds = 2;
+  options.slos = {{"tpot_p99_ms", (low + high) / 2}};
+  options.target_output_tokens_per_s = 10000.0;
+  const auto result = plan_capacity(run, options);
+  REQUIRE(result.max_batch > 1);
+  REQUIRE(result.max_batch < 48);
+  CHECK(at_batch(run, result.max_batch, 2).at("tpot_p99_ms") <= (low + high) / 2);
+  CHECK(at_batch(run, result.max_batch + 1, 2).at("tpot_p99_ms") > (low + high) / 2);
+  CHECK_THAT(result.binding, Catch::Contains("tpot_p99_ms"));
+  CHECK(result.engines * result.output_tokens_per_s_per_engine >= 10000.0);
+  CHECK((result.engines - 1) * result.output_tokens_per_s_per_engine < 10000.0);
+  CHECK(result.gpus == result.engines);
+  CHECK(result.nodes == (result.gpus + 7) / 8);
+}
+
+TEST_CASE("a loose SLO plans up to the batch cap or the memory limit", "[plan]") {
+  PlanOptions options;
+  options.slos = {{"tpot_p99_ms", 1e9}};
+  const auto capped = plan_capacity(small_run(), options);
+  CHECK(capped.max_batch == 48);
+  CHECK_THAT(capped.binding, Catch::StartsWith("max_batch_size"));
+  // Long requests on a big model: HBM runs out first.
+  const auto memory = plan_capacity(
+      small_run({"model.preset=Llama-3.1-70B", "tensor_parallel_degree=2",
+                 "workload.closed_loop.prompt_tokens.fixed_tokens=8192",
+                 "workload.max_batch_size=256"}),
+      options);
+  CHECK(memory.max_batch < 256);
+  CHECK(memory.binding == "HBM");
+}
+
+TEST_CASE("planning needs a closed loop", "[plan]") {
+  RunSpec run = small_run();
+  run.mutable_workload()->clear_closed_loop();
+  run.mutable_workload()->mutable_poisson();
+  PlanOptions options;
+  options.slos = {{"tpot_p99_ms", 50}};
+  CHECK_THROWS_AS(plan_capacity(run, options), kvtier::ConfigError);
+}

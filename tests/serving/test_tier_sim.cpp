@@ -1,0 +1,242 @@
+// The tier-aware serving simulation: a policy's replay drives each request's tiers, copies are
+// pipelined against the layers, admission counts HBM and host memory.
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <map>
+
+#include "common/errors.hpp"
+#include "configs/schema/run.pb.h"
+#include "serving/simulation.hpp"
+#include "serving/tier_demand.hpp"
+#include "serving/tier_timing.hpp"
+#include "tests/support/config_fixture.hpp"
+#include "traces/synth.hpp"
+
+using kvtier::config::RunSpec;
+using kvtier::serving::CopyRates;
+using kvtier::serving::LayerCopies;
+using kvtier::serving::time_pipeline;
+using kvtier::sim::Tick;
+
+namespace {
+
+const std::vector<std::string> kTiering = {"tiering.prefetch_lookahead_layers=1",
+                                           "tiering.host_allocation=PINNED",
+                                           "tiering.synthetic_pattern=reasoning"};
+
+RunSpec tiered_run(const std::string& policy, const std::vector<std::string>& extra = {}) {
+  // The test's own settings come last, so they win over the defaults here.
+  std::vector<std::string> sets = kTiering;
+  sets.emplace_back("workload.closed_loop.prompt_tokens.fixed_tokens=512");
+  sets.emplace_back("workload.closed_loop.output_tokens.fixed_tokens=512");
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  RunSpec run = kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
+  run.mutable_policy()->Clear();
+  // Parameters as a policy string would give them.
+  const auto colon = policy.find(':');
+  run.mutable_policy()->set_name(policy.substr(0, colon));
+  if (colon != std::string::npos) {
+    std::size_t begin = colon + 1;
+    while (begin < policy.size()) {
+      const auto comma = std::min(policy.find(',', begin), policy.size());
+      const std::string piece = policy.substr(begin, comma - begin);
+      const auto equals = piece.find('=');
+      auto* param = run.mutable_policy()->add_param();
+      param->set_name(piece.substr(0, equals));
+      const std::string value = piece.substr(equals + 1);
+      if (value.find_first_not_of("0123456789") == std::string::npos) {
+        param->set_integer(std::stoll(value));
+      } else if (value.find_first_not_of("0123456789.") == std::string::npos) {
+        param->set_number(std::stod(value));
+      } else {
+        param->set_text(value);
+      }
+      begin = comma + 1;
+    }
+  }
+  return run;
+}
+
+std::map<std::string, double> metrics(const RunSpec& run) {
+  std::map<std::string, double> values;
+  for (const auto& metric : kvtier::serving::simulate(run).metrics) {
+    values[metric.name] = metric.value;
+  }
+  return values;
+}
+
+}  // namespace
+
+TEST_CASE("with no copies the layers run back to back", "[tiers]") {
+  const std::vector<LayerCopies> layers(4);
+  const CopyRates rates{1e9, 1e9, Tick::us(5)};
+  const auto timing = time_pipeline(Tick::us(10), layers, 1, rates);
+  CHECK(timing.layers_end == Tick::us(40));
+  CHECK(timing.end == Tick::us(40));
+  CHECK(timing.stall == Tick::zero());
+  CHECK(timing.h2d_busy == Tick::zero());
+}
+
+TEST_CASE("copies shorter than a layer hide behind compute except the first", "[tiers]") {
+  // 1 MB at 1 GB/s = 1 ms + 5 us setup per layer, layers take 2 ms.
+  std::vector<LayerCopies> layers(4);
+  for (auto& layer : layers) {
+    layer.h2d_bytes = 1e6;
+  }
+  const CopyRates rates{1e9, 1e9, Tick::us(5)};
+  const auto timing = time_pipeline(Tick::ms(2), layers, 1, rates);
+  const Tick copy = Tick::ms(1) + Tick::us(5);
+  CHECK(timing.stall == copy);  // only layer 0 waits
+  CHECK(timing.layers_end == copy + Tick::ms(8));
+  CHECK(timing.h2d_busy == copy * 4);
+}
+
+TEST_CASE("copy-bound layers run at the copy engine's pace", "[tiers]") {
+  std::vector<LayerCopies> layers(4);
+  for (auto& layer : layers) {
+    layer.h2d_bytes = 3e6;  // 3 ms each against 1 ms layers
+  }
+  const CopyRates rates{1e9, 1e9, Tick::zero()};
+  const auto lookahead1 = time_pipeline(Tick::ms(1), layers, 1, rates);
+  // Copy l starts when layer l-1 starts, so each layer waits for a whole copy.
+  CHECK(lookahead1.layers_end == Tick::ms(13));
+  // A deeper staging buffer lets copies run back to back: 4 copies then the last layer.
+  const auto lookahead4 = time_pipeline(Tick::ms(1), layers, 4, rates);
+  CHECK(lookahead4.layers_end == Tick::ms(13));
+  const auto lookahead2 = time_pipeline(Tick::ms(1), layers, 2, rates);
+  CHECK(lookahead2.layers_end <= lookahead1.layers_end);
+  // Synchronous copies add every copy to every layer: 4 × (3 + 1) ms.
+  const auto synchronous = time_pipeline(Tick::ms(1), layers, 0, rates);
+  CHECK(synchronous.layers_end == Tick::ms(16));
+  CHECK(synchronous.stall == Tick::ms(12));
+}
+
+TEST_CASE("offloads extend an iteration only when they outlast the layers", "[tiers]") {
+  std::vector<LayerCopies> layers(2);
+  layers[0].d2h_bytes = 5e6;  // 5 ms
+  const CopyRates rates{1e9, 1e9, Tick::zero()};
+  const auto timing = time_pipeline(Tick::ms(1), layers, 1, rates);
+  CHECK(timing.layers_end == Tick::ms(2));
+  CHECK(timing.end == Tick::ms(5));
+  CHECK(timing.d2h_busy == Tick::ms(5));
+}
+
+TEST_CASE("the copy rate a GPU sees falls when GPUs behind one switch copy together", "[tiers]") {
+  const RunSpec run = tiered_run("tiered");
+  const CopyRates rates = kvtier::serving::measure_copy_rates(run);
+  // hgx-h100-8: two GPUs per PCIe switch share its uplink; every GPU copies at once.
+  RunSpec alone = run;
+  alone.mutable_hardware()->mutable_node()->set_gpus_per_pcie_switch(1);
+  const CopyRates solo = kvtier::serving::measure_copy_rates(alone);
+  CHECK(rates.h2d_bytes_per_s == Approx(solo.h2d_bytes_per_s / 2).epsilon(1e-6));
+  RunSpec pageable = alone;
+  pageable.mutable_tiering()->set_host_allocation(kvtier::config::PAGEABLE);
+  CHECK(kvtier::serving::measure_copy_rates(pageable).h2d_bytes_per_s < solo.h2d_bytes_per_s);
+}
+
+TEST_CASE("tiered with everything in HBM and no eviction simulates exactly like full", "[tiers]") {
+  const auto full = metrics(tiered_run("full"));
+  const auto tiered = metrics(tiered_run("tiered:hbm=1.0,evict=0.0"));
+  CHECK(tiered.at("tpot_p50_ms") == full.at("tpot_p50_ms"));
+  CHECK(tiered.at("duration_s") == full.at("duration_s"));
+  CHECK(tiered.at("pcie_h2d_gb") == 0.0);
+  CHECK(tiered.at("attention_mass_kept_mean") == Approx(1.0).epsilon(1e-5));
+  CHECK(tiered.at("hbm_kv_used_peak_gib") == Approx(full.at("hbm_kv_used_peak_gib")));
+  CHECK(tiered.at("hbm_saved_peak_gib") == Approx(0.0).margin(1e-9));
+}
+
+TEST_CASE("tiering moves KV out of HBM and pays for it on PCIe", "[tiers]") {
+  const auto full = metrics(tiered_run("full"));
+  const auto tiered = metrics(tiered_run("tiered:hbm=0.3,evict=0.0"));
+  CHECK(tiered.at("hbm_saved_peak_gib") > 0.0);
+  CHECK(tiered.at("hbm_kv_used_peak_gib") < full.at("hbm_kv_used_peak_gib"));
+  CHECK(tiered.at("host_kv_used_peak_gib") > 0.0);
+  CHECK(tiered.at("pcie_h2d_gb") > 0.0);
+  CHECK(tiered.at("tpot_p50_ms") >= full.at("tpot_p50_ms"));
+  // No eviction: attention keeps everything (Proposition 1), whatever sits on the host.
+  CHECK(tiered.at("attention_mass_kept_mean") == Approx(1.0).epsilon(1e-5));
+}
+
+TEST_CASE("differential prefetch moves fewer bytes than full prefetch", "[tiers]") {
+  const auto full = metrics(tiered_run("tiered:hbm=0.3,evict=0.1,prefetch=full"));
+  const auto differential = metrics(tiered_run("tiered:hbm=0.3,evict=0.1,prefetch=differential"));
+  CHECK(differential.at("pcie_h2d_gb") < full.at("pcie_h2d_gb"));
+  CHECK(differential.at("prefetch_stall_s") <= full.at("prefetch_stall_s"));
+  CHECK(differential.at("hbm_saved_peak_gib") == Approx(full.at("hbm_saved_peak_gib")));
+}
+
+TEST_CASE("pageable host memory makes prefetches slower", "[tiers]") {
+  const auto pinned = metrics(tiered_run("tiered:hbm=0.3,evict=0.0"));
+  const auto pageable =
+      metrics(tiered_run("tiered:hbm=0.3,evict=0.0", {"tiering.host_allocation=PAGEABLE"}));
+  CHECK(pageable.at("pcie_h2d_utilisation") > pinned.at("pcie_h2d_utilisation"));
+  CHECK(pageable.at("tpot_p50_ms") >= pinned.at("tpot_p50_ms"));
+}
+
+TEST_CASE("an eviction budget lets more requests fit and loses attention mass", "[tiers]") {
+  const auto full = metrics(tiered_run("full"));
+  const auto h2o = metrics(tiered_run("h2o:budget=128"));
+  CHECK(h2o.at("largest_batch_that_fits") > full.at("largest_batch_that_fits"));
+  CHECK(h2o.at("attention_mass_kept_mean") < 1.0);
+  CHECK(h2o.at("attention_mass_lost_mean") == Approx(1.0 - h2o.at("attention_mass_kept_mean")));
+  CHECK(h2o.at("pcie_h2d_gb") == 0.0);
+}
+
+TEST_CASE("a tiered simulation is byte-identical for a seed and differs for another", "[tiers]") {
+  const RunSpec run = tiered_run("tiered:hbm=0.5,evict=0.1");
+  const auto json = [](const RunSpec& spec) {
+    return kvtier::serving::report_json({kvtier::serving::simulate(spec)}, spec, "v");
+  };
+  CHECK(json(run) == json(run));
+  RunSpec reseeded = run;
+  reseeded.set_seed(8);
+  CHECK(json(reseeded) != json(run));
+}
+
+TEST_CASE("comparing policies reports each on the same workload", "[tiers]") {
+  RunSpec run = tiered_run("tiered:hbm=0.5,evict=0.1");
+  run.add_compare()->set_name("full");
+  const auto reports = kvtier::serving::simulate_all(run);
+  REQUIRE(reports.size() == 2);
+  CHECK(reports[1].policy == "full");
+  CHECK(reports[0].policy.rfind("tiered:hbm=0.5,evict=0.1,", 0) == 0);
+  CHECK(reports[0].workload == reports[1].workload);
+  CHECK(reports[0].metrics.size() == reports[1].metrics.size());
+  const std::string csv = kvtier::serving::report_csv(reports);
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 3);
+}
+
+TEST_CASE("requests follow traces; one too short is refused unless extended", "[tiers]") {
+  const auto folder = std::filesystem::temp_directory_path() / "kvtier-tier-sim-test";
+  std::filesystem::create_directories(folder);
+  const auto trace = folder / "short.h5";
+  kvtier::traces::SynthOptions options;
+  options.model = tiered_run("full").model();
+  options.model.set_num_hidden_layers(4);
+  options.prompt_tokens = 512;
+  options.steps = 100;  // requests need 511 decode steps
+  options.params = kvtier::traces::synthetic_preset("reasoning", 3);
+  options.writer.compression_threads = 0;
+  kvtier::traces::write_synthetic_trace(trace, options);
+
+  RunSpec run = tiered_run("tiered:hbm=0.5,evict=0.1");
+  run.mutable_tiering()->add_traces(trace.string());
+  CHECK_THROWS_AS(kvtier::serving::simulate(run), kvtier::ConfigError);
+  run.mutable_tiering()->set_extend_synthetic(true);
+  const auto report = kvtier::serving::simulate(run);
+  bool noted = false;
+  for (const auto& note : report.notes) {
+    noted = noted || note.find("synthetic extension") != std::string::npos;
+  }
+  CHECK(noted);
+  std::filesystem::remove_all(folder);
+}
+
+TEST_CASE("a policy other than full needs a tiering block", "[tiers]") {
+  const auto lines = kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run() +
+                                                     "\ncompare { name: \"tiered\" }\n");
+  REQUIRE(!lines.empty());
+  CHECK_THAT(lines.front(), Catch::Contains("tiering"));
+}
