@@ -18,16 +18,14 @@ namespace {
 namespace po = boost::program_options;
 
 std::string json_result(const serving::PlanResult& result, bool with_target) {
-  std::string json = "{\"policy\": " + json_escape(result.policy) +
-                     ", \"max_batch\": " + std::to_string(result.max_batch) +
-                     ", \"binding\": " + json_escape(result.binding) +
-                     ", \"output_tokens_per_s_per_engine\": " +
-                     format_double(result.output_tokens_per_s_per_engine) +
-                     ", \"output_tokens_per_s_per_gpu\": " +
-                     format_double(result.output_tokens_per_s_per_gpu) +
-                     ", \"output_tokens_per_s_per_node\": " +
-                     format_double(result.output_tokens_per_s_per_node) +
-                     ", \"evaluations\": " + std::to_string(result.evaluations);
+  std::string json =
+      "{\"policy\": " + json_escape(result.policy) +
+      ", \"max_batch\": " + std::to_string(result.max_batch) +
+      ", \"binding\": " + json_escape(result.binding) + ", \"output_tokens_per_s_per_engine\": " +
+      format_double(result.output_tokens_per_s_per_engine) +
+      ", \"output_tokens_per_s_per_gpu\": " + format_double(result.output_tokens_per_s_per_gpu) +
+      ", \"output_tokens_per_s_per_node\": " + format_double(result.output_tokens_per_s_per_node) +
+      ", \"evaluations\": " + std::to_string(result.evaluations);
   if (with_target) {
     json += ", \"engines\": " + std::to_string(result.engines) +
             ", \"gpus\": " + std::to_string(result.gpus) +
@@ -73,8 +71,7 @@ int run_plan(const Arguments& args, Context& context) {
   }
   const std::string file = values["run"].as<std::string>();
   config::RunSpec run;
-  const config::LocationMap locations =
-      context.loader.load_file(file, run, overrides_from(values));
+  const config::LocationMap locations = context.loader.load_file(file, run, overrides_from(values));
   if (values.count("policy") != 0U) {
     *run.mutable_policy() = replay::parse_policy_string(values["policy"].as<std::string>());
   }
@@ -120,8 +117,7 @@ int run_plan(const Arguments& args, Context& context) {
               << run.hardware().node().gpu().name() << ", tensor parallel "
               << run.tensor_parallel_degree() << ", SLO " << values["slo"].as<std::string>()
               << "\n\n";
-  std::vector<std::string> header{"policy", "max batch", "tok/s engine", "tok/s GPU",
-                                  "tok/s node"};
+  std::vector<std::string> header{"policy", "max batch", "tok/s engine", "tok/s GPU", "tok/s node"};
   if (with_target) {
     header.insert(header.end(), {"engines", "GPUs", "nodes"});
   }

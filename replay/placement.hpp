@@ -36,9 +36,7 @@ class LayerPlacement {
   [[nodiscard]] std::span<const float> resident_mask() const noexcept { return resident_mask_; }
   [[nodiscard]] std::span<const float> hbm_mask() const noexcept { return hbm_mask_; }
   // 1 for tokens in T2.
-  [[nodiscard]] std::span<const float> compressed_mask() const noexcept {
-    return compressed_mask_;
-  }
+  [[nodiscard]] std::span<const float> compressed_mask() const noexcept { return compressed_mask_; }
 
   // A new token (always placed in HBM: it was just computed there).
   void append();

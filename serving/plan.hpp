@@ -35,9 +35,9 @@ struct PlanOptions {
 };
 
 struct PlanResult {
-  std::string policy;          // canonical
+  std::string policy;           // canonical
   std::uint32_t max_batch = 0;  // 0: not even one request meets the SLOs
-  std::string binding;         // what stops the next batch size: HBM, DDR, an SLO, or the cap
+  std::string binding;          // what stops the next batch size: HBM, DDR, an SLO, or the cap
   std::vector<Metric> metrics;  // of the run at max_batch (empty when it is 0)
   double output_tokens_per_s_per_engine = 0.0;
   double output_tokens_per_s_per_gpu = 0.0;

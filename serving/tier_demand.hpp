@@ -66,8 +66,8 @@ class TierDemand {
   // demand from `memo` when an earlier simulation of this process replayed it (null: no
   // sharing); ConfigError for an unknown policy, a trace too short without extend_synthetic;
   // DataError for a bad trace.
-  TierDemand(const config::RunSpec& run, const config::PolicySpec& policy,
-             const Workload& workload, DemandMemo* memo = nullptr);
+  TierDemand(const config::RunSpec& run, const config::PolicySpec& policy, const Workload& workload,
+             DemandMemo* memo = nullptr);
   TierDemand(const TierDemand&) = delete;
   TierDemand& operator=(const TierDemand&) = delete;
   ~TierDemand();

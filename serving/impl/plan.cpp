@@ -75,8 +75,7 @@ std::vector<Slo> parse_slos(const std::string& text) {
     begin = comma + 1;
     const auto equals = piece.find('=');
     if (equals == std::string::npos || equals == 0) {
-      throw ConfigError("--slo takes METRIC=LIMIT[,...] (e.g. tpot_p99=50ms), got '" + piece +
-                        "'");
+      throw ConfigError("--slo takes METRIC=LIMIT[,...] (e.g. tpot_p99=50ms), got '" + piece + "'");
     }
     const std::string name = piece.substr(0, equals);
     const std::string value = piece.substr(equals + 1);
@@ -87,8 +86,8 @@ std::vector<Slo> parse_slos(const std::string& text) {
     const auto scale = kToMs.find(unit);
     if (parsed.ec != std::errc() || parsed.ptr == value.data() || scale == kToMs.end() ||
         !(number > 0)) {
-      throw ConfigError("--slo " + name + " needs a positive time with a unit (ms, s or us), got '" +
-                        value + "'");
+      throw ConfigError("--slo " + name +
+                        " needs a positive time with a unit (ms, s or us), got '" + value + "'");
     }
     static const char* const kLatencies[] = {"ttft", "tpot", "e2e_latency", "queue_wait",
                                              "iteration"};
@@ -111,11 +110,11 @@ std::vector<Slo> parse_slos(const std::string& text) {
   return slos;
 }
 
-PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
-                         DemandMemo* memo) {
+PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options, DemandMemo* memo) {
   if (!run.workload().has_closed_loop()) {
-    throw ConfigError("plan searches the number of requests in flight, so it needs a closed_loop "
-                      "workload (its prompt and output lengths are used)");
+    throw ConfigError(
+        "plan searches the number of requests in flight, so it needs a closed_loop "
+        "workload (its prompt and output lengths are used)");
   }
   if (options.rounds == 0) {
     throw ConfigError("--rounds must be at least 1");
@@ -139,10 +138,8 @@ PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
   if (top.feasible) {
     low = high;
     result.binding = high == cap ? "max_batch_size " + std::to_string(cap)
-                                 : metric(top.report.metrics, "largest_batch_host_limit") ==
-                                           fits
-                                       ? "DDR"
-                                       : "HBM";
+                     : metric(top.report.metrics, "largest_batch_host_limit") == fits ? "DDR"
+                                                                                      : "HBM";
     best = std::move(top);
   } else {
     result.binding = top.binding;
@@ -162,10 +159,8 @@ PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
   result.max_batch = low;
   result.metrics = best.report.metrics;
   const double tp = run.tensor_parallel_degree();
-  const double engines_per_node =
-      std::floor(run.hardware().node().gpus_per_node() / tp);
-  result.output_tokens_per_s_per_engine =
-      metric(result.metrics, "throughput_output_tokens_per_s");
+  const double engines_per_node = std::floor(run.hardware().node().gpus_per_node() / tp);
+  result.output_tokens_per_s_per_engine = metric(result.metrics, "throughput_output_tokens_per_s");
   result.output_tokens_per_s_per_gpu = result.output_tokens_per_s_per_engine / tp;
   result.output_tokens_per_s_per_node = result.output_tokens_per_s_per_engine * engines_per_node;
   if (options.target_output_tokens_per_s) {

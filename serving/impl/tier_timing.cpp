@@ -58,7 +58,7 @@ PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopie
     const LayerCopies& copies = layers[layer];
     // The staging slot for this layer frees when layer − lookahead starts; synchronous copies
     // (lookahead 0) wait for the previous layer to finish.
-    const sim::Tick slot = lookahead == 0        ? previous_end
+    const sim::Tick slot = lookahead == 0       ? previous_end
                            : layer >= lookahead ? starts[layer - lookahead]
                                                 : sim::Tick::zero();
     const sim::Tick h2d = copy_time(copies.h2d_bytes, rates.h2d_bytes_per_s, rates.setup);

@@ -327,13 +327,12 @@ TEST_CASE("sim refuses configs where nothing can run, and tier policies without 
 
 TEST_CASE("plan finds the largest batch per policy and the GPUs a target needs", "[cli]") {
   const auto path = write_file("plan.textproto", kRun);
-  const Result result = run("plan " + path.string() +
-                            " --slo tpot_p99=1s --target-tokens-per-s 5000 --format json");
+  const Result result =
+      run("plan " + path.string() + " --slo tpot_p99=1s --target-tokens-per-s 5000 --format json");
   INFO(result.err);
   CHECK(result.exit_code == 0);
   CHECK_THAT(result.out, Catch::Contains("\"plans\": [{\"policy\": \"full\"") &&
-                             Catch::Contains("\"max_batch\": ") &&
-                             Catch::Contains("\"gpus\": "));
+                             Catch::Contains("\"max_batch\": ") && Catch::Contains("\"gpus\": "));
   const Result table = run("plan " + path.string() + " --slo tpot_p99=1s");
   CHECK(table.exit_code == 0);
   CHECK_THAT(table.out, Catch::Contains("max batch") && Catch::Contains("bound by"));

@@ -145,11 +145,14 @@ TEST_CASE("the same config and seed give byte-identical reports", "[serving]") {
                 "workload.poisson.output_tokens.lognormal.max_tokens=500",
                 "outputs.timeseries_interval_us=100000"});
   REQUIRE(run.workload().has_poisson());
-  const std::string first = kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v");
-  const std::string second = kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v");
+  const std::string first =
+      kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v");
+  const std::string second =
+      kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v");
   CHECK(first == second);
   CHECK_THAT(first, Catch::Contains("\"hbm_kv_used_gib\""));
   RunSpec reseeded = run;
   reseeded.set_seed(run.seed() + 1);
-  CHECK(kvtier::serving::report_json({kvtier::serving::simulate(reseeded)}, reseeded, "v") != first);
+  CHECK(kvtier::serving::report_json({kvtier::serving::simulate(reseeded)}, reseeded, "v") !=
+        first);
 }

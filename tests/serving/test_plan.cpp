@@ -78,11 +78,11 @@ TEST_CASE("a loose SLO plans up to the batch cap or the memory limit", "[plan]")
   CHECK(capped.max_batch == 48);
   CHECK_THAT(capped.binding, Catch::StartsWith("max_batch_size"));
   // Long requests on a big model: HBM runs out first.
-  const auto memory = plan_capacity(
-      small_run({"model.preset=Llama-3.1-70B", "tensor_parallel_degree=2",
-                 "workload.closed_loop.prompt_tokens.fixed_tokens=8192",
-                 "workload.max_batch_size=256"}),
-      options);
+  const auto memory =
+      plan_capacity(small_run({"model.preset=Llama-3.1-70B", "tensor_parallel_degree=2",
+                               "workload.closed_loop.prompt_tokens.fixed_tokens=8192",
+                               "workload.max_batch_size=256"}),
+                    options);
   CHECK(memory.max_batch < 256);
   CHECK(memory.binding == "HBM");
 }
