@@ -86,15 +86,18 @@ std::vector<Slo> parse_slos(const std::string& text) {
     const auto scale = kToMs.find(unit);
     if (parsed.ec != std::errc() || parsed.ptr == value.data() || scale == kToMs.end() ||
         !(number > 0)) {
-      throw ConfigError("--slo " + name +
-                        " needs a positive time with a unit (ms, s or us), got '" + value + "'");
+      std::string message = "--slo " + name;
+      message += " needs a positive time with a unit (ms, s or us), got '" + value;
+      throw ConfigError(message + "'");
     }
     static const char* const kLatencies[] = {"ttft", "tpot", "e2e_latency", "queue_wait",
                                              "iteration"};
     bool known = false;
     for (const char* latency : kLatencies) {
       for (const char* statistic : {"_p50", "_p90", "_p99", "_mean"}) {
-        known = known || name == std::string(latency) + statistic;
+        std::string candidate(latency);
+        candidate += statistic;
+        known = known || name == candidate;
       }
     }
     if (!known) {

@@ -101,8 +101,9 @@ TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& pol
   for (const std::string& path : tiering.traces()) {
     // Replayed once per (trace content, policy) when the run names a cache folder, and once
     // per process in any case.
-    const std::string key =
-        "trace|" + path + "|" + tiering.demand_cache_directory() + "|" + policy_key;
+    std::string key = "trace|" + path;
+    key += "|" + tiering.demand_cache_directory();
+    key += "|" + policy_key;
     const auto replayed = shared.get(
         key,
         [&] {
