@@ -1,4 +1,5 @@
-// `kvtier validate --published FILE`: the simulator against published measurements.
+// `kvtier validate [REFERENCE...] [--published FILE]`: the simulator against measured
+// references and published measurements.
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +8,7 @@
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "validation/published.hpp"
+#include "validation/reference.hpp"
 
 namespace kvtier::app {
 
@@ -23,22 +25,87 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2.0;
 }
 
+// Measured references: projected vs measured per figure; exit 1 when one is out of tolerance.
+int validate_references(const std::vector<std::string>& files, Format format, Context& context) {
+  std::vector<validation::ReferenceCheck> checks;
+  for (const std::string& file : files) {
+    for (auto& check : validation::check_reference(file, context.loader)) {
+      checks.push_back(std::move(check));
+    }
+  }
+  std::size_t outside = 0;
+  for (const auto& check : checks) {
+    outside += check.within() ? 0 : 1;
+  }
+  if (format == Format::kJson) {
+    context.out << "{\"references\": [";
+    for (std::size_t i = 0; i < checks.size(); ++i) {
+      const auto& c = checks[i];
+      context.out << (i == 0 ? "\n  " : ",\n  ") << "{\"id\": " << json_escape(c.id)
+                  << ", \"policy\": " << json_escape(c.policy)
+                  << ", \"metric\": " << json_escape(c.metric)
+                  << ", \"measured\": " << format_double(c.measured)
+                  << ", \"projected\": " << format_double(c.projected)
+                  << ", \"relative_error\": " << format_double(c.relative_error)
+                  << ", \"tolerance\": " << format_double(c.tolerance)
+                  << ", \"calibrated\": " << (c.calibrated ? "true" : "false")
+                  << ", \"within\": " << (c.within() ? "true" : "false") << "}";
+    }
+    context.out << "],\n \"outside_tolerance\": " << outside << "}\n";
+  } else {
+    TextTable table({"id", "policy", "metric", "measured", "projected", "error", "tolerance", ""},
+                    {false, false, false, true, true, true, true, false});
+    for (const auto& c : checks) {
+      table.add_row(
+          {c.id, c.policy, c.metric, format_fixed(c.measured, 3), format_fixed(c.projected, 3),
+           format_fixed(100.0 * c.relative_error, 1) + "%",
+           format_fixed(100.0 * c.tolerance, 1) + "%",
+           std::string(c.within() ? "ok" : "OUTSIDE") + (c.calibrated ? " (calibrated)" : "")});
+    }
+    table.render(context.out);
+    context.out << "\n" << checks.size() << " figures, " << outside << " outside tolerance\n";
+  }
+  if (outside > 0) {
+    throw Error(std::to_string(outside) + " of " + std::to_string(checks.size()) +
+                    " figures outside their tolerance",
+                {}, ExitCode::kRuntimeFailure);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int run_validate(const Arguments& args, Context& context) {
   po::options_description options("validate options");
-  options.add_options()("published", po::value<std::string>()->required(),
-                        "CSV of published measurements (validation/published/*.csv)");
+  options.add_options()("reference", po::value<std::vector<std::string>>(),
+                        "measured reference files (validation/measurements/*.textproto)")(
+      "published", po::value<std::string>(),
+      "CSV of published measurements (validation/published/*.csv)");
   add_format_option(options);
+  po::positional_options_description positional;
+  positional.add("reference", -1);
   po::variables_map values;
-  if (!parse_arguments(args, options, {}, values,
-                       "usage: kvtier validate --published FILE [--format text|json]\n\n"
-                       "Simulates every published measurement's configuration and prints the "
-                       "projected value next to the measured one with the relative error.",
-                       context.out)) {
+  if (!parse_arguments(
+          args, options, positional, values,
+          "usage: kvtier validate [REFERENCE...] [--published FILE] [--format text|json]\n\n"
+          "Simulates the configuration of every measured reference (a ReferenceMeasurement "
+          "file: a run and its measured figures with tolerances) and prints projected next to "
+          "measured with the relative error, exiting 1 when a figure is outside its tolerance; "
+          "with --published, does the same for a CSV of published serving measurements "
+          "(reporting the median error).",
+          context.out)) {
     return 0;
   }
   const Format format = format_from(values);
+  if (values.count("reference") != 0U) {
+    if (values.count("published") != 0U) {
+      throw ConfigError("give reference files or --published, not both");
+    }
+    return validate_references(values["reference"].as<std::vector<std::string>>(), format, context);
+  }
+  if (values.count("published") == 0U) {
+    throw ConfigError("validate needs reference files or --published FILE (see --help)");
+  }
   const auto points = validation::read_published(values["published"].as<std::string>());
   std::vector<validation::Projection> projections;
   projections.reserve(points.size());

@@ -340,6 +340,36 @@ TEST_CASE("plan finds the largest batch per policy and the GPUs a target needs",
   expect_config_error(run("plan " + path.string()), "slo");
 }
 
+TEST_CASE("validate checks every measured reference against its tolerance", "[cli]") {
+  // The gate of docs/VALIDATION.md: every committed reference within its tolerance.
+  const std::string folder = std::string(KVTIER_SOURCE_DIR) + "/validation/measurements/";
+  const Result gate = run("validate '" + folder + "rtx5080-prototype.textproto'");
+  INFO(gate.err);
+  CHECK(gate.exit_code == 0);
+  CHECK_THAT(gate.out, Catch::Contains("0 outside tolerance") && Catch::Contains("calibrated"));
+  const auto run_file = write_file("reference-run.textproto", kRun);
+  const std::string figure =
+      "id: \"x\" citation: \"test\" run_file: \"reference-run.textproto\"\n"
+      "metric { policy_index: 0 metric: \"throughput_output_tokens_per_s\" measured: 1 "
+      "tolerance: 0.01 }\n";
+  const auto strict = write_file("strict.textproto", figure);
+  const Result outside = run("validate " + strict.string() + " --format json");
+  CHECK(outside.exit_code == 1);
+  CHECK_THAT(outside.out, Catch::Contains("\"within\": false"));
+  CHECK_THAT(outside.err, Catch::Contains("outside their tolerance"));
+  const auto bad_index =
+      write_file("bad-index.textproto",
+                 "id: \"x\" citation: \"test\" run_file: \"reference-run.textproto\"\n"
+                 "metric { policy_index: 3 metric: \"tpot_p50_ms\" measured: 1 tolerance: 0.1 }\n");
+  expect_config_error(run("validate " + bad_index.string()), "policy_index 3");
+  const auto bad_metric =
+      write_file("bad-metric.textproto",
+                 "id: \"x\" citation: \"test\" run_file: \"reference-run.textproto\"\n"
+                 "metric { policy_index: 0 metric: \"speed\" measured: 1 tolerance: 0.1 }\n");
+  expect_config_error(run("validate " + bad_metric.string()), "no metric 'speed'");
+  expect_config_error(run("validate"), "reference files or --published");
+}
+
 TEST_CASE("validate compares the simulator with the published measurements", "[cli]") {
   const std::string published =
       std::string("'") + KVTIER_SOURCE_DIR + "/validation/published/decode_latency.csv'";
