@@ -48,6 +48,8 @@ int run_trace(const Arguments& args, Context& context);
 int run_replay(const Arguments& args, Context& context);
 int run_plan(const Arguments& args, Context& context);
 int run_sweep(const Arguments& args, Context& context);
+// `kvtier live` (apps/cmd_live.cpp, docs/LIVE.md).
+int run_live(const Arguments& args, Context& context);
 
 // "full,tiered:hbm=0.5,evict=0.1,h2o" -> full | tiered:hbm=0.5,evict=0.1 | h2o: a piece with '='
 // but no ':' is a parameter of the policy before it (--compare).

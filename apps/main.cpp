@@ -36,6 +36,7 @@ const std::map<std::string, Command>& commands() {
         kvtier::app::run_replay}},
       {"trace",
        {"inspect, validate, generate and convert attention traces", kvtier::app::run_trace}},
+      {"live", {"decode with the real tiered KV cache and measure it", kvtier::app::run_live}},
       {"sweep",
        {"what-if grids over batch, context, model, hardware and policy", kvtier::app::run_sweep}},
   };

@@ -62,8 +62,7 @@ void check_live_policy(const std::string& name);
 // the same engine) runs the full cache. Errors: ConfigError for a bad policy, max_new_tokens < 1
 // or a run past max_position_embeddings, or a T0 budget too small; DataError for bad tokens.
 [[nodiscard]] LiveResult run_live(Engine& engine, Engine* reference,
-                                  std::span<const std::int32_t> prompt,
-                                  const LiveOptions& options);
+                                  std::span<const std::int32_t> prompt, const LiveOptions& options);
 
 // Step latency percentile (nearest rank), seconds; 0 for no steps.
 [[nodiscard]] double percentile(std::vector<double> values, double fraction);

@@ -102,15 +102,15 @@ class TieredKvCache final : public KeyValueStore {
   };
 
   struct Layer {
-    std::vector<replay::Tier> where;       // where each position's data is now
-    std::vector<std::uint32_t> slot;       // its slot in that tier's pool
-    std::vector<std::uint32_t> staged;     // differential: staging slot of a T1 token, or kNone
+    std::vector<replay::Tier> where;    // where each position's data is now
+    std::vector<std::uint32_t> slot;    // its slot in that tier's pool
+    std::vector<std::uint32_t> staged;  // differential: staging slot of a T1 token, or kNone
     std::uint64_t t1_tokens = 0;
     std::uint64_t t2_tokens = 0;
   };
 
   void move(int layer, std::uint64_t position, replay::Tier to);
-  void quantise(const float* source, std::int8_t* codes);
+  void quantise(const float* source, std::int8_t* codes) const;
   void dequantise(const std::int8_t* codes, float* target) const;
   void drop_staged(Layer& layer, std::uint64_t position);
   void update_peaks();
@@ -123,12 +123,12 @@ class TieredKvCache final : public KeyValueStore {
 
   std::vector<replay::LayerPlacement> placement_;
   std::vector<Layer> state_;
-  SlotPool<float> t0_;           // the T0 arena
-  SlotPool<float> t1_;           // host arena, full precision
-  SlotPool<std::int8_t> t2_;     // host, int8 codes then the float scales' bytes
-  SlotPool<float> staging_;      // differential: kept staged copies of T1
-  std::vector<float> transient_;          // full prefetch: this layer's staged T1
-  std::vector<std::int8_t> compressed_;   // this layer's T2 bytes as copied to the device
+  SlotPool<float> t0_;                   // the T0 arena
+  SlotPool<float> t1_;                   // host arena, full precision
+  SlotPool<std::int8_t> t2_;             // host, int8 codes then the float scales' bytes
+  SlotPool<float> staging_;              // differential: kept staged copies of T1
+  std::vector<float> transient_;         // full prefetch: this layer's staged T1
+  std::vector<std::int8_t> compressed_;  // this layer's T2 bytes as copied to the device
   std::vector<std::uint32_t> transient_index_;
   std::uint64_t transient_tokens_ = 0;
   // What attention reads: per KV head [positions][head_dim], and the readable mask.

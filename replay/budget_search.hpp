@@ -4,8 +4,10 @@
 // maximise the attention recall that a budgeted policy (h2o, snapkv, adakv, knorm) keeps when
 // replayed with those budgets over calibration traces. Differential evolution proposes
 // candidates; a small MLP, trained on the Pareto ranks of the points evaluated so far, screens
-// the proposals so that only the most promising are replayed. The result is the Pareto front
-// and one winner shape, which stage 3 (replay/budget_rescale.hpp) rescales to any mean budget.
+// the proposals so that only the most promising are replayed. Beside them, allocations built
+// from the per-layer recall every replay measures (replay/impl/layer_profile.hpp) seed the
+// design and each generation. The result is the Pareto front and one winner shape, which
+// stage 3 (replay/budget_rescale.hpp) rescales to any mean budget.
 //
 // Output depends only on the inputs and the seed, never on the number of threads: a
 // generation's candidates are replayed in parallel and merged in proposal order.

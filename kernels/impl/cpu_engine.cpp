@@ -254,8 +254,10 @@ void CpuEngine::attend(int layer, int row, int position, bool prefill) {
       weights *= scale;
       if (!layer_kv_.readable.empty() && kv_store_ != nullptr) {
         // Evicted tokens are left out of the softmax (their weight is exactly 0).
+        const std::span<const std::uint8_t> readable =
+            layer_kv_.readable.subspan(static_cast<std::size_t>(first));
         for (int key = 0; key < keys; ++key) {
-          if (layer_kv_.readable[static_cast<std::size_t>(first + key)] == 0) {
+          if (readable[static_cast<std::size_t>(key)] == 0) {
             weights[key] = -std::numeric_limits<float>::infinity();
           }
         }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <string>
@@ -55,9 +56,14 @@ class Attachment {
     engine_.set_observer(observer);
   }
   ~Attachment() {
-    engine_.set_observer(nullptr);
-    engine_.set_kv_store(nullptr);
-    engine_.reset();
+    // Detaching never throws on the CPU engine; an engine that did would terminate here.
+    try {
+      engine_.set_observer(nullptr);
+      engine_.set_kv_store(nullptr);
+      engine_.reset();
+    } catch (...) {
+      std::terminate();
+    }
   }
   Attachment(const Attachment&) = delete;
   Attachment& operator=(const Attachment&) = delete;
@@ -70,8 +76,7 @@ class Attachment {
 
 std::int32_t greedy(std::span<const float> logits) {
   // The lowest id among equal maxima, as the sampler's greedy mode.
-  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) -
-                                   logits.begin());
+  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 std::vector<double> log_softmax(std::span<const float> logits) {
@@ -106,15 +111,14 @@ double kl_divergence(std::span<const float> p_logits, std::span<const float> q_l
 }
 
 PrefetchMode prefetch_of(const std::string& canonical) {
-  return canonical.find("prefetch=differential") != std::string::npos
-             ? PrefetchMode::kDifferential
-             : PrefetchMode::kFull;
+  return canonical.find("prefetch=differential") != std::string::npos ? PrefetchMode::kDifferential
+                                                                      : PrefetchMode::kFull;
 }
 
 }  // namespace
 
 void check_live_policy(const std::string& name) {
-  static const std::vector<std::string> supported = {"full", "tiered", "streaming", "h2o",
+  static const std::vector<std::string> supported = {"full", "tiered",  "streaming", "h2o",
                                                      "tova", "monarch", "dms"};
   if (std::find(supported.begin(), supported.end(), name) == supported.end()) {
     throw ConfigError("policy '" + name +
@@ -142,7 +146,8 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   if (prompt.empty()) {
     throw ConfigError("the prompt holds no token");
   }
-  const std::uint64_t positions = prompt.size() + static_cast<std::uint64_t>(options.max_new_tokens);
+  const std::uint64_t positions =
+      prompt.size() + static_cast<std::uint64_t>(options.max_new_tokens);
   if (positions > spec.max_position_embeddings()) {
     throw ConfigError(std::to_string(prompt.size()) + " prompt tokens + " +
                       std::to_string(options.max_new_tokens) +
@@ -164,10 +169,10 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
                       std::string(replay::describe(policy->inputs().front())) +
                       ", which a live run does not provide");
   }
-  if (options.policy.name() == "monarch" &&
-      result.policy.find("attend=all") == std::string::npos) {
-    throw ConfigError("monarch:attend=hot leaves cold pages out of attention, which the live "
-                      "cache does not model (it reads T2): use monarch:attend=all");
+  if (options.policy.name() == "monarch" && result.policy.find("attend=all") == std::string::npos) {
+    throw ConfigError(
+        "monarch:attend=hot leaves cold pages out of attention, which the live "
+        "cache does not model (it reads T2): use monarch:attend=all");
   }
   result.prefetch = prefetch_of(result.policy);
   result.prompt_tokens = prompt.size();

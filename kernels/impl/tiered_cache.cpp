@@ -126,7 +126,9 @@ void TieredKvCache::reset() {
   transient_tokens_ = 0;
 }
 
-void TieredKvCache::reset_stats() { stats_ = {}; }
+void TieredKvCache::reset_stats() {
+  stats_ = {};
+}
 
 void TieredKvCache::store(const KeyValueWrite& write) {
   Layer& layer = state_.at(static_cast<std::size_t>(write.layer));
@@ -136,10 +138,9 @@ void TieredKvCache::store(const KeyValueWrite& write) {
                            std::to_string(layer.where.size()) + " tokens");
   }
   if (t0_.used >= t0_.limit) {
-    throw ConfigError("the T0 budget of " + std::to_string(options_.t0_budget_bytes) +
-                      " bytes (" + std::to_string(t0_.limit) +
-                      " token-layers) is full when position " + std::to_string(write.position) +
-                      " of layer " + std::to_string(write.layer) +
+    throw ConfigError("the T0 budget of " + std::to_string(options_.t0_budget_bytes) + " bytes (" +
+                      std::to_string(t0_.limit) + " token-layers) is full when position " +
+                      std::to_string(write.position) + " of layer " + std::to_string(write.layer) +
                       " arrives: raise the budget or choose a policy that keeps less in T0");
   }
   const std::uint32_t slot = t0_.allocate();
@@ -154,9 +155,9 @@ void TieredKvCache::store(const KeyValueWrite& write) {
   update_peaks();
 }
 
-void TieredKvCache::quantise(const float* source, std::int8_t* codes) {
+void TieredKvCache::quantise(const float* source, std::int8_t* codes) const {
   // Groups of head_dim: K of each KV head, then V of each KV head, as in the full-precision slot.
-  const auto groups = static_cast<std::size_t>(2 * kv_heads_);
+  const std::size_t groups = 2 * static_cast<std::size_t>(kv_heads_);
   std::int8_t* scales = codes + token_floats_;
   for (std::size_t group = 0; group < groups; ++group) {
     const float* x = source + group * static_cast<std::size_t>(head_dim_);
@@ -175,7 +176,7 @@ void TieredKvCache::quantise(const float* source, std::int8_t* codes) {
 }
 
 void TieredKvCache::dequantise(const std::int8_t* codes, float* target) const {
-  const auto groups = static_cast<std::size_t>(2 * kv_heads_);
+  const std::size_t groups = 2 * static_cast<std::size_t>(kv_heads_);
   const std::int8_t* scales = codes + token_floats_;
   for (std::size_t group = 0; group < groups; ++group) {
     float scale = 0.0F;
@@ -239,9 +240,7 @@ void TieredKvCache::move(int layer_index, std::uint64_t position, Tier to) {
   }
   // Free the old copy.
   switch (from) {
-    case Tier::kHbm:
-      t0_.release(slot);
-      break;
+    case Tier::kHbm: t0_.release(slot); break;
     case Tier::kHost:
       t1_.release(slot);
       --layer.t1_tokens;
@@ -251,8 +250,7 @@ void TieredKvCache::move(int layer_index, std::uint64_t position, Tier to) {
       t2_.release(slot);
       --layer.t2_tokens;
       break;
-    case Tier::kEvicted:
-      throw std::logic_error("tiered cache: an evicted token cannot come back");
+    case Tier::kEvicted: throw std::logic_error("tiered cache: an evicted token cannot come back");
   }
   if (to == Tier::kHost) {
     ++layer.t1_tokens;
@@ -351,14 +349,12 @@ LayerKeyValues TieredKvCache::load(int layer_index, int positions) {
   for (std::size_t p = 0; p < count; ++p) {
     const float* source = nullptr;
     switch (layer.where[p]) {
-      case Tier::kHbm:
-        source = t0_.at(layer.slot[p]);
-        break;
+      case Tier::kHbm: source = t0_.at(layer.slot[p]); break;
       case Tier::kHost:
-        source = options_.prefetch == PrefetchMode::kFull
-                     ? transient_.data() + static_cast<std::size_t>(transient_index_[p]) *
-                                               token_floats_
-                     : staging_.at(layer.staged[p]);
+        source =
+            options_.prefetch == PrefetchMode::kFull
+                ? transient_.data() + static_cast<std::size_t>(transient_index_[p]) * token_floats_
+                : staging_.at(layer.staged[p]);
         break;
       case Tier::kCompressed:
         dequantise(compressed_.data() + next_compressed * compressed_width, scratch_.data());

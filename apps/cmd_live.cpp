@@ -1,0 +1,289 @@
+// `kvtier live`: decode with the real tiered KV cache (CPU backend) and write a measurement file
+// (docs/LIVE.md, configs/schema/measurement.proto).
+
+#include <google/protobuf/util/json_util.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "apps/cli.hpp"
+#include "common/atomic_file.hpp"
+#include "common/errors.hpp"
+#include "common/text_output.hpp"
+#include "configs/schema/measurement.pb.h"
+#include "configs/units.hpp"
+#include "kernels/device_info.hpp"
+#include "kernels/engine.hpp"
+#include "kernels/hf_checkpoint.hpp"
+#include "kernels/live.hpp"
+#include "kernels/tokenizer.hpp"
+#include "replay/parameters.hpp"
+
+namespace kvtier::app {
+namespace {
+
+namespace po = boost::program_options;
+
+// As `kvtier trace capture`: one final line break is the file's, not the prompt's.
+std::string read_prompt(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw DataError("cannot read the prompt file", path);
+  }
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!text.empty() && text.back() == '\n') {
+    text.pop_back();
+    if (!text.empty() && text.back() == '\r') {
+      text.pop_back();
+    }
+  }
+  return text;
+}
+
+// As `kvtier trace capture`: a Hugging Face directory holds its tokenizer; beside a llama2.c
+// checkpoint it is tokenizer.bin or else the only tok*.bin.
+std::filesystem::path tokenizer_beside(const std::filesystem::path& model) {
+  std::error_code error;
+  if (std::filesystem::is_directory(model, error)) {
+    return model;
+  }
+  const std::filesystem::path folder = model.parent_path().empty() ? "." : model.parent_path();
+  if (std::filesystem::exists(folder / "tokenizer.bin", error)) {
+    return folder / "tokenizer.bin";
+  }
+  std::vector<std::filesystem::path> found;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("tok", 0) == 0 && entry.path().extension() == ".bin") {
+      found.push_back(entry.path());
+    }
+  }
+  if (found.size() != 1) {
+    throw ConfigError("no tokenizer.bin and " +
+                          std::string(found.empty() ? "no" : "more than one") +
+                          " tok*.bin beside the checkpoint: name the tokenizer with --tokenizer",
+                      model.string());
+  }
+  return found.front();
+}
+
+std::string utc_now() {
+  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char text[32];
+  const std::size_t length = std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return {text, length};
+}
+
+void fill(config::CopyMeasurement& out, const kernels::CopyCounter& counter) {
+  out.set_bytes(counter.bytes);
+  out.set_token_layers(counter.tokens);
+  out.set_seconds(counter.seconds);
+  out.set_gb_per_s(
+      counter.seconds > 0.0 ? static_cast<double>(counter.bytes) / counter.seconds / 1e9 : 0.0);
+}
+
+std::string bytes_text(std::uint64_t bytes) {
+  return format_fixed(static_cast<double>(bytes) / 1024.0, 1) + " KiB";
+}
+
+}  // namespace
+
+int run_live(const Arguments& args, Context& context) {
+  po::options_description options("live options");
+  options.add_options()("model", po::value<std::string>()->required(),
+                        "llama2.c checkpoint file or Hugging Face model directory")(
+      "tokenizer", po::value<std::string>(), "tokenizer file (default: found beside the model)")(
+      "policy", po::value<std::string>()->required(),
+      "tier policy, e.g. tiered:hbm=0.5,evict=0.1 (kvtier policies list)")(
+      "prompt", po::value<std::string>(), "prompt text")("prompt-file", po::value<std::string>(),
+                                                         "file holding the prompt")(
+      "max-new-tokens", po::value<int>()->default_value(128), "tokens to generate (greedy)")(
+      "device", po::value<std::string>()->default_value("cpu"), "engine: cpu (cuda: not yet)")(
+      "t0-budget", po::value<std::string>(),
+      "hard limit of the T0 arena, e.g. 2MiB (default: the full cache of prompt + new tokens)")(
+      "no-reference", "skip the full-cache run (no divergence figures)")(
+      "measure", po::value<std::string>(), "write the measurement file (JSON) here");
+  po::variables_map values;
+  if (!parse_arguments(
+          args, options, {}, values,
+          "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE)\n"
+          "                   [--max-new-tokens N] [--device cpu] [--t0-budget BYTES]\n"
+          "                   [--no-reference] [--measure FILE]\n\n"
+          "Decodes greedily with the real tiered KV cache (T0 arena, T1 host staged before each\n"
+          "layer's attention, T2 8-bit, T3 dropped), placed step by step by the replay's policy,\n"
+          "and compares it with the full cache on the same tokens (docs/LIVE.md).",
+          context.out)) {
+    return 0;
+  }
+  const std::string device = values["device"].as<std::string>();
+  if (device == "cuda") {
+    throw ConfigError(
+        "the live tiered cache runs on the CPU engine only (the CUDA backend is not built yet); "
+        "use --device cpu");
+  }
+  if (device != "cpu") {
+    throw ConfigError("unknown --device '" + device + "': expected cpu or cuda");
+  }
+  if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
+    throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
+  }
+  kernels::LiveOptions live_options;
+  live_options.max_new_tokens = values["max-new-tokens"].as<int>();
+  if (live_options.max_new_tokens < 1) {
+    throw ConfigError("--max-new-tokens must be at least 1");
+  }
+  live_options.policy = replay::parse_policy_string(values["policy"].as<std::string>());
+  kernels::check_live_policy(live_options.policy.name());
+  if (values.count("t0-budget") != 0U) {
+    const double bytes =
+        units::convert(values["t0-budget"].as<std::string>(), "B", true, "--t0-budget");
+    if (!(bytes >= 1.0)) {
+      throw ConfigError("--t0-budget must be at least one byte");
+    }
+    live_options.t0_budget_bytes = static_cast<std::uint64_t>(bytes);
+  }
+  const std::string prompt_text = values.count("prompt") != 0U
+                                      ? values["prompt"].as<std::string>()
+                                      : read_prompt(values["prompt-file"].as<std::string>());
+
+  const std::filesystem::path model_path = values["model"].as<std::string>();
+  const auto weights =
+      std::make_shared<const kernels::ModelWeights>(kernels::load_model(model_path));
+  const std::filesystem::path tokenizer_path =
+      values.count("tokenizer") != 0U ? std::filesystem::path(values["tokenizer"].as<std::string>())
+                                      : tokenizer_beside(model_path);
+  const auto tokenizer = kernels::load_tokenizer(tokenizer_path);
+  if (static_cast<std::uint32_t>(tokenizer->vocab_size()) > weights->spec.vocab_size()) {
+    throw DataError("the tokenizer's " + std::to_string(tokenizer->vocab_size()) +
+                        " tokens do not fit the model's vocabulary of " +
+                        std::to_string(weights->spec.vocab_size()),
+                    tokenizer_path.string());
+  }
+  const std::vector<std::int32_t> prompt = tokenizer->encode_prompt(prompt_text);
+  if (prompt.empty()) {
+    throw ConfigError("the prompt is empty and the tokenizer has no BOS to start from");
+  }
+  const auto engine = kernels::make_cpu_engine(weights);
+  const auto reference =
+      values.count("no-reference") != 0U ? nullptr : kernels::make_cpu_engine(weights);
+  const kernels::LiveResult result =
+      kernels::run_live(*engine, reference.get(), prompt, live_options);
+
+  double decode_seconds = 0.0;
+  for (const double seconds : result.step_seconds) {
+    decode_seconds += seconds;
+  }
+  const double tokens_per_s =
+      decode_seconds > 0.0 ? static_cast<double>(result.step_seconds.size()) / decode_seconds : 0.0;
+  config::LiveMeasurement measurement;
+  measurement.set_format_version(1);
+  config::MeasurementProvenance& provenance = *measurement.mutable_provenance();
+  const kernels::DeviceInfo cpu = kernels::host_cpu();
+  provenance.set_tool(version_line() + " live");
+  provenance.set_device(device);
+  provenance.set_device_name(cpu.name);
+  provenance.set_device_detail(cpu.detail);
+  provenance.set_cpu_model(cpu.name);
+  provenance.set_date_utc(utc_now());
+  provenance.set_model(weights->spec.name());
+  provenance.set_model_path(model_path.string());
+  std::string command = "kvtier live";
+  for (const std::string& arg : args) {
+    command += " " + arg;
+  }
+  provenance.set_command(command);
+  measurement.set_policy(result.policy);
+  measurement.set_prefetch(result.prefetch == kernels::PrefetchMode::kFull ? "full"
+                                                                           : "differential");
+  measurement.set_prompt_tokens(result.prompt_tokens);
+  measurement.set_new_tokens(result.tokens.size());
+  measurement.set_prefill_seconds(result.prefill_seconds);
+  measurement.set_decode_seconds(decode_seconds);
+  measurement.set_tokens_per_s(tokens_per_s);
+  config::LatencyDistribution& latency = *measurement.mutable_step_latency();
+  latency.set_count(result.step_seconds.size());
+  latency.set_mean_ms(result.step_seconds.empty()
+                          ? 0.0
+                          : decode_seconds * 1e3 / static_cast<double>(result.step_seconds.size()));
+  latency.set_p50_ms(kernels::percentile(result.step_seconds, 0.50) * 1e3);
+  latency.set_p90_ms(kernels::percentile(result.step_seconds, 0.90) * 1e3);
+  latency.set_p99_ms(kernels::percentile(result.step_seconds, 0.99) * 1e3);
+  latency.set_max_ms(kernels::percentile(result.step_seconds, 1.0) * 1e3);
+  config::TierBytes& tiers = *measurement.mutable_tiers();
+  tiers.set_t0_budget_bytes(result.t0_budget_bytes);
+  tiers.set_t0_peak_bytes(result.cache.t0_peak_bytes);
+  tiers.set_t1_peak_bytes(result.cache.t1_peak_bytes);
+  tiers.set_t2_peak_bytes(result.cache.t2_peak_bytes);
+  tiers.set_staging_peak_bytes(result.cache.staging_peak_bytes);
+  for (const std::uint64_t count : result.final_tier_tokens) {
+    tiers.add_final_tier_token_layers(count);
+  }
+  fill(*measurement.mutable_h2d(), result.cache.h2d());
+  fill(*measurement.mutable_h2d_prefetch(), result.cache.h2d_prefetch);
+  fill(*measurement.mutable_h2d_compressed(), result.cache.h2d_compressed);
+  fill(*measurement.mutable_h2d_promote(), result.cache.h2d_promote);
+  fill(*measurement.mutable_d2h(), result.cache.d2h_offload);
+  fill(*measurement.mutable_host_recode(), result.cache.host_recode);
+  for (const std::int32_t token : result.tokens) {
+    measurement.add_generated_tokens(token);
+  }
+  measurement.set_generated_text(tokenizer->decode(result.tokens));
+  config::Divergence& divergence = *measurement.mutable_divergence();
+  divergence.set_measured(result.has_reference);
+  divergence.set_greedy_agreement_tokens(result.greedy_agreement);
+  divergence.set_mean_kl_nats(result.mean_kl);
+  divergence.set_max_kl_nats(result.max_kl);
+  divergence.set_identical_logit_steps(result.identical_logit_steps);
+
+  if (values.count("measure") != 0U) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions print;
+    print.add_whitespace = true;
+    print.always_print_primitive_fields = true;
+    print.preserve_proto_field_names = true;
+    const auto status = google::protobuf::util::MessageToJsonString(measurement, &json, print);
+    if (!status.ok()) {
+      throw Error("cannot print the measurement: " + std::string(status.message()), "",
+                  ExitCode::kRuntimeFailure);
+    }
+    write_file_atomically(values["measure"].as<std::string>(), json);
+  }
+
+  context.out << "policy    " << result.policy << "\n"
+              << "model     " << weights->spec.name() << ", prompt " << result.prompt_tokens
+              << " tokens, " << result.tokens.size() << " new tokens\n";
+  TextTable table({"metric", "value"}, {false, true});
+  table.add_row({"tokens/s", format_fixed(tokens_per_s, 1)});
+  table.add_row({"step p50 / p90 / p99 ms", format_fixed(latency.p50_ms(), 3) + " / " +
+                                                format_fixed(latency.p90_ms(), 3) + " / " +
+                                                format_fixed(latency.p99_ms(), 3)});
+  table.add_row({"T0 peak / budget", bytes_text(result.cache.t0_peak_bytes) + " / " +
+                                         bytes_text(result.t0_budget_bytes)});
+  table.add_row({"T1 peak", bytes_text(result.cache.t1_peak_bytes)});
+  table.add_row({"T2 peak", bytes_text(result.cache.t2_peak_bytes)});
+  table.add_row({"H2D", bytes_text(result.cache.h2d().bytes) + " in " +
+                            format_fixed(result.cache.h2d().seconds * 1e3, 3) + " ms"});
+  table.add_row({"D2H", bytes_text(result.cache.d2h_offload.bytes) + " in " +
+                            format_fixed(result.cache.d2h_offload.seconds * 1e3, 3) + " ms"});
+  table.add_row({"evicted token-layers", std::to_string(result.final_tier_tokens[3])});
+  if (result.has_reference) {
+    table.add_row({"greedy agreement", std::to_string(result.greedy_agreement) + " / " +
+                                           std::to_string(result.tokens.size())});
+    table.add_row({"mean KL (nats)", format_double(result.mean_kl)});
+  }
+  table.render(context.out);
+  if (values.count("measure") != 0U) {
+    context.out << "measurement written to " << values["measure"].as<std::string>() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace kvtier::app

@@ -1,0 +1,221 @@
+// The live tiered KV cache (kernels/tiered_cache.hpp, kernels/live.hpp) on stories260K: tiering
+// without eviction or compression is exact (Proposition 1 of the tiered hierarchy), the T0 arena
+// keeps to its budget, eviction makes the model diverge, runs are deterministic, and the
+// replay's policies drive the cache.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "kernels/engine.hpp"
+#include "kernels/live.hpp"
+#include "kernels/llama2c_checkpoint.hpp"
+#include "kernels/tokenizer.hpp"
+#include "replay/parameters.hpp"
+#include "tests/kernels/support/model_files.hpp"
+
+namespace {
+
+namespace kk = kvtier::kernels;
+
+std::shared_ptr<const kk::ModelWeights> stories() {
+  static const auto weights = std::make_shared<const kk::ModelWeights>(
+      kk::load_llama2c_checkpoint(kk::testing::stories_dir() / "stories260K.bin"));
+  return weights;
+}
+
+std::vector<std::int32_t> prompt() {
+  const auto tokenizer = kk::load_llama2c_tokenizer(kk::testing::stories_dir() / "tok512.bin");
+  return tokenizer->encode_prompt("Once upon a time, there was a little girl named Lily");
+}
+
+kk::LiveResult live(const std::string& policy, int steps, std::uint64_t budget = 0,
+                    bool keep_logits = false) {
+  const auto engine = kk::make_cpu_engine(stories());
+  const auto reference = kk::make_cpu_engine(stories());
+  kk::LiveOptions options;
+  options.policy = kvtier::replay::parse_policy_string(policy);
+  options.max_new_tokens = steps;
+  options.t0_budget_bytes = budget;
+  options.keep_logits = keep_logits;
+  return kk::run_live(*engine, reference.get(), prompt(), options);
+}
+
+// Greedy tokens of the full cache on the engine's own path, as generate() would give them.
+std::vector<std::int32_t> full_greedy(int steps) {
+  const auto engine = kk::make_cpu_engine(stories());
+  const std::vector<std::int32_t> tokens = prompt();
+  std::span<const float> logits = engine->prefill(tokens);
+  std::vector<std::int32_t> out;
+  for (int step = 0; step < steps; ++step) {
+    const auto next =
+        static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(next);
+    logits = engine->decode(next);
+  }
+  return out;
+}
+
+constexpr int kSteps = 200;
+// One token of one layer: K and V of 4 KV heads of dimension 8, float32.
+constexpr std::uint64_t kTokenLayerBytes = 2ULL * 4 * 8 * sizeof(float);
+
+// "tiered:delta=8,recent=16,sinks=4," + params: small windows so that a 200-step run re-tiers
+// often and fills T1.
+std::string tiered(const std::string& params) {
+  std::string policy = "tiered:delta=8,recent=16,sinks=4,";
+  policy += params;
+  return policy;
+}
+
+}  // namespace
+
+TEST_CASE("tiering without eviction or compression is bit-identical to the full cache",
+          "[kernels][live]") {
+  const std::vector<std::int32_t> golden = full_greedy(kSteps);
+  for (const std::string prefetch : {"full", "differential"}) {
+    for (const std::string hbm : {"0", "0.3", "0.7", "1"}) {
+      std::string params = "evict=0,compress=0,hbm=";
+      params += hbm;
+      params += ",prefetch=";
+      params += prefetch;
+      const std::string policy = tiered(params);
+      INFO(policy);
+      const kk::LiveResult result = live(policy, kSteps);
+      CHECK(result.tokens == golden);
+      CHECK(result.identical_logit_steps == static_cast<std::uint64_t>(kSteps));
+      CHECK(result.mean_kl == 0.0);
+      CHECK(result.greedy_agreement == static_cast<std::uint64_t>(kSteps));
+      CHECK(result.final_tier_tokens[3] == 0);
+      CHECK(result.cache.t0_peak_bytes <= result.t0_budget_bytes);
+      if (hbm != "1") {
+        // T1 really held tokens and attention really read them from staging.
+        CHECK(result.final_tier_tokens[1] > 0);
+        CHECK(result.cache.h2d_prefetch.tokens > 0);
+        CHECK(result.cache.d2h_offload.tokens > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("differential prefetch copies each T1 token once, full prefetch every step",
+          "[kernels][live]") {
+  const kk::LiveResult full = live(tiered("evict=0,hbm=0,prefetch=full"), kSteps);
+  const kk::LiveResult differential = live(tiered("evict=0,hbm=0,prefetch=differential"), kSteps);
+  // Each offloaded token is staged once, at the next step's attention; tokens offloaded after
+  // the last step are never read.
+  CHECK(differential.cache.h2d_prefetch.tokens > 0);
+  CHECK(differential.cache.h2d_prefetch.tokens <= differential.cache.d2h_offload.tokens);
+  CHECK(differential.cache.h2d_prefetch.tokens + 5ULL * 8 >= differential.cache.d2h_offload.tokens);
+  CHECK(full.cache.h2d_prefetch.tokens > differential.cache.h2d_prefetch.tokens);
+  CHECK(full.cache.h2d_prefetch.bytes == full.cache.h2d_prefetch.tokens * kTokenLayerBytes);
+  CHECK(full.tokens == differential.tokens);
+}
+
+TEST_CASE("the T0 arena never passes its budget", "[kernels][live]") {
+  const kk::LiveResult unlimited = live(tiered("evict=0.2,hbm=0.3"), kSteps);
+  const std::uint64_t needed = unlimited.cache.t0_peak_bytes;
+  const std::uint64_t full_cache = unlimited.t0_budget_bytes;
+  CHECK(needed < full_cache);
+  // Exactly the peak suffices, and the run is the same.
+  const kk::LiveResult tight = live(tiered("evict=0.2,hbm=0.3"), kSteps, needed);
+  CHECK(tight.cache.t0_peak_bytes <= needed);
+  CHECK(tight.tokens == unlimited.tokens);
+  // One token-layer less does not: the arena refuses instead of growing.
+  const std::uint64_t token_layer = kTokenLayerBytes;
+  CHECK_THROWS_AS(live(tiered("evict=0.2,hbm=0.3"), kSteps, needed - token_layer),
+                  kvtier::ConfigError);
+  // The full cache needs the whole prompt + steps in every layer.
+  CHECK_THROWS_AS(live("full", kSteps, full_cache - token_layer), kvtier::ConfigError);
+  CHECK(live("full", kSteps, full_cache).identical_logit_steps == kSteps);
+}
+
+TEST_CASE("eviction makes the model diverge, more with a higher eviction ratio",
+          "[kernels][live]") {
+  std::vector<double> kl;
+  for (const std::string evict : {"0", "0.25", "0.5", "0.9"}) {
+    const kk::LiveResult result = live(tiered("hbm=0.5,evict=") + evict, kSteps);
+    INFO("evict " << evict << ": mean KL " << result.mean_kl << ", agreement "
+                  << result.greedy_agreement << ", evicted " << result.final_tier_tokens[3]);
+    CHECK(std::isfinite(result.mean_kl));
+    if (evict != "0") {
+      CHECK(result.final_tier_tokens[3] > 0);
+      CHECK(result.mean_kl > 0.0);
+    }
+    kl.push_back(result.mean_kl);
+  }
+  CHECK(kl.front() == 0.0);
+  for (std::size_t i = 1; i < kl.size(); ++i) {
+    CHECK(kl[i] >= kl[i - 1]);
+  }
+}
+
+TEST_CASE("8-bit T2 is an approximation: small divergence, compressed bytes read",
+          "[kernels][live]") {
+  const kk::LiveResult result = live(tiered("evict=0,hbm=0,compress=1"), kSteps);
+  CHECK(result.final_tier_tokens[2] > 0);
+  CHECK(result.final_tier_tokens[1] == 0);
+  CHECK(result.cache.h2d_compressed.tokens > 0);
+  // int8 codes for 2 x 4 heads x 8 dims plus a float scale per head for K and for V.
+  CHECK(result.cache.h2d_compressed.bytes == result.cache.h2d_compressed.tokens * (64 + 32));
+  CHECK(result.mean_kl > 0.0);
+  const kk::LiveResult evicting = live(tiered("evict=0.5,hbm=0"), kSteps);
+  CHECK(result.mean_kl < evicting.mean_kl);
+}
+
+TEST_CASE("live runs are deterministic", "[kernels][live]") {
+  const std::string policy = tiered("hbm=0.3,evict=0.2,compress=0.5,prefetch=differential");
+  const kk::LiveResult first = live(policy, 120, 0, true);
+  const kk::LiveResult second = live(policy, 120, 0, true);
+  CHECK(first.tokens == second.tokens);
+  CHECK(first.logits == second.logits);
+  CHECK(first.mean_kl == second.mean_kl);
+  CHECK(first.cache.h2d().bytes == second.cache.h2d().bytes);
+  CHECK(first.cache.d2h_offload.bytes == second.cache.d2h_offload.bytes);
+  CHECK(first.cache.t0_peak_bytes == second.cache.t0_peak_bytes);
+  CHECK(first.final_tier_tokens == second.final_tier_tokens);
+}
+
+TEST_CASE("the replay's eviction policies drive the live cache", "[kernels][live]") {
+  const std::uint64_t prompt_tokens = prompt().size();
+  SECTION("full keeps everything in T0, exactly") {
+    const kk::LiveResult result = live("full", 60);
+    CHECK(result.identical_logit_steps == 60);
+    CHECK(result.final_tier_tokens[0] == 5 * (prompt_tokens + 60));
+    CHECK(result.policy == "full");
+  }
+  SECTION("budgeted policies hold their budget in T0 and evict the rest") {
+    for (const std::string policy : {"streaming:sinks=4,window=28", "h2o:budget=32",
+                                     "tova:budget=32", "dms:budget=32,delay=8"}) {
+      INFO(policy);
+      const kk::LiveResult result = live(policy, 100);
+      CHECK(result.final_tier_tokens[3] > 0);
+      CHECK(result.final_tier_tokens[0] + result.final_tier_tokens[3] == 5 * (prompt_tokens + 100));
+      CHECK(result.cache.t0_peak_bytes <= 5ULL * (32 + 8 + 1) * kTokenLayerBytes);
+      CHECK(result.mean_kl > 0.0);
+      CHECK(result.cache.h2d().bytes == 0);
+    }
+  }
+  SECTION("monarch pages cold tokens to T2 and reads them") {
+    const kk::LiveResult result =
+        live("monarch:attend=all,window=16,max_hot=32,sticky_tokens=4", 100);
+    CHECK(result.final_tier_tokens[2] > 0);
+    CHECK(result.final_tier_tokens[3] == 0);
+    CHECK(result.cache.h2d_compressed.tokens > 0);
+  }
+  SECTION("policies a live run cannot drive are refused") {
+    CHECK_THROWS_AS(live("snapkv", 10), kvtier::ConfigError);
+    CHECK_THROWS_AS(live("oracle", 10), kvtier::ConfigError);
+    CHECK_THROWS_AS(live("monarch", 10), kvtier::ConfigError);
+    CHECK_THROWS_AS(live("tiered:hbm=2", 10), kvtier::ConfigError);
+  }
+}
+
+TEST_CASE("the engine refuses a live run past its positions", "[kernels][live]") {
+  CHECK_THROWS_AS(live("full", 600), kvtier::ConfigError);
+  CHECK_THROWS_AS(live("full", 0), kvtier::ConfigError);
+}
