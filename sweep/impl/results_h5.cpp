@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <system_error>
 
@@ -86,15 +87,24 @@ void write_columns_attribute(hid_t object, const std::vector<std::string>& colum
             where_text);
 }
 
-double metric_value(const Row& row, const std::string& column) {
-  for (const auto& [name, text] : row.metrics) {
-    if (name == column) {
-      double value = std::numeric_limits<double>::quiet_NaN();
-      (void)std::from_chars(text.data(), text.data() + text.size(), value);
-      return value;
+// Metric values by column, NaN where a row lacks the metric.
+std::vector<std::vector<double>> metric_matrix(const ResultTable& table) {
+  std::map<std::string, std::size_t, std::less<>> index;
+  for (std::size_t c = 0; c < table.metric_columns.size(); ++c) {
+    index.emplace(table.metric_columns[c], c);
+  }
+  std::vector<std::vector<double>> values(
+      table.metric_columns.size(),
+      std::vector<double>(table.rows.size(), std::numeric_limits<double>::quiet_NaN()));
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    for (const auto& [name, text] : table.rows[r].metrics) {
+      const auto found = index.find(name);
+      if (found != index.end()) {
+        (void)std::from_chars(text.data(), text.data() + text.size(), values[found->second][r]);
+      }
     }
   }
-  return std::numeric_limits<double>::quiet_NaN();
+  return values;
 }
 
 void write_table(hid_t file, const ResultTable& table, const std::string& name) {
@@ -130,12 +140,10 @@ void write_table(hid_t file, const ResultTable& table, const std::string& name) 
     text[r] = table.rows[r].error;
   }
   write_string_column(file, "error", text, name);
-  std::vector<double> values(rows);
-  for (const std::string& column : table.metric_columns) {
-    for (std::size_t r = 0; r < rows; ++r) {
-      values[r] = metric_value(table.rows[r], column);
-    }
-    write_column(file, column, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, rows, values.data(), name);
+  const std::vector<std::vector<double>> values = metric_matrix(table);
+  for (std::size_t c = 0; c < table.metric_columns.size(); ++c) {
+    write_column(file, table.metric_columns[c], H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, rows,
+                 values[c].data(), name);
   }
 }
 

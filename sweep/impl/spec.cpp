@@ -126,7 +126,18 @@ config::RunSpec apply_point(const Sweep& sweep, std::uint64_t point,
       overrides.push_back(config::parse_override(path + "=" + values[a]));
     }
   }
-  loader.apply_and_resolve(run, locations, overrides);
+  // The base is resolved already: only a point that names another preset needs its presets
+  // expanded again, and parsing the preset files for every point is most of its config time.
+  const bool names_preset = std::any_of(overrides.begin(), overrides.end(), [](const auto& o) {
+    return o.path == "preset" || o.path.ends_with(".preset");
+  });
+  if (names_preset) {
+    loader.apply_and_resolve(run, locations, overrides);
+  } else {
+    for (const config::Override& override_ : overrides) {
+      config::apply_override(run, override_, locations);
+    }
+  }
   if (policy != nullptr) {
     *run.mutable_policy() = *policy;
   }
@@ -146,16 +157,19 @@ Sweep load_sweep_text(std::string_view text, const std::string& file_name,
   Sweep sweep;
   sweep.file = file_name;
   // config::validate checks every `--set` axis value on the base (configs/impl/consistency.cpp
-  // leaves the policy axis to this module: policy strings belong to replay/).
-  const config::LocationMap locations = loader.load_text(text, file_name, sweep.spec, overrides);
+  // leaves the policy axis to this module: policy strings belong to replay/). Its problems and
+  // this module's are reported together.
+  const config::LocationMap locations = loader.resolve_text(text, file_name, sweep.spec, overrides);
+  std::vector<Problem> problems = config::validate(sweep.spec, loader, locations);
   sweep.base_locations = config::LocationMap(file_name);
   for (const auto& [path, position] : locations.entries()) {
     if (path.rfind(kBasePrefix, 0) == 0) {
       sweep.base_locations.set(path.substr(kBasePrefix.size()), position);
     }
   }
+  // A base with problems of its own (reported above) would repeat them for every policy value.
+  const bool base_valid = config::validate(sweep.spec.base(), loader, sweep.base_locations).empty();
 
-  std::vector<Problem> problems;
   const config::SweepSpec& spec = sweep.spec;
   const replay::PolicyRegistry registry = replay::builtin_policies();
   auto check = [&](const config::PolicySpec& policy, const std::string& where) {
@@ -189,6 +203,9 @@ Sweep load_sweep_text(std::string_view text, const std::string& file_name,
         check_policy(registry, point.policy());
       } catch (const ConfigError& error) {
         problems.push_back({where, "policy axis value '" + axis.values(v) + "': " + error.what()});
+        continue;
+      }
+      if (!base_valid) {
         continue;
       }
       for (const Problem& problem : config::validate(point, loader, sweep.base_locations)) {

@@ -170,8 +170,14 @@ ResultTable make_table(std::string name, std::string spec_hash,
   table.axis_columns = std::move(axis_columns);
   std::stable_sort(rows.begin(), rows.end(),
                    [](const Row& a, const Row& b) { return a.point < b.point; });
+  // Rows of one sweep mostly report the same metrics: merge only when they change.
+  std::vector<std::string> previous;
   for (const Row& row : rows) {
-    merge_names(table.metric_columns, metric_names(row));
+    std::vector<std::string> names = metric_names(row);
+    if (names != previous) {
+      merge_names(table.metric_columns, names);
+      previous = std::move(names);
+    }
   }
   table.rows = std::move(rows);
   return table;

@@ -118,7 +118,7 @@ const std::string kGridAxes = axis("workload.closed_loop.concurrency", {"1", "2"
 
 }  // namespace
 
-TEST_CASE("GRID points count like an odometer, the last axis fastest", "[sweep]") {
+TEST_CASE("sweep: GRID points count like an odometer, the last axis fastest", "[sweep]") {
   const Sweep sweep = load(spec_text(axis("workload.closed_loop.concurrency", {"1", "2", "4"}) +
                                      axis("seed", {"1", "2"})));
   const auto& spec = sweep.spec;
@@ -136,7 +136,29 @@ TEST_CASE("GRID points count like an odometer, the last axis fastest", "[sweep]"
   CHECK(run.seed() == 2);
 }
 
-TEST_CASE("ZIP points take the i-th value of every axis; lengths must agree", "[sweep]") {
+TEST_CASE("sweep: a point's run is the base with its values applied as --set would", "[sweep]") {
+  const Sweep sweep = load(spec_text(axis("model.preset", {"Qwen2.5-14B"}) +
+                                     axis("hardware.node.gpu.memory_capacity", {"40GiB"}) +
+                                     axis("workload.closed_loop.concurrency", {"3"})));
+  const Sweep plain = load(spec_text(axis("hardware.node.gpu.memory_capacity", {"40GiB"}) +
+                                     axis("workload.closed_loop.concurrency", {"3"})));
+  for (const Sweep* each : {&sweep, &plain}) {
+    kvtier::config::RunSpec expected = each->spec.base();
+    kvtier::config::LocationMap locations;
+    std::vector<kvtier::config::Override> overrides;
+    for (const auto& axis_spec : each->spec.axis()) {
+      overrides.push_back(
+          kvtier::config::parse_override(axis_spec.path() + "=" + axis_spec.values(0)));
+    }
+    kvtier::test::loader().apply_and_resolve(expected, locations, overrides);
+    const auto run = kvtier::sweep::point_run(*each, 0, kvtier::test::loader());
+    CHECK(run.SerializeAsString() == expected.SerializeAsString());
+    CHECK(run.hardware().node().gpu().memory_capacity_gib() == 40.0);
+    CHECK(run.workload().closed_loop().concurrency() == 3);
+  }
+}
+
+TEST_CASE("sweep: ZIP points take the i-th value of every axis; lengths must agree", "[sweep]") {
   const Sweep sweep = load(spec_text(
       axis("workload.closed_loop.concurrency", {"1", "2", "4"}) + axis("seed", {"5", "6", "7"}),
       "ZIP"));
@@ -149,7 +171,8 @@ TEST_CASE("ZIP points take the i-th value of every axis; lengths must agree", "[
       Catch::Contains("ZIP sweeps need axes of equal length"));
 }
 
-TEST_CASE("a sweep is refused before it runs when an axis value or a policy is wrong", "[sweep]") {
+TEST_CASE("sweep: a sweep is refused before it runs when an axis value or a policy is wrong",
+          "[sweep]") {
   CHECK_THAT(joined(problems(spec_text(axis("seed", {"1"}) + axis("seed", {"2"})))),
              Catch::Contains("also swept by axis[0]"));
   CHECK_THAT(joined(problems(spec_text(axis("policy", {"tiered:hbmm=0.5"})))),
@@ -173,7 +196,7 @@ TEST_CASE("a sweep is refused before it runs when an axis value or a policy is w
   CHECK(problems(spec_text(axis("policy", {"full", "tiered:hbm=0.25,evict=0.1"}))).empty());
 }
 
-TEST_CASE("a policy axis sets the run's policy; compare policies add rows", "[sweep]") {
+TEST_CASE("sweep: a policy axis sets the run's policy; compare policies add rows", "[sweep]") {
   const Sweep sweep =
       load(spec_text(axis("policy", {"full", "tiered:hbm=0.5,evict=0.1,delta=8,recent=16"}), "GRID",
                      "compare { name: \"streaming\" }"));
@@ -193,7 +216,7 @@ TEST_CASE("a policy axis sets the run's policy; compare policies add rows", "[sw
   CHECK(metric(tiered[0], "requests_completed") == "4");
 }
 
-TEST_CASE("points share replay demands through one memo", "[sweep]") {
+TEST_CASE("sweep: points share replay demands through one memo", "[sweep]") {
   const Sweep sweep = load(spec_text(axis("workload.closed_loop.concurrency", {"1", "2", "4"}) +
                                      axis("policy", {"tiered:hbm=0.5,evict=0.1"})));
   kvtier::serving::DemandMemo memo;
@@ -206,7 +229,7 @@ TEST_CASE("points share replay demands through one memo", "[sweep]") {
   CHECK(memo.size() == 1);
 }
 
-TEST_CASE("points that cannot run give rows with the error, not a failed sweep", "[sweep]") {
+TEST_CASE("sweep: points that cannot run give rows with the error, not a failed sweep", "[sweep]") {
   // Llama-3.1-70B's weights do not fit one H100.
   const Sweep sweep = load(spec_text(axis("model.preset", {"Llama-3.1-8B", "Llama-3.1-70B"}),
                                      "GRID", "compare { name: \"full\" }"));
@@ -222,7 +245,7 @@ TEST_CASE("points that cannot run give rows with the error, not a failed sweep",
   CHECK(too_big[1].error == too_big[0].error);
 }
 
-TEST_CASE("the default demand cache goes to runs with a tiering block only", "[sweep]") {
+TEST_CASE("sweep: the default demand cache goes to runs with a tiering block only", "[sweep]") {
   const Sweep sweep = load(spec_text(axis("seed", {"1"})));
   const auto run = kvtier::sweep::point_run(sweep, 0, kvtier::test::loader(), "OUT/demand-cache");
   CHECK(run.tiering().demand_cache_directory() == "OUT/demand-cache");
@@ -234,7 +257,7 @@ TEST_CASE("the default demand cache goes to runs with a tiering block only", "[s
   CHECK(!plain.has_tiering());
 }
 
-TEST_CASE("point files round-trip commas, quotes and missing metrics", "[sweep]") {
+TEST_CASE("sweep: point files round-trip commas, quotes and missing metrics", "[sweep]") {
   const std::vector<std::string> columns{"model.preset", "policy_axis"};
   const std::vector<Row> rows = {
       {3, {"a,b", "tiered:hbm=0.5,evict=0.1"}, "tiered:hbm=0.5", "", {{"x", "1"}, {"y", "2.5"}}},
@@ -264,7 +287,7 @@ TEST_CASE("point files round-trip commas, quotes and missing metrics", "[sweep]"
   fs::remove_all(folder);
 }
 
-TEST_CASE("metric columns keep the simulator's order when rows lack some", "[sweep]") {
+TEST_CASE("sweep: metric columns keep the simulator's order when rows lack some", "[sweep]") {
   std::vector<Row> rows = {
       {1, {}, "full", "", {{"a", "1"}, {"c", "3"}}},
       {0, {}, "full", "", {{"a", "1"}, {"b", "2"}, {"c", "3"}, {"d", "4"}}},
@@ -277,7 +300,7 @@ TEST_CASE("metric columns keep the simulator's order when rows lack some", "[swe
         "point,policy,error,a,b,c,d\n0,full,,1,2,3,4\n1,full,,1,,3,\n2,full,boom,,,,\n");
 }
 
-TEST_CASE("results are the same bytes for any number of threads", "[sweep]") {
+TEST_CASE("sweep: results are the same bytes for any number of threads", "[sweep]") {
   const Sweep sweep = load(spec_text(kGridAxes));
   const fs::path one = fresh_folder("jobs1");
   const fs::path two = fresh_folder("jobs2");
@@ -308,7 +331,7 @@ TEST_CASE("results are the same bytes for any number of threads", "[sweep]") {
   fs::remove_all(two);
 }
 
-TEST_CASE("results.h5 holds one dataset per column and the spec's identity", "[sweep]") {
+TEST_CASE("sweep: results.h5 holds one dataset per column and the spec's identity", "[sweep]") {
   const Sweep sweep = load(spec_text(axis("workload.closed_loop.concurrency", {"1", "2"})));
   const fs::path out = fresh_folder("h5");
   const auto summary = run_into(sweep, out);
@@ -331,7 +354,7 @@ TEST_CASE("results.h5 holds one dataset per column and the spec's identity", "[s
   fs::remove_all(out);
 }
 
-TEST_CASE("an interrupted sweep resumes and ends with the same results", "[sweep]") {
+TEST_CASE("sweep: an interrupted sweep resumes and ends with the same results", "[sweep]") {
   const Sweep sweep = load(spec_text(kGridAxes));
   const fs::path fresh = fresh_folder("resume-fresh");
   const fs::path resumed = fresh_folder("resume");
@@ -342,8 +365,10 @@ TEST_CASE("an interrupted sweep resumes and ends with the same results", "[sweep
   fs::remove(resumed / "points" / "10.csv");
   fs::remove(resumed / "results.csv");
   fs::remove(resumed / "results.h5");
-  {
-    std::ofstream stray(resumed / "points" / "4.csv.tmp.99999", std::ios::binary);
+  for (const fs::path& stray_path :
+       {resumed / "points" / "4.csv.tmp.99999", resumed / ".tmp" / "99999-0" / "5.csv.tmp"}) {
+    fs::create_directories(stray_path.parent_path());
+    std::ofstream stray(stray_path, std::ios::binary);
     stray << "point,half a line";
   }
   const std::string whole = slurp(resumed / "points" / "7.csv");
@@ -363,7 +388,7 @@ TEST_CASE("an interrupted sweep resumes and ends with the same results", "[sweep
   fs::remove_all(resumed);
 }
 
-TEST_CASE("a folder holding another spec's points is refused", "[sweep]") {
+TEST_CASE("sweep: a folder holding another spec's points is refused", "[sweep]") {
   const fs::path out = fresh_folder("mismatch");
   (void)run_into(load(spec_text(axis("seed", {"1", "2"}))), out);
   try {
@@ -379,7 +404,8 @@ TEST_CASE("a folder holding another spec's points is refused", "[sweep]") {
   fs::remove_all(out);
 }
 
-TEST_CASE("shards merged equal the unsharded sweep; gaps and strangers are refused", "[sweep]") {
+TEST_CASE("sweep: shards merged equal the unsharded sweep; gaps and strangers are refused",
+          "[sweep]") {
   const Sweep sweep = load(spec_text(kGridAxes));
   const fs::path whole = fresh_folder("unsharded");
   (void)run_into(sweep, whole, 1);
@@ -418,7 +444,7 @@ TEST_CASE("shards merged equal the unsharded sweep; gaps and strangers are refus
   fs::remove_all(stranger);
 }
 
-TEST_CASE("shards parse as K/N", "[sweep]") {
+TEST_CASE("sweep: shards parse as K/N", "[sweep]") {
   CHECK(kvtier::sweep::parse_shard("2/5").index == 2);
   CHECK(kvtier::sweep::parse_shard("2/5").count == 5);
   for (const char* bad : {"5/5", "1", "a/2", "1/0", "-1/3", "1/2x", ""}) {
