@@ -135,8 +135,9 @@ kk::ModelWeights random_7b(int layers) {
   model.source = "random";
   std::uint64_t seed = 1;
   const auto make = [&](const std::string& name, std::int64_t rows, std::int64_t cols, bool ones) {
-    std::vector<float> values = ones ? std::vector<float>(static_cast<std::size_t>(rows * cols), 1.0F)
-                                     : random_values(rows * cols, seed++);
+    std::vector<float> values =
+        ones ? std::vector<float>(static_cast<std::size_t>(rows * cols), 1.0F)
+             : random_values(rows * cols, seed++);
     return kk::WeightTensor{name, model.storage.adopt(std::move(values)), rows, cols};
   };
   model.token_embedding = make("embedding", kVocab, kHidden, false);
@@ -202,8 +203,7 @@ int main(int argc, char** argv) {
   const std::filesystem::path out_dir = argc > 4 ? argv[4] : "/tmp";
   const int layers = argc > 5 ? std::atoi(argv[5]) : 32;
   const int device = argc > 6 ? std::atoi(argv[6]) : 0;
-  if (prompt_tokens < 1 || steps < 1 || repeats < 1 || layers < 1 ||
-      prompt_tokens + steps > 4096) {
+  if (prompt_tokens < 1 || steps < 1 || repeats < 1 || layers < 1 || prompt_tokens + steps > 4096) {
     std::cerr << "usage: kvtier_bench_cuda_decode [PROMPT] [STEPS] [REPEATS] [OUT_DIR] [LAYERS] "
                  "[DEVICE]  (PROMPT + STEPS <= 4096)\n";
     return 2;

@@ -17,9 +17,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iomanip>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,14 +45,17 @@ constexpr std::int64_t kAttentionScratchFloats = std::int64_t{32} << 20U;
 constexpr std::int64_t kUploadStagingFloats = std::int64_t{16} << 20U;
 constexpr int kMaxHeadDim = 1024;
 
-std::string gib_text(double bytes) {
-  const double gib = bytes / static_cast<double>(1U << 30U);
-  std::string text = std::to_string(std::round(gib * 100.0) / 100.0);
-  text.erase(text.find_last_not_of('0') + 1);
-  if (!text.empty() && text.back() == '.') {
-    text.pop_back();
+// "1.50 GiB", "12.0 MiB", "512 bytes": sizes in messages.
+std::string size_text(double bytes) {
+  std::ostringstream text;
+  if (bytes >= static_cast<double>(1U << 30U)) {
+    text << std::fixed << std::setprecision(2) << bytes / static_cast<double>(1U << 30U) << " GiB";
+  } else if (bytes >= static_cast<double>(1U << 20U)) {
+    text << std::fixed << std::setprecision(1) << bytes / static_cast<double>(1U << 20U) << " MiB";
+  } else {
+    text << std::fixed << std::setprecision(0) << bytes << " bytes";
   }
-  return text + " GiB";
+  return text.str();
 }
 
 // Every CUDA and cuBLAS call goes through one of these: a failure is a kvtier::Error (exit 1)
@@ -62,9 +68,9 @@ class Checker {
 
   void operator()(cudaError_t status, const std::string& call) const {
     if (status != cudaSuccess) {
-      throw Error(call + " failed: " + cudaGetErrorName(status) + " (" +
-                      cudaGetErrorString(status) + ")",
-                  where(), ExitCode::kRuntimeFailure);
+      throw Error(
+          call + " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")",
+          where(), ExitCode::kRuntimeFailure);
     }
   }
   void operator()(cublasStatus_t status, const std::string& call) const {
@@ -85,7 +91,8 @@ class DeviceMemory {
   DeviceMemory() = default;
   DeviceMemory(std::size_t bytes, const Checker& check) : bytes_(bytes) {
     if (bytes > 0) {
-      check(cudaMalloc(&data_, bytes), "cudaMalloc (" + gib_text(static_cast<double>(bytes)) + ")");
+      check(cudaMalloc(&data_, bytes),
+            "cudaMalloc (" + size_text(static_cast<double>(bytes)) + ")");
     }
   }
   DeviceMemory(const DeviceMemory&) = delete;
@@ -122,7 +129,7 @@ class PinnedMemory {
   PinnedMemory() = default;
   PinnedMemory(std::size_t bytes, const Checker& check) : bytes_(bytes) {
     check(cudaHostAlloc(&data_, std::max<std::size_t>(bytes, 1), cudaHostAllocDefault),
-          "cudaHostAlloc (" + gib_text(static_cast<double>(bytes)) + " pinned)");
+          "cudaHostAlloc (" + size_text(static_cast<double>(bytes)) + " pinned)");
   }
   PinnedMemory(const PinnedMemory&) = delete;
   PinnedMemory& operator=(const PinnedMemory&) = delete;
@@ -262,8 +269,9 @@ void require_shape(const WeightTensor& weight, std::int64_t rows, std::int64_t c
                    const std::string& where) {
   if (!weight.present() || weight.rows * weight.cols != rows * cols) {
     throw DataError("weight '" + weight.name + "' has " + std::to_string(weight.rows) + " x " +
-                        std::to_string(weight.cols) + " values; the model's configuration implies " +
-                        std::to_string(rows) + " x " + std::to_string(cols),
+                        std::to_string(weight.cols) +
+                        " values; the model's configuration implies " + std::to_string(rows) +
+                        " x " + std::to_string(cols),
                     where);
   }
 }
@@ -312,6 +320,10 @@ class CudaEngine final : public Engine {
   };
 
   void select_device() const { check_(cudaSetDevice(device_), "cudaSetDevice"); }
+  // Checks a kernel launch (or cuBLAS call) named `what`; with KVTIER_CUDA_CHECK_KERNELS set in the
+  // environment also waits for it, so that a fault is reported by the kernel that caused it
+  // rather than by the next synchronisation (for diagnosis; slow).
+  void launched(cudaError_t status, const std::string& what) const;
   void upload_weights();
   DeviceMemory upload_vector(const WeightTensor& weight, std::int64_t size);
   void upload_matrix(const WeightTensor& weight, std::int64_t rows, std::int64_t cols,
@@ -355,6 +367,7 @@ class CudaEngine final : public Engine {
   float eps_;
   float scale_;
   bool tied_;
+  bool check_kernels_;  // KVTIER_CUDA_CHECK_KERNELS
 
   ForwardObserver* observer_ = nullptr;
   int position_ = 0;
@@ -371,15 +384,15 @@ class CudaEngine final : public Engine {
   DeviceMemory inverse_frequency_;
   // Scratch for the rows of one call.
   DeviceMemory tokens_;
-  DeviceMemory x_;               // float32 [rows][hidden], the residual stream
-  DeviceMemory normed_;          // [rows][hidden]
-  DeviceMemory qkv_;             // float32 [rows][qkv_width]
-  DeviceMemory attention_out_;   // [rows][q_width]
-  DeviceMemory gate_up_;         // float32 [rows][2 intermediate]
-  DeviceMemory activation_;      // [rows][intermediate]
-  DeviceMemory probabilities_;   // float32, packed per head (cuda_kernels.cuh)
-  DeviceMemory mean_;            // float32, packed head means
-  DeviceMemory logits_;          // float32 [vocab]
+  DeviceMemory x_;              // float32 [rows][hidden], the residual stream
+  DeviceMemory normed_;         // [rows][hidden]
+  DeviceMemory qkv_;            // float32 [rows][qkv_width]
+  DeviceMemory attention_out_;  // [rows][q_width]
+  DeviceMemory gate_up_;        // float32 [rows][2 intermediate]
+  DeviceMemory activation_;     // [rows][intermediate]
+  DeviceMemory probabilities_;  // float32, packed per head (cuda_kernels.cuh)
+  DeviceMemory mean_;           // float32, packed head means
+  DeviceMemory logits_;         // float32 [vocab]
   PinnedMemory tokens_host_;
   PinnedMemory logits_host_;
   EventPool events_;
@@ -412,19 +425,19 @@ CudaEngine::CudaEngine(std::shared_ptr<const ModelWeights> weights,
       eps_(static_cast<float>(spec_.rms_norm_eps())),
       scale_(1.0F / std::sqrt(static_cast<float>(spec_.head_dim()))),
       tied_(weights_->lm_head.data == weights_->token_embedding.data),
+      check_kernels_(std::getenv("KVTIER_CUDA_CHECK_KERNELS") != nullptr),
       stream_(check_, options.device),
       cublas_(check_, stream_.get()),
       events_(check_) {
   if (head_dim_ > kMaxHeadDim) {
     throw ConfigError("head_dim " + std::to_string(head_dim_) +
-                          " is more than the CUDA engine supports (" +
-                          std::to_string(kMaxHeadDim) + ")",
+                          " is more than the CUDA engine supports (" + std::to_string(kMaxHeadDim) +
+                          ")",
                       weights_->source);
   }
   if (static_cast<int>(weights_->layers.size()) != layers_count_) {
     throw DataError("the model has " + std::to_string(weights_->layers.size()) +
-                        " layers of weights; num_hidden_layers is " +
-                        std::to_string(layers_count_),
+                        " layers of weights; num_hidden_layers is " + std::to_string(layers_count_),
                     weights_->source);
   }
   upload_weights();
@@ -442,6 +455,13 @@ CudaEngine::~CudaEngine() {
   static_cast<void>(cudaSetDevice(device_));
   delivery_.reset();  // releases what is queued without calling the observer
   static_cast<void>(cudaStreamSynchronize(stream_.get()));
+}
+
+void CudaEngine::launched(cudaError_t status, const std::string& what) const {
+  check_(status, what + " launch");
+  if (check_kernels_) {
+    check_(cudaStreamSynchronize(stream_.get()), what + " (KVTIER_CUDA_CHECK_KERNELS)");
+  }
 }
 
 DeviceMemory CudaEngine::upload_vector(const WeightTensor& weight, std::int64_t size) {
@@ -473,10 +493,9 @@ void CudaEngine::upload_matrix(const WeightTensor& weight, std::int64_t rows, st
     check_(cudaMemcpyAsync(staging.get(), weight.data + done, static_cast<std::size_t>(piece) * 4,
                            cudaMemcpyHostToDevice, stream_.get()),
            "cudaMemcpyAsync (upload of " + weight.name + ")");
-    check_(cuda::launch_convert(staging.floats(),
-                                static_cast<std::byte*>(destination) + done * 2, dtype_, piece,
-                                stream_.get()),
-           "convert kernel launch (" + weight.name + ")");
+    launched(cuda::launch_convert(staging.floats(), static_cast<std::byte*>(destination) + done * 2,
+                                  dtype_, piece, stream_.get()),
+             "convert kernel (" + weight.name + ")");
   }
 }
 
@@ -496,10 +515,10 @@ void CudaEngine::upload_weights() {
   std::size_t total_bytes = 0;
   check_(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
   if (needed > free_bytes) {
-    throw Error("the model's weights need " + gib_text(static_cast<double>(needed)) + " in " +
+    throw Error("the model's weights need " + size_text(static_cast<double>(needed)) + " in " +
                     std::string(cuda_compute_dtype_name(options_.dtype)) + "; the device has " +
-                    gib_text(static_cast<double>(free_bytes)) + " free of " +
-                    gib_text(static_cast<double>(total_bytes)),
+                    size_text(static_cast<double>(free_bytes)) + " free of " +
+                    size_text(static_cast<double>(total_bytes)),
                 check_.where(), ExitCode::kRuntimeFailure);
   }
 
@@ -530,8 +549,7 @@ void CudaEngine::upload_weights() {
         (layer.qkv = DeviceMemory(elements(qkv_width_, hidden_), check_)).get());
     upload_matrix(w.wq, q_width_, hidden_, qkv, staging);
     upload_matrix(w.wk, kv_width_, hidden_, qkv + elements(q_width_, hidden_), staging);
-    upload_matrix(w.wv, kv_width_, hidden_, qkv + elements(q_width_ + kv_width_, hidden_),
-                  staging);
+    upload_matrix(w.wv, kv_width_, hidden_, qkv + elements(q_width_ + kv_width_, hidden_), staging);
     layer.wo = DeviceMemory(elements(hidden_, q_width_), check_);
     upload_matrix(w.wo, hidden_, q_width_, layer.wo.get(), staging);
     auto* gate_up = static_cast<std::byte*>(
@@ -606,8 +624,8 @@ void CudaEngine::abandon_deliveries() noexcept {
 
 void CudaEngine::reset() {
   select_device();
-  delivery_->flush();
   position_ = 0;
+  delivery_->flush();
 }
 
 void CudaEngine::reserve(int positions) {
@@ -634,10 +652,10 @@ void CudaEngine::ensure_cache(int positions) {
   }
   // Grow geometrically so a long decode reallocates O(log n) times, as the CPU engine.
   const int capacity = std::min(max_positions_, std::max(positions, 2 * capacity_));
-  const std::size_t bytes =
-      static_cast<std::size_t>(capacity) * static_cast<std::size_t>(kv_width_) * dtype_bytes(dtype_);
-  const std::size_t used =
-      static_cast<std::size_t>(position_) * static_cast<std::size_t>(kv_width_) * dtype_bytes(dtype_);
+  const std::size_t bytes = static_cast<std::size_t>(capacity) *
+                            static_cast<std::size_t>(kv_width_) * dtype_bytes(dtype_);
+  const std::size_t used = static_cast<std::size_t>(position_) *
+                           static_cast<std::size_t>(kv_width_) * dtype_bytes(dtype_);
   for (Layer& layer : layers_) {
     DeviceMemory keys(bytes, check_);
     DeviceMemory values(bytes, check_);
@@ -685,8 +703,9 @@ std::vector<Chunk> CudaEngine::plan_chunks(int rows, bool observed) const {
   Chunk chunk;
   for (int row = 0; row < rows; ++row) {
     const std::int64_t keys = cuda::key_count(position_ + row, window_);
-    const std::int64_t floats = static_cast<std::int64_t>(heads_) * (chunk.keys + keys) +
-                                (observed ? static_cast<std::int64_t>(chunk.rows + 1) * q_width_ : 0);
+    const std::int64_t floats =
+        static_cast<std::int64_t>(heads_) * (chunk.keys + keys) +
+        (observed ? static_cast<std::int64_t>(chunk.rows + 1) * q_width_ : 0);
     if (chunk.rows > 0 && floats > budget) {
       chunks.push_back(chunk);
       chunk = Chunk{row, 0, 0};
@@ -704,7 +723,8 @@ void CudaEngine::ensure_ring(std::size_t bytes) {
   }
   // Only while nothing is in flight: records point into the old memory.
   delivery_->wait_idle();
-  const std::size_t capacity = std::max({bytes, options_.observer_ring_bytes, 2 * ring_.capacity()});
+  const std::size_t capacity =
+      std::max({bytes, options_.observer_ring_bytes, 2 * ring_.capacity()});
   ring_memory_ = PinnedMemory();
   ring_memory_ = PinnedMemory(capacity, check_);
   ring_.resize(capacity);
@@ -735,25 +755,27 @@ void CudaEngine::push_record(cudaEvent_t event, std::function<void()> deliver) {
 
 void CudaEngine::observe_key_values(ForwardObserver* observer, int layer, int rows) {
   const std::size_t row_bytes = 2 * static_cast<std::size_t>(kv_width_) * sizeof(float);
-  const int per_record = static_cast<int>(
-      std::max<std::size_t>(1, (ring_.capacity() / 4) / row_bytes));
+  const int per_record =
+      static_cast<int>(std::max<std::size_t>(1, (ring_.capacity() / 4) / row_bytes));
   for (int first = 0; first < rows; first += per_record) {
     const int count = std::min(per_record, rows - first);
     std::size_t offset = 0;
-    auto* host = reinterpret_cast<float*>(stage(row_bytes * static_cast<std::size_t>(count), offset));
+    auto* host =
+        reinterpret_cast<float*>(stage(row_bytes * static_cast<std::size_t>(count), offset));
     const std::size_t width = static_cast<std::size_t>(kv_width_) * sizeof(float);
-    const float* source = qkv_.floats() + static_cast<std::ptrdiff_t>(first) * qkv_width_ + q_width_;
+    const float* source =
+        qkv_.floats() + static_cast<std::ptrdiff_t>(first) * qkv_width_ + q_width_;
     const cudaEvent_t event = events_.take();
     try {
-      check_(cudaMemcpy2DAsync(host, width, source, static_cast<std::size_t>(qkv_width_) * 4,
-                               width, static_cast<std::size_t>(count), cudaMemcpyDeviceToHost,
-                               stream_.get()),
-             "cudaMemcpy2DAsync (observed keys)");
-      check_(cudaMemcpy2DAsync(host + static_cast<std::ptrdiff_t>(count) * kv_width_, width,
-                               source + kv_width_, static_cast<std::size_t>(qkv_width_) * 4, width,
-                               static_cast<std::size_t>(count), cudaMemcpyDeviceToHost,
-                               stream_.get()),
-             "cudaMemcpy2DAsync (observed values)");
+      check_(
+          cudaMemcpy2DAsync(host, width, source, static_cast<std::size_t>(qkv_width_) * 4, width,
+                            static_cast<std::size_t>(count), cudaMemcpyDeviceToHost, stream_.get()),
+          "cudaMemcpy2DAsync (observed keys)");
+      check_(
+          cudaMemcpy2DAsync(host + static_cast<std::ptrdiff_t>(count) * kv_width_, width,
+                            source + kv_width_, static_cast<std::size_t>(qkv_width_) * 4, width,
+                            static_cast<std::size_t>(count), cudaMemcpyDeviceToHost, stream_.get()),
+          "cudaMemcpy2DAsync (observed values)");
       check_(cudaEventRecord(event, stream_.get()), "cudaEventRecord");
     } catch (...) {
       events_.give_back(event);
@@ -768,8 +790,12 @@ void CudaEngine::observe_key_values(ForwardObserver* observer, int layer, int ro
       for (int row = 0; row < count; ++row) {
         const float* keys = host + static_cast<std::ptrdiff_t>(row) * kv_width;
         const float* values = keys + static_cast<std::ptrdiff_t>(count) * kv_width;
-        observer->on_key_value({layer, first_position + row, kv_heads, head_dim,
-                                {keys, width_floats}, {values, width_floats}});
+        observer->on_key_value({layer,
+                                first_position + row,
+                                kv_heads,
+                                head_dim,
+                                {keys, width_floats},
+                                {values, width_floats}});
       }
     });
   }
@@ -783,21 +809,21 @@ void CudaEngine::observe_attention(ForwardObserver* observer, int layer, const C
   const std::size_t probability_floats =
       static_cast<std::size_t>(chunk.keys) * (mean ? 1U : static_cast<std::size_t>(heads_));
   if (mean) {
-    check_(cuda::launch_head_mean(probabilities_.floats(), mean_.floats(), chunk.rows, heads_,
-                                  first_position, window_, stream_.get()),
-           "head mean kernel launch");
+    launched(cuda::launch_head_mean(probabilities_.floats(), mean_.floats(), chunk.rows, heads_,
+                                    first_position, window_, stream_.get()),
+             "head mean kernel");
   }
   std::size_t offset = 0;
   auto* host = reinterpret_cast<float*>(stage((query_floats + probability_floats) * 4, offset));
   const cudaEvent_t event = events_.take();
   try {
     const std::size_t width = static_cast<std::size_t>(q_width_) * 4;
-    check_(cudaMemcpy2DAsync(host, width,
-                             qkv_.floats() + static_cast<std::ptrdiff_t>(chunk.first_row) * qkv_width_,
-                             static_cast<std::size_t>(qkv_width_) * 4, width,
-                             static_cast<std::size_t>(chunk.rows), cudaMemcpyDeviceToHost,
-                             stream_.get()),
-           "cudaMemcpy2DAsync (observed queries)");
+    check_(
+        cudaMemcpy2DAsync(
+            host, width, qkv_.floats() + static_cast<std::ptrdiff_t>(chunk.first_row) * qkv_width_,
+            static_cast<std::size_t>(qkv_width_) * 4, width, static_cast<std::size_t>(chunk.rows),
+            cudaMemcpyDeviceToHost, stream_.get()),
+        "cudaMemcpy2DAsync (observed queries)");
     check_(cudaMemcpyAsync(host + query_floats, mean ? mean_.get() : probabilities_.get(),
                            probability_floats * 4, cudaMemcpyDeviceToHost, stream_.get()),
            "cudaMemcpyAsync (observed probabilities)");
@@ -834,7 +860,8 @@ void CudaEngine::observe_attention(ForwardObserver* observer, int layer, const C
         const float* row_mean = probabilities + before;
         broadcast_.resize(static_cast<std::size_t>(heads) * keys);
         for (int head = 0; head < heads; ++head) {
-          std::copy_n(row_mean, keys, broadcast_.begin() + static_cast<std::ptrdiff_t>(head * keys));
+          std::copy_n(row_mean, keys,
+                      broadcast_.begin() + static_cast<std::ptrdiff_t>(head * keys));
         }
         step.probabilities = broadcast_;
       } else {
@@ -858,6 +885,9 @@ void CudaEngine::gemm(const void* weight, int out_features, int in_features, con
                       &alpha, weight, type, in_features, input, type, in_features, &beta, output,
                       CUDA_R_32F, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
          "cublasGemmEx");
+  if (check_kernels_) {
+    launched(cudaSuccess, "cublasGemmEx");
+  }
 }
 
 std::span<const float> CudaEngine::run(std::span<const std::int32_t> tokens, bool prefill) {
@@ -900,15 +930,16 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
   check_(cudaMemcpyAsync(tokens_.get(), tokens_host_.get(), tokens.size_bytes(),
                          cudaMemcpyHostToDevice, stream),
          "cudaMemcpyAsync (tokens)");
-  check_(cuda::launch_embedding(embedding_.get(), dtype_, static_cast<std::int32_t*>(tokens_.get()),
-                                rows, hidden_, x_.floats(), stream),
-         "embedding kernel launch");
+  launched(
+      cuda::launch_embedding(embedding_.get(), dtype_, static_cast<std::int32_t*>(tokens_.get()),
+                             rows, hidden_, x_.floats(), stream),
+      "embedding kernel");
 
   for (int index = 0; index < layers_count_; ++index) {
     Layer& layer = layers_[static_cast<std::size_t>(index)];
-    check_(cuda::launch_rms_norm(x_.floats(), layer.attention_norm.floats(), rows, hidden_, eps_,
-                                 normed_.get(), dtype_, stream),
-           "rms_norm kernel launch");
+    launched(cuda::launch_rms_norm(x_.floats(), layer.attention_norm.floats(), rows, hidden_, eps_,
+                                   normed_.get(), dtype_, stream),
+             "rms_norm kernel");
     gemm(layer.qkv.get(), qkv_width_, hidden_, normed_.get(), rows, qkv_.floats(), false);
     cuda::QkvEpilogue epilogue;
     epilogue.qkv = qkv_.floats();
@@ -927,7 +958,7 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
     epilogue.cache_keys = layer.keys.get();
     epilogue.cache_values = layer.values.get();
     epilogue.dtype = dtype_;
-    check_(cuda::launch_qkv_epilogue(epilogue, stream), "qkv epilogue kernel launch");
+    launched(cuda::launch_qkv_epilogue(epilogue, stream), "qkv epilogue kernel");
     if (observer != nullptr) {
       observe_key_values(observer, index, rows);
     }
@@ -948,28 +979,28 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
       attention.first_position = position_ + chunk.first_row;
       attention.window = window_;
       attention.scale = scale_;
-      check_(cuda::launch_attention(attention, stream), "attention kernel launch");
+      launched(cuda::launch_attention(attention, stream), "attention kernel");
       if (observer != nullptr) {
         observe_attention(observer, index, chunk, prefill);
       }
     }
     gemm(layer.wo.get(), hidden_, q_width_, attention_out_.get(), rows, x_.floats(), true);
-    check_(cuda::launch_rms_norm(x_.floats(), layer.mlp_norm.floats(), rows, hidden_, eps_,
-                                 normed_.get(), dtype_, stream),
-           "rms_norm kernel launch");
+    launched(cuda::launch_rms_norm(x_.floats(), layer.mlp_norm.floats(), rows, hidden_, eps_,
+                                   normed_.get(), dtype_, stream),
+             "rms_norm kernel");
     gemm(layer.gate_up.get(), 2 * intermediate_, hidden_, normed_.get(), rows, gate_up_.floats(),
          false);
-    check_(cuda::launch_swiglu(gate_up_.floats(), rows, intermediate_, activation_.get(), dtype_,
-                               stream),
-           "swiglu kernel launch");
+    launched(cuda::launch_swiglu(gate_up_.floats(), rows, intermediate_, activation_.get(), dtype_,
+                                 stream),
+             "swiglu kernel");
     gemm(layer.down.get(), hidden_, intermediate_, activation_.get(), rows, x_.floats(), true);
   }
 
   // Only the last token's logits are needed: normalise and project that row alone.
-  check_(cuda::launch_rms_norm(x_.floats() + static_cast<std::ptrdiff_t>(rows - 1) * hidden_,
-                               final_norm_.floats(), 1, hidden_, eps_, normed_.get(), dtype_,
-                               stream),
-         "rms_norm kernel launch (final norm)");
+  launched(
+      cuda::launch_rms_norm(x_.floats() + static_cast<std::ptrdiff_t>(rows - 1) * hidden_,
+                            final_norm_.floats(), 1, hidden_, eps_, normed_.get(), dtype_, stream),
+      "rms_norm kernel (final norm)");
   gemm(tied_ ? embedding_.get() : lm_head_.get(), vocab_, hidden_, normed_.get(), 1,
        logits_.floats(), false);
   auto* logits = reinterpret_cast<float*>(logits_host_.get());
@@ -1006,8 +1037,8 @@ std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> wei
   }
   if (options.device < 0 || options.device >= count) {
     throw ConfigError("CUDA device " + std::to_string(options.device) +
-                      " does not exist: this machine has " + std::to_string(count) +
-                      " (0 .. " + std::to_string(count - 1) + ")");
+                      " does not exist: this machine has " + std::to_string(count) + " (0 .. " +
+                      std::to_string(count - 1) + ")");
   }
   if (options.observer_ring_bytes < detail::StagingRing::kAlignment) {
     throw ConfigError("observer_ring_bytes must be at least " +

@@ -101,8 +101,8 @@ cudaError_t dispatch(Dtype dtype, Launch&& launch) {
 template <typename T>
 __global__ void convert_kernel(const float* in, T* out, std::int64_t count) {
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < count; i += stride) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
     out[i] = from_float<T>(in[i]);
   }
 }
@@ -112,8 +112,8 @@ __global__ void embedding_kernel(const T* table, const std::int32_t* tokens, int
                                  float* x) {
   const std::int64_t count = static_cast<std::int64_t>(rows) * hidden;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < count; i += stride) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
     const std::int64_t row = i / hidden;
     const std::int64_t column = i % hidden;
     x[i] = to_float(table[static_cast<std::int64_t>(tokens[row]) * hidden + column]);
@@ -143,7 +143,7 @@ __global__ void rms_norm_kernel(const float* x, const float* gain, int cols, flo
 template <typename T>
 __global__ void qkv_epilogue_kernel(QkvEpilogue a) {
   extern __shared__ float shared[];
-  float* vector = shared;               // head_dim
+  float* vector = shared;                // head_dim
   float* scratch = shared + a.head_dim;  // 32
   const int row = static_cast<int>(blockIdx.x);
   const int slot = static_cast<int>(blockIdx.y);
@@ -214,8 +214,8 @@ __global__ void attention_kernel(AttentionArgs a) {
   extern __shared__ float shared[];
   const int threads = static_cast<int>(blockDim.x);
   const int tid = static_cast<int>(threadIdx.x);
-  float* query = shared;                                                  // head_dim
-  float* partial = query + a.head_dim;                                    // max(threads, head_dim)
+  float* query = shared;                // head_dim
+  float* partial = query + a.head_dim;  // max(threads, head_dim)
   float* scratch = partial + (threads > a.head_dim ? threads : a.head_dim);  // 32
 
   const int row = static_cast<int>(blockIdx.x);
@@ -230,8 +230,7 @@ __global__ void attention_kernel(AttentionArgs a) {
   const T* cached_values = static_cast<const T*>(a.cache_values) + first * kv_width +
                            static_cast<std::int64_t>(kv_head) * a.head_dim;
   float* p = a.probabilities +
-             static_cast<std::int64_t>(a.heads) *
-                 keys_before_row(row, a.first_position, a.window) +
+             static_cast<std::int64_t>(a.heads) * keys_before_row(row, a.first_position, a.window) +
              static_cast<std::int64_t>(head) * keys;
 
   const float* q = a.queries + static_cast<std::int64_t>(row) * a.query_stride +
@@ -319,8 +318,8 @@ template <typename T>
 __global__ void swiglu_kernel(const float* gate_up, int rows, int intermediate, T* out) {
   const std::int64_t count = static_cast<std::int64_t>(rows) * intermediate;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
-  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-       i < count; i += stride) {
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += stride) {
     const std::int64_t row = i / intermediate;
     const std::int64_t column = i % intermediate;
     const float gate = gate_up[row * 2 * intermediate + column];
@@ -383,8 +382,7 @@ cudaError_t launch_head_mean(const float* probabilities, float* mean, int rows, 
   // Key counts grow with the position, so the last row has the most.
   const int most = key_count(first_position + rows - 1, window);
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>((most + kBlock - 1) / kBlock));
-  head_mean_kernel<<<grid, kBlock, 0, stream>>>(probabilities, mean, heads, first_position,
-                                                window);
+  head_mean_kernel<<<grid, kBlock, 0, stream>>>(probabilities, mean, heads, first_position, window);
   return cudaGetLastError();
 }
 
@@ -392,8 +390,9 @@ cudaError_t launch_swiglu(const float* gate_up, int rows, int intermediate, void
                           cudaStream_t stream) {
   return dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    swiglu_kernel<T><<<grid_for(static_cast<std::int64_t>(rows) * intermediate), kBlock, 0,
-                       stream>>>(gate_up, rows, intermediate, static_cast<T*>(out));
+    swiglu_kernel<T>
+        <<<grid_for(static_cast<std::int64_t>(rows) * intermediate), kBlock, 0, stream>>>(
+            gate_up, rows, intermediate, static_cast<T*>(out));
   });
 }
 

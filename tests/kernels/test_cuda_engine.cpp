@@ -1,6 +1,7 @@
 // The CUDA engine against the CPU engine (docs/ENGINE.md, "The CUDA engine"). Needs a GPU: the
 // test cases carry the CTest label `gpu`, which CI excludes, and each returns at once (with a
-// warning) when no CUDA device is present.
+// warning) when no CUDA device is present, or fails when KVTIER_REQUIRE_GPU is set (as
+// scripts/gpu-validate.sh does), so that a GPU run cannot pass without checking anything.
 //
 // In FP32 the engines may differ by rounding only: the same greedy tokens, logits within 1e-3,
 // attention probabilities within 1e-5, on stories260K (llama2.c layout, GQA) and on seeded random
@@ -12,8 +13,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/errors.hpp"
@@ -39,6 +42,9 @@ namespace {
 bool gpu_present() {
   std::string status;
   if (kk::cuda_devices(status).empty()) {
+    if (std::getenv("KVTIER_REQUIRE_GPU") != nullptr) {
+      FAIL("no CUDA device (" << status << ") and KVTIER_REQUIRE_GPU is set");
+    }
     WARN("no CUDA device (" << status << "): CUDA engine test skipped");
     return false;
   }
@@ -141,16 +147,29 @@ class Recording final : public kk::ForwardObserver {
   };
 
   void on_key_value(const kk::KeyValueWrite& write) override {
-    calls.push_back({false, write.layer, write.position, false, 0, 0, 0, write.kv_heads,
-                     write.head_dim,
-                     {write.keys.begin(), write.keys.end()},
-                     {write.values.begin(), write.values.end()}});
+    Call call;
+    call.layer = write.layer;
+    call.position = write.position;
+    call.kv_heads = write.kv_heads;
+    call.head_dim = write.head_dim;
+    call.first.assign(write.keys.begin(), write.keys.end());
+    call.second.assign(write.values.begin(), write.values.end());
+    calls.push_back(std::move(call));
   }
   void on_attention(const kk::AttentionStep& step) override {
-    calls.push_back({true, step.layer, step.query_position, step.prefill, step.first_key_position,
-                     step.key_count, step.query_heads, step.kv_heads, step.head_dim,
-                     {step.queries.begin(), step.queries.end()},
-                     {step.probabilities.begin(), step.probabilities.end()}});
+    Call call;
+    call.attention = true;
+    call.layer = step.layer;
+    call.position = step.query_position;
+    call.prefill = step.prefill;
+    call.first_key = step.first_key_position;
+    call.key_count = step.key_count;
+    call.heads = step.query_heads;
+    call.kv_heads = step.kv_heads;
+    call.head_dim = step.head_dim;
+    call.first.assign(step.queries.begin(), step.queries.end());
+    call.second.assign(step.probabilities.begin(), step.probabilities.end());
+    calls.push_back(std::move(call));
   }
 
   std::vector<Call> calls;
@@ -175,8 +194,8 @@ void check_observations(const Recording& cpu, const Recording& cuda, double vect
   for (std::size_t i = 0; i < cpu.calls.size(); ++i) {
     const Recording::Call& a = cpu.calls[i];
     const Recording::Call& b = cuda.calls[i];
-    INFO("call " << i << ": " << (a.attention ? "attention" : "key/value") << ", layer "
-                 << a.layer << ", position " << a.position);
+    INFO("call " << i << ": " << (a.attention ? "attention" : "key/value") << ", layer " << a.layer
+                 << ", position " << a.position);
     REQUIRE(b.attention == a.attention);
     REQUIRE(b.layer == a.layer);
     REQUIRE(b.position == a.position);
@@ -300,8 +319,8 @@ TEST_CASE("random Qwen2, Qwen3, Mistral and Llama models: FP32 tokens, logits, o
     return;
   }
   const kk::testing::TempDir temp("cuda-random");
-  const std::vector<std::int32_t> prompt = {3,  14, 15, 9,  26, 5, 35, 8, 9, 7,
-                                            53, 58, 9,  7,  29, 23, 8, 46, 2, 6};
+  const std::vector<std::int32_t> prompt = {3,  14, 15, 9, 26, 5,  35, 8,  9, 7,
+                                            53, 58, 9,  7, 29, 23, 8,  46, 2, 6};
   for (const auto architecture : {cfg::QWEN2, cfg::QWEN3, cfg::MISTRAL, cfg::LLAMA}) {
     CAPTURE(cfg::Architecture_Name(architecture));
     const auto weights =
@@ -323,16 +342,14 @@ TEST_CASE("random Qwen2, Qwen3, Mistral and Llama models: FP32 tokens, logits, o
     };
     // Default ring; a 4 KiB ring that splits the prefill into many records and wraps; a 256-byte
     // ring that single records outgrow.
-    for (const Mode mode : {Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kAsynchronous,
-                                 std::size_t{256} << 20U},
-                            Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kAsynchronous,
-                                 4096},
-                            Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kSynchronous,
-                                 4096},
-                            Mode{kk::ObserverRows::kHeadMean, kk::ObserverDelivery::kAsynchronous,
-                                 256},
-                            Mode{kk::ObserverRows::kHeadMean, kk::ObserverDelivery::kSynchronous,
-                                 std::size_t{256} << 20U}}) {
+    for (const Mode mode :
+         {Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kAsynchronous,
+               std::size_t{256} << 20U},
+          Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kAsynchronous, 4096},
+          Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kSynchronous, 4096},
+          Mode{kk::ObserverRows::kHeadMean, kk::ObserverDelivery::kAsynchronous, 256},
+          Mode{kk::ObserverRows::kHeadMean, kk::ObserverDelivery::kSynchronous,
+               std::size_t{256} << 20U}}) {
       CAPTURE(static_cast<int>(mode.rows), static_cast<int>(mode.delivery), mode.ring_bytes);
       kk::CudaEngineOptions observed = options();
       observed.observer_rows = mode.rows;

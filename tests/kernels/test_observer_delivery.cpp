@@ -177,13 +177,13 @@ TEST_CASE("synchronous delivery runs each job at once on the caller's thread",
   const auto caller = std::this_thread::get_id();
   bool same_thread = false;
   int released = 0;
-  queue.push({[] {}, [&] { same_thread = std::this_thread::get_id() == caller; },
-              [&] { ++released; }});
+  queue.push(
+      {[] {}, [&] { same_thread = std::this_thread::get_id() == caller; }, [&] { ++released; }});
   CHECK(same_thread);
   CHECK(released == 1);
-  CHECK_THROWS_WITH(queue.push({[] {}, [] { throw std::runtime_error("at once"); },
-                                [&] { ++released; }}),
-                    "at once");
+  CHECK_THROWS_WITH(
+      queue.push({[] {}, [] { throw std::runtime_error("at once"); }, [&] { ++released; }}),
+      "at once");
   CHECK(released == 2);  // released before the exception left push()
   CHECK_NOTHROW(queue.flush());
 }

@@ -1,0 +1,190 @@
+#!/usr/bin/env bash
+# The GPU checks, in one run on a machine with an NVIDIA GPU (written for an H200): configures
+# and builds the CUDA targets into build/gpu, runs the tests labelled `gpu` (the CUDA engine
+# against the CPU engine), the CUDA decode benchmark, and a `kvtier trace capture --device cuda`
+# of stories260K next to a CPU capture. Everything lands in "$OUT" (default ./gpu-results):
+#
+#   results.jsonl   one JSON line per step: step, status (ok | failed | timeout | skipped | info),
+#                   exit code, seconds, and the provenance (GPU name, driver, memory from
+#                   nvidia-smi, UTC date, commit); the benchmark's line carries its figures
+#   *.log           each step's output; ctest-gpu.xml (JUnit); the captured traces
+#
+# Every step has a time limit and a failed step does not stop the others that can still run;
+# the whole script stays under about 9.5 minutes (KVTIER_GPU_DEADLINE_S, default 570). Exit
+# status: 0 when every step passed, 1 otherwise. Environment: OUT, KVTIER_CUDA_ARCH (default
+# native), KVTIER_BENCH_ARGS (default "512 256 3": prompt, steps, repeats), JOBS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+OUT="${OUT:-./gpu-results}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+results="$OUT/results.jsonl"
+: >"$results"
+deadline=$((SECONDS + ${KVTIER_GPU_DEADLINE_S:-570}))
+jobs="${JOBS:-$(nproc)}"
+build=build/gpu
+failures=0
+
+json_escape() {
+  local text="$1"
+  text="${text//\\/\\\\}"
+  text="${text//\"/\\\"}"
+  text="${text//$'\n'/ }"
+  text="${text//$'\r'/}"
+  text="${text//$'\t'/ }"
+  printf '%s' "$text"
+}
+
+# Provenance, recorded with every line.
+gpu_name="unknown"
+gpu_driver="unknown"
+gpu_memory="unknown"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  if query="$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total \
+      --format=csv,noheader 2>/dev/null | head -n 1)" && [ -n "$query" ]; then
+    IFS=',' read -r gpu_name gpu_driver gpu_memory <<<"$query"
+    gpu_name="$(echo "$gpu_name" | sed 's/^ *//; s/ *$//')"
+    gpu_driver="$(echo "$gpu_driver" | sed 's/^ *//; s/ *$//')"
+    gpu_memory="$(echo "$gpu_memory" | sed 's/^ *//; s/ *$//')"
+  fi
+  timeout 30 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
+fi
+date_utc="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+commit="unknown"
+if command -v git >/dev/null 2>&1 && git rev-parse --git-dir >/dev/null 2>&1; then
+  commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
+  if [ -n "$(git status --porcelain 2>/dev/null | head -n 1)" ]; then
+    commit="$commit+uncommitted"
+  fi
+elif [ -n "${KVTIER_COMMIT:-}" ]; then
+  commit="$KVTIER_COMMIT"
+fi
+provenance="\"gpu\":\"$(json_escape "$gpu_name")\",\"driver\":\"$(json_escape "$gpu_driver")\""
+provenance+=",\"gpu_memory\":\"$(json_escape "$gpu_memory")\",\"date\":\"$date_utc\""
+provenance+=",\"commit\":\"$(json_escape "$commit")\",\"host\":\"$(json_escape "$(hostname)")\""
+
+record() {  # step status exit_code seconds [extra JSON fields]
+  local extra="${5:-}"
+  printf '{"step":"%s","status":"%s","exit_code":%s,"seconds":%s,%s%s}\n' "$1" "$2" "$3" "$4" \
+    "$provenance" "${extra:+,$extra}" >>"$results"
+  echo "gpu-validate: $1: $2 ($4 s)"
+  if [ "$2" != "ok" ] && [ "$2" != "info" ]; then
+    failures=$((failures + 1))
+  fi
+}
+
+# run STEP LIMIT_SECONDS COMMAND...: runs with a time limit (capped by the deadline), output to
+# $OUT/STEP.log; records the result; returns the command's status.
+run() {
+  local step="$1" limit="$2"
+  shift 2
+  local left=$((deadline - SECONDS))
+  if [ "$left" -lt 15 ]; then
+    record "$step" skipped null 0 '"reason":"out of time"'
+    return 1
+  fi
+  if [ "$limit" -gt "$left" ]; then
+    limit="$left"
+  fi
+  local start=$SECONDS status=0
+  timeout --kill-after=10 "$limit" "$@" >"$OUT/$step.log" 2>&1 || status=$?
+  local took=$((SECONDS - start))
+  if [ "$status" -eq 0 ]; then
+    record "$step" ok 0 "$took"
+  elif [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    record "$step" timeout "$status" "$took" "\"limit_s\":$limit"
+  else
+    record "$step" failed "$status" "$took" "\"log_tail\":\"$(json_escape "$(tail -n 5 "$OUT/$step.log")")\""
+  fi
+  return "$status"
+}
+
+skip() {  # step reason
+  record "$1" skipped null 0 "\"reason\":\"$(json_escape "$2")\""
+}
+
+missing=""
+for tool in cmake ninja; do
+  command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+done
+command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || missing="$missing nvcc"
+if [ -n "$missing" ]; then
+  record tools failed 1 0 "\"missing\":\"$(json_escape "$missing")\""
+fi
+# The gpu tests fail, rather than skip, when they find no CUDA device.
+export KVTIER_REQUIRE_GPU=1
+
+configured=0
+built=0
+if run configure 150 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DKVTIER_CUDA=ON -DKVTIER_WERROR=OFF "-DCMAKE_CUDA_ARCHITECTURES=${KVTIER_CUDA_ARCH:-native}"; then
+  configured=1
+fi
+if [ "$configured" -eq 1 ]; then
+  if run build 330 cmake --build "$build" -j "$jobs" --target kvtier_cuda_engine_tests \
+    kvtier_bench_cuda_decode kvtier; then
+    built=1
+  fi
+else
+  skip build "configure failed"
+fi
+
+if [ "$built" -eq 1 ]; then
+  ctest_ok=1
+  run ctest-gpu 180 ctest --test-dir "$build" -L gpu --output-on-failure \
+    --output-junit "$OUT/ctest-gpu.xml" || ctest_ok=0
+  if [ "$ctest_ok" -eq 0 ]; then
+    # Again, each kernel synchronised, so that a device fault names the kernel that caused it.
+    KVTIER_CUDA_CHECK_KERNELS=1 run ctest-gpu-rerun-checked 90 ctest --test-dir "$build" \
+      --rerun-failed --output-on-failure || true
+  fi
+  # Counts from ctest's summary line, e.g. "100% tests passed, 0 tests failed out of 6".
+  summary="$(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log" | tail -n 1 || true)"
+  if [ -n "$summary" ]; then
+    record ctest-gpu-summary info null 0 "\"summary\":\"$(json_escape "$summary")\""
+  fi
+
+  bench_args="${KVTIER_BENCH_ARGS:-512 256 3}"
+  # shellcheck disable=SC2086  # the arguments are words
+  if run bench-cuda-decode 170 "$build/bin/kvtier_bench_cuda_decode" $bench_args "$OUT"; then
+    line="$(grep -E '^\{"bench"' "$OUT/bench-cuda-decode.log" | tail -n 1 || true)"
+    if [ -n "$line" ]; then
+      printf '{"step":"bench-cuda-decode-result",%s,"result":%s}\n' "$provenance" "$line" \
+        >>"$results"
+    fi
+  fi
+
+  stories=../shared/fixtures/stories260K/stories260K.bin
+  if [ -f "$stories" ]; then
+    run capture-cpu 60 "$build/bin/kvtier" trace capture --model "$stories" \
+      --prompt "Once upon a time" --max-new-tokens 200 --no-stop --dtype fp32 \
+      --granularity mean,heads --key-norms --device cpu --out "$OUT/stories260K-cpu.h5" || true
+    run capture-cuda 60 "$build/bin/kvtier" trace capture --model "$stories" \
+      --prompt "Once upon a time" --max-new-tokens 200 --no-stop --dtype fp32 \
+      --granularity mean,heads --key-norms --device cuda --out "$OUT/stories260K-cuda.h5" || true
+    if [ -f "$OUT/stories260K-cuda.h5" ]; then
+      run validate-cuda-trace 30 "$build/bin/kvtier" trace validate "$OUT/stories260K-cuda.h5" || true
+      run info-cuda-trace 30 "$build/bin/kvtier" trace info "$OUT/stories260K-cuda.h5" || true
+    fi
+  else
+    skip capture-cuda "stories260K fixture not found at $stories"
+  fi
+  # Out-of-bounds and race checks of the kernels on the small random models, if time is left.
+  if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
+    sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+    run memcheck 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
+      "$build/tests/kvtier_cuda_engine_tests" "random Qwen2*" || true
+    run racecheck 90 "$sanitizer" --tool racecheck --error-exitcode 9 \
+      "$build/tests/kvtier_cuda_engine_tests" "the CUDA engine refuses bad devices*" || true
+  else
+    record memcheck info null 0 '"reason":"compute-sanitizer not found"'
+  fi
+else
+  skip ctest-gpu "build failed"
+  skip bench-cuda-decode "build failed"
+  skip capture-cuda "build failed"
+fi
+
+echo "gpu-validate: $failures step(s) not ok; results in $results"
+[ "$failures" -eq 0 ]
