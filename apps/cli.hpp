@@ -4,6 +4,8 @@
 
 #include <boost/program_options.hpp>
 
+#include <filesystem>
+
 #include <iostream>
 #include <string>
 #include <vector>
@@ -57,6 +59,12 @@ int run_live(const Arguments& args, Context& context);
 // Subcommands of `kvtier replay`.
 int run_replay_run(const Arguments& args, Context& context);
 int run_replay_search_budgets(const Arguments& args, Context& context);
+
+// A prompt file's text (`--prompt-file`, trace capture and live runs); DataError when unreadable.
+[[nodiscard]] std::string read_prompt_file(const std::string& path);
+// The tokenizer of a model (`--tokenizer` not given): a Hugging Face directory's own, or beside
+// a llama2.c checkpoint tokenizer.bin or else the only tok*.bin; ConfigError otherwise.
+[[nodiscard]] std::filesystem::path find_tokenizer(const std::filesystem::path& model);
 
 // "kvtier 0.1.0 (commit abc123, CUDA on)"
 [[nodiscard]] std::string version_line();

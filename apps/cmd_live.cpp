@@ -30,49 +30,6 @@ namespace {
 
 namespace po = boost::program_options;
 
-// As `kvtier trace capture`: one final line break is the file's, not the prompt's.
-std::string read_prompt(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw DataError("cannot read the prompt file", path);
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!text.empty() && text.back() == '\n') {
-    text.pop_back();
-    if (!text.empty() && text.back() == '\r') {
-      text.pop_back();
-    }
-  }
-  return text;
-}
-
-// As `kvtier trace capture`: a Hugging Face directory holds its tokenizer; beside a llama2.c
-// checkpoint it is tokenizer.bin or else the only tok*.bin.
-std::filesystem::path tokenizer_beside(const std::filesystem::path& model) {
-  std::error_code error;
-  if (std::filesystem::is_directory(model, error)) {
-    return model;
-  }
-  const std::filesystem::path folder = model.parent_path().empty() ? "." : model.parent_path();
-  if (std::filesystem::exists(folder / "tokenizer.bin", error)) {
-    return folder / "tokenizer.bin";
-  }
-  std::vector<std::filesystem::path> found;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("tok", 0) == 0 && entry.path().extension() == ".bin") {
-      found.push_back(entry.path());
-    }
-  }
-  if (found.size() != 1) {
-    throw ConfigError("no tokenizer.bin and " +
-                          std::string(found.empty() ? "no" : "more than one") +
-                          " tok*.bin beside the checkpoint: name the tokenizer with --tokenizer",
-                      model.string());
-  }
-  return found.front();
-}
-
 std::string utc_now() {
   const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm parts{};
@@ -152,14 +109,14 @@ int run_live(const Arguments& args, Context& context) {
   }
   const std::string prompt_text = values.count("prompt") != 0U
                                       ? values["prompt"].as<std::string>()
-                                      : read_prompt(values["prompt-file"].as<std::string>());
+                                      : read_prompt_file(values["prompt-file"].as<std::string>());
 
   const std::filesystem::path model_path = values["model"].as<std::string>();
   const auto weights =
       std::make_shared<const kernels::ModelWeights>(kernels::load_model(model_path));
   const std::filesystem::path tokenizer_path =
       values.count("tokenizer") != 0U ? std::filesystem::path(values["tokenizer"].as<std::string>())
-                                      : tokenizer_beside(model_path);
+                                      : find_tokenizer(model_path);
   const auto tokenizer = kernels::load_tokenizer(tokenizer_path);
   if (static_cast<std::uint32_t>(tokenizer->vocab_size()) > weights->spec.vocab_size()) {
     throw DataError("the tokenizer's " + std::to_string(tokenizer->vocab_size()) +

@@ -32,23 +32,6 @@ std::string default_run_file() {
   throw ConfigError("no RUN file given and the default config is missing", kDefaultRun);
 }
 
-// A policy as the user wrote it: its name and the parameters given ("tiered:hbm=0.5").
-std::string policy_label(const config::PolicySpec& policy) {
-  std::string label = policy.name();
-  for (int i = 0; i < policy.param_size(); ++i) {
-    const config::PolicyParam& param = policy.param(i);
-    label += (i == 0 ? ":" : ",") + param.name() + "=";
-    switch (param.value_case()) {
-      case config::PolicyParam::kNumber: label += format_double(param.number()); break;
-      case config::PolicyParam::kInteger: label += std::to_string(param.integer()); break;
-      case config::PolicyParam::kText: label += param.text(); break;
-      case config::PolicyParam::kFlag: label += param.flag() ? "true" : "false"; break;
-      case config::PolicyParam::VALUE_NOT_SET: break;
-    }
-  }
-  return label;
-}
-
 void print_table(std::ostream& out, const std::vector<serving::SimulationReport>& reports,
                  const config::RunSpec& run, const std::string& file) {
   out << "kvtier sim: " << file << "\n  " << run.model().name() << " on "
@@ -59,7 +42,7 @@ void print_table(std::ostream& out, const std::vector<serving::SimulationReport>
   std::vector<bool> right{false};
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const config::PolicySpec& spec = i == 0 ? run.policy() : run.compare(static_cast<int>(i - 1));
-    header.push_back(policy_label(spec));
+    header.push_back(replay::policy_string(spec));
     right.push_back(true);
     out << "  policy " << header.back() << ": " << reports[i].policy << "\n";
     for (const std::string& note : reports[i].notes) {

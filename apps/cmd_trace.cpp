@@ -286,50 +286,6 @@ void parse_granularities(const std::vector<std::string>& values, kernels::TraceC
   contents.mean = contents.mean || !any;  // mean rows unless granularities were named
 }
 
-std::string read_prompt_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw DataError("cannot read the prompt file", path);
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // One final line break is the file's, not the prompt's (as with the shell's $(cat FILE)).
-  if (!text.empty() && text.back() == '\n') {
-    text.pop_back();
-    if (!text.empty() && text.back() == '\r') {
-      text.pop_back();
-    }
-  }
-  return text;
-}
-
-// The tokenizer of a Hugging Face directory is in it; beside a llama2.c checkpoint it is
-// tokenizer.bin (llama2.c's default name) or else the only tok*.bin there (tok512.bin and the
-// like, llama2.c's custom vocabularies).
-std::filesystem::path find_tokenizer(const std::filesystem::path& model) {
-  std::error_code error;
-  if (std::filesystem::is_directory(model, error)) {
-    return model;
-  }
-  const std::filesystem::path folder = model.parent_path().empty() ? "." : model.parent_path();
-  if (std::filesystem::exists(folder / "tokenizer.bin", error)) {
-    return folder / "tokenizer.bin";
-  }
-  std::vector<std::filesystem::path> found;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
-    const std::string name = entry.path().filename().string();
-    if (name.rfind("tok", 0) == 0 && entry.path().extension() == ".bin") {
-      found.push_back(entry.path());
-    }
-  }
-  if (found.size() != 1) {
-    throw ConfigError("no tokenizer.bin and " +
-                          std::string(found.empty() ? "no" : "more than one") +
-                          " tok*.bin beside the checkpoint: name the tokenizer with --tokenizer",
-                      model.string());
-  }
-  return found.front();
-}
-
 // Progress on stderr, rewritten in place, when stderr is a terminal: a capture can take
 // minutes, while logs and pipes should not fill with carriage returns.
 class ProgressLine {

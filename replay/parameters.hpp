@@ -71,4 +71,8 @@ class PolicyParameters {
 // their look (true/false flags, integers, numbers, else text) and checked by the registry.
 [[nodiscard]] config::PolicySpec parse_policy_string(const std::string& text);
 
+// The inverse: a policy as written, its name and the parameters given ("tiered:hbm=0.5"), without
+// the defaults (the canonical string needs the registry; see PolicyRegistry::create).
+[[nodiscard]] std::string policy_string(const config::PolicySpec& policy);
+
 }  // namespace kvtier::replay

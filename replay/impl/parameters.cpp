@@ -252,4 +252,15 @@ config::PolicySpec parse_policy_string(const std::string& text) {
   return spec;
 }
 
+std::string policy_string(const config::PolicySpec& policy) {
+  std::string text = policy.name();
+  for (int i = 0; i < policy.param_size(); ++i) {
+    text += i == 0 ? ':' : ',';
+    text += policy.param(i).name();
+    text += '=';
+    text += value_text(policy.param(i));
+  }
+  return text;
+}
+
 }  // namespace kvtier::replay

@@ -28,28 +28,10 @@ std::string axis_path(int axis) {
   return "axis[" + std::to_string(axis) + "]";
 }
 
-// A policy as written: its name and the parameters given ("tiered:hbm=0.5"), for rows of a
-// point that did not run (the canonical string needs the policy registry and a trace shape).
-std::string policy_label(const config::PolicySpec& policy) {
-  std::string label = policy.name();
-  for (int i = 0; i < policy.param_size(); ++i) {
-    const config::PolicyParam& param = policy.param(i);
-    label += (i == 0 ? ":" : ",") + param.name() + "=";
-    switch (param.value_case()) {
-      case config::PolicyParam::kNumber: label += format_double(param.number()); break;
-      case config::PolicyParam::kInteger: label += std::to_string(param.integer()); break;
-      case config::PolicyParam::kText: label += param.text(); break;
-      case config::PolicyParam::kFlag: label += param.flag() ? "true" : "false"; break;
-      case config::PolicyParam::VALUE_NOT_SET: break;
-    }
-  }
-  return label;
-}
-
 std::vector<std::string> policy_labels(const config::RunSpec& run) {
-  std::vector<std::string> labels{policy_label(run.policy())};
+  std::vector<std::string> labels{replay::policy_string(run.policy())};
   for (const config::PolicySpec& other : run.compare()) {
-    labels.push_back(policy_label(other));
+    labels.push_back(replay::policy_string(other));
   }
   return labels;
 }
