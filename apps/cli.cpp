@@ -6,6 +6,8 @@
 
 #include "common/errors.hpp"
 #include "kernels/device_info.hpp"
+#include "kernels/hf_checkpoint.hpp"
+#include "kernels/random_model.hpp"
 #include "replay/parameters.hpp"
 
 namespace kvtier::app {
@@ -108,7 +110,38 @@ std::string read_prompt_file(const std::string& path) {
 // The tokenizer of a Hugging Face directory is in it; beside a llama2.c checkpoint it is
 // tokenizer.bin (llama2.c's default name) or else the only tok*.bin there (tok512.bin and the
 // like, llama2.c's custom vocabularies).
+bool is_random_model(const std::string& text) {
+  return text.rfind("random:", 0) == 0;
+}
+
+kernels::ModelWeights load_model_argument(const std::string& text, const Context& context) {
+  if (!is_random_model(text)) {
+    return kernels::load_model(text);
+  }
+  std::string name = text.substr(std::string_view("random:").size());
+  kernels::RandomModelOptions options;
+  if (const std::size_t at = name.find('@'); at != std::string::npos) {
+    const std::string seed = name.substr(at + 1);
+    name.resize(at);
+    if (seed.empty() || seed.find_first_not_of("0123456789") != std::string::npos ||
+        seed.size() > 19) {
+      throw ConfigError("--model " + text + ": the seed after '@' must be a non-negative integer");
+    }
+    options.seed = std::stoull(seed);
+  }
+  const config::PresetFile* preset = context.presets.find("model", name);
+  if (preset == nullptr) {
+    throw ConfigError("--model " + text + ": " + context.presets.unknown_message("model", name));
+  }
+  config::ModelSpec spec;
+  (void)context.loader.load_preset(*preset, spec, {});
+  return kernels::random_model(spec, options);
+}
+
 std::filesystem::path find_tokenizer(const std::filesystem::path& model) {
+  if (is_random_model(model.string())) {
+    throw ConfigError("a random model has no tokenizer: name one with --tokenizer", model.string());
+  }
   std::error_code error;
   if (std::filesystem::is_directory(model, error)) {
     return model;

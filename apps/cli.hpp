@@ -13,6 +13,11 @@
 #include "configs/loader.hpp"
 #include "configs/presets.hpp"
 #include "configs/schema/policy.pb.h"
+#include "kernels/model_weights.hpp"
+
+namespace kvtier::kernels {
+struct TraceContents;
+}  // namespace kvtier::kernels
 
 namespace kvtier::app {
 
@@ -47,6 +52,14 @@ int run_sim(const Arguments& args, Context& context);
 int run_validate(const Arguments& args, Context& context);
 int run_policies(const Arguments& args, Context& context);
 int run_trace(const Arguments& args, Context& context);
+// `kvtier trace meta` (apps/cmd_trace_meta.cpp): the /meta record and HDF5 attributes of a
+// trace, for writers outside kvtier (scripts/capture_hf.py).
+int run_trace_meta(const Arguments& args, Context& context);
+// --granularity (repeatable, comma-separated: mean, heads, topk:K; mean rows when none is
+// named), --window, --key-norms and --dtype of trace capture and trace meta; ConfigError for a
+// bad value.
+[[nodiscard]] kernels::TraceContents parse_trace_contents(
+    const boost::program_options::variables_map& values);
 int run_replay(const Arguments& args, Context& context);
 int run_plan(const Arguments& args, Context& context);
 int run_sweep(const Arguments& args, Context& context);
@@ -59,6 +72,13 @@ int run_live(const Arguments& args, Context& context);
 // Subcommands of `kvtier replay`.
 int run_replay_run(const Arguments& args, Context& context);
 int run_replay_search_budgets(const Arguments& args, Context& context);
+
+// --model of trace capture and live runs: a llama2.c checkpoint, a Hugging Face directory, or
+// random:PRESET[@SEED], seeded random weights in a model preset's shapes (kernels/random_model.hpp;
+// seed 1 by default), for timing runs. ConfigError for an unknown preset or a bad seed.
+[[nodiscard]] kernels::ModelWeights load_model_argument(const std::string& text,
+                                                        const Context& context);
+[[nodiscard]] bool is_random_model(const std::string& text);
 
 // A prompt file's text (`--prompt-file`, trace capture and live runs); DataError when unreadable.
 [[nodiscard]] std::string read_prompt_file(const std::string& path);

@@ -3,6 +3,7 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -20,10 +21,10 @@
 #include "configs/units.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/engine.hpp"
-#include "kernels/hf_checkpoint.hpp"
 #include "kernels/live.hpp"
 #include "kernels/tokenizer.hpp"
 #include "replay/parameters.hpp"
+#include "replay/trace_source.hpp"
 
 namespace kvtier::app {
 namespace {
@@ -51,18 +52,53 @@ std::string bytes_text(std::uint64_t bytes) {
   return format_fixed(static_cast<double>(bytes) / 1024.0, 1) + " KiB";
 }
 
+// The tokens a run starts from and, in trace-driven mode, the ones it is forced to run.
+struct RunTokens {
+  std::vector<std::int32_t> prompt;
+  std::vector<std::int32_t> forced;
+  std::uint64_t folded = 0;  // trace tokens outside the model's vocabulary (taken modulo it)
+};
+
+// --follow-trace: the trace's prompt, and its tokens at positions P .. P + new − 1.
+RunTokens trace_tokens(const replay::TraceAttention& trace, const config::ModelSpec& spec,
+                       int new_tokens) {
+  const std::vector<std::int32_t> all = trace.reader().read_tokens();
+  const std::uint64_t prompt_tokens = trace.prompt_tokens();
+  RunTokens tokens;
+  const auto vocab = static_cast<std::int64_t>(spec.vocab_size());
+  const auto fold = [&](std::int32_t token) {
+    if (token >= vocab) {
+      ++tokens.folded;
+      return static_cast<std::int32_t>(token % vocab);
+    }
+    return token;
+  };
+  for (std::uint64_t i = 0; i < prompt_tokens; ++i) {
+    tokens.prompt.push_back(fold(all[i]));
+  }
+  for (int step = 0; step < new_tokens; ++step) {
+    tokens.forced.push_back(fold(all[prompt_tokens + static_cast<std::uint64_t>(step)]));
+  }
+  return tokens;
+}
+
 }  // namespace
 
 int run_live(const Arguments& args, Context& context) {
   po::options_description options("live options");
-  options.add_options()("model", po::value<std::string>()->required(),
-                        "llama2.c checkpoint file or Hugging Face model directory")(
+  options.add_options()(
+      "model", po::value<std::string>()->required(),
+      "llama2.c checkpoint file, Hugging Face model directory, or random:PRESET[@SEED] (random "
+      "weights in a model preset's shapes, for --follow-trace timing)")(
       "tokenizer", po::value<std::string>(), "tokenizer file (default: found beside the model)")(
       "policy", po::value<std::string>()->required(),
       "tier policy, e.g. tiered:hbm=0.5,evict=0.1 (kvtier policies list)")(
       "prompt", po::value<std::string>(), "prompt text")("prompt-file", po::value<std::string>(),
                                                          "file holding the prompt")(
-      "max-new-tokens", po::value<int>()->default_value(128), "tokens to generate (greedy)")(
+      "follow-trace", po::value<std::string>(),
+      "trace-driven mode: run this trace's tokens and place them by its attention (no prompt)")(
+      "max-new-tokens", po::value<int>()->default_value(128),
+      "tokens to generate (greedy); with --follow-trace default: the trace's steps")(
       "device", po::value<std::string>()->default_value("cpu"), "engine: cpu (cuda: not yet)")(
       "t0-budget", po::value<std::string>(),
       "hard limit of the T0 arena, e.g. 2MiB (default: the full cache of prompt + new tokens)")(
@@ -71,12 +107,14 @@ int run_live(const Arguments& args, Context& context) {
   po::variables_map values;
   if (!parse_arguments(
           args, options, {}, values,
-          "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE)\n"
-          "                   [--max-new-tokens N] [--device cpu] [--t0-budget BYTES]\n"
-          "                   [--no-reference] [--measure FILE]\n\n"
+          "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE |\n"
+          "                   --follow-trace TRACE) [--max-new-tokens N] [--device cpu]\n"
+          "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
           "Decodes greedily with the real tiered KV cache (T0 arena, T1 host staged before each\n"
           "layer's attention, T2 8-bit, T3 dropped), placed step by step by the replay's policy,\n"
-          "and compares it with the full cache on the same tokens (docs/LIVE.md).",
+          "and compares it with the full cache on the same tokens (docs/LIVE.md). With\n"
+          "--follow-trace the cache follows the trace's attention (the replay's placement of\n"
+          "that trace) and the engine runs the trace's tokens: timing of any model shape.",
           context.out)) {
     return 0;
   }
@@ -89,8 +127,14 @@ int run_live(const Arguments& args, Context& context) {
   if (device != "cpu") {
     throw ConfigError("unknown --device '" + device + "': expected cpu or cuda");
   }
-  if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
-    throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
+  const bool follow = values.count("follow-trace") != 0U;
+  const int prompt_sources = static_cast<int>(values.count("prompt") != 0U) +
+                             static_cast<int>(values.count("prompt-file") != 0U) +
+                             static_cast<int>(follow);
+  if (prompt_sources != 1) {
+    throw ConfigError(
+        "give exactly one of --prompt, --prompt-file and --follow-trace (a followed trace "
+        "brings its own prompt)");
   }
   kernels::LiveOptions live_options;
   live_options.max_new_tokens = values["max-new-tokens"].as<int>();
@@ -107,32 +151,58 @@ int run_live(const Arguments& args, Context& context) {
     }
     live_options.t0_budget_bytes = static_cast<std::uint64_t>(bytes);
   }
-  const std::string prompt_text = values.count("prompt") != 0U
-                                      ? values["prompt"].as<std::string>()
-                                      : read_prompt_file(values["prompt-file"].as<std::string>());
+  std::unique_ptr<replay::TraceAttention> trace;
+  if (follow) {
+    trace = std::make_unique<replay::TraceAttention>(values["follow-trace"].as<std::string>());
+    if (values["max-new-tokens"].defaulted()) {
+      live_options.max_new_tokens =
+          static_cast<int>(std::min<std::uint64_t>(trace->steps(), 1U << 30U));
+    }
+  }
+  const std::string prompt_text = values.count("prompt") != 0U ? values["prompt"].as<std::string>()
+                                  : values.count("prompt-file") != 0U
+                                      ? read_prompt_file(values["prompt-file"].as<std::string>())
+                                      : std::string();
 
   const std::filesystem::path model_path = values["model"].as<std::string>();
-  const auto weights =
-      std::make_shared<const kernels::ModelWeights>(kernels::load_model(model_path));
-  const std::filesystem::path tokenizer_path =
-      values.count("tokenizer") != 0U ? std::filesystem::path(values["tokenizer"].as<std::string>())
-                                      : find_tokenizer(model_path);
-  const auto tokenizer = kernels::load_tokenizer(tokenizer_path);
-  if (static_cast<std::uint32_t>(tokenizer->vocab_size()) > weights->spec.vocab_size()) {
-    throw DataError("the tokenizer's " + std::to_string(tokenizer->vocab_size()) +
-                        " tokens do not fit the model's vocabulary of " +
-                        std::to_string(weights->spec.vocab_size()),
-                    tokenizer_path.string());
+  const auto weights = std::make_shared<const kernels::ModelWeights>(
+      load_model_argument(model_path.string(), context));
+  // A followed run needs no tokenizer (its tokens are the trace's); one given names its text.
+  std::unique_ptr<kernels::Tokenizer> tokenizer;
+  if (!follow || values.count("tokenizer") != 0U) {
+    const std::filesystem::path tokenizer_path =
+        values.count("tokenizer") != 0U
+            ? std::filesystem::path(values["tokenizer"].as<std::string>())
+            : find_tokenizer(model_path);
+    tokenizer = kernels::load_tokenizer(tokenizer_path);
+    if (static_cast<std::uint32_t>(tokenizer->vocab_size()) > weights->spec.vocab_size()) {
+      throw DataError("the tokenizer's " + std::to_string(tokenizer->vocab_size()) +
+                          " tokens do not fit the model's vocabulary of " +
+                          std::to_string(weights->spec.vocab_size()),
+                      tokenizer_path.string());
+    }
   }
-  const std::vector<std::int32_t> prompt = tokenizer->encode_prompt(prompt_text);
-  if (prompt.empty()) {
-    throw ConfigError("the prompt is empty and the tokenizer has no BOS to start from");
+  RunTokens tokens;
+  if (follow) {
+    if (static_cast<std::uint64_t>(live_options.max_new_tokens) > trace->steps()) {
+      throw ConfigError(trace->name() + " holds " + std::to_string(trace->steps()) +
+                        " decode steps; --max-new-tokens " +
+                        std::to_string(live_options.max_new_tokens) + " is more");
+    }
+    tokens = trace_tokens(*trace, weights->spec, live_options.max_new_tokens);
+    live_options.follow = trace.get();
+    live_options.forced_tokens = tokens.forced;
+  } else {
+    tokens.prompt = tokenizer->encode_prompt(prompt_text);
+    if (tokens.prompt.empty()) {
+      throw ConfigError("the prompt is empty and the tokenizer has no BOS to start from");
+    }
   }
   const auto engine = kernels::make_cpu_engine(weights);
   const auto reference =
       values.count("no-reference") != 0U ? nullptr : kernels::make_cpu_engine(weights);
   const kernels::LiveResult result =
-      kernels::run_live(*engine, reference.get(), prompt, live_options);
+      kernels::run_live(*engine, reference.get(), tokens.prompt, live_options);
 
   double decode_seconds = 0.0;
   for (const double seconds : result.step_seconds) {
@@ -183,6 +253,24 @@ int run_live(const Arguments& args, Context& context) {
   for (const std::uint64_t count : result.final_tier_tokens) {
     tiers.add_final_tier_token_layers(count);
   }
+  if (follow) {
+    measurement.set_follow_trace(values["follow-trace"].as<std::string>());
+  }
+  double kept_sum = 0.0;
+  for (std::size_t step = 0; step < result.steps.size(); ++step) {
+    const kernels::LiveStep& figures = result.steps[step];
+    config::StepFigures& out = *measurement.add_steps();
+    out.set_latency_ms(result.step_seconds[step] * 1e3);
+    out.set_h2d_bytes(figures.h2d_bytes);
+    out.set_d2h_bytes(figures.d2h_bytes);
+    for (const std::uint64_t count : figures.tier_token_layers) {
+      out.add_tier_token_layers(count);
+    }
+    out.set_kept_mass(figures.kept_mass);
+    kept_sum += figures.kept_mass;
+  }
+  measurement.set_mean_kept_mass(
+      result.steps.empty() ? 0.0 : kept_sum / static_cast<double>(result.steps.size()));
   fill(*measurement.mutable_h2d(), result.cache.h2d());
   fill(*measurement.mutable_h2d_prefetch(), result.cache.h2d_prefetch);
   fill(*measurement.mutable_h2d_compressed(), result.cache.h2d_compressed);
@@ -192,7 +280,9 @@ int run_live(const Arguments& args, Context& context) {
   for (const std::int32_t token : result.tokens) {
     measurement.add_generated_tokens(token);
   }
-  measurement.set_generated_text(tokenizer->decode(result.tokens));
+  if (tokenizer != nullptr) {
+    measurement.set_generated_text(tokenizer->decode(result.tokens));
+  }
   config::Divergence& divergence = *measurement.mutable_divergence();
   divergence.set_measured(result.has_reference);
   divergence.set_greedy_agreement_tokens(result.greedy_agreement);
@@ -217,6 +307,16 @@ int run_live(const Arguments& args, Context& context) {
   context.out << "policy    " << result.policy << "\n"
               << "model     " << weights->spec.name() << ", prompt " << result.prompt_tokens
               << " tokens, " << result.tokens.size() << " new tokens\n";
+  if (follow) {
+    context.out << "followed  " << values["follow-trace"].as<std::string>()
+                << " (its tokens and attention; mean kept mass "
+                << format_fixed(measurement.mean_kept_mass(), 4) << ")\n";
+    if (tokens.folded > 0) {
+      context.out << "note      " << tokens.folded
+                  << " of the trace's tokens are outside the model's vocabulary of "
+                  << weights->spec.vocab_size() << " and were taken modulo it\n";
+    }
+  }
   TextTable table({"metric", "value"}, {false, true});
   table.add_row({"tokens/s", format_fixed(tokens_per_s, 1)});
   table.add_row({"step p50 / p90 / p99 ms", format_fixed(latency.p50_ms(), 3) + " / " +

@@ -1,4 +1,5 @@
-// `kvtier trace info|validate|synth|convert|capture`: attention traces (docs/TRACE_FORMAT.md).
+// `kvtier trace info|validate|synth|convert|capture` (and `meta`, apps/cmd_trace_meta.cpp):
+// attention traces (docs/TRACE_FORMAT.md).
 
 #include <unistd.h>
 
@@ -252,7 +253,13 @@ int convert(const Arguments& args, Context& context) {
   return 0;
 }
 
+}  // namespace
+
 // --granularity values, repeatable and comma-separated: mean, heads, topk:K.
+namespace {
+
+// --granularity values, repeatable and comma-separated: mean, heads, topk:K (mean rows when none
+// is named); ConfigError for anything else.
 void parse_granularities(const std::vector<std::string>& values, kernels::TraceContents& contents) {
   contents.mean = false;
   bool any = false;
@@ -285,6 +292,26 @@ void parse_granularities(const std::vector<std::string>& values, kernels::TraceC
   }
   contents.mean = contents.mean || !any;  // mean rows unless granularities were named
 }
+
+}  // namespace
+
+kernels::TraceContents parse_trace_contents(const boost::program_options::variables_map& values) {
+  kernels::TraceContents contents;
+  parse_granularities(values.count("granularity") != 0U
+                          ? values["granularity"].as<std::vector<std::string>>()
+                          : std::vector<std::string>(),
+                      contents);
+  contents.prefill_window = values["window"].as<std::uint32_t>();
+  contents.key_norms = values.count("key-norms") != 0U;
+  const std::string dtype = values["dtype"].as<std::string>();
+  if (dtype != "fp16" && dtype != "fp32") {
+    throw ConfigError("--dtype must be fp16 or fp32");
+  }
+  contents.dtype = dtype == "fp16" ? config::FP16 : config::FP32;
+  return contents;
+}
+
+namespace {
 
 // Progress on stderr, rewritten in place, when stderr is a terminal: a capture can take
 // minutes, while logs and pipes should not fill with carriage returns.
@@ -398,18 +425,8 @@ int capture(const Arguments& args, Context& context) {
     throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
   }
   kernels::CaptureOptions capture_options;
-  kernels::TraceContents& contents = capture_options.contents;
-  parse_granularities(values.count("granularity") != 0U
-                          ? values["granularity"].as<std::vector<std::string>>()
-                          : std::vector<std::string>(),
-                      contents);
-  contents.prefill_window = values["window"].as<std::uint32_t>();
-  contents.key_norms = values.count("key-norms") != 0U;
-  const std::string dtype = values["dtype"].as<std::string>();
-  if (dtype != "fp16" && dtype != "fp32") {
-    throw ConfigError("--dtype must be fp16 or fp32");
-  }
-  contents.dtype = dtype == "fp16" ? config::FP16 : config::FP32;
+  capture_options.contents = parse_trace_contents(values);
+  const kernels::TraceContents& contents = capture_options.contents;
   kernels::GenerationOptions& generation = capture_options.generation;
   generation.max_new_tokens = values["max-new-tokens"].as<int>();
   if (generation.max_new_tokens < 1) {
@@ -492,13 +509,14 @@ int run_trace(const Arguments& args, Context& context) {
       "       kvtier trace validate FILE\n"
       "       kvtier trace synth --model NAME --prompt-tokens P --steps N --out FILE [...]\n"
       "       kvtier trace convert FILE --out OUT [...]\n"
-      "       kvtier trace capture --model PATH --prompt TEXT --out FILE [...]\n\n"
+      "       kvtier trace capture --model PATH --prompt TEXT --out FILE [...]\n"
+      "       kvtier trace meta --model PATH --prompt-tokens P --steps N --tool TEXT [...]\n\n"
       "Attention traces (HDF5, format v1; docs/TRACE_FORMAT.md). `kvtier trace COMMAND --help` "
       "lists each command's options.";
   if (args.empty()) {
     throw ConfigError(
-        "trace needs a subcommand: info, validate, synth, convert or capture (see kvtier trace "
-        "--help)");
+        "trace needs a subcommand: info, validate, synth, convert, capture or meta (see kvtier "
+        "trace --help)");
   }
   if (args.front() == "--help" || args.front() == "-h") {
     context.out << usage << "\n";
@@ -520,8 +538,11 @@ int run_trace(const Arguments& args, Context& context) {
   if (args.front() == "capture") {
     return capture(rest, context);
   }
+  if (args.front() == "meta") {
+    return run_trace_meta(rest, context);
+  }
   throw ConfigError("unknown trace subcommand '" + args.front() +
-                    "': expected info, validate, synth, convert or capture");
+                    "': expected info, validate, synth, convert, capture or meta");
 }
 
 }  // namespace kvtier::app

@@ -26,20 +26,19 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/errors.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/generate.hpp"
+#include "kernels/random_model.hpp"
 #include "kernels/sampler.hpp"
 #include "kernels/tracer.hpp"
 
@@ -87,33 +86,8 @@ std::uint64_t splitmix64(std::uint64_t x) {
   return x ^ (x >> 31U);
 }
 
-// Uniform in [-a, a] with a = 0.02·√3 (standard deviation 0.02), filled on every core.
-std::vector<float> random_values(std::int64_t count, std::uint64_t seed) {
-  std::vector<float> values(static_cast<std::size_t>(count));
-  const float amplitude = 0.02F * std::sqrt(3.0F);
-  const unsigned threads = std::max(1U, std::thread::hardware_concurrency());
-  std::vector<std::thread> workers;
-  const std::int64_t per_thread = (count + threads - 1) / threads;
-  for (unsigned t = 0; t < threads; ++t) {
-    workers.emplace_back([&, t] {
-      const std::int64_t begin = static_cast<std::int64_t>(t) * per_thread;
-      const std::int64_t end = std::min(count, begin + per_thread);
-      for (std::int64_t i = begin; i < end; ++i) {
-        const auto bits = static_cast<float>(
-            splitmix64(seed * 0x100000000ULL + static_cast<std::uint64_t>(i)) >> 40U);
-        values[static_cast<std::size_t>(i)] = amplitude * (bits / 8388608.0F - 1.0F);
-      }
-    });
-  }
-  for (std::thread& worker : workers) {
-    worker.join();
-  }
-  return values;
-}
-
 kk::ModelWeights random_7b(int layers) {
-  kk::ModelWeights model;
-  kvtier::config::ModelSpec& spec = model.spec;
+  kvtier::config::ModelSpec spec;
   spec.set_name("random-llama-7B-shape");
   spec.set_architecture(kvtier::config::LLAMA);
   spec.set_num_hidden_layers(static_cast<std::uint32_t>(layers));
@@ -132,29 +106,7 @@ kk::ModelWeights random_7b(int layers) {
   spec.set_weight_dtype(kvtier::config::BF16);
   spec.set_activation_dtype(kvtier::config::BF16);
   spec.set_kv_dtype(kvtier::config::BF16);
-  model.source = "random";
-  std::uint64_t seed = 1;
-  const auto make = [&](const std::string& name, std::int64_t rows, std::int64_t cols, bool ones) {
-    std::vector<float> values =
-        ones ? std::vector<float>(static_cast<std::size_t>(rows * cols), 1.0F)
-             : random_values(rows * cols, seed++);
-    return kk::WeightTensor{name, model.storage.adopt(std::move(values)), rows, cols};
-  };
-  model.token_embedding = make("embedding", kVocab, kHidden, false);
-  model.lm_head = make("lm_head", kVocab, kHidden, false);
-  model.final_norm = make("norm", 1, kHidden, true);
-  kk::LayerWeights layer;
-  layer.attention_norm = make("attention_norm", 1, kHidden, true);
-  layer.wq = make("wq", kHidden, kHidden, false);
-  layer.wk = make("wk", kHidden, kHidden, false);
-  layer.wv = make("wv", kHidden, kHidden, false);
-  layer.wo = make("wo", kHidden, kHidden, false);
-  layer.mlp_norm = make("mlp_norm", 1, kHidden, true);
-  layer.w_gate = make("w_gate", kIntermediate, kHidden, false);
-  layer.w_up = make("w_up", kIntermediate, kHidden, false);
-  layer.w_down = make("w_down", kHidden, kIntermediate, false);
-  model.layers.assign(static_cast<std::size_t>(layers), layer);
-  return model;
+  return kk::random_model(spec);
 }
 
 class NullObserver final : public kk::ForwardObserver {

@@ -4,7 +4,12 @@
 // the step's attention (the head mean over query heads of the probabilities the engine used,
 // per layer, over positions 0 .. n-1) and moves tokens between tiers; the cache moves the data.
 // A second engine, when given, runs the full cache on the same tokens (teacher-forced) for the
-// divergence figures.
+// divergence figures. The policy's step is replay::ReplayStepper, the replay's own code.
+//
+// Trace-driven mode (LiveOptions::follow, `kvtier live --follow-trace`): the policy observes a
+// recorded trace's rows instead of the engine's attention and the engine runs the trace's tokens,
+// so the cache makes exactly the moves the replay of that trace makes, whatever the weights —
+// timing of large model shapes can be measured with random weights.
 
 #include <array>
 #include <cstdint>
@@ -15,6 +20,8 @@
 #include "configs/schema/policy.pb.h"
 #include "kernels/engine.hpp"
 #include "kernels/tiered_cache.hpp"
+#include "replay/attention.hpp"
+#include "replay/engine.hpp"
 
 namespace kvtier::kernels {
 
@@ -25,6 +32,25 @@ struct LiveOptions {
   std::uint64_t t0_budget_bytes = 0;
   // Keep every decode step's logits in LiveResult::logits (tests).
   bool keep_logits = false;
+  // Trace-driven mode: model layer l reads the source's layer replay::project_layers(source
+  // layers, model layers)[l], positions 1:1; the prompt passed to run_live must hold the
+  // source's prompt_tokens() tokens, max_new_tokens ≤ its steps(), and decode step t runs
+  // forced_tokens[t] (max_new_tokens of them) instead of the greedy token. Not owned.
+  replay::AttentionSource* follow = nullptr;
+  std::vector<std::int32_t> forced_tokens;
+};
+
+// One decode step's figures (the step series of the measurement file).
+// Its latency is LiveResult::step_seconds.
+struct LiveStep {
+  std::uint64_t h2d_bytes = 0;  // all host-to-device copies of the step
+  std::uint64_t d2h_bytes = 0;
+  // Token-layers per tier after the step, summed over layers.
+  std::array<std::uint64_t, replay::kTierCount> tier_token_layers{};
+  // Mean over layers of the step's attention mass on held tokens (T0–T2): the engine's own
+  // attention in a live run (≈ 1: evicted tokens are already out of its softmax), the
+  // trace's in trace-driven mode (the replay's kept mass).
+  double kept_mass = 0.0;
 };
 
 struct LiveResult {
@@ -38,6 +64,10 @@ struct LiveResult {
   double prefill_seconds = 0.0;
   // Per decode step: the engine's decode, the policy's observe and the cache's moves.
   std::vector<double> step_seconds;
+  std::vector<LiveStep> steps;
+  // What the policy did, step by step and layer by layer, as replay::replay records it.
+  replay::ReplayDemand demand{0, 0};
+  bool followed_trace = false;
   TieredCacheStats cache;
   // Tokens per tier after the last step, summed over layers.
   std::array<std::uint64_t, replay::kTierCount> final_tier_tokens{};
@@ -60,7 +90,8 @@ void check_live_policy(const std::string& name);
 
 // `engine` must accept an external KV store (the CPU engine does); `reference` (optional, not
 // the same engine) runs the full cache. Errors: ConfigError for a bad policy, max_new_tokens < 1
-// or a run past max_position_embeddings, or a T0 budget too small; DataError for bad tokens.
+// or a run past max_position_embeddings, a T0 budget too small, or a followed source that does
+// not fit (prompt length, steps, forced tokens); DataError for bad tokens.
 [[nodiscard]] LiveResult run_live(Engine& engine, Engine* reference,
                                   std::span<const std::int32_t> prompt, const LiveOptions& options);
 

@@ -11,6 +11,11 @@
 
 namespace kvtier::replay {
 
+// Layer projection (DESIGN.md §2) of a source with `source` layers onto a model with `target`
+// layers: target layer l reads source layer round(l·(source−1)/(target−1)); a one-layer target
+// reads source layer 0.
+[[nodiscard]] std::vector<std::uint32_t> project_layers(std::uint32_t source, std::uint32_t target);
+
 class AttentionSource {
  public:
   virtual ~AttentionSource() = default;

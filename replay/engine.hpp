@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "replay/attention.hpp"
@@ -20,6 +21,8 @@ struct StepLayerRecord {
   std::uint32_t evicted = 0;
   std::uint32_t newly_host = 0;
   std::array<float, kTierCount> mass{};  // of the step's attention, by the tier it fell on
+
+  friend bool operator==(const StepLayerRecord&, const StepLayerRecord&) = default;
 };
 
 struct ReplaySummary {
@@ -47,6 +50,10 @@ class ReplayDemand {
   [[nodiscard]] const StepLayerRecord& at(std::uint64_t step, std::uint32_t layer) const {
     return records_[step * layers_ + layer];
   }
+  // Every layer's record of one step.
+  [[nodiscard]] std::span<StepLayerRecord> step_records(std::uint64_t step) {
+    return {records_.data() + step * layers_, layers_};
+  }
   [[nodiscard]] ReplaySummary summary() const;
   // Bits per K or V element of a T2 token (Policy::compressed_bits of the replayed policy).
   [[nodiscard]] double compressed_bits() const noexcept { return compressed_bits_; }
@@ -57,6 +64,29 @@ class ReplayDemand {
   std::uint64_t steps_;
   std::vector<StepLayerRecord> records_;
   double compressed_bits_ = 8.0;
+};
+
+// One step of a replay, shared by replay() and the live tiered cache (kernels/live.hpp), so that
+// what is replayed is what runs: measures the step's rows against the placement (mass by tier,
+// kept and total mass), lets the policy observe them, and records tokens per tier and the moves.
+class ReplayStepper {
+ public:
+  // `policy` must outlive the stepper.
+  ReplayStepper(Policy& policy, std::uint32_t layers);
+
+  // One step. `rows[l]` covers the placement's tokens of layer l; when `append_token`, the
+  // step's own token is appended in HBM to every layer first (the live cache's store() has
+  // already appended it). `records` gets one entry per layer. `heads` is 0 unless the policy
+  // reads per-head rows.
+  void step(std::uint64_t step, const std::vector<std::vector<float>>& rows,
+            const std::vector<std::vector<float>>& head_rows, std::uint32_t heads,
+            std::vector<LayerPlacement>& placement, std::span<StepLayerRecord> records,
+            bool append_token);
+
+ private:
+  Policy& policy_;
+  std::vector<double> kept_;
+  std::vector<double> total_;
 };
 
 // Replays every step of `source` through `policy`.

@@ -13,7 +13,8 @@
 # Outputs (OUT/): traces/*.h5, demand/*.h5 (demand files of the replays that need per-step
 # figures), f1_cliff.csv, f2_hbm_ratio.csv, f3_monarch.csv, f3_monarch_summary.csv,
 # f4_mosaic_{syn,cap}.json + front CSVs, f5_dms.csv, f6_oracle.csv, f7_sim/ (report.json,
-# metrics.csv), f7_sim.txt, traces.csv (what each trace is), env.txt (machine, date, version).
+# metrics.csv), f7_sim.txt, f8_live_vs_replay.csv, f8_rank_correlation.csv, traces.csv (what
+# each trace is), env.txt (machine, date, version).
 set -euo pipefail
 
 OUT=${1:-./findings-out}
@@ -301,6 +302,75 @@ f6 cap 40 "$P_CAP" 400 "snapkv:budget=40" "snapkv:budget=40,pooling=avg" \
 # 7. One serving consequence: the quickstart simulation (full vs tiered, full/differential prefetch)
 log "finding 7: kvtier sim quickstart"
 "$KV" sim "$ROOT/configs/examples/quickstart.textproto" --out "$OUT/f7_sim" >"$OUT/f7_sim.txt"
+
+# ---------------------------------------------------------------------------------------------
+# 8. Does the replay's lost attention mass predict the live cache's divergence? Per policy
+# point: lost mass of the replay over the captured trace, and the mean KL(full || tiered) of
+#   follow  the live cache placed by that replay (--follow-trace: same placement, same tokens);
+#   live    the live cache placed by the policy from the model's own (pruned) attention.
+# Spearman rank correlation over all points (ranks of ties averaged).
+log "finding 8: replay lost mass vs live divergence"
+F8=$OUT/f8_live_vs_replay.csv
+# (the policy last: its commas are inside quotes, and the awk below splits on every comma)
+echo "trace,family,replay_lost_mass,follow_mean_kl,live_mean_kl,live_greedy_agreement,live_evicted_fraction,policy" >"$F8"
+f8_row() { # trace-name prompt family policy
+  local tr=$1 prompt=$2 fam=$3 pol=$4 j lost fkl
+  j=$(replay "$T/$tr.h5" "$pol")
+  lost=$(jq -r '1 - .mean_kept_mass' <<<"$j")
+  "$KV" live --model "$FIX/stories260K.bin" --policy "$pol" --follow-trace "$T/$tr.h5" \
+    --measure "$OUT/f8.json" >/dev/null
+  fkl=$(jq -r '.divergence.mean_kl_nats' "$OUT/f8.json")
+  "$KV" live --model "$FIX/stories260K.bin" --policy "$pol" --prompt "$prompt" \
+    --max-new-tokens 400 --measure "$OUT/f8.json" >/dev/null
+  jq -r --arg tr "$tr" --arg fam "$fam" --arg lost "$lost" --arg fkl "$fkl" \
+    '[$tr, $fam, ($lost|tonumber), ($fkl|tonumber), .divergence.mean_kl_nats,
+      (.divergence.greedy_agreement_tokens|tonumber),
+      ((.tiers.final_tier_token_layers[3]|tonumber) /
+       ([.tiers.final_tier_token_layers[]|tonumber] | add)), .policy] | @csv' "$OUT/f8.json" >>"$F8"
+  rm -f "$OUT/f8.json"
+}
+for tr in cap cap2; do
+  prompt=$PROMPT_A
+  [[ $tr == cap2 ]] && prompt=$PROMPT_B
+  for r in 0.05 0.1 0.2 0.3 0.5 0.7; do f8_row "$tr" "$prompt" tiered "tiered:hbm=0.5,evict=$r,recent=32"; done
+  for b in 16 32 64 128; do
+    f8_row "$tr" "$prompt" h2o "h2o:budget=$b"
+    f8_row "$tr" "$prompt" streaming "streaming:sinks=4,window=$((b - 4))"
+    f8_row "$tr" "$prompt" tova "tova:budget=$b"
+    f8_row "$tr" "$prompt" dms "dms:budget=$b,delay=16"
+  done
+done
+# spearman COLUMN_X COLUMN_Y < CSV (header skipped) -> rho
+spearman() {
+  awk -F, -v cx="$1" -v cy="$2" '
+    function ranks(v, r, n,   i, j, k, idx, t, lo) {
+      for (i = 1; i <= n; i++) idx[i] = i
+      for (i = 2; i <= n; i++) { t = idx[i]; for (j = i - 1; j >= 1 && v[idx[j]] > v[t]; j--) idx[j + 1] = idx[j]; idx[j + 1] = t }
+      for (i = 1; i <= n; i = k) {
+        for (k = i + 1; k <= n && v[idx[k]] == v[idx[i]]; k++) ;
+        for (lo = i; lo < k; lo++) r[idx[lo]] = (i + k - 1) / 2
+      }
+    }
+    NR > 1 { n++; x[n] = $cx + 0; y[n] = $cy + 0 }
+    END {
+      ranks(x, rx, n); ranks(y, ry, n)
+      for (i = 1; i <= n; i++) { mx += rx[i] / n; my += ry[i] / n }
+      for (i = 1; i <= n; i++) { sxy += (rx[i] - mx) * (ry[i] - my); sxx += (rx[i] - mx) ^ 2; syy += (ry[i] - my) ^ 2 }
+      printf "%.4f\n", sxy / sqrt(sxx * syy)
+    }'
+}
+{
+  echo "pairing,points,spearman_rho"
+  echo "replay_lost_mass~follow_mean_kl,$(($(wc -l <"$F8") - 1)),$(spearman 3 4 <"$F8")"
+  echo "replay_lost_mass~live_mean_kl,$(($(wc -l <"$F8") - 1)),$(spearman 3 5 <"$F8")"
+  echo "follow_mean_kl~live_mean_kl,$(($(wc -l <"$F8") - 1)),$(spearman 4 5 <"$F8")"
+  for fam in tiered h2o streaming tova dms; do
+    grep -E "^(trace|\"[a-z0-9]+\",\"$fam\")," "$F8" >"$OUT/f8_fam.csv"
+    echo "$fam:replay_lost_mass~follow_mean_kl,$(($(wc -l <"$OUT/f8_fam.csv") - 1)),$(spearman 3 4 <"$OUT/f8_fam.csv")"
+    echo "$fam:replay_lost_mass~live_mean_kl,$(($(wc -l <"$OUT/f8_fam.csv") - 1)),$(spearman 3 5 <"$OUT/f8_fam.csv")"
+  done
+  rm -f "$OUT/f8_fam.csv"
+} >"$OUT/f8_rank_correlation.csv"
 
 rm -rf "$OUT/demand" "$OUT/kvtier.bin"
 log "done: $OUT"

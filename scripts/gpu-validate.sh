@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU checks, in one run on a machine with an NVIDIA GPU (written for an H200): configures
 # and builds the CUDA targets into build/gpu, runs the tests labelled `gpu` (the CUDA engine
-# against the CPU engine), the CUDA decode benchmark, and a `kvtier trace capture --device cuda`
-# of stories260K next to a CPU capture. Everything lands in "$OUT" (default ./gpu-results):
+# against the CPU engine), the CUDA decode benchmark, a `kvtier trace capture --device cuda`
+# of stories260K next to a CPU capture, and scripts/capture_hf.py against kvtier's capture where
+# PyTorch and transformers are installed. Everything lands in "$OUT" (default ./gpu-results):
 #
 #   results.jsonl   one JSON line per step: step, status (ok | failed | timeout | skipped | info),
 #                   exit code, seconds, and the provenance (GPU name, driver, memory from
@@ -169,6 +170,15 @@ if [ "$built" -eq 1 ]; then
     fi
   else
     skip capture-cuda "stories260K fixture not found at $stories"
+  fi
+  # scripts/capture_hf.py (PyTorch + transformers) against kvtier's own capture of the same
+  # small random Llama and Qwen2 models, where that Python stack is installed.
+  if python3 -c "import torch, transformers, numpy, h5py" >/dev/null 2>&1; then
+    run capture-hf-torch 150 env KVTIER_TORCH_DEVICE=cuda python3 \
+      tests/python/test_capture_hf_torch.py --kvtier "$build/bin/kvtier" \
+      --script scripts/capture_hf.py --fixture ../shared/fixtures/stories260K || true
+  else
+    skip capture-hf-torch "python3 lacks torch, transformers, numpy or h5py"
   fi
   # Out-of-bounds and race checks of the kernels on the small random models, if time is left.
   if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then

@@ -12,6 +12,7 @@ packages=(
   catch2
   clang-format clang-tidy
   nlohmann-json3-dev libpcre2-dev libsentencepiece-dev
+  python3-numpy python3-h5py
 )
 
 missing=()

@@ -2,6 +2,11 @@
 # clang-tidy over the project's own sources (not generated code, not tests), with .clang-tidy's
 # checks; any finding fails. CI runs it without the Clang static analyzer, which costs most of
 # the time; `scripts/lint.sh --deep` adds it. Needs a configured build/default (scripts/build.sh).
+#
+# Clean results are cached (scripts/lint.py): a file is linted again only when its preprocessed
+# text (comments included, so every included header and NOLINT counts), its compile flags,
+# .clang-tidy, the clang-tidy version or these arguments changed. The cache lives in
+# $KVTIER_LINT_CACHE (default ~/.cache/kvtier-lint); KVTIER_LINT_CACHE=off lints every file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -f build/default/compile_commands.json ] || bash scripts/build.sh default
@@ -9,6 +14,5 @@ extra=(--checks=-clang-analyzer-*)
 if [ "${1:-}" = "--deep" ]; then
   extra=()
 fi
-git ls-files --cached --others --exclude-standard '*.cpp' | grep -v -e '^tests/' -e '^fuzz/' |
-  xargs -P "$(nproc)" -n 4 clang-tidy -p build/default --quiet \
-    --extra-arg=-Wno-unknown-warning-option "${extra[@]}"
+exec python3 scripts/lint.py --build build/default --jobs "$(nproc)" -- \
+  --extra-arg=-Wno-unknown-warning-option "${extra[@]}"

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/errors.hpp"
+#include "replay/engine.hpp"
 #include "replay/policy.hpp"
 #include "replay/registry.hpp"
 
@@ -137,6 +138,28 @@ double percentile(std::vector<double> values, double fraction) {
   return values[std::min(index, values.size() - 1)];
 }
 
+namespace {
+
+// The follow mode's checks: the source and forced tokens must fit the run.
+void check_follow(const LiveOptions& options, std::span<const std::int32_t> prompt) {
+  const replay::AttentionSource& source = *options.follow;
+  if (prompt.size() != source.prompt_tokens()) {
+    throw ConfigError(source.name() + " holds " + std::to_string(source.prompt_tokens()) +
+                      " prompt tokens; the followed run was given " +
+                      std::to_string(prompt.size()));
+  }
+  if (static_cast<std::uint64_t>(options.max_new_tokens) > source.steps()) {
+    throw ConfigError(source.name() + " holds " + std::to_string(source.steps()) +
+                      " decode steps; cannot follow it for " +
+                      std::to_string(options.max_new_tokens) + " new tokens");
+  }
+  if (options.forced_tokens.size() != static_cast<std::size_t>(options.max_new_tokens)) {
+    throw std::logic_error("run_live: follow mode needs one forced token per decode step");
+  }
+}
+
+}  // namespace
+
 LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int32_t> prompt,
                     const LiveOptions& options) {
   const config::ModelSpec& spec = engine.spec();
@@ -157,6 +180,9 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   if (reference == &engine) {
     throw std::logic_error("run_live: the reference must be another engine");
   }
+  if (options.follow != nullptr) {
+    check_follow(options, prompt);
+  }
   check_live_policy(options.policy.name());
   const auto layers = static_cast<std::uint32_t>(spec.num_hidden_layers());
   const replay::ReplayShape shape{layers, prompt.size(),
@@ -176,6 +202,9 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   }
   result.prefetch = prefetch_of(result.policy);
   result.prompt_tokens = prompt.size();
+  result.followed_trace = options.follow != nullptr;
+  result.demand = replay::ReplayDemand(layers, shape.steps);
+  result.demand.set_compressed_bits(policy->compressed_bits());
 
   TieredCacheOptions cache_options;
   cache_options.prefetch = result.prefetch;
@@ -186,16 +215,24 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   }
   result.t0_budget_bytes = cache_options.t0_budget_bytes;
   TieredKvCache cache(spec, cache_options);
-  StepRows rows(static_cast<int>(layers));
-  const Attachment attachment(engine, &cache, &rows);
+  StepRows live_rows(static_cast<int>(layers));
+  const Attachment attachment(engine, &cache, &live_rows);
   if (reference != nullptr) {
     reference->reset();
     reference->reserve(static_cast<int>(positions));
   }
+  // Follow mode: the source's rows, projected onto the model's layers.
+  std::vector<std::uint32_t> layer_map;
+  std::vector<std::vector<float>> source_rows;
+  std::vector<std::vector<float>> followed_rows;
+  if (options.follow != nullptr) {
+    layer_map = replay::project_layers(options.follow->layers(), layers);
+    followed_rows.resize(layers);
+  }
 
   const auto prefill_start = Clock::now();
   std::span<const float> logits = engine.prefill(prompt);
-  std::int32_t token = greedy(logits);
+  std::int32_t token = options.follow != nullptr ? options.forced_tokens.front() : greedy(logits);
   policy->start(shape, cache.placement());
   cache.apply_placement();
   result.prefill_seconds = std::chrono::duration<double>(Clock::now() - prefill_start).count();
@@ -204,41 +241,46 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
     reference_logits = reference->prefill(prompt);
     result.has_reference = true;
   }
-  bool agreeing = reference == nullptr || greedy(reference_logits) == token;
+  bool agreeing = reference == nullptr || greedy(reference_logits) == greedy(logits);
   if (agreeing && reference != nullptr) {
     result.greedy_agreement = 1;
   }
 
-  std::vector<double> kept(layers);
-  std::vector<double> total(layers);
+  replay::ReplayStepper stepper(*policy, layers);
   const std::vector<std::vector<float>> no_head_rows;
   double kl_sum = 0.0;
   for (int step = 0; step < options.max_new_tokens; ++step) {
+    const auto step_index = static_cast<std::uint64_t>(step);
     result.tokens.push_back(token);
+    const TieredCacheStats before = cache.stats();
     const auto start = Clock::now();
     logits = engine.decode(token);
-    for (std::uint32_t l = 0; l < layers; ++l) {
-      const std::vector<float>& row = rows.rows[l];
-      const std::span<const float> resident = cache.placement()[l].resident_mask();
-      double row_kept = 0.0;
-      double row_total = 0.0;
-      for (std::size_t i = 0; i < row.size(); ++i) {
-        row_total += row[i];
-        row_kept += static_cast<double>(row[i]) * resident[i];
+    const std::vector<std::vector<float>>* rows = &live_rows.rows;
+    if (options.follow != nullptr) {
+      options.follow->read_step(step_index, source_rows);
+      for (std::uint32_t l = 0; l < layers; ++l) {
+        followed_rows[l] = source_rows[layer_map[l]];
       }
-      kept[l] = row_kept;
-      total[l] = row_total;
+      rows = &followed_rows;
     }
-    const replay::StepView view{static_cast<std::uint64_t>(step),
-                                rows.rows,
-                                kept,
-                                total,
-                                no_head_rows,
-                                static_cast<std::uint32_t>(spec.num_attention_heads())};
-    policy->observe(view, cache.placement());
+    const std::span<replay::StepLayerRecord> records = result.demand.step_records(step_index);
+    stepper.step(step_index, *rows, no_head_rows, 0, cache.placement(), records, false);
     cache.apply_placement();
     result.step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    const std::int32_t next = greedy(logits);
+    LiveStep& figures = result.steps.emplace_back();
+    figures.h2d_bytes = cache.stats().h2d().bytes - before.h2d().bytes;
+    figures.d2h_bytes = cache.stats().d2h_offload.bytes - before.d2h_offload.bytes;
+    for (const replay::StepLayerRecord& record : records) {
+      for (std::size_t tier = 0; tier < replay::kTierCount; ++tier) {
+        figures.tier_token_layers[tier] += record.tokens[tier];
+      }
+      figures.kept_mass += static_cast<double>(record.mass[0]) + record.mass[1] + record.mass[2];
+    }
+    figures.kept_mass /= static_cast<double>(layers);
+
+    const std::int32_t next = options.follow != nullptr && step + 1 < options.max_new_tokens
+                                  ? options.forced_tokens[static_cast<std::size_t>(step) + 1]
+                                  : greedy(logits);
     if (options.keep_logits) {
       result.logits.emplace_back(logits.begin(), logits.end());
     }
@@ -251,8 +293,8 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
                      reference_logits.end())) {
         ++result.identical_logit_steps;
       }
-      // Generated token step + 1 agrees while every earlier one did.
-      agreeing = agreeing && greedy(reference_logits) == next;
+      // The greedy choice after step + 1 agrees while every earlier one did.
+      agreeing = agreeing && greedy(reference_logits) == greedy(logits);
       if (agreeing && step + 1 < options.max_new_tokens) {
         ++result.greedy_agreement;
       }

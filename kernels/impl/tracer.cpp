@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -361,14 +362,19 @@ CaptureResult capture_trace(Engine& engine, std::span<const std::int32_t> prompt
                                  static_cast<std::uint32_t>(new_tokens), options.contents,
                                  provenance));
   Sampler sampler(options.generation.sampling);
+  // Before the guard, so that it detaches the engine (pending CUDA deliveries) before they go.
+  std::optional<GenerationProgress> generation_progress;
+  std::optional<AttentionTracer> tracer;
   const ObserverScope detach(engine);
 
   CaptureResult result;
   std::vector<std::int32_t> forced;  // tokens generated before tracing (two passes)
   if (!options.generation.stop_tokens.empty()) {
-    GenerationProgress observer(options.progress, static_cast<int>(prompt_tokens), new_tokens,
-                                static_cast<int>(spec.num_hidden_layers()) - 1);
-    engine.set_observer(options.progress ? &observer : nullptr);
+    if (options.progress) {
+      generation_progress.emplace(options.progress, static_cast<int>(prompt_tokens), new_tokens,
+                                  static_cast<int>(spec.num_hidden_layers()) - 1);
+    }
+    engine.set_observer(generation_progress ? &*generation_progress : nullptr);
     result.generation = generate(engine, prompt, options.generation);
     engine.set_observer(nullptr);
     const auto generated = result.generation.generated();
@@ -377,10 +383,10 @@ CaptureResult capture_trace(Engine& engine, std::span<const std::int32_t> prompt
   }
   const auto steps = static_cast<std::uint32_t>(result.two_passes ? forced.size() : new_tokens);
 
-  AttentionTracer tracer(path,
-                         capture_meta(spec, static_cast<std::uint32_t>(prompt_tokens), steps,
-                                      options.contents, provenance),
-                         options.writer);
+  tracer.emplace(path,
+                 capture_meta(spec, static_cast<std::uint32_t>(prompt_tokens), steps,
+                              options.contents, provenance),
+                 options.writer);
   CaptureProgress progress;
   progress.phase = CaptureProgress::Phase::kTracing;
   progress.tokens_total = static_cast<int>(steps);
@@ -392,21 +398,21 @@ CaptureResult capture_trace(Engine& engine, std::span<const std::int32_t> prompt
   tokens.reserve(tokens.size() + steps);
   engine.reset();
   engine.reserve(static_cast<int>(prompt_tokens) + static_cast<int>(steps));
-  engine.set_observer(&tracer);
+  engine.set_observer(&*tracer);
   std::span<const float> logits = engine.prefill(prompt);
   for (std::uint32_t step = 0; step < steps; ++step) {
     // Step t runs the token sampled from the previous logits (the prefill's for t = 0).
     const std::int32_t token = result.two_passes ? forced[step] : sampler.sample(logits);
     tokens.push_back(token);
     logits = engine.decode(token);
-    progress.tokens_done = static_cast<int>(step) + 1;
-    progress.seconds = seconds_since(start);
-    if (options.progress) {
+    if (options.progress) {  // the clock is read only for a progress report
+      progress.tokens_done = static_cast<int>(step) + 1;
+      progress.seconds = seconds_since(start);
       options.progress(progress);
     }
   }
   engine.set_observer(nullptr);
-  tracer.finish(tokens);
+  tracer->finish(tokens);
 
   if (!result.two_passes) {
     result.generation.prompt_tokens = static_cast<int>(prompt_tokens);

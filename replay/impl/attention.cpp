@@ -1,11 +1,23 @@
 #include "replay/attention.hpp"
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "common/errors.hpp"
 
 namespace kvtier::replay {
+
+std::vector<std::uint32_t> project_layers(std::uint32_t source, std::uint32_t target) {
+  std::vector<std::uint32_t> map(target, 0);
+  if (target > 1) {
+    for (std::uint32_t layer = 0; layer < target; ++layer) {
+      map[layer] = static_cast<std::uint32_t>(
+          std::llround(static_cast<double>(layer) * (source - 1) / (target - 1)));
+    }
+  }
+  return map;
+}
 
 void AttentionSource::read_head_step(std::uint64_t /*step*/,
                                      std::vector<std::vector<float>>& /*rows*/) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 
 #include "common/errors.hpp"
@@ -110,6 +111,61 @@ ReplaySummary ReplayDemand::summary() const {
   return summary;
 }
 
+ReplayStepper::ReplayStepper(Policy& policy, std::uint32_t layers)
+    : policy_(policy), kept_(layers), total_(layers) {}
+
+void ReplayStepper::step(std::uint64_t step, const std::vector<std::vector<float>>& rows,
+                         const std::vector<std::vector<float>>& head_rows, std::uint32_t heads,
+                         std::vector<LayerPlacement>& placement, std::span<StepLayerRecord> records,
+                         bool append_token) {
+  const auto layers = static_cast<std::uint32_t>(kept_.size());
+  if (rows.size() != layers || placement.size() != layers || records.size() != layers) {
+    throw std::logic_error(
+        "ReplayStepper: rows, placement and records must have one entry per layer");
+  }
+  const StepView view{step, rows, kept_, total_, head_rows, heads};
+  for (std::uint32_t layer = 0; layer < layers; ++layer) {
+    if (append_token) {
+      placement[layer].append();
+    }
+    StepLayerRecord& record = records[layer];
+    const std::vector<float>& row = rows[layer];
+    if (row.size() != placement[layer].size()) {
+      throw std::logic_error("ReplayStepper: layer " + std::to_string(layer) + "'s row covers " +
+                             std::to_string(row.size()) + " tokens, its placement " +
+                             std::to_string(placement[layer].size()));
+    }
+    const std::array<double, kTierCount> tier_mass = mass_by_tier(row, placement[layer]);
+    std::array<double, kTierCount> mass = tier_mass;
+    const double bound = policy_.own_kept_mass(view, layer);
+    if (bound >= 0.0) {
+      // Not a plain placement: what it keeps is held in HBM, the rest counts as lost.
+      const double all = mass[0] + mass[1] + mass[2] + mass[3];
+      mass = {bound, 0.0, 0.0, all - bound};
+    }
+    for (std::size_t tier = 0; tier < kTierCount; ++tier) {
+      record.mass[tier] = static_cast<float>(mass[tier]);
+    }
+    kept_[layer] = mass[0] + mass[1] + mass[2];
+    total_[layer] = tier_mass[0] + tier_mass[1] + tier_mass[2] + tier_mass[3];
+  }
+  policy_.observe(view, placement);
+  for (std::uint32_t layer = 0; layer < layers; ++layer) {
+    StepLayerRecord& record = records[layer];
+    LayerPlacement& tiers = placement[layer];
+    for (std::size_t tier = 0; tier < kTierCount; ++tier) {
+      record.tokens[tier] = static_cast<std::uint32_t>(tiers.count(static_cast<Tier>(tier)));
+    }
+    const TierMoves& moves = tiers.moves();
+    record.promoted = static_cast<std::uint32_t>(moves.promoted);
+    record.demoted = static_cast<std::uint32_t>(moves.demoted);
+    record.compressed = static_cast<std::uint32_t>(moves.compressed);
+    record.evicted = static_cast<std::uint32_t>(moves.evicted);
+    record.newly_host = static_cast<std::uint32_t>(moves.newly_host);
+    tiers.reset_moves();
+  }
+}
+
 ReplayDemand replay(AttentionSource& source, Policy& policy) {
   const ReplayShape shape{source.layers(), source.prompt_tokens(), source.steps()};
   const std::vector<PolicyInput> inputs = policy.inputs();
@@ -134,49 +190,16 @@ ReplayDemand replay(AttentionSource& source, Policy& policy) {
   }
   // Moves made at start (a window dropping old prompt tokens) are reported with step 0.
   policy.start(shape, placement);
+  ReplayStepper stepper(policy, shape.layers);
   std::vector<std::vector<float>> rows;
   std::vector<std::vector<float>> head_rows;
-  std::vector<double> kept(shape.layers);
-  std::vector<double> total(shape.layers);
   for (std::uint64_t step = 0; step < shape.steps; ++step) {
     source.read_step(step, rows);
     if (wants_heads) {
       source.read_head_step(step, head_rows);
     }
-    const StepView view{step, rows, kept, total, head_rows, wants_heads ? source.heads() : 0U};
-    for (std::uint32_t layer = 0; layer < shape.layers; ++layer) {
-      placement[layer].append();
-      StepLayerRecord& record = demand.at(step, layer);
-      const std::vector<float>& row = rows[layer];
-      const std::array<double, kTierCount> tier_mass = mass_by_tier(row, placement[layer]);
-      std::array<double, kTierCount> mass = tier_mass;
-      const double bound = policy.own_kept_mass(view, layer);
-      if (bound >= 0.0) {
-        // Not a plain placement: what it keeps is held in HBM, the rest counts as lost.
-        const double all = mass[0] + mass[1] + mass[2] + mass[3];
-        mass = {bound, 0.0, 0.0, all - bound};
-      }
-      for (std::size_t tier = 0; tier < kTierCount; ++tier) {
-        record.mass[tier] = static_cast<float>(mass[tier]);
-      }
-      kept[layer] = mass[0] + mass[1] + mass[2];
-      total[layer] = tier_mass[0] + tier_mass[1] + tier_mass[2] + tier_mass[3];
-    }
-    policy.observe(view, placement);
-    for (std::uint32_t layer = 0; layer < shape.layers; ++layer) {
-      StepLayerRecord& record = demand.at(step, layer);
-      LayerPlacement& tiers = placement[layer];
-      for (std::size_t tier = 0; tier < kTierCount; ++tier) {
-        record.tokens[tier] = static_cast<std::uint32_t>(tiers.count(static_cast<Tier>(tier)));
-      }
-      const TierMoves& moves = tiers.moves();
-      record.promoted = static_cast<std::uint32_t>(moves.promoted);
-      record.demoted = static_cast<std::uint32_t>(moves.demoted);
-      record.compressed = static_cast<std::uint32_t>(moves.compressed);
-      record.evicted = static_cast<std::uint32_t>(moves.evicted);
-      record.newly_host = static_cast<std::uint32_t>(moves.newly_host);
-      tiers.reset_moves();
-    }
+    stepper.step(step, rows, head_rows, wants_heads ? source.heads() : 0U, placement,
+                 demand.step_records(step), true);
   }
   return demand;
 }

@@ -20,18 +20,6 @@ constexpr std::uint64_t kTraceAssignment = 0x7472616365;  // "trace"
 // but no new behaviour, and the layer projection spreads them over the target's layers.
 constexpr std::uint32_t kSyntheticLayers = 32;
 
-// DESIGN.md §2: target layer l reads source layer round(l·(Ls−1)/(Lt−1)).
-std::vector<std::uint32_t> project_layers(std::uint32_t source, std::uint32_t target) {
-  std::vector<std::uint32_t> map(target, 0);
-  if (target > 1) {
-    for (std::uint32_t layer = 0; layer < target; ++layer) {
-      map[layer] = static_cast<std::uint32_t>(
-          std::llround(static_cast<double>(layer) * (source - 1) / (target - 1)));
-    }
-  }
-  return map;
-}
-
 // The last context a request's attention reads: its final decode step attends the prompt and
 // every generated token but the last.
 std::uint64_t last_context(const RequestSpec& request) {
@@ -176,7 +164,7 @@ void TierDemand::add_demand(std::string source, std::shared_ptr<const MemoDemand
   ReplayedTrace replayed{std::move(source),
                          prompt_tokens,
                          steps,
-                         project_layers(layers, target_layers),
+                         replay::project_layers(layers, target_layers),
                          std::move(replayed_demand),
                          demand.summary(),
                          {},

@@ -16,32 +16,19 @@ namespace {
 
 namespace fs = std::filesystem;
 using Result = kvtier::test::CliResult;
+using kvtier::test::expect_one_line_error;
+using kvtier::test::quoted;
 using kvtier::test::scratch_dir;
 using kvtier::test::slurp;
+using kvtier::test::stories_dir;
 
 Result run(const std::string& args) {
   return kvtier::test::run_kvtier(args);
 }
 
-fs::path stories_dir() {
-  return fs::path(KVTIER_SOURCE_DIR) / ".." / "shared" / "fixtures" / "stories260K";
-}
-
-std::string quoted(const fs::path& path) {
-  return "'" + path.string() + "'";
-}
-
 std::string live(const std::string& args) {
   return "live --model " + quoted(stories_dir() / "stories260K.bin") +
          " --prompt 'Once upon a time' " + args;
-}
-
-void expect_one_line_error(const Result& result, int exit_code, const std::string& text) {
-  INFO("stderr: " << result.err);
-  CHECK(result.exit_code == exit_code);
-  CHECK(result.out.empty());
-  CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(text));
-  CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
 }
 
 }  // namespace
@@ -120,4 +107,60 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
                             " --policy full --prompt-file " + quoted(scratch_dir() / "none.txt")),
                         3, "prompt file");
   CHECK_FALSE(fs::exists(file));
+}
+
+TEST_CASE("kvtier live --follow-trace runs the trace's tokens and makes the replay's moves",
+          "[cli][live][follow]") {
+  const fs::path trace = scratch_dir() / "follow.h5";
+  const Result capture =
+      run("trace capture --model " + quoted(stories_dir() / "stories260K.bin") +
+          " --prompt 'Once upon a time' --max-new-tokens 90 --no-stop --out " + quoted(trace));
+  INFO("stderr: " << capture.err);
+  REQUIRE(capture.exit_code == 0);
+  const std::string policy = "tiered:hbm=0.3,evict=0.2,delta=8,recent=16";
+  const Result replayed =
+      run("replay run --trace " + quoted(trace) + " --policy " + policy + " --format json");
+  REQUIRE(replayed.exit_code == 0);
+  const nlohmann::json replay = nlohmann::json::parse(replayed.out)["policies"][0];
+
+  const fs::path file = scratch_dir() / "follow.json";
+  // No prompt and no --max-new-tokens: the trace's prompt and all of its steps.
+  const Result result =
+      run("live --model " + quoted(stories_dir() / "stories260K.bin") + " --policy " + policy +
+          " --follow-trace " + quoted(trace) + " --measure " + quoted(file));
+  INFO("stderr: " << result.err);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("followed"));
+  const nlohmann::json json = nlohmann::json::parse(slurp(file));
+  CHECK(json["follow_trace"] == trace.string());
+  CHECK(json["new_tokens"] == "90");
+  CHECK(json["steps"].size() == 90);
+  CHECK(json["mean_kept_mass"].get<double>() ==
+        Approx(replay["mean_kept_mass"].get<double>()).epsilon(1e-12));
+  CHECK(json["mean_kept_mass"].get<double>() < 1.0);
+  // The trace's own tokens were run (a captured trace: the model's greedy tokens).
+  const nlohmann::json last = json["steps"][89];
+  std::uint64_t evicted = std::stoull(last["tier_token_layers"][3].get<std::string>());
+  CHECK(evicted == std::stoull(json["tiers"]["final_tier_token_layers"][3].get<std::string>()));
+  CHECK(evicted > 0);
+  // The followed trace was captured on this model: the same tokens as a plain live run of the
+  // same prompt, as long as the tiered cache's greedy choice agrees with the full cache's.
+  const fs::path plain = scratch_dir() / "plain.json";
+  REQUIRE(run(live("--policy full --max-new-tokens 90 --no-reference --measure " + quoted(plain)))
+              .exit_code == 0);
+  CHECK(nlohmann::json::parse(slurp(plain))["generated_tokens"] == json["generated_tokens"]);
+
+  const fs::path bad = scratch_dir() / "follow-bad.json";
+  expect_one_line_error(
+      run(live("--policy full --follow-trace " + quoted(trace) + " --measure " + quoted(bad))), 2,
+      "exactly one of --prompt");
+  expect_one_line_error(run("live --model " + quoted(stories_dir() / "stories260K.bin") +
+                            " --policy full --max-new-tokens 91 --follow-trace " + quoted(trace) +
+                            " --measure " + quoted(bad)),
+                        2, "90 decode steps");
+  expect_one_line_error(run("live --model " + quoted(stories_dir() / "stories260K.bin") +
+                            " --policy full --follow-trace " +
+                            quoted(scratch_dir() / "no-such.h5") + " --measure " + quoted(bad)),
+                        3, "no-such.h5");
+  CHECK_FALSE(fs::exists(bad));
 }

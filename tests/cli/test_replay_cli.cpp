@@ -18,6 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 using Result = kvtier::test::CliResult;
+using kvtier::test::expect_one_line_error;
 using kvtier::test::scratch_dir;
 using kvtier::test::slurp;
 
@@ -27,14 +28,6 @@ Result run(const std::string& args) {
 
 std::string path_of(const std::string& name) {
   return (scratch_dir() / name).string();
-}
-
-void expect_one_line_error(const Result& result, int exit_code, const std::string& place) {
-  INFO("stderr: " << result.err);
-  CHECK(result.exit_code == exit_code);
-  CHECK(result.out.empty());
-  CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(place));
-  CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
 }
 
 // A small synthetic trace (made once per process); `extra` adds synth options.

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "kernels/device_info.hpp"
 #include "kernels/tokenizer.hpp"
 #include "tests/support/cli_runner.hpp"
 #include "traces/reader.hpp"
@@ -17,19 +18,14 @@ namespace {
 
 namespace fs = std::filesystem;
 using Result = kvtier::test::CliResult;
+using kvtier::test::expect_one_line_error;
+using kvtier::test::quoted;
 using kvtier::test::scratch_dir;
 using kvtier::test::slurp;
+using kvtier::test::stories_dir;
 
 Result run(const std::string& args, const std::string& environment = "") {
   return kvtier::test::run_kvtier(args, environment);
-}
-
-fs::path stories_dir() {
-  return fs::path(KVTIER_SOURCE_DIR) / ".." / "shared" / "fixtures" / "stories260K";
-}
-
-std::string quoted(const fs::path& path) {
-  return "'" + path.string() + "'";
 }
 
 // `trace capture --model stories260K.bin` (its tok512.bin is found beside it) + `args`.
@@ -43,14 +39,6 @@ void expect_no_output(const std::string& name) {
   for (const auto& entry : fs::directory_iterator(scratch_dir())) {
     CHECK(entry.path().filename().string().rfind(name + ".tmp.", 0) != 0);
   }
-}
-
-void expect_one_line_error(const Result& result, int exit_code, const std::string& text) {
-  INFO("stderr: " << result.err);
-  CHECK(result.exit_code == exit_code);
-  CHECK(result.out.empty());
-  CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(text));
-  CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
 }
 
 }  // namespace
@@ -194,7 +182,6 @@ TEST_CASE("bad capture requests: one line, the documented exit code, no file",
       {capture("--prompt x --granularity topk:4,topk:8" + out), 2, "two different top-k"},
       {capture("--prompt x --granularity heads" + out), 2, "mean or top-k rows"},
       {capture("--prompt x --window 9" + out), 2, "longer than the 3-token prompt"},
-      {capture("--prompt x --device cuda" + out), 2, "CUDA engine is not available"},
       {capture("--prompt x --device tpu" + out), 2, "unknown --device 'tpu'"},
       {capture("--prompt x --dtype fp8" + out), 2, "--dtype"},
       {capture("--prompt x --temperature -1" + out), 2, "temperature"},
@@ -209,6 +196,31 @@ TEST_CASE("bad capture requests: one line, the documented exit code, no file",
     expect_one_line_error(run(c.args), c.exit_code, c.text);
   }
   expect_no_output("bad.h5");
+}
+
+// (A test name must not start with "--": CTest passes it to Catch as an argument.)
+TEST_CASE("capture on --device cuda runs with a CUDA build and a GPU, else fails with one line",
+          "[cli][trace][capture]") {
+  const fs::path out = scratch_dir() / "cuda.h5";
+  const Result result =
+      run(capture("--prompt x --max-new-tokens 8 --device cuda --out " + quoted(out)));
+  // The kvtier binary is of this build, so it sees the same devices as this test.
+  std::string status;
+  const bool built = kvtier::kernels::built_with_cuda();
+  if (built && !kvtier::kernels::cuda_devices(status).empty()) {
+    INFO("stderr: " << result.err);
+    REQUIRE(result.exit_code == 0);
+    CHECK_THAT(result.out, Catch::StartsWith("wrote " + out.string()));
+    CHECK(run("trace validate " + quoted(out)).exit_code == 0);
+    return;
+  }
+  INFO("CUDA build: " << built << ", devices: " << status);
+  // apps/cmd_trace.cpp and docs/ENGINE.md: refused before the model is loaded, exit 2.
+  expect_one_line_error(result, 2,
+                        built ? "the CUDA engine is not available: "
+                              : "the CUDA engine is not available in this build");
+  CHECK_THAT(result.err, Catch::Contains("use --device cpu"));
+  expect_no_output("cuda.h5");
 }
 
 TEST_CASE("progress goes to a terminal only", "[cli][trace][capture]") {

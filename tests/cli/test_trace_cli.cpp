@@ -13,6 +13,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Result = kvtier::test::CliResult;
+using kvtier::test::expect_one_line_error;
 using kvtier::test::scratch_dir;
 using kvtier::test::slurp;
 
@@ -25,14 +26,6 @@ std::string path_of(const std::string& name) {
 }
 
 // A failure: the exit code, nothing on stdout, one line on stderr naming `place`.
-void expect_one_line_error(const Result& result, int exit_code, const std::string& place) {
-  INFO("stderr: " << result.err);
-  CHECK(result.exit_code == exit_code);
-  CHECK(result.out.empty());
-  CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(place));
-  CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
-}
-
 // A small trace of every granularity; the output file follows.
 std::string synth_command() {
   return "trace synth --model stories260K --prompt-tokens 64 --steps 200 --pattern reasoning "

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -50,6 +51,26 @@ inline CliResult run_kvtier(const std::string& args, const std::string& environm
   result.out = slurp(out);
   result.err = slurp(err);
   return result;
+}
+
+// A path in single quotes, for the shell.
+inline std::string quoted(const std::filesystem::path& path) {
+  return "'" + path.string() + "'";
+}
+
+// The stories260K fixture's folder (../shared/fixtures/stories260K beside the repository).
+inline std::filesystem::path stories_dir() {
+  return std::filesystem::path(KVTIER_SOURCE_DIR) / ".." / "shared" / "fixtures" / "stories260K";
+}
+
+// A failed command as the CLI must report it: the exit code, nothing on stdout, and exactly one
+// line on stderr, "kvtier: error: ..." containing `text`.
+inline void expect_one_line_error(const CliResult& result, int exit_code, const std::string& text) {
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_code == exit_code);
+  CHECK(result.out.empty());
+  CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(text));
+  CHECK(std::count(result.err.begin(), result.err.end(), '\n') == 1);
 }
 
 }  // namespace kvtier::test

@@ -15,7 +15,7 @@ ChunkStream::ChunkStream(hid_t dataset, ChunkGeometry geometry, int deflate_leve
       geometry_(geometry),
       deflate_level_(deflate_level),
       where_(std::move(where_text)),
-      chunk_(geometry.lanes * geometry.chunk_columns * geometry.element_bytes) {}
+      chunk_bytes_(geometry.lanes * geometry.chunk_columns * geometry.element_bytes) {}
 
 void ChunkStream::append(const void* lane_major, std::uint64_t columns) {
   if (written_ + filled_ + columns > geometry_.total_columns) {
@@ -25,10 +25,11 @@ void ChunkStream::append(const void* lane_major, std::uint64_t columns) {
                   std::to_string(geometry_.total_columns) + " elements)",
               where_);
   }
-  const auto* source = static_cast<const std::byte*>(lane_major);
+  const auto* source = static_cast<const unsigned char*>(lane_major);
   const std::size_t bytes = geometry_.element_bytes;
   std::uint64_t done = 0;
   while (done < columns) {
+    chunk_.reserve(chunk_bytes_);  // no-op unless the buffer is new or was a smaller chunk's
     const std::uint64_t take = std::min(columns - done, geometry_.chunk_columns - filled_);
     for (std::uint32_t lane = 0; lane < geometry_.lanes; ++lane) {
       std::memcpy(chunk_.data() + (lane * geometry_.chunk_columns + filled_) * bytes,
@@ -44,16 +45,19 @@ void ChunkStream::append(const void* lane_major, std::uint64_t columns) {
 
 void ChunkStream::flush_chunk() {
   const std::size_t bytes = geometry_.element_bytes;
-  // Edge chunks are stored whole in HDF5; the part past the dataset's end is zero.
+  // Edge chunks are stored whole in HDF5; the part past the dataset's end is zero. (The buffer
+  // is reused, so everything not appended is cleared here.)
   if (filled_ < geometry_.chunk_columns) {
     for (std::uint32_t lane = 0; lane < geometry_.lanes; ++lane) {
       std::memset(chunk_.data() + (lane * geometry_.chunk_columns + filled_) * bytes, 0,
                   (geometry_.chunk_columns - filled_) * bytes);
     }
   }
-  auto job = std::make_unique<ChunkJob>();
+  std::unique_ptr<ChunkJob> job = pipeline_.acquire();
   job->dataset = dataset_;
   const std::uint64_t first_column = chunk_index_ * geometry_.chunk_columns;
+  job->offset[0] = 0;
+  job->offset[1] = 0;
   if (geometry_.lanes > 1) {
     job->offset[1] = first_column;
   } else if (geometry_.rank == 2) {
@@ -61,8 +65,9 @@ void ChunkStream::flush_chunk() {
   } else {
     job->offset[0] = first_column;
   }
-  job->data.swap(chunk_);
-  chunk_.resize(job->data.size());
+  job->data.swap(chunk_);  // the stream goes on in the buffer of a chunk already written
+  job->size = chunk_bytes_;
+  job->fill = {geometry_.lanes, geometry_.chunk_columns, filled_};
   job->element_bytes = bytes;
   job->level = deflate_level_;
   job->where = where_;

@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "traces/impl/chunk_pipeline.hpp"
 
@@ -59,8 +58,10 @@ class ChunkStream {
   ChunkGeometry geometry_;
   int deflate_level_;
   std::string where_;
-  std::vector<std::byte> chunk_;  // lanes × chunk_columns elements
-  std::uint64_t filled_ = 0;      // columns in the current chunk
+  std::size_t chunk_bytes_;  // lanes × chunk_columns elements
+  // The chunk being filled; handed to the pipeline when full, for a written one's buffer.
+  ByteBuffer chunk_;
+  std::uint64_t filled_ = 0;  // columns in the current chunk
   std::uint64_t written_ = 0;
   std::uint64_t chunk_index_ = 0;
   bool finished_ = false;

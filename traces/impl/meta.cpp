@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/errors.hpp"
@@ -27,6 +28,17 @@ std::string granularity_list(const config::TraceMeta& meta) {
     list += granularity_name(static_cast<config::TraceGranularity>(granularity));
   }
   return list;
+}
+
+void write_attributes(hid_t object, const std::vector<TraceAttribute>& attributes,
+                      const std::string& where_text) {
+  for (const TraceAttribute& attribute : attributes) {
+    if (attribute.type == TraceAttribute::Type::kString) {
+      h5::write_string_attribute(object, attribute.name.c_str(), attribute.text, where_text);
+    } else {
+      h5::write_uint_attribute(object, attribute.name.c_str(), attribute.number, where_text);
+    }
+  }
 }
 
 }  // namespace
@@ -52,6 +64,71 @@ TraceShape checked_shape(const config::TraceMeta& meta, const std::string& where
   return shape_from_meta(meta, where_text);
 }
 
+TraceAttribute TraceAttribute::string(std::string name, std::string text) {
+  TraceAttribute attribute;
+  attribute.name = std::move(name);
+  attribute.type = Type::kString;
+  attribute.text = std::move(text);
+  return attribute;
+}
+
+TraceAttribute TraceAttribute::uint(std::string name, std::uint64_t value) {
+  TraceAttribute attribute;
+  attribute.name = std::move(name);
+  // The type h5::write_uint_attribute stores the value as.
+  attribute.type = value <= 0xFFFFFFFFU ? Type::kUInt32 : Type::kUInt64;
+  attribute.number = value;
+  return attribute;
+}
+
+std::string_view attribute_type_name(TraceAttribute::Type type) {
+  switch (type) {
+    case TraceAttribute::Type::kString: return "string";
+    case TraceAttribute::Type::kUInt32: return "uint32";
+    case TraceAttribute::Type::kUInt64: return "uint64";
+  }
+  return "?";
+}
+
+std::vector<TraceAttribute> root_attributes(std::string_view producer, std::string_view created) {
+  return {TraceAttribute::string("format", std::string(kFormatName)),
+          TraceAttribute::uint("version", kFormatVersion),
+          TraceAttribute::string("producer", std::string(producer)),
+          TraceAttribute::string("created", std::string(created))};
+}
+
+std::vector<TraceAttribute> meta_attributes(const config::TraceMeta& meta) {
+  using A = TraceAttribute;
+  std::vector<TraceAttribute> attributes = {
+      A::string("encoding", "protobuf-binary"),
+      A::string("message_type", std::string(kMetaMessageType)),
+      A::string("model", meta.model().name()),
+      A::uint("num_hidden_layers", meta.model().num_hidden_layers()),
+      A::uint("num_attention_heads", meta.model().num_attention_heads()),
+      A::uint("num_key_value_heads", meta.model().num_key_value_heads()),
+      A::uint("vocab_size", meta.model().vocab_size()),
+      A::uint("prompt_tokens", meta.prompt_tokens()),
+      A::uint("steps", meta.steps()),
+      A::uint("first_layer", meta.first_layer()),
+      A::uint("num_layers", meta.num_layers()),
+      A::string("granularities", granularity_list(meta)),
+      A::string("attention_dtype", std::string(config::dtype_name(meta.attention_dtype())))};
+  if (meta.has_top_k()) {
+    attributes.push_back(A::uint("top_k", meta.top_k()));
+  }
+  if (meta.has_prefill_window()) {
+    attributes.push_back(A::uint("prefill_window", meta.prefill_window()));
+  }
+  attributes.push_back(A::string("source", config::TraceSourceKind_Name(meta.source().kind())));
+  attributes.push_back(A::string("source_tool", meta.source().tool()));
+  return attributes;
+}
+
+void write_root_attributes(hid_t root, std::string_view producer, std::string_view created,
+                           const std::string& where_text) {
+  write_attributes(root, root_attributes(producer, created), where_text);
+}
+
 void write_meta(hid_t file, const config::TraceMeta& meta, const std::string& file_name) {
   const std::string where_text = h5::where(file_name, kMetaPath);
   std::string bytes;
@@ -71,32 +148,7 @@ void write_meta(hid_t file, const config::TraceMeta& meta, const std::string& fi
                   H5Dclose, h5::Blame::kOutput, "cannot create /meta", where_text);
   h5::check(H5Dwrite(dataset.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()),
             h5::Blame::kOutput, "cannot write /meta", where_text);
-  const hid_t id = dataset.get();
-  h5::write_string_attribute(id, "encoding", "protobuf-binary", where_text);
-  h5::write_string_attribute(id, "message_type", kMetaMessageType, where_text);
-  h5::write_string_attribute(id, "model", meta.model().name(), where_text);
-  h5::write_uint_attribute(id, "num_hidden_layers", meta.model().num_hidden_layers(), where_text);
-  h5::write_uint_attribute(id, "num_attention_heads", meta.model().num_attention_heads(),
-                           where_text);
-  h5::write_uint_attribute(id, "num_key_value_heads", meta.model().num_key_value_heads(),
-                           where_text);
-  h5::write_uint_attribute(id, "vocab_size", meta.model().vocab_size(), where_text);
-  h5::write_uint_attribute(id, "prompt_tokens", meta.prompt_tokens(), where_text);
-  h5::write_uint_attribute(id, "steps", meta.steps(), where_text);
-  h5::write_uint_attribute(id, "first_layer", meta.first_layer(), where_text);
-  h5::write_uint_attribute(id, "num_layers", meta.num_layers(), where_text);
-  h5::write_string_attribute(id, "granularities", granularity_list(meta), where_text);
-  h5::write_string_attribute(id, "attention_dtype", config::dtype_name(meta.attention_dtype()),
-                             where_text);
-  if (meta.has_top_k()) {
-    h5::write_uint_attribute(id, "top_k", meta.top_k(), where_text);
-  }
-  if (meta.has_prefill_window()) {
-    h5::write_uint_attribute(id, "prefill_window", meta.prefill_window(), where_text);
-  }
-  h5::write_string_attribute(id, "source", config::TraceSourceKind_Name(meta.source().kind()),
-                             where_text);
-  h5::write_string_attribute(id, "source_tool", meta.source().tool(), where_text);
+  write_attributes(dataset.get(), meta_attributes(meta), where_text);
 }
 
 config::TraceMeta read_meta(hid_t file, const std::string& file_name) {

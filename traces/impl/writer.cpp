@@ -62,6 +62,7 @@ class TraceWriter::Impl {
             "expected " + std::to_string(shape_.tokens()) + " tokens, got " +
                 std::to_string(tokens.size()),
             where_text);
+    write_pending_chunks();
     h5::check(
         H5Dwrite(tokens_.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()),
         Blame::kOutput, "cannot write tokens", where_text);
@@ -109,6 +110,7 @@ class TraceWriter::Impl {
         static_cast<std::uint64_t>(shape_.heads) * shape_.prefill_window * shape_.prompt_tokens;
     require(weights.size() == expected, "expected " + std::to_string(expected) + " weights",
             where_text);
+    write_pending_chunks();
     h5::check(H5Dwrite(out.prefill.get(), weight_type_, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                        stored_weights(weights)),
               Blame::kOutput, "cannot write the prefill window", where_text);
@@ -120,6 +122,7 @@ class TraceWriter::Impl {
     const std::string where_text = h5::where(name_, kKeyNormsPath);
     require(norms.size() == shape_.kv_heads * shape_.tokens(),
             "expected kv_heads × tokens key norms", where_text);
+    write_pending_chunks();
     const hsize_t start[3] = {layer - shape_.layers.first, 0, 0};
     const hsize_t count[3] = {1, shape_.kv_heads, shape_.tokens()};
     const Handle file_space = h5::checked(H5Dget_space(key_norms_.get()), H5Sclose, Blame::kOutput,
@@ -169,6 +172,12 @@ class TraceWriter::Impl {
   }
 
  private:
+  // Writes every chunk handed to the pipeline so far. Called before HDF5 writes a dataset
+  // itself (tokens, prefill window, key norms): HDF5 places data in the file in the order it is
+  // written, so the file is then the same as when every chunk is written as soon as it is
+  // full (compression_threads 0), whatever the number of threads.
+  void write_pending_chunks() { pipeline_.drain(); }
+
   static void require(bool condition, const std::string& what, const std::string& where_text) {
     if (!condition) {
       h5::raise(Blame::kOutput, what, where_text);
@@ -267,12 +276,8 @@ void TraceWriter::Impl::create_file() {
       Blame::kOutput, "cannot create the trace file", temporary_.path());
   const Handle root = h5::checked(H5Oopen(file_.get(), "/", H5P_DEFAULT), H5Oclose, Blame::kOutput,
                                   "cannot open the root group", name_);
-  h5::write_string_attribute(root.get(), "format", kFormatName, name_);
-  h5::write_uint_attribute(root.get(), "version", kFormatVersion, name_);
-  h5::write_string_attribute(root.get(), "producer", options_.producer, name_);
-  h5::write_string_attribute(root.get(), "created",
-                             options_.created.empty() ? current_utc_time() : options_.created,
-                             name_);
+  write_root_attributes(root.get(), options_.producer,
+                        options_.created.empty() ? current_utc_time() : options_.created, name_);
   write_meta(file_.get(), meta_, name_);
   const hsize_t chunk = options_.chunk_elements;
   tokens_ = create_dataset(std::string(kTokensPath), H5T_STD_I32LE, {shape_.tokens()}, {chunk}, 4);
