@@ -31,6 +31,7 @@ struct LayerDemand {
   double evicted = 0.0;
   double newly_host = 0.0;  // tokens that entered T1 at this step
   double demoted = 0.0;     // HBM -> host at this step
+  double promoted = 0.0;    // host -> HBM at this step (copied in at full precision)
   double compressed_moves = 0.0;
 };
 

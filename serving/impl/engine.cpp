@@ -278,8 +278,10 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
       const LayerDemand demand = tiers_->at(id, context, layer);
       LayerCopies& copies = layer_copies_[layer];
-      copies.h2d_bytes +=
-          (differential ? demand.newly_host : demand.host) * full + demand.compressed * compressed;
+      // Staging for attention, and promotions into HBM (a staged copy is not kept for them: the
+      // live cache copies a promoted token in again, kernels/tiered_cache.hpp).
+      copies.h2d_bytes += (differential ? demand.newly_host : demand.host) * full +
+                          demand.compressed * compressed + demand.promoted * full;
       copies.d2h_bytes += demand.demoted * full + demand.compressed_moves * compressed;
       staged[layer] += demand.host + demand.compressed;
       dequantised[layer] += demand.compressed;

@@ -252,6 +252,7 @@ LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context,
   if (moves) {
     demand.newly_host = record.newly_host;
     demand.demoted = record.demoted;
+    demand.promoted = record.promoted;
     demand.compressed_moves = record.compressed;
   }
   return demand;

@@ -7,7 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tests/support/cli_runner.hpp"
@@ -163,4 +165,65 @@ TEST_CASE("kvtier live --follow-trace runs the trace's tokens and makes the repl
                             quoted(scratch_dir() / "no-such.h5") + " --measure " + quoted(bad)),
                         3, "no-such.h5");
   CHECK_FALSE(fs::exists(bad));
+}
+
+// The simulator's copy volumes against the live cache's measured ones, on the same trace and
+// policy: the simulator is given the replay's demand of the trace (tiering.traces), the live
+// cache follows that trace (--follow-trace), and stories260K's KV is float32 in both.
+TEST_CASE("the simulator's PCIe volumes equal the live cache's measured copies",
+          "[cli][live][follow][validation]") {
+  const fs::path trace = scratch_dir() / "volumes.h5";
+  REQUIRE(run("trace capture --model " + quoted(stories_dir() / "stories260K.bin") +
+              " --prompt 'Once upon a time' --max-new-tokens 100 --no-stop --out " + quoted(trace))
+              .exit_code == 0);
+  for (const std::string prefetch : {"full", "differential"}) {
+    CAPTURE(prefetch);
+    const std::string policy = "tiered:hbm=0.3,evict=0.2,delta=8,recent=16,prefetch=" + prefetch;
+    const fs::path measured = scratch_dir() / ("volumes-" + prefetch + ".json");
+    const Result live =
+        run("live --model " + quoted(stories_dir() / "stories260K.bin") + " --policy " + policy +
+            " --follow-trace " + quoted(trace) + " --no-reference --measure " + quoted(measured));
+    INFO("stderr: " << live.err);
+    REQUIRE(live.exit_code == 0);
+    const nlohmann::json cache = nlohmann::json::parse(slurp(measured));
+
+    const fs::path spec = scratch_dir() / ("volumes-" + prefetch + ".textproto");
+    {
+      std::ofstream out(spec);
+      out << "name: \"volumes\"\n"
+             "hardware { node { preset: \"hgx-h100-8\" } num_nodes: 1 }\n"
+             "model { preset: \"stories260K\" }\n"
+             "tensor_parallel_degree: 1\n"
+             "workload { closed_loop { concurrency: 1 num_requests: 1\n"
+             "  prompt_tokens { fixed_tokens: "
+          << cache["prompt_tokens"].get<std::string>()
+          << " } output_tokens { fixed_tokens: 100 } }\n"
+             "  max_batch_size: 1 prefill_chunk_tokens: 2048 }\n"
+             "policy { name: \"tiered\" param { name: \"hbm\" number: 0.3 }\n"
+             "  param { name: \"evict\" number: 0.2 } param { name: \"delta\" number: 8 }\n"
+             "  param { name: \"recent\" number: 16 } param { name: \"prefetch\" text: \""
+          << prefetch
+          << "\" } }\n"
+             "tiering { traces: "
+          << "\"" << trace.string()
+          << "\" prefetch_lookahead_layers: 1 host_allocation: PINNED }\n"
+             "memory { runtime_reserve_gib: 0 activation_workspace_gib: 0 }\n"
+             "engine { iteration_overhead_us: 0 }\nseed: 1\n";
+    }
+    const Result sim = run("sim " + quoted(spec) + " --format json");
+    INFO("sim stderr: " << sim.err);
+    REQUIRE(sim.exit_code == 0);
+    const nlohmann::json metrics = nlohmann::json::parse(sim.out)["policies"][0]["metrics"];
+    const auto bytes = [](double gigabytes) { return std::llround(gigabytes * 1e9); };
+    const auto measured_bytes = [&](const char* field) {
+      return std::stoll(cache[field]["bytes"].get<std::string>());
+    };
+    // Staging of T1 (full: all of it every step; differential: what is new), promotions into
+    // T0, and the offloads.
+    CHECK(measured_bytes("h2d_prefetch") > 0);
+    CHECK(measured_bytes("h2d_promote") > 0);
+    CHECK(bytes(metrics["pcie_h2d_gb"].get<double>()) ==
+          measured_bytes("h2d_prefetch") + measured_bytes("h2d_promote"));
+    CHECK(bytes(metrics["pcie_d2h_gb"].get<double>()) == measured_bytes("d2h"));
+  }
 }
