@@ -29,6 +29,15 @@
 namespace kvtier::app {
 namespace {
 
+// --dtype of trace synth, capture and meta: the stored attention weights' type.
+config::DType trace_dtype(const boost::program_options::variables_map& values) {
+  const std::string dtype = values["dtype"].as<std::string>();
+  if (dtype != "fp16" && dtype != "fp32") {
+    throw ConfigError("--dtype must be fp16 or fp32");
+  }
+  return dtype == "fp16" ? config::FP16 : config::FP32;
+}
+
 namespace po = boost::program_options;
 
 void add_writer_options(po::options_description& options) {
@@ -196,11 +205,7 @@ int synth(const Arguments& args, Context& context) {
   synth.heads = values.count("heads") != 0U;
   synth.prefill_window = values["prefill-window"].as<std::uint32_t>();
   synth.key_norms = values.count("key-norms") != 0U;
-  const std::string dtype = values["dtype"].as<std::string>();
-  if (dtype != "fp16" && dtype != "fp32") {
-    throw ConfigError("--dtype must be fp16 or fp32");
-  }
-  synth.dtype = dtype == "fp16" ? config::FP16 : config::FP32;
+  synth.dtype = trace_dtype(values);
   synth.writer = writer_options(values, "trace synth");
   synth.description = command_without_output("kvtier trace synth", args);
   const std::string out = values["out"].as<std::string>();
@@ -303,11 +308,7 @@ kernels::TraceContents parse_trace_contents(const boost::program_options::variab
                       contents);
   contents.prefill_window = values["window"].as<std::uint32_t>();
   contents.key_norms = values.count("key-norms") != 0U;
-  const std::string dtype = values["dtype"].as<std::string>();
-  if (dtype != "fp16" && dtype != "fp32") {
-    throw ConfigError("--dtype must be fp16 or fp32");
-  }
-  contents.dtype = dtype == "fp16" ? config::FP16 : config::FP32;
+  contents.dtype = trace_dtype(values);
   return contents;
 }
 

@@ -101,16 +101,16 @@ def main() -> int:
             (cache / key).touch()
         return path, done.returncode, findings, False
 
+    files = sources()
     failed = 0
     reused = 0
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        for path, code, findings, hit in pool.map(lint, sources()):
+        for path, code, findings, hit in pool.map(lint, files):
             reused += hit
             if code != 0:
                 failed += 1
                 print(findings or f"{path}: clang-tidy exited with {code}", flush=True)
-    total = len(sources())
-    print(f"lint: {total} files, {reused} unchanged since a clean run (cached), "
+    print(f"lint: {len(files)} files, {reused} unchanged since a clean run (cached), "
           f"{failed} with findings", file=sys.stderr)
     return 1 if failed else 0
 

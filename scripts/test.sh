@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds and runs the whole test suite (tests labelled `gpu` excluded) for one CMake preset:
+# Builds and runs the whole test suite (tests labelled `gpu` or `torch` excluded: they need a GPU
+# or PyTorch; scripts/gpu-validate.sh runs them) for one CMake preset:
 # default (Release), debug or asan (AddressSanitizer + UndefinedBehaviorSanitizer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
