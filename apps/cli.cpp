@@ -138,6 +138,24 @@ kernels::ModelWeights load_model_argument(const std::string& text, const Context
   return kernels::random_model(spec, options);
 }
 
+void check_engine_device(const std::string& device) {
+  if (device == "cpu") {
+    return;
+  }
+  if (device != "cuda") {
+    throw ConfigError("unknown --device '" + device + "': expected cpu or cuda");
+  }
+  if (!kernels::built_with_cuda()) {
+    throw ConfigError(
+        "the CUDA engine is not available in this build (only the CPU engine is); use "
+        "--device cpu");
+  }
+  std::string status;
+  if (kernels::cuda_devices(status).empty()) {
+    throw ConfigError("the CUDA engine is not available: " + status + "; use --device cpu");
+  }
+}
+
 std::filesystem::path find_tokenizer(const std::filesystem::path& model) {
   if (is_random_model(model.string())) {
     throw ConfigError("a random model has no tokenizer: name one with --tokenizer", model.string());

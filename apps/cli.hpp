@@ -86,6 +86,10 @@ int run_replay_search_budgets(const Arguments& args, Context& context);
 // a llama2.c checkpoint tokenizer.bin or else the only tok*.bin; ConfigError otherwise.
 [[nodiscard]] std::filesystem::path find_tokenizer(const std::filesystem::path& model);
 
+// --device of trace capture and live runs: cpu, or cuda where this build has the CUDA targets and
+// a CUDA device is present; ConfigError (naming why) otherwise. Checked before a model loads.
+void check_engine_device(const std::string& device);
+
 // "kvtier 0.1.0 (commit abc123, CUDA on)"
 [[nodiscard]] std::string version_line();
 

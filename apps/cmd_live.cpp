@@ -19,6 +19,7 @@
 #include "common/text_output.hpp"
 #include "configs/schema/measurement.pb.h"
 #include "configs/units.hpp"
+#include "kernels/cuda_engine.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/live.hpp"
@@ -82,6 +83,36 @@ RunTokens trace_tokens(const replay::TraceAttention& trace, const config::ModelS
   return tokens;
 }
 
+// The followed trace as the measurement file records it: relative to the file's folder, which
+// is how kvtier validate resolves it, so a file and its trace can move together.
+std::string trace_path_for(const std::string& trace, const std::string& measurement) {
+  if (measurement.empty()) {
+    return trace;
+  }
+  namespace fs = std::filesystem;
+  const fs::path folder = fs::absolute(fs::path(measurement)).parent_path();
+  return fs::absolute(fs::path(trace)).lexically_normal().lexically_relative(folder).string();
+}
+
+// --compute-dtype: only with --device cuda (the CPU engine is float32).
+kernels::CudaComputeDtype live_compute_dtype(const boost::program_options::variables_map& values,
+                                             const std::string& device) {
+  if (values.count("compute-dtype") == 0U) {
+    return kernels::CudaComputeDtype::kBF16;
+  }
+  if (device != "cuda") {
+    throw ConfigError("--compute-dtype applies to --device cuda (the CPU engine is float32)");
+  }
+  const std::string dtype = values["compute-dtype"].as<std::string>();
+  for (const auto candidate : {kernels::CudaComputeDtype::kBF16, kernels::CudaComputeDtype::kFP16,
+                               kernels::CudaComputeDtype::kFP32}) {
+    if (dtype == kernels::cuda_compute_dtype_name(candidate)) {
+      return candidate;
+    }
+  }
+  throw ConfigError("--compute-dtype must be bf16, fp16 or fp32, not '" + dtype + "'");
+}
+
 }  // namespace
 
 int run_live(const Arguments& args, Context& context) {
@@ -99,7 +130,11 @@ int run_live(const Arguments& args, Context& context) {
       "trace-driven mode: run this trace's tokens and place them by its attention (no prompt)")(
       "max-new-tokens", po::value<int>()->default_value(128),
       "tokens to generate (greedy); with --follow-trace default: the trace's steps")(
-      "device", po::value<std::string>()->default_value("cpu"), "engine: cpu (cuda: not yet)")(
+      "device", po::value<std::string>()->default_value("cpu"),
+      "engine and cache backend: cpu or cuda")(
+      "compute-dtype", po::value<std::string>(),
+      "--device cuda: the engine's weights, activations and KV cache: bf16 (default), fp16 or "
+      "fp32")(
       "t0-budget", po::value<std::string>(),
       "hard limit of the T0 arena, e.g. 2MiB (default: the full cache of prompt + new tokens)")(
       "no-reference", "skip the full-cache run (no divergence figures)")(
@@ -108,7 +143,8 @@ int run_live(const Arguments& args, Context& context) {
   if (!parse_arguments(
           args, options, {}, values,
           "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE |\n"
-          "                   --follow-trace TRACE) [--max-new-tokens N] [--device cpu]\n"
+          "                   --follow-trace TRACE) [--max-new-tokens N]\n"
+          "                   [--device cpu|cuda [--compute-dtype bf16|fp16|fp32]]\n"
           "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
           "Decodes greedily with the real tiered KV cache (T0 arena, T1 host staged before each\n"
           "layer's attention, T2 8-bit, T3 dropped), placed step by step by the replay's policy,\n"
@@ -119,14 +155,8 @@ int run_live(const Arguments& args, Context& context) {
     return 0;
   }
   const std::string device = values["device"].as<std::string>();
-  if (device == "cuda") {
-    throw ConfigError(
-        "the live tiered cache runs on the CPU engine only (the CUDA backend is not built yet); "
-        "use --device cpu");
-  }
-  if (device != "cpu") {
-    throw ConfigError("unknown --device '" + device + "': expected cpu or cuda");
-  }
+  check_engine_device(device);
+  const kernels::CudaComputeDtype compute_dtype = live_compute_dtype(values, device);
   const bool follow = values.count("follow-trace") != 0U;
   const int prompt_sources = static_cast<int>(values.count("prompt") != 0U) +
                              static_cast<int>(values.count("prompt-file") != 0U) +
@@ -198,9 +228,25 @@ int run_live(const Arguments& args, Context& context) {
       throw ConfigError("the prompt is empty and the tokenizer has no BOS to start from");
     }
   }
-  const auto engine = kernels::make_cpu_engine(weights);
-  const auto reference =
-      values.count("no-reference") != 0U ? nullptr : kernels::make_cpu_engine(weights);
+  const bool with_reference = values.count("no-reference") == 0U;
+  std::unique_ptr<kernels::Engine> engine;
+  std::unique_ptr<kernels::Engine> reference;
+  if (device == "cuda") {
+    kernels::CudaEngineOptions cuda;
+    cuda.dtype = compute_dtype;
+    // The policy reads each step's head-mean rows right after the decode returns.
+    cuda.observer_rows = kernels::ObserverRows::kHeadMean;
+    cuda.observer_delivery = kernels::ObserverDelivery::kSynchronous;
+    engine = kernels::make_cuda_engine(weights, cuda);
+    if (with_reference) {
+      reference = kernels::make_cuda_engine(weights, cuda);
+    }
+  } else {
+    engine = kernels::make_cpu_engine(weights);
+    if (with_reference) {
+      reference = kernels::make_cpu_engine(weights);
+    }
+  }
   const kernels::LiveResult result =
       kernels::run_live(*engine, reference.get(), tokens.prompt, live_options);
 
@@ -214,10 +260,16 @@ int run_live(const Arguments& args, Context& context) {
   measurement.set_format_version(1);
   config::MeasurementProvenance& provenance = *measurement.mutable_provenance();
   const kernels::DeviceInfo cpu = kernels::host_cpu();
+  kernels::DeviceInfo ran_on = cpu;
+  if (device == "cuda") {
+    std::string status;
+    ran_on = kernels::cuda_devices(status).at(0);
+    ran_on.detail += ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype));
+  }
   provenance.set_tool(version_line() + " live");
   provenance.set_device(device);
-  provenance.set_device_name(cpu.name);
-  provenance.set_device_detail(cpu.detail);
+  provenance.set_device_name(ran_on.name);
+  provenance.set_device_detail(ran_on.detail);
   provenance.set_cpu_model(cpu.name);
   provenance.set_date_utc(utc_now());
   provenance.set_model(weights->spec.name());
@@ -250,11 +302,18 @@ int run_live(const Arguments& args, Context& context) {
   tiers.set_t1_peak_bytes(result.cache.t1_peak_bytes);
   tiers.set_t2_peak_bytes(result.cache.t2_peak_bytes);
   tiers.set_staging_peak_bytes(result.cache.staging_peak_bytes);
+  config::DeviceMemoryFigures& memory = *measurement.mutable_device_memory();
+  memory.set_weights_bytes(device == "cuda" ? kernels::cuda_engine_weight_bytes(*engine) : 0);
+  memory.set_t0_arena_bytes(result.allocation.t0_arena_bytes);
+  memory.set_staging_bytes(result.allocation.staging_bytes);
+  memory.set_used_peak_bytes(result.allocation.device_used_peak_bytes);
   for (const std::uint64_t count : result.final_tier_tokens) {
     tiers.add_final_tier_token_layers(count);
   }
   if (follow) {
-    measurement.set_follow_trace(values["follow-trace"].as<std::string>());
+    measurement.set_follow_trace(
+        trace_path_for(values["follow-trace"].as<std::string>(),
+                       values.count("measure") != 0U ? values["measure"].as<std::string>() : ""));
   }
   double kept_sum = 0.0;
   for (std::size_t step = 0; step < result.steps.size(); ++step) {

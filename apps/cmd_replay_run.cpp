@@ -122,6 +122,8 @@ void print_json(std::ostream& out, const replay::TraceAttention& trace,
         << ", \"host_token_steps\": " << summary.host_token_steps
         << ", \"newly_host\": " << summary.newly_host
         << ", \"compressed_bits\": " << format_double(run.result.demand.compressed_bits())
+        << ", \"compressed_scale_bytes_per_head_vector\": "
+        << run.result.demand.compressed_format().scale_bytes_per_head_vector
         << ", \"cache\": " << json_escape(replay::cache_outcome_name(run.result.outcome))
         << ", \"cache_file\": " << optional_text(run.result.file.string())
         << ", \"cache_note\": " << optional_text(run.result.note) << "}";

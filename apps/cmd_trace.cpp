@@ -17,7 +17,6 @@
 #include "configs/locations.hpp"
 #include "configs/schema/model.pb.h"
 #include "kernels/cuda_engine.hpp"
-#include "kernels/device_info.hpp"
 #include "kernels/hf_checkpoint.hpp"
 #include "kernels/tokenizer.hpp"
 #include "kernels/tracer.hpp"
@@ -408,20 +407,7 @@ int capture(const Arguments& args, Context& context) {
   }
   // Everything that needs no model is checked before the model is loaded.
   const std::string device = values["device"].as<std::string>();
-  if (device == "cuda" && !kernels::built_with_cuda()) {
-    throw ConfigError(
-        "the CUDA engine is not available in this build (only the CPU engine is); use "
-        "--device cpu");
-  }
-  if (device == "cuda") {
-    std::string status;
-    if (kernels::cuda_devices(status).empty()) {
-      throw ConfigError("the CUDA engine is not available: " + status + "; use --device cpu");
-    }
-  }
-  if (device != "cpu" && device != "cuda") {
-    throw ConfigError("unknown --device '" + device + "': expected cpu or cuda");
-  }
+  check_engine_device(device);
   if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
     throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
   }

@@ -179,6 +179,10 @@ int run_trace_meta(const Arguments& args, Context& context) {
   if (prompt_tokens == 0 || steps == 0) {
     throw ConfigError("--prompt-tokens and --steps must be at least 1");
   }
+  // The trace format's limit (traces/impl/format.cpp), refused here as the arguments it is.
+  if (std::uint64_t{prompt_tokens} + steps > std::uint64_t{1} << 31U) {
+    throw ConfigError("--prompt-tokens + --steps is more than a trace holds (2^31 positions)");
+  }
   kernels::TraceProvenance provenance;
   provenance.sampling = kernels::SamplingOptions::nucleus(values["temperature"].as<float>(),
                                                           values["top-p"].as<float>(),

@@ -1,5 +1,5 @@
-// `kvtier validate [REFERENCE...] [--published FILE]`: the simulator against measured
-// references and published measurements.
+// `kvtier validate [FILE...] [--published FILE]`: the simulator against measured references,
+// live measurement files and published measurements.
 
 #include <algorithm>
 #include <cmath>
@@ -7,6 +7,7 @@
 #include "apps/cli.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "validation/live.hpp"
 #include "validation/published.hpp"
 #include "validation/reference.hpp"
 
@@ -25,18 +26,31 @@ double median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2.0;
 }
 
-// Measured references: projected vs measured per figure; exit 1 when one is out of tolerance.
-int validate_references(const std::vector<std::string>& files, Format format, Context& context) {
+// A number for JSON: null for a non-finite one (the relative error of a figure measured as 0).
+std::string json_number(double value) {
+  return std::isfinite(value) ? format_double(value) : "null";
+}
+
+std::string percent(double fraction) {
+  return std::isfinite(fraction) ? format_fixed(100.0 * fraction, 1) + "%" : "inf";
+}
+
+// Measured references and live measurement files: projected vs measured per figure, skipped
+// figures with the reason; exit 1 when one is out of tolerance.
+int validate_files(const std::vector<std::string>& files, Format format, Context& context) {
   std::vector<validation::ReferenceCheck> checks;
   for (const std::string& file : files) {
-    for (auto& check : validation::check_reference(file, context.loader)) {
+    for (auto& check : validation::check_measurement_file(file, context.loader)) {
       checks.push_back(std::move(check));
     }
   }
   std::size_t outside = 0;
+  std::size_t skipped = 0;
   for (const auto& check : checks) {
     outside += check.within() ? 0 : 1;
+    skipped += check.skipped() ? 1 : 0;
   }
+  const std::size_t compared = checks.size() - skipped;
   if (format == Format::kJson) {
     context.out << "{\"references\": [";
     for (std::size_t i = 0; i < checks.size(); ++i) {
@@ -44,29 +58,40 @@ int validate_references(const std::vector<std::string>& files, Format format, Co
       context.out << (i == 0 ? "\n  " : ",\n  ") << "{\"id\": " << json_escape(c.id)
                   << ", \"policy\": " << json_escape(c.policy)
                   << ", \"metric\": " << json_escape(c.metric)
-                  << ", \"measured\": " << format_double(c.measured)
-                  << ", \"projected\": " << format_double(c.projected)
-                  << ", \"relative_error\": " << format_double(c.relative_error)
+                  << ", \"measured\": " << format_double(c.measured);
+      if (c.skipped()) {
+        context.out << ", \"skipped\": " << json_escape(c.skipped_because) << "}";
+        continue;
+      }
+      context.out << ", \"projected\": " << format_double(c.projected)
+                  << ", \"relative_error\": " << json_number(c.relative_error)
                   << ", \"tolerance\": " << format_double(c.tolerance)
                   << ", \"calibrated\": " << (c.calibrated ? "true" : "false")
                   << ", \"within\": " << (c.within() ? "true" : "false") << "}";
     }
-    context.out << "],\n \"outside_tolerance\": " << outside << "}\n";
+    context.out << "],\n \"outside_tolerance\": " << outside << ", \"skipped\": " << skipped
+                << "}\n";
   } else {
     TextTable table({"id", "policy", "metric", "measured", "projected", "error", "tolerance", ""},
                     {false, false, false, true, true, true, true, false});
     for (const auto& c : checks) {
+      if (c.skipped()) {
+        table.add_row({c.id, c.policy, c.metric, format_fixed(c.measured, c.decimals), "-", "-",
+                       "-", "skipped: " + c.skipped_because});
+        continue;
+      }
       table.add_row(
-          {c.id, c.policy, c.metric, format_fixed(c.measured, 3), format_fixed(c.projected, 3),
-           format_fixed(100.0 * c.relative_error, 1) + "%",
-           format_fixed(100.0 * c.tolerance, 1) + "%",
+          {c.id, c.policy, c.metric, format_fixed(c.measured, c.decimals),
+           format_fixed(c.projected, c.decimals), percent(c.relative_error), percent(c.tolerance),
            std::string(c.within() ? "ok" : "OUTSIDE") + (c.calibrated ? " (calibrated)" : "")});
     }
     table.render(context.out);
-    context.out << "\n" << checks.size() << " figures, " << outside << " outside tolerance\n";
+    context.out << "\n"
+                << compared << " figures, " << outside << " outside tolerance"
+                << (skipped > 0 ? ", " + std::to_string(skipped) + " skipped" : "") << "\n";
   }
   if (outside > 0) {
-    throw Error(std::to_string(outside) + " of " + std::to_string(checks.size()) +
+    throw Error(std::to_string(outside) + " of " + std::to_string(compared) +
                     " figures outside their tolerance",
                 {}, ExitCode::kRuntimeFailure);
   }
@@ -77,34 +102,43 @@ int validate_references(const std::vector<std::string>& files, Format format, Co
 
 int run_validate(const Arguments& args, Context& context) {
   po::options_description options("validate options");
-  options.add_options()("reference", po::value<std::vector<std::string>>(),
-                        "measured reference files (validation/measurements/*.textproto)")(
+  options.add_options()(
+      "file", po::value<std::vector<std::string>>(),
+      "measured references (*.textproto) and live measurement files (*.json), e.g. "
+      "validation/measurements/*.textproto validation/measurements/*.json")(
       "published", po::value<std::string>(),
       "CSV of published measurements (validation/published/*.csv)");
   add_format_option(options);
   po::positional_options_description positional;
-  positional.add("reference", -1);
+  positional.add("file", -1);
   po::variables_map values;
   if (!parse_arguments(
           args, options, positional, values,
-          "usage: kvtier validate [REFERENCE...] [--published FILE] [--format text|json]\n\n"
-          "Simulates the configuration of every measured reference (a ReferenceMeasurement "
-          "file: a run and its measured figures with tolerances) and prints projected next to "
-          "measured with the relative error, exiting 1 when a figure is outside its tolerance; "
-          "with --published, does the same for a CSV of published serving measurements "
-          "(reporting the median error).",
+          "usage: kvtier validate [FILE...] [--published FILE] [--format text|json]\n\n"
+          "Simulates the configuration of every measurement file and prints projected next to "
+          "measured with the relative error, exiting 1 when a figure is outside its tolerance. "
+          "A FILE is a measured reference (ReferenceMeasurement, protobuf text format: a run and "
+          "its measured figures with tolerances) or a live measurement (JSON written by `kvtier "
+          "live --measure`): a live run that followed a trace is simulated as one request of "
+          "its model preset, KV dtype, policy, lengths and trace (a relative follow_trace is "
+          "found from the file's folder), and its PCIe H2D and D2H bytes must equal the "
+          "simulation's; a CUDA run also compares time per output token and copy-engine busy "
+          "times (10%), on the node preset of its GPU. The file's `tolerances` replace these "
+          "defaults. Free-running runs, models that are no preset and the CPU backend's "
+          "timings are listed as skipped, with the reason. With --published, does the same "
+          "for a CSV of published serving measurements (reporting the median error).",
           context.out)) {
     return 0;
   }
   const Format format = format_from(values);
-  if (values.count("reference") != 0U) {
+  if (values.count("file") != 0U) {
     if (values.count("published") != 0U) {
-      throw ConfigError("give reference files or --published, not both");
+      throw ConfigError("give measurement files or --published, not both");
     }
-    return validate_references(values["reference"].as<std::vector<std::string>>(), format, context);
+    return validate_files(values["file"].as<std::vector<std::string>>(), format, context);
   }
   if (values.count("published") == 0U) {
-    throw ConfigError("validate needs reference files or --published FILE (see --help)");
+    throw ConfigError("validate needs measurement files or --published FILE (see --help)");
   }
   const auto points = validation::read_published(values["published"].as<std::string>());
   std::vector<validation::Projection> projections;

@@ -12,6 +12,7 @@
 // CUDA engine is not available in this build".
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string_view>
 
@@ -63,6 +64,11 @@ struct CudaEngineOptions {
 // when this build has no CUDA targets, no usable CUDA device is present or `options.device` does
 // not exist; DataError for a model the engine cannot run (as the CPU engine); kvtier::Error (exit
 // 1) naming the CUDA or cuBLAS call that failed, e.g. cudaMalloc when the model does not fit.
+// The options `engine` was made with; ConfigError when it is not a CUDA engine.
+[[nodiscard]] CudaEngineOptions cuda_engine_options(const Engine& engine);
+// Device bytes of its weight matrices and embeddings; ConfigError when it is not a CUDA engine.
+[[nodiscard]] std::uint64_t cuda_engine_weight_bytes(const Engine& engine);
+
 [[nodiscard]] std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,
                                                        CudaEngineOptions options = {});
 

@@ -1,6 +1,6 @@
 #pragma once
-// The model engine interface. The CPU reference (Eigen, float32) implements it now; a CUDA engine
-// will implement the same interface and be tested against the CPU twin.
+// The model engine interface, implemented by the CPU reference (Eigen, float32) and the CUDA
+// engine (kernels/cuda_engine.hpp), which is tested against its CPU twin.
 
 #include <cstdint>
 #include <memory>
@@ -43,6 +43,41 @@ class KeyValueStore {
   // the layer's attention: positions 0 .. positions - 1 as attention must read them.
   virtual LayerKeyValues load(int layer, int positions) = 0;
 };
+
+// The same on a device (the live tiered cache's CUDA backend, kernels/cuda_tiered_cache.hpp): the
+// store owns the device memory keys and values live in, and the CUDA engine's kernels write and
+// read it through a page table. Plain C++: device pointers are void*, a CUDA stream is passed as
+// void*.
+//
+// A slot holds one token of one layer in the engine's compute dtype: the keys of every KV head,
+// then their values ([2][kv_heads * head_dim]). A page-table entry e of a position says where:
+// e >= 0 is slot e of `t0`; e <= -2 is slot -(e + 2) of `staging`; -1 is a position attention
+// skips (evicted).
+struct DeviceLayerSlots {
+  void* t0 = nullptr;
+  const void* staging = nullptr;
+  const std::int32_t* page_table = nullptr;  // device, one entry per position
+};
+
+class DeviceKeyValueStore {
+ public:
+  virtual ~DeviceKeyValueStore() = default;
+  DeviceKeyValueStore() = default;
+  DeviceKeyValueStore(const DeviceKeyValueStore&) = delete;
+  DeviceKeyValueStore& operator=(const DeviceKeyValueStore&) = delete;
+  DeviceKeyValueStore(DeviceKeyValueStore&&) = delete;
+  DeviceKeyValueStore& operator=(DeviceKeyValueStore&&) = delete;
+
+  // At the start of a forward call of `rows` tokens from `first_position`, before the engine
+  // enqueues anything on `stream`: the store takes the rows into T0 in every layer (their page
+  // entries are T0 slots) and starts staging what attention reads.
+  virtual void begin_forward(int first_position, int rows, void* stream) = 0;
+  // Before the layer's first kernel: its slots and page table over positions 0 .. first_position
+  // + rows - 1; work enqueued on `stream` after this call sees them staged.
+  virtual DeviceLayerSlots layer(int layer, void* stream) = 0;
+  // After the layer's attention kernels were enqueued on `stream`.
+  virtual void end_layer(int layer, void* stream) = 0;
+};
 // ------------------------------------------------------------------------------------------------
 
 class Engine {
@@ -79,6 +114,14 @@ class Engine {
     if (store != nullptr) {
       throw ConfigError("the " + std::string(backend()) +
                         " engine cannot run with an external KV store (the live tiered cache)");
+    }
+  }
+  // The same for a device-side store (the CUDA engine).
+  virtual void set_device_kv_store(DeviceKeyValueStore* store) {
+    if (store != nullptr) {
+      throw ConfigError("the " + std::string(backend()) +
+                        " engine cannot run with a device-side KV store (the live tiered cache's "
+                        "CUDA backend)");
     }
   }
 };

@@ -1,8 +1,9 @@
 #pragma once
 // A live run with the tiered KV cache (docs/LIVE.md): the engine decodes greedily with its keys
-// and values in a TieredKvCache, and after every decode step the replay's policy object sees
-// the step's attention (the head mean over query heads of the probabilities the engine used,
-// per layer, over positions 0 .. n-1) and moves tokens between tiers; the cache moves the data.
+// and values in the live cache of its backend (make_live_cache), and after every decode step
+// the replay's policy object sees the step's attention (the head mean over query heads of the
+// probabilities the engine used, per layer, over positions 0 .. n-1) and moves tokens between
+// tiers; the cache moves the data.
 // A second engine, when given, runs the full cache on the same tokens (teacher-forced) for the
 // divergence figures. The policy's step is replay::ReplayStepper, the replay's own code.
 //
@@ -69,6 +70,7 @@ struct LiveResult {
   replay::ReplayDemand demand{0, 0};
   bool followed_trace = false;
   TieredCacheStats cache;
+  CacheAllocation allocation;
   // Tokens per tier after the last step, summed over layers.
   std::array<std::uint64_t, replay::kTierCount> final_tier_tokens{};
   // Against the full cache (when a reference engine ran).
@@ -88,10 +90,11 @@ struct LiveResult {
 // rather than placements); ConfigError naming the policy otherwise.
 void check_live_policy(const std::string& name);
 
-// `engine` must accept an external KV store (the CPU engine does); `reference` (optional, not
-// the same engine) runs the full cache. Errors: ConfigError for a bad policy, max_new_tokens < 1
-// or a run past max_position_embeddings, a T0 budget too small, or a followed source that does
-// not fit (prompt length, steps, forced tokens); DataError for bad tokens.
+// `engine` is a CPU engine (the cache's CPU backend) or a CUDA engine (its CUDA backend, which
+// needs the engine's observer delivery synchronous unless the run follows a source); `reference`
+// (optional, not the same engine) runs the full cache. Errors: ConfigError for a bad policy,
+// max_new_tokens < 1 or a run past max_position_embeddings, a T0 budget too small, or a followed
+// source that does not fit (prompt length, steps, forced tokens); DataError for bad tokens.
 [[nodiscard]] LiveResult run_live(Engine& engine, Engine* reference,
                                   std::span<const std::int32_t> prompt, const LiveOptions& options);
 

@@ -1,144 +1,161 @@
 #pragma once
-// The live tiered KV cache, CPU backend (docs/LIVE.md). It is the engine's KeyValueStore: every
-// key and value the forward pass computes is stored here, and attention reads each layer back
-// from here. Where a token lives is a replay::LayerPlacement per layer — the very objects the
-// replay's policies read and write — and apply_placement() moves the data to match:
+// The live tiered KV cache (docs/LIVE.md). Where a token lives is a replay::LayerPlacement per
+// layer — the very objects the replay's policies read and write — and apply_placement() moves
+// the data to match:
 //
 //   T0 "HBM": one arena for all layers with a hard byte budget (full precision);
 //   T1 host:  a host arena at full precision, staged (copied into a staging buffer) before each
 //             layer's attention: all of T1 every step (prefetch full) or only the tokens new to
 //             T1 since the last step, the staged copies being kept (prefetch differential);
-//   T2:       host memory, 8-bit: per token, per KV head and separately for K and V, one float
-//             scale = absmax / 127 and int8 q = round(x / scale) clamped to ±127; read as q·scale;
+//   T2:       host memory, 8-bit (kernels/impl/kv_quantise.hpp);
 //   T3:       dropped; attention leaves it out of the softmax.
 //
-// Copies are counted per direction: host → device (staging T1, the compressed bytes of T2,
-// promotions into T0) and device → host (offloads out of T0). Each is timed with a steady clock.
+// The bookkeeping — slots, moves, staging plans and byte counts — is kernels/tier_book.hpp, one
+// implementation for both backends; a backend owns the memory and performs the copies.
+// TieredKvCache is the CPU backend: the CPU engine's KeyValueStore, copies are memcpy between
+// host arenas, each kind timed with a steady clock. The CUDA backend is
+// kernels/cuda_tiered_cache.hpp.
 
 #include <array>
 #include <cstdint>
-#include <span>
+#include <memory>
 #include <vector>
 
 #include "configs/schema/model.pb.h"
 #include "kernels/engine.hpp"
+#include "kernels/tier_book.hpp"
 #include "replay/placement.hpp"
 
 namespace kvtier::kernels {
 
-enum class PrefetchMode { kFull, kDifferential };
-
 struct TieredCacheOptions {
   // Hard limit of the T0 arena, all layers together; a store or promotion past it throws
-  // ConfigError. Must hold at least one token-layer.
+  // ConfigError. Must hold at least one token-layer; 0: the full cache of max_positions tokens
+  // in every layer.
   std::uint64_t t0_budget_bytes = 0;
   PrefetchMode prefetch = PrefetchMode::kFull;
+  // Positions a run may reach (prompt + new tokens): the CUDA backend sizes its host tiers and
+  // page tables for it up front. 0: not known (the CPU backend grows its arenas instead).
+  std::uint64_t max_positions = 0;
 };
 
-// Bytes, token-layer copies and seconds of one kind of copy.
-struct CopyCounter {
-  std::uint64_t bytes = 0;
-  std::uint64_t tokens = 0;
-  double seconds = 0.0;
+// options.t0_budget_bytes, or when it is 0 the full cache: max_positions * layers * token_bytes
+// (std::logic_error when max_positions is 0 too).
+[[nodiscard]] std::uint64_t resolved_t0_budget(const TieredCacheOptions& options, int layers,
+                                               std::uint64_t token_bytes);
+
+// What a cache allocated for its tiers, bytes.
+struct CacheAllocation {
+  std::uint64_t t0_arena_bytes = 0;
+  std::uint64_t staging_bytes = 0;  // the largest staging allocation
+  // The device's used memory (total - free) at its highest when sampled (every step); 0 on the
+  // CPU backend.
+  std::uint64_t device_used_peak_bytes = 0;
 };
 
-struct TieredCacheStats {
-  CopyCounter h2d_prefetch;    // T1 host arena -> staging
-  CopyCounter h2d_compressed;  // T2 compressed bytes -> staging, dequantised there
-  CopyCounter h2d_promote;     // T1/T2 -> T0 arena
-  CopyCounter d2h_offload;     // T0 -> T1 (full precision) or T2 (compressed bytes)
-  CopyCounter host_recode;     // T1 <-> T2 inside host memory (no bus crossing)
-  // Peaks, bytes.
-  std::uint64_t t0_peak_bytes = 0;
-  std::uint64_t t1_peak_bytes = 0;
-  std::uint64_t t2_peak_bytes = 0;
-  std::uint64_t staging_peak_bytes = 0;
-  // Sum over layers of tokens evicted (dropped) so far.
-  std::uint64_t evicted_tokens = 0;
+// What a live run drives, whatever the backend: the placement the policy changes, the moves
+// that follow it, and the copies' figures.
+class LiveKvCache {
+ public:
+  virtual ~LiveKvCache() = default;
+  LiveKvCache() = default;
+  LiveKvCache(const LiveKvCache&) = delete;
+  LiveKvCache& operator=(const LiveKvCache&) = delete;
+  LiveKvCache(LiveKvCache&&) = delete;
+  LiveKvCache& operator=(LiveKvCache&&) = delete;
 
-  [[nodiscard]] CopyCounter h2d() const;  // prefetch + compressed + promote
+  // The placement a policy reads and changes (start/observe); apply_placement() then makes the
+  // data follow. Tokens are appended (in T0) as the engine computes them.
+  [[nodiscard]] virtual std::vector<replay::LayerPlacement>& placement() = 0;
+  // Moves every token whose placement differs from where its data is: demotions first (so T0
+  // space freed this step can be reused), then promotions into T0.
+  virtual void apply_placement() = 0;
+  // The figures so far, copies' times included (the CUDA backend waits for its copies).
+  [[nodiscard]] virtual const TieredCacheStats& stats() = 0;
+  // Bytes in each tier now (T0 arena, T1 arena, T2 store; T3 holds none).
+  [[nodiscard]] virtual std::array<std::uint64_t, replay::kTierCount> tier_bytes() const = 0;
+  [[nodiscard]] virtual std::uint64_t t0_budget_bytes() const = 0;
+  // One token of one layer at full precision (K and V of every KV head), and compressed.
+  [[nodiscard]] virtual std::uint64_t token_bytes() const = 0;
+  [[nodiscard]] virtual std::uint64_t compressed_token_bytes() const = 0;
+  [[nodiscard]] virtual CacheAllocation allocation() const = 0;
+  // Makes `engine` keep its keys and values here (and detaches: nullptr semantics are the
+  // engine's). Call after engine.reset().
+  virtual void attach(Engine& engine) = 0;
+  virtual void detach(Engine& engine) = 0;
 };
 
-class TieredKvCache final : public KeyValueStore {
+class TieredKvCache final : public LiveKvCache, public KeyValueStore {
  public:
   TieredKvCache(const config::ModelSpec& spec, const TieredCacheOptions& options);
+  ~TieredKvCache() override = default;
+  TieredKvCache(const TieredKvCache&) = delete;
+  TieredKvCache& operator=(const TieredKvCache&) = delete;
+  TieredKvCache(TieredKvCache&&) = delete;
+  TieredKvCache& operator=(TieredKvCache&&) = delete;
 
   void store(const KeyValueWrite& write) override;
   LayerKeyValues load(int layer, int positions) override;
 
-  // The placement a policy reads and changes (start/observe); apply_placement() then makes the
-  // data follow. Tokens are appended (in T0) by store().
-  [[nodiscard]] std::vector<replay::LayerPlacement>& placement() noexcept { return placement_; }
-  // Moves every token whose placement differs from where its data is: demotions first (so T0
-  // space freed this step can be reused), then promotions into T0.
-  void apply_placement();
-  // Empties the cache (keeps the statistics' peaks; reset_stats() clears them).
-  void reset();
-  void reset_stats();
+  [[nodiscard]] std::vector<replay::LayerPlacement>& placement() override {
+    return book_.placement();
+  }
+  void apply_placement() override;
+  [[nodiscard]] const TieredCacheStats& stats() override { return book_.stats(); }
+  [[nodiscard]] std::array<std::uint64_t, replay::kTierCount> tier_bytes() const override {
+    return book_.tier_bytes();
+  }
+  void attach(Engine& engine) override { engine.set_kv_store(this); }
+  void detach(Engine& engine) override { engine.set_kv_store(nullptr); }
 
-  [[nodiscard]] const TieredCacheStats& stats() const noexcept { return stats_; }
-  [[nodiscard]] std::uint64_t t0_budget_bytes() const noexcept { return options_.t0_budget_bytes; }
-  // Bytes in each tier now (T0 arena, T1 arena, T2 store; T3 holds none).
-  [[nodiscard]] std::array<std::uint64_t, replay::kTierCount> tier_bytes() const;
-  // One token of one layer: K and V of every KV head at float32, and compressed (int8 + scales).
-  [[nodiscard]] std::uint64_t token_bytes() const noexcept { return token_floats_ * 4; }
-  [[nodiscard]] std::uint64_t compressed_token_bytes() const noexcept;
+  // Empties the cache (keeps the statistics' peaks; reset_stats() clears them).
+  void reset() { book_.reset(); }
+  void reset_stats() { book_.reset_stats(); }
+
+  [[nodiscard]] std::uint64_t t0_budget_bytes() const override { return book_.t0_budget_bytes(); }
+  // float32 here.
+  [[nodiscard]] std::uint64_t token_bytes() const override { return book_.token_bytes(); }
+  [[nodiscard]] std::uint64_t compressed_token_bytes() const override {
+    return book_.compressed_token_bytes();
+  }
+  [[nodiscard]] CacheAllocation allocation() const override;
 
  private:
-  static constexpr std::uint32_t kNone = 0xFFFFFFFFU;
-
-  // Fixed-size slots of T elements with a free list; `limit` slots at most (0: no limit).
+  [[nodiscard]] float* t0_slot(std::uint32_t slot) { return slot_of(t0_, slot, token_floats_); }
+  [[nodiscard]] float* t1_slot(std::uint32_t slot) { return slot_of(t1_, slot, token_floats_); }
+  [[nodiscard]] std::int8_t* t2_slot(std::uint32_t slot) {
+    return slot_of(t2_, slot, compressed_width_);
+  }
   template <typename T>
-  struct SlotPool {
-    std::size_t width = 0;
-    std::uint64_t limit = 0;
-    std::vector<T> data;
-    std::vector<std::uint32_t> free;
-    std::uint64_t used = 0;
-    [[nodiscard]] std::uint32_t allocate();
-    void release(std::uint32_t slot);
-    [[nodiscard]] T* at(std::uint32_t slot) { return data.data() + slot * width; }
-    void clear();
-  };
+  [[nodiscard]] static T* slot_of(std::vector<T>& arena, std::uint32_t slot, std::size_t width) {
+    return arena.data() + static_cast<std::size_t>(slot) * width;
+  }
+  void grow_arenas();
+  void perform(const TokenMove& move);
 
-  struct Layer {
-    std::vector<replay::Tier> where;    // where each position's data is now
-    std::vector<std::uint32_t> slot;    // its slot in that tier's pool
-    std::vector<std::uint32_t> staged;  // differential: staging slot of a T1 token, or kNone
-    std::uint64_t t1_tokens = 0;
-    std::uint64_t t2_tokens = 0;
-  };
-
-  void move(int layer, std::uint64_t position, replay::Tier to);
-  void quantise(const float* source, std::int8_t* codes) const;
-  void dequantise(const std::int8_t* codes, float* target) const;
-  void drop_staged(Layer& layer, std::uint64_t position);
-  void update_peaks();
-
-  TieredCacheOptions options_;
-  int layers_ = 0;
   int kv_heads_ = 0;
   int head_dim_ = 0;
-  std::size_t token_floats_ = 0;  // 2 * kv_heads * head_dim
-
-  std::vector<replay::LayerPlacement> placement_;
-  std::vector<Layer> state_;
-  SlotPool<float> t0_;                   // the T0 arena
-  SlotPool<float> t1_;                   // host arena, full precision
-  SlotPool<std::int8_t> t2_;             // host, int8 codes then the float scales' bytes
-  SlotPool<float> staging_;              // differential: kept staged copies of T1
-  std::vector<float> transient_;         // full prefetch: this layer's staged T1
+  std::size_t token_floats_ = 0;      // 2 * kv_heads * head_dim
+  std::size_t compressed_width_ = 0;  // bytes of a compressed token-layer
+  TierBook book_;
+  std::vector<float> t0_;                // the T0 arena
+  std::vector<float> t1_;                // host arena, full precision
+  std::vector<std::int8_t> t2_;          // host, int8 codes then the float scales' bytes
+  std::vector<float> staging_;           // differential: kept staged copies of T1
+  std::vector<float> transient_;         // this layer's staged T1 (full) and dequantised T2
   std::vector<std::int8_t> compressed_;  // this layer's T2 bytes as copied to the device
-  std::vector<std::uint32_t> transient_index_;
-  std::uint64_t transient_tokens_ = 0;
   // What attention reads: per KV head [positions][head_dim], and the readable mask.
   std::vector<std::vector<float>> keys_;
   std::vector<std::vector<float>> values_;
   std::vector<const float*> key_pointers_;
   std::vector<const float*> value_pointers_;
   std::vector<std::uint8_t> readable_;
-  std::vector<float> scratch_;
-  TieredCacheStats stats_;
+  std::uint64_t staging_peak_allocation_ = 0;
 };
+
+// The cache for `engine`'s backend: TieredKvCache for "cpu", the CUDA backend for "cuda"
+// (ConfigError for an engine that has neither).
+[[nodiscard]] std::unique_ptr<LiveKvCache> make_live_cache(Engine& engine,
+                                                           const TieredCacheOptions& options);
 
 }  // namespace kvtier::kernels

@@ -9,10 +9,13 @@
 #include <vector>
 
 #include "replay/attention.hpp"
+#include "replay/compressed_format.hpp"
 #include "replay/policy.hpp"
 
 namespace kvtier::replay {
 
+// One step of one layer: tokens by tier, the step's moves (as TierMoves counts them) and its
+// attention mass by tier.
 struct StepLayerRecord {
   std::array<std::uint32_t, kTierCount> tokens{};  // after the policy's step
   std::uint32_t promoted = 0;
@@ -20,6 +23,8 @@ struct StepLayerRecord {
   std::uint32_t compressed = 0;
   std::uint32_t evicted = 0;
   std::uint32_t newly_host = 0;
+  std::uint32_t promoted_from_compressed = 0;
+  std::uint32_t compressed_from_hbm = 0;
   std::array<float, kTierCount> mass{};  // of the step's attention, by the tier it fell on
 
   friend bool operator==(const StepLayerRecord&, const StepLayerRecord&) = default;
@@ -54,16 +59,32 @@ class ReplayDemand {
   [[nodiscard]] std::span<StepLayerRecord> step_records(std::uint64_t step) {
     return {records_.data() + step * layers_, layers_};
   }
+  // The placement Policy::start() made of the prompt before step 0, per layer: `tokens` by tier
+  // (they add up to the prompt) and the moves start() made, which step 0's record also counts
+  // (its moves are those since the prefill). No attention mass. replay() and read_demand_file()
+  // set them; until then every count is 0.
+  [[nodiscard]] StepLayerRecord& start(std::uint32_t layer) { return start_.at(layer); }
+  [[nodiscard]] const StepLayerRecord& start(std::uint32_t layer) const { return start_.at(layer); }
+  // Records the start: tokens by tier and pending moves of `placement` (one entry per layer),
+  // right after Policy::start() and before the moves are reset.
+  void record_start(const std::vector<LayerPlacement>& placement);
   [[nodiscard]] ReplaySummary summary() const;
-  // Bits per K or V element of a T2 token (Policy::compressed_bits of the replayed policy).
-  [[nodiscard]] double compressed_bits() const noexcept { return compressed_bits_; }
-  void set_compressed_bits(double bits) noexcept { compressed_bits_ = bits; }
+  // How the replayed policy stores a T2 token (Policy::compressed_format).
+  [[nodiscard]] const CompressedFormat& compressed_format() const noexcept {
+    return compressed_format_;
+  }
+  void set_compressed_format(const CompressedFormat& format) noexcept {
+    compressed_format_ = format;
+  }
+  [[nodiscard]] double compressed_bits() const noexcept { return compressed_format_.code_bits; }
 
  private:
   std::uint32_t layers_;
   std::uint64_t steps_;
   std::vector<StepLayerRecord> records_;
-  double compressed_bits_ = 8.0;
+  std::vector<StepLayerRecord> start_;  // one per layer
+  // replay() and read_demand_file() set it; until then the default Policy's format.
+  CompressedFormat compressed_format_ = kInt8HeadScaled;
 };
 
 // One step of a replay, shared by replay() and the live tiered cache (kernels/live.hpp), so that

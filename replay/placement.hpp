@@ -14,12 +14,17 @@ enum class Tier : std::uint8_t { kHbm = 0, kHost = 1, kCompressed = 2, kEvicted 
 inline constexpr std::size_t kTierCount = 4;
 
 // Movements since the last reset, in tokens.
+// Which of them cross the host link, and at what size, depends on where they came from: a
+// promotion from T2 carries compressed bytes, T0 -> T2 is an offload of compressed bytes, and
+// T1 <-> T2 is a recode inside host memory that crosses no bus.
 struct TierMoves {
   std::uint64_t promoted = 0;    // host (T1/T2) -> HBM
   std::uint64_t demoted = 0;     // HBM -> host (T1)
   std::uint64_t compressed = 0;  // -> T2
   std::uint64_t evicted = 0;     // -> T3
   std::uint64_t newly_host = 0;  // tokens that entered T1 (what a differential prefetch moves)
+  std::uint64_t promoted_from_compressed = 0;  // of `promoted`, those from T2
+  std::uint64_t compressed_from_hbm = 0;       // of `compressed`, those from HBM (not from T1)
 };
 
 class LayerPlacement {

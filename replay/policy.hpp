@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "replay/attention.hpp"
+#include "replay/compressed_format.hpp"
 #include "replay/placement.hpp"
 
 namespace kvtier::replay {
@@ -64,9 +65,9 @@ class Policy {
   // with view.kept_mass not yet filled. Negative (the default) when the kept mass follows from
   // the placement; otherwise the engine books it on HBM and the rest as lost.
   [[nodiscard]] virtual double own_kept_mass(const StepView& view, std::uint32_t layer) const;
-  // Bits a T2 (compressed) token costs per K or V element, for the simulator's byte counts
-  // (8: the tiered hierarchy's 8-bit offload).
-  [[nodiscard]] virtual double compressed_bits() const { return 8.0; }
+  // How a T2 (compressed) token is stored, for the simulator's byte counts (the tiered
+  // hierarchy's int8 codes with a float32 scale per head vector, as the live cache stores it).
+  [[nodiscard]] virtual CompressedFormat compressed_format() const { return kInt8HeadScaled; }
 };
 
 }  // namespace kvtier::replay

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The GPU checks, in one run on a machine with an NVIDIA GPU (written for an H200): configures
 # and builds the CUDA targets into build/gpu, runs the tests labelled `gpu` (the CUDA engine
-# against the CPU engine), the CUDA decode benchmark, a `kvtier trace capture --device cuda`
-# of stories260K next to a CPU capture, and scripts/capture_hf.py against kvtier's capture where
-# PyTorch and transformers are installed. Everything lands in "$OUT" (default ./gpu-results):
+# against the CPU engine, the tiered cache's CUDA backend against its CPU backend), live runs of
+# the tiered cache on a 7B-shaped model with random weights following a synthetic trace of its
+# shape (full cache and tiered at several HBM shares) checked by `kvtier validate`, the CUDA
+# decode benchmark, a `kvtier trace capture --device cuda` of stories260K next to a CPU capture,
+# and scripts/capture_hf.py against kvtier's capture where PyTorch and transformers are
+# installed. Everything lands in "$OUT" (default ./gpu-results):
 #
 #   results.jsonl   one JSON line per step: step, status (ok | failed | timeout | skipped | info),
 #                   exit code, seconds, and the provenance (GPU name, driver, memory from
 #                   nvidia-smi, UTC date, commit); the benchmark's line carries its figures
+#   live-*.json     the live measurement files (docs/LIVE.md), and the trace they followed
 #   *.log           each step's output; ctest-gpu.xml (JUnit); the captured traces
 #
 # Every step has a time limit and a failed step does not stop the others that can still run;
@@ -124,7 +128,7 @@ if run configure 150 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release 
 fi
 if [ "$configured" -eq 1 ]; then
   if run build 330 cmake --build "$build" -j "$jobs" --target kvtier_cuda_engine_tests \
-    kvtier_bench_cuda_decode kvtier; then
+    kvtier_cuda_live_tests kvtier_bench_cuda_decode kvtier; then
     built=1
   fi
 else
@@ -144,6 +148,32 @@ if [ "$built" -eq 1 ]; then
   summary="$(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log" | tail -n 1 || true)"
   if [ -n "$summary" ]; then
     record ctest-gpu-summary info null 0 "\"summary\":\"$(json_escape "$summary")\""
+  fi
+
+  # The live tiered cache on a 7B shape (docs/LIVE.md, trace-driven mode): timing does not
+  # depend on weight values, so random weights in Llama-2-7B's shapes follow a synthetic
+  # reasoning trace of that shape; each run's measurement file is then checked against the
+  # simulator (kvtier validate: equal PCIe volumes; time per token and copy time).
+  live_trace="$OUT/live-llama2-7b-reasoning.h5"
+  if run live-trace 90 "$build/bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 2048 \
+    --steps 128 --pattern reasoning --seed 1 --out "$live_trace"; then
+    live_files=()
+    for live in "full|full" \
+      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0" \
+      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0" \
+      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0" \
+      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,prefetch=differential" \
+      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3"; do
+      name="${live%%|*}"
+      file="$OUT/live-llama2-7b-$name.json"
+      if run "live-$name" 75 "$build/bin/kvtier" live --model random:Llama-2-7B --device cuda \
+        --follow-trace "$live_trace" --policy "${live#*|}" --no-reference --measure "$file"; then
+        live_files+=("$file")
+      fi
+    done
+    if [ "${#live_files[@]}" -gt 0 ]; then
+      run validate-live 60 "$build/bin/kvtier" validate "${live_files[@]}" || true
+    fi
   fi
 
   bench_args="${KVTIER_BENCH_ARGS:-512 256 3}"

@@ -11,10 +11,13 @@
 // iteration; the first output token is produced by the iteration that processes the last
 // prompt chunk.
 //
-// With a tier policy (a TierDemand), each decoding request's tokens follow the policy's replay:
-// attention reads the tokens not evicted, the T1/T2 tokens of every layer are prefetched and
-// offloads happen as tier_timing.hpp describes, and admission reserves the request's peak T0 KV
-// plus its staging share in HBM and its peak T1 + T2 in host memory.
+// With a tier policy (a TierDemand), each decoding request's tokens follow the policy's replay,
+// step by step as the live cache runs it: the prefill that completes a prompt offloads what the
+// policy's start placement holds off HBM; each decode step's attention reads the tokens not
+// evicted of the placement in force before its policy step, the T1/T2 tokens of every layer are
+// prefetched, and the step's moves (promotions, offloads) follow, timed as tier_timing.hpp
+// describes; admission reserves the request's peak T0 KV plus its staging share in HBM and its
+// peak T1 + T2 in host memory.
 
 #include <cstdint>
 #include <deque>
@@ -119,10 +122,13 @@ class ServingEngine {
   void finish_iteration();
   void complete(std::uint32_t id);
   [[nodiscard]] std::uint64_t attended(const Request& request) const;
+  // The tokens a decode step attends once `generated` tokens are out (the first from the
+  // prefill), its own included.
+  [[nodiscard]] std::uint64_t attended(const Request& request, std::uint64_t generated) const;
   [[nodiscard]] double kv_in_use() const;
   [[nodiscard]] double full_kv_in_use() const;
   // Sets the decode context of `batch` and fills layer_copies_ from the decoding requests'
-  // tier demand (tiered runs only).
+  // tier demand and the placement of prompts this iteration completes (tiered runs only).
   void plan_tier_traffic(hw::BatchShape& batch);
 
   sim::Simulator& simulator_;

@@ -4,11 +4,17 @@
 //
 // Projection (DESIGN.md §2): target layer l reads source layer round(l·(Ls−1)/(Lt−1)); token
 // positions map 1:1, so a decode step that attends c tokens reads the trace step whose row has
-// c entries (t = c − prompt − 1). A request shorter than its trace's prompt reads step 0 with
-// the counts scaled to c tokens. A request longer than its trace is a ConfigError unless the
-// run sets tiering.extend_synthetic; the steps past the trace then read a synthetic trace's
-// replay, and the report gives their share. Requests are assigned to traces uniformly at
-// random from the run's seed (stream kTraceAssignment), in request order.
+// c entries (t = c − prompt − 1). A request whose prompt is shorter than its trace's reads the
+// start placement's shares, scaled to its tokens, until it reaches the trace's first step. A
+// request longer than its trace is a ConfigError unless the run sets tiering.extend_synthetic;
+// the steps past the trace then read a synthetic trace's replay, and the report gives their
+// share. Requests are assigned to traces uniformly at random from the run's seed (stream
+// kTraceAssignment), in request order.
+//
+// Step semantics are the live cache's (kernels/live.hpp, docs/LIVE.md): decode step t stages
+// for attention the placement in force before its policy step (the previous step's, or the
+// start's for step 0); then the policy observes the step and the step's moves are made. The
+// prefill places the prompt as the request's first decode step finds it.
 
 #include <cstdint>
 #include <memory>
@@ -17,6 +23,7 @@
 
 #include "configs/schema/policy.pb.h"
 #include "configs/schema/run.pb.h"
+#include "replay/compressed_format.hpp"
 #include "replay/engine.hpp"
 #include "serving/demand_memo.hpp"
 #include "serving/workload.hpp"
@@ -25,14 +32,27 @@ namespace kvtier::serving {
 
 // One request's tokens in one layer at one decode step, by tier, and what moved at that step.
 struct LayerDemand {
+  // What the step's attention reads: the placement in force before the step's policy step, over
+  // the tokens before the step's own (which is in HBM and not counted here).
   double hbm = 0.0;
-  double host = 0.0;        // T1: full precision in host memory, prefetched for attention
-  double compressed = 0.0;  // T2: compressed in host memory
+  double host = 0.0;        // T1: full precision in host memory, staged for attention
+  double compressed = 0.0;  // T2: compressed in host memory, staged and dequantised
   double evicted = 0.0;
-  double newly_host = 0.0;  // tokens that entered T1 at this step
-  double demoted = 0.0;     // HBM -> host at this step
-  double promoted = 0.0;    // host -> HBM at this step (copied in at full precision)
-  double compressed_moves = 0.0;
+  // Of `host`, the tokens without a staged copy (what a differential prefetch copies): those
+  // that entered T1 at the previous step's moves, and all of T1 at a request's first step.
+  double unstaged_host = 0.0;
+  // Tokens held after the step's moves, the step's own included.
+  double hbm_after = 0.0;
+  double host_after = 0.0;
+  double compressed_after = 0.0;
+  // The step's moves, made after its attention.
+  double demoted = 0.0;   // HBM -> T1
+  double promoted = 0.0;  // host (T1/T2) -> HBM
+  // Of `promoted`, those from T2: their compressed bytes cross and are dequantised in HBM.
+  double promoted_from_compressed = 0.0;
+  // HBM -> T2 at this step, offloaded as compressed bytes. Tokens T1 -> T2 (and T2 -> T1) are
+  // recoded inside host memory and cross no bus, so they are not counted here.
+  double compressed_from_hbm = 0.0;
 };
 
 // What admission reserves for a request over its whole life, in token-layers (Σ over target
@@ -53,8 +73,9 @@ struct ReplayedTrace {
   std::shared_ptr<const MemoDemand> replayed;
   replay::ReplaySummary summary;
   [[nodiscard]] const replay::ReplayDemand& demand() const { return replayed->demand; }
-  // Running maxima over steps, per step: Σ over target layers of T0, T1, T2 tokens, and the
-  // largest T1 + T2 of any layer.
+  // Running maxima over the placements held, [0] the start's and [t + 1] step t's: Σ over target
+  // layers of T0, T1, T2 tokens, and the largest T1 + T2 of any layer. Step t stages placement
+  // [t], so max_staged[t] is the most any layer stages up to step t.
   std::vector<double> max_hbm;
   std::vector<double> max_host;
   std::vector<double> max_compressed;
@@ -78,10 +99,16 @@ class TierDemand {
   // The policy moves only tokens newly placed in T1 each step (`prefetch=differential`),
   // rather than all of T1.
   [[nodiscard]] bool differential_prefetch() const noexcept { return differential_; }
-  [[nodiscard]] double compressed_bits() const noexcept { return compressed_bits_; }
+  // How the policy stores a T2 token (replay::Policy::compressed_format).
+  [[nodiscard]] const replay::CompressedFormat& compressed_format() const noexcept {
+    return compressed_format_;
+  }
 
-  [[nodiscard]] LayerDemand at(std::uint32_t request, std::uint64_t context,
-                               std::uint32_t layer) const;
+  // Request `request`'s decode step that attends `context` tokens (the step's own included), in
+  // target layer `layer`; `first` when it is the request's first decode step (nothing of it is
+  // staged yet). The prefill's offloads are what the first step's placement holds off HBM.
+  [[nodiscard]] LayerDemand at(std::uint32_t request, std::uint64_t context, std::uint32_t layer,
+                               bool first) const;
   [[nodiscard]] const RequestPeaks& peaks(std::uint32_t request) const {
     return peaks_.at(request);
   }
@@ -109,7 +136,7 @@ class TierDemand {
 
   std::string canonical_;
   bool differential_ = false;
-  double compressed_bits_ = 8.0;
+  replay::CompressedFormat compressed_format_;  // set by add_demand(), from the replay
   std::vector<ReplayedTrace> traces_;
   std::uint32_t tail_trace_ = UINT32_MAX;  // synthetic extension, when used
   bool synthetic_only_ = false;

@@ -3,7 +3,9 @@
 // source) and the simulator's projection of each: the same model, GPU, tensor parallelism,
 // batch and lengths, and the metric the source reports.
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "configs/loader.hpp"
@@ -36,6 +38,16 @@ struct Projection {
   double simulated = 0.0;
   double relative_error = 0.0;  // (simulated − published) / published
 };
+
+// The node preset a GPU is measured in (A100 → dgx-a100-8, H100 → hgx-h100-8, H200 →
+// hgx-h200-8) and the GPU preset that replaces the node's own when the part differs
+// (A100-40GB; empty otherwise). `gpu` is a published name ("H100-SXM") or a CUDA device name
+// ("NVIDIA H100 80GB HBM3", kernels/device_info.hpp). nullopt for a GPU no node preset holds.
+struct GpuNode {
+  std::string node;
+  std::string gpu;
+};
+[[nodiscard]] std::optional<GpuNode> node_for_gpu(std::string_view gpu);
 
 // Runs the serving simulation for the point. `base_run` is a RunSpec text the point's
 // hardware, model and workload are set on with overrides.

@@ -29,6 +29,7 @@
 
 #include "common/errors.hpp"
 #include "kernels/cuda_engine.hpp"
+#include "kernels/impl/cuda_handles.hpp"
 #include "kernels/impl/cuda_kernels.cuh"
 #include "kernels/impl/observer_delivery.hpp"
 #include "kernels/rotary.hpp"
@@ -36,7 +37,9 @@
 namespace kvtier::kernels {
 namespace {
 
+using cuda::device_dtype;
 using cuda::Dtype;
+using cuda::dtype_bytes;
 
 // Floats of attention probabilities a call keeps on the device at once without an observer
 // (128 MiB); longer prompts run their attention in chunks of query rows.
@@ -45,212 +48,13 @@ constexpr std::int64_t kAttentionScratchFloats = std::int64_t{32} << 20U;
 constexpr std::int64_t kUploadStagingFloats = std::int64_t{16} << 20U;
 constexpr int kMaxHeadDim = 1024;
 
-// "1.50 GiB", "12.0 MiB", "512 bytes": sizes in messages.
-std::string size_text(double bytes) {
-  std::ostringstream text;
-  if (bytes >= static_cast<double>(1U << 30U)) {
-    text << std::fixed << std::setprecision(2) << bytes / static_cast<double>(1U << 30U) << " GiB";
-  } else if (bytes >= static_cast<double>(1U << 20U)) {
-    text << std::fixed << std::setprecision(1) << bytes / static_cast<double>(1U << 20U) << " MiB";
-  } else {
-    text << std::fixed << std::setprecision(0) << bytes << " bytes";
-  }
-  return text.str();
-}
-
-// Every CUDA and cuBLAS call goes through one of these: a failure is a kvtier::Error (exit 1)
-// naming the call.
-class Checker {
- public:
-  explicit Checker(int device) : device_(device) {}
-
-  [[nodiscard]] std::string where() const { return "CUDA device " + std::to_string(device_); }
-
-  void operator()(cudaError_t status, const std::string& call) const {
-    if (status != cudaSuccess) {
-      throw Error(
-          call + " failed: " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")",
-          where(), ExitCode::kRuntimeFailure);
-    }
-  }
-  void operator()(cublasStatus_t status, const std::string& call) const {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      throw Error(call + " failed: " + cublasGetStatusName(status) + " (" +
-                      cublasGetStatusString(status) + ")",
-                  where(), ExitCode::kRuntimeFailure);
-    }
-  }
-
- private:
-  int device_;
-};
-
-// Owning handles. Destructors ignore errors: they run on teardown, where nothing can be done.
-class DeviceMemory {
- public:
-  DeviceMemory() = default;
-  DeviceMemory(std::size_t bytes, const Checker& check) : bytes_(bytes) {
-    if (bytes > 0) {
-      check(cudaMalloc(&data_, bytes),
-            "cudaMalloc (" + size_text(static_cast<double>(bytes)) + ")");
-    }
-  }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  DeviceMemory(DeviceMemory&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  DeviceMemory& operator=(DeviceMemory&& other) noexcept {
-    if (this != &other) {
-      free();
-      data_ = std::exchange(other.data_, nullptr);
-      bytes_ = std::exchange(other.bytes_, 0);
-    }
-    return *this;
-  }
-  ~DeviceMemory() { free(); }
-
-  [[nodiscard]] void* get() const { return data_; }
-  [[nodiscard]] float* floats() const { return static_cast<float*>(data_); }
-  [[nodiscard]] std::size_t bytes() const { return bytes_; }
-
- private:
-  void free() noexcept {
-    if (data_ != nullptr) {
-      static_cast<void>(cudaFree(data_));
-      data_ = nullptr;
-    }
-  }
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
-class PinnedMemory {
- public:
-  PinnedMemory() = default;
-  PinnedMemory(std::size_t bytes, const Checker& check) : bytes_(bytes) {
-    check(cudaHostAlloc(&data_, std::max<std::size_t>(bytes, 1), cudaHostAllocDefault),
-          "cudaHostAlloc (" + size_text(static_cast<double>(bytes)) + " pinned)");
-  }
-  PinnedMemory(const PinnedMemory&) = delete;
-  PinnedMemory& operator=(const PinnedMemory&) = delete;
-  PinnedMemory(PinnedMemory&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  PinnedMemory& operator=(PinnedMemory&& other) noexcept {
-    if (this != &other) {
-      free();
-      data_ = std::exchange(other.data_, nullptr);
-      bytes_ = std::exchange(other.bytes_, 0);
-    }
-    return *this;
-  }
-  ~PinnedMemory() { free(); }
-
-  [[nodiscard]] std::byte* get() const { return static_cast<std::byte*>(data_); }
-  [[nodiscard]] std::size_t bytes() const { return bytes_; }
-
- private:
-  void free() noexcept {
-    if (data_ != nullptr) {
-      static_cast<void>(cudaFreeHost(data_));
-      data_ = nullptr;
-    }
-  }
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-};
-
-class Stream {
- public:
-  // Selects `device` for the calling thread first: the stream and all that follows live there.
-  Stream(const Checker& check, int device) {
-    check(cudaSetDevice(device), "cudaSetDevice");
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
-  }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  Stream(Stream&&) = delete;
-  Stream& operator=(Stream&&) = delete;
-  ~Stream() {
-    static_cast<void>(cudaStreamSynchronize(stream_));
-    static_cast<void>(cudaStreamDestroy(stream_));
-  }
-  [[nodiscard]] cudaStream_t get() const { return stream_; }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
-
-class Cublas {
- public:
-  Cublas(const Checker& check, cudaStream_t stream) {
-    check(cublasCreate(&handle_), "cublasCreate");
-    const cublasStatus_t status = cublasSetStream(handle_, stream);
-    if (status != CUBLAS_STATUS_SUCCESS) {
-      static_cast<void>(cublasDestroy(handle_));
-      check(status, "cublasSetStream");
-    }
-  }
-  Cublas(const Cublas&) = delete;
-  Cublas& operator=(const Cublas&) = delete;
-  Cublas(Cublas&&) = delete;
-  Cublas& operator=(Cublas&&) = delete;
-  ~Cublas() { static_cast<void>(cublasDestroy(handle_)); }
-  [[nodiscard]] cublasHandle_t get() const { return handle_; }
-
- private:
-  cublasHandle_t handle_ = nullptr;
-};
-
-// Events that mark when a record's copies have landed; reused once a record is delivered.
-class EventPool {
- public:
-  explicit EventPool(const Checker& check) : check_(check) {}
-  EventPool(const EventPool&) = delete;
-  EventPool& operator=(const EventPool&) = delete;
-  EventPool(EventPool&&) = delete;
-  EventPool& operator=(EventPool&&) = delete;
-  ~EventPool() {
-    for (cudaEvent_t event : free_) {
-      static_cast<void>(cudaEventDestroy(event));
-    }
-  }
-
-  [[nodiscard]] cudaEvent_t take() {
-    {
-      const std::lock_guard lock(mutex_);
-      if (!free_.empty()) {
-        cudaEvent_t event = free_.back();
-        free_.pop_back();
-        return event;
-      }
-    }
-    cudaEvent_t event = nullptr;
-    check_(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
-    return event;
-  }
-  void give_back(cudaEvent_t event) noexcept {
-    try {
-      const std::lock_guard lock(mutex_);
-      free_.push_back(event);
-    } catch (...) {
-      static_cast<void>(cudaEventDestroy(event));
-    }
-  }
-
- private:
-  Checker check_;
-  std::mutex mutex_;
-  std::vector<cudaEvent_t> free_;
-};
-
-Dtype device_dtype(CudaComputeDtype dtype) {
-  switch (dtype) {
-    case CudaComputeDtype::kBF16: return Dtype::kBF16;
-    case CudaComputeDtype::kFP16: return Dtype::kF16;
-    case CudaComputeDtype::kFP32: return Dtype::kF32;
-  }
-  return Dtype::kF32;
-}
+using cuda::Checker;
+using cuda::Cublas;
+using cuda::DeviceMemory;
+using cuda::EventPool;
+using cuda::PinnedMemory;
+using cuda::size_text;
+using cuda::Stream;
 
 cudaDataType cublas_type(Dtype dtype) {
   switch (dtype) {
@@ -259,10 +63,6 @@ cudaDataType cublas_type(Dtype dtype) {
     case Dtype::kF32: return CUDA_R_32F;
   }
   return CUDA_R_32F;
-}
-
-std::size_t dtype_bytes(Dtype dtype) {
-  return dtype == Dtype::kF32 ? 4 : 2;
 }
 
 void require_shape(const WeightTensor& weight, std::int64_t rows, std::int64_t cols,
@@ -303,6 +103,12 @@ class CudaEngine final : public Engine {
   void reset() override;
   void reserve(int positions) override;
   void set_observer(ForwardObserver* observer) override;
+  void set_device_kv_store(DeviceKeyValueStore* store) override {
+    select_device();
+    device_store_ = store;
+  }
+  [[nodiscard]] const CudaEngineOptions& options() const { return options_; }
+  [[nodiscard]] std::uint64_t weight_bytes() const { return weight_bytes_; }
 
  private:
   struct Layer {
@@ -369,7 +175,9 @@ class CudaEngine final : public Engine {
   bool tied_;
   bool check_kernels_;  // KVTIER_CUDA_CHECK_KERNELS
 
+  std::uint64_t weight_bytes_ = 0;  // weight matrices and embeddings on the device
   ForwardObserver* observer_ = nullptr;
+  DeviceKeyValueStore* device_store_ = nullptr;  // the live tiered cache, when attached
   int position_ = 0;
   int capacity_ = 0;  // KV cache positions
   int row_capacity_ = 0;
@@ -428,7 +236,7 @@ CudaEngine::CudaEngine(std::shared_ptr<const ModelWeights> weights,
       check_kernels_(std::getenv("KVTIER_CUDA_CHECK_KERNELS") != nullptr),
       stream_(check_, options.device),
       cublas_(check_, stream_.get()),
-      events_(check_) {
+      events_(check_, false) {
   if (head_dim_ > kMaxHeadDim) {
     throw ConfigError("head_dim " + std::to_string(head_dim_) +
                           " is more than the CUDA engine supports (" + std::to_string(kMaxHeadDim) +
@@ -522,6 +330,7 @@ void CudaEngine::upload_weights() {
                 check_.where(), ExitCode::kRuntimeFailure);
   }
 
+  weight_bytes_ = needed;
   DeviceMemory staging;
   embedding_ = DeviceMemory(elements(vocab_, hidden_), check_);
   upload_matrix(weights_->token_embedding, vocab_, hidden_, embedding_.get(), staging);
@@ -906,7 +715,12 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
   cudaStream_t stream = stream_.get();
   const int rows = static_cast<int>(tokens.size());
   ForwardObserver* observer = observer_;
-  ensure_cache(position_ + rows);
+  DeviceKeyValueStore* store = device_store_;
+  if (store == nullptr) {
+    ensure_cache(position_ + rows);
+  } else {
+    store->begin_forward(position_, rows, stream);
+  }
   ensure_rows(rows);
   if (observer != nullptr) {
     ensure_ring(options_.observer_ring_bytes);
@@ -937,6 +751,8 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
 
   for (int index = 0; index < layers_count_; ++index) {
     Layer& layer = layers_[static_cast<std::size_t>(index)];
+    const DeviceLayerSlots slots =
+        store != nullptr ? store->layer(index, stream) : DeviceLayerSlots{};
     launched(cuda::launch_rms_norm(x_.floats(), layer.attention_norm.floats(), rows, hidden_, eps_,
                                    normed_.get(), dtype_, stream),
              "rms_norm kernel");
@@ -957,6 +773,8 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
     epilogue.interleaved_pairs = weights_->rope_layout == RopeLayout::kInterleavedPairs;
     epilogue.cache_keys = layer.keys.get();
     epilogue.cache_values = layer.values.get();
+    epilogue.page_table = slots.page_table;
+    epilogue.slots = slots.t0;
     epilogue.dtype = dtype_;
     launched(cuda::launch_qkv_epilogue(epilogue, stream), "qkv epilogue kernel");
     if (observer != nullptr) {
@@ -968,6 +786,9 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
       attention.query_stride = qkv_width_;
       attention.cache_keys = layer.keys.get();
       attention.cache_values = layer.values.get();
+      attention.page_table = slots.page_table;
+      attention.t0_slots = slots.t0;
+      attention.staging_slots = slots.staging;
       attention.dtype = dtype_;
       attention.probabilities = probabilities_.floats();
       attention.out = static_cast<std::byte*>(attention_out_.get()) +
@@ -983,6 +804,9 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
       if (observer != nullptr) {
         observe_attention(observer, index, chunk, prefill);
       }
+    }
+    if (store != nullptr) {
+      store->end_layer(index, stream);
     }
     gemm(layer.wo.get(), hidden_, q_width_, attention_out_.get(), rows, x_.floats(), true);
     launched(cuda::launch_rms_norm(x_.floats(), layer.mlp_norm.floats(), rows, hidden_, eps_,
@@ -1021,6 +845,22 @@ std::string_view cuda_compute_dtype_name(CudaComputeDtype dtype) {
     case CudaComputeDtype::kFP32: return "fp32";
   }
   return "unknown";
+}
+
+CudaEngineOptions cuda_engine_options(const Engine& engine) {
+  const auto* cuda = dynamic_cast<const CudaEngine*>(&engine);
+  if (cuda == nullptr) {
+    throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
+  }
+  return cuda->options();
+}
+
+std::uint64_t cuda_engine_weight_bytes(const Engine& engine) {
+  const auto* cuda = dynamic_cast<const CudaEngine*>(&engine);
+  if (cuda == nullptr) {
+    throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
+  }
+  return cuda->weight_bytes();
 }
 
 std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,

@@ -1,4 +1,6 @@
 // make_cuda_engine in builds without the CUDA targets (KVTIER_CUDA=OFF, or no nvcc found).
+#include <string>
+
 #include "common/errors.hpp"
 #include "kernels/cuda_engine.hpp"
 
@@ -11,6 +13,14 @@ std::string_view cuda_compute_dtype_name(CudaComputeDtype dtype) {
     case CudaComputeDtype::kFP32: return "fp32";
   }
   return "unknown";
+}
+
+CudaEngineOptions cuda_engine_options(const Engine& engine) {
+  throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
+}
+
+std::uint64_t cuda_engine_weight_bytes(const Engine& engine) {
+  throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
 }
 
 std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/impl/cuda_kernels.cuh"
+#include "kernels/impl/kv_quantise.hpp"
 
 namespace kvtier::kernels::cuda {
 namespace {
@@ -198,13 +199,31 @@ __global__ void qkv_epilogue_kernel(QkvEpilogue a) {
   }
   const int kv_head = is_key ? slot - a.heads : slot - a.heads - a.kv_heads;
   const std::int64_t kv_width = static_cast<std::int64_t>(a.kv_heads) * a.head_dim;
-  T* cache = static_cast<T*>(is_key ? a.cache_keys : a.cache_values) + position * kv_width +
-             static_cast<std::int64_t>(kv_head) * a.head_dim;
+  const std::int64_t head_offset = static_cast<std::int64_t>(kv_head) * a.head_dim;
+  T* cache = a.page_table != nullptr
+                 ? static_cast<T*>(a.slots) + a.page_table[position] * 2 * kv_width +
+                       (is_key ? 0 : kv_width) + head_offset
+                 : static_cast<T*>(is_key ? a.cache_keys : a.cache_values) + position * kv_width +
+                       head_offset;
   for (int d = tid; d < a.head_dim; d += threads) {
     const T stored = from_float<T>(vector[d]);
     cache[d] = stored;
     data[d] = to_float(stored);  // what the cache holds, for the observer
   }
+}
+
+// Row `offset` (elements) inside the slot a page-table entry names; nullptr for -1 (evicted).
+template <typename T>
+__device__ __forceinline__ const T* paged_row(const AttentionArgs& a, int position,
+                                              std::int64_t kv_width, std::int64_t offset) {
+  const std::int64_t entry = a.page_table[position];
+  if (entry == -1) {
+    return nullptr;
+  }
+  const T* slot = entry >= 0
+                      ? static_cast<const T*>(a.t0_slots) + entry * 2 * kv_width
+                      : static_cast<const T*>(a.staging_slots) + (-(entry + 2)) * 2 * kv_width;
+  return slot + offset;
 }
 
 // One block per (row, query head): scores into the row's probabilities, softmax in place, then
@@ -225,10 +244,12 @@ __global__ void attention_kernel(AttentionArgs a) {
   const int keys = position - first + 1;
   const int kv_head = head / (a.heads / a.kv_heads);
   const std::int64_t kv_width = static_cast<std::int64_t>(a.kv_heads) * a.head_dim;
-  const T* cached_keys = static_cast<const T*>(a.cache_keys) + first * kv_width +
-                         static_cast<std::int64_t>(kv_head) * a.head_dim;
-  const T* cached_values = static_cast<const T*>(a.cache_values) + first * kv_width +
-                           static_cast<std::int64_t>(kv_head) * a.head_dim;
+  const std::int64_t head_offset = static_cast<std::int64_t>(kv_head) * a.head_dim;
+  const bool paged = a.page_table != nullptr;
+  const T* cached_keys =
+      paged ? nullptr : static_cast<const T*>(a.cache_keys) + first * kv_width + head_offset;
+  const T* cached_values =
+      paged ? nullptr : static_cast<const T*>(a.cache_values) + first * kv_width + head_offset;
   float* p = a.probabilities +
              static_cast<std::int64_t>(a.heads) * keys_before_row(row, a.first_position, a.window) +
              static_cast<std::int64_t>(head) * keys;
@@ -246,7 +267,14 @@ __global__ void attention_kernel(AttentionArgs a) {
   const int warps = threads / 32;
   float largest = -INFINITY;
   for (int key = warp; key < keys; key += warps) {
-    const T* k = cached_keys + key * kv_width;
+    const T* k =
+        paged ? paged_row<T>(a, first + key, kv_width, head_offset) : cached_keys + key * kv_width;
+    if (k == nullptr) {  // the whole warp takes this branch: one key per warp
+      if (lane == 0) {
+        p[key] = -INFINITY;  // weight exactly 0 after the softmax
+      }
+      continue;
+    }
     float dot = 0.0F;
     for (int d = lane; d < a.head_dim; d += 32) {
       dot += query[d] * to_float(k[d]);
@@ -279,7 +307,14 @@ __global__ void attention_kernel(AttentionArgs a) {
     for (int d = tid % lanes; d < a.head_dim; d += lanes) {
       float sum = 0.0F;
       for (int key = slice; key < keys; key += slices) {
-        sum += p[key] * to_float(cached_values[key * kv_width + d]);
+        if (paged) {
+          const T* v = paged_row<T>(a, first + key, kv_width, kv_width + head_offset);
+          if (v != nullptr) {
+            sum += p[key] * to_float(v[d]);
+          }
+        } else {
+          sum += p[key] * to_float(cached_values[key * kv_width + d]);
+        }
       }
       partial[slice * a.head_dim + d] = sum;
     }
@@ -328,7 +363,129 @@ __global__ void swiglu_kernel(const float* gate_up, int rows, int intermediate, 
   }
 }
 
+// One block per slot of a batch: a full-precision slot copied in 16-byte words when its size
+// allows, as the link moves it.
+template <typename Word>
+__global__ void copy_slots_kernel(const Word* source, Word* target, const std::uint32_t* pairs,
+                                  std::int64_t words) {
+  const std::int64_t from = pairs[2 * blockIdx.x];
+  const std::int64_t to = pairs[2 * blockIdx.x + 1];
+  const Word* in = source + from * words;
+  Word* out = target + to * words;
+  for (std::int64_t i = threadIdx.x; i < words; i += blockDim.x) {
+    out[i] = in[i];
+  }
+}
+
+// One warp per (slot, group of head_dim values): the T2 format of kv_quantise.hpp.
+template <typename T>
+__global__ void quantise_slots_kernel(SlotBatch b) {
+  const int groups = 2 * b.kv_heads;
+  const int group = static_cast<int>(blockIdx.y);
+  const int lane = static_cast<int>(threadIdx.x);
+  const std::int64_t elements = static_cast<std::int64_t>(groups) * b.head_dim;
+  const std::int64_t compressed = quantise::compressed_bytes(b.kv_heads, b.head_dim);
+  const T* in = static_cast<const T*>(b.source) + b.pairs[2 * blockIdx.x] * elements +
+                static_cast<std::int64_t>(group) * b.head_dim;
+  auto* slot = static_cast<std::int8_t*>(b.target) + b.pairs[2 * blockIdx.x + 1] * compressed;
+  float absmax = 0.0F;
+  for (int i = lane; i < b.head_dim; i += 32) {
+    absmax = fmaxf(absmax, fabsf(to_float(in[i])));
+  }
+  absmax = warp_max(absmax);
+  const float scale = quantise::scale_of(absmax);
+  std::int8_t* codes = slot + static_cast<std::int64_t>(group) * b.head_dim;
+  for (int i = lane; i < b.head_dim; i += 32) {
+    codes[i] = quantise::code_of(to_float(in[i]), scale);
+  }
+  if (lane == 0) {
+    reinterpret_cast<float*>(slot + elements)[group] = scale;
+  }
+}
+
+template <typename T>
+__global__ void dequantise_slots_kernel(SlotBatch b) {
+  const int groups = 2 * b.kv_heads;
+  const int group = static_cast<int>(blockIdx.y);
+  const std::int64_t elements = static_cast<std::int64_t>(groups) * b.head_dim;
+  const std::int64_t compressed = quantise::compressed_bytes(b.kv_heads, b.head_dim);
+  const auto* slot =
+      static_cast<const std::int8_t*>(b.source) + b.pairs[2 * blockIdx.x] * compressed;
+  T* out = static_cast<T*>(b.target) + b.pairs[2 * blockIdx.x + 1] * elements +
+           static_cast<std::int64_t>(group) * b.head_dim;
+  const float scale = reinterpret_cast<const float*>(slot + elements)[group];
+  const std::int8_t* codes = slot + static_cast<std::int64_t>(group) * b.head_dim;
+  for (int i = static_cast<int>(threadIdx.x); i < b.head_dim; i += 32) {
+    out[i] = from_float<T>(quantise::value_of(codes[i], scale));
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_copy_slots(const SlotBatch& batch, cudaStream_t stream) {
+  if (batch.count == 0) {
+    return cudaSuccess;
+  }
+  const std::int64_t bytes = 2 * static_cast<std::int64_t>(batch.kv_heads) * batch.head_dim *
+                             (batch.dtype == Dtype::kF32 ? 4 : 2);
+  const auto aligned = [&](std::int64_t word) {
+    return bytes % word == 0 && reinterpret_cast<std::uintptr_t>(batch.source) % word == 0 &&
+           reinterpret_cast<std::uintptr_t>(batch.target) % word == 0;
+  };
+  const auto blocks = static_cast<unsigned>(batch.count);
+  if (aligned(16)) {
+    copy_slots_kernel<<<blocks, kBlock, 0, stream>>>(static_cast<const uint4*>(batch.source),
+                                                     static_cast<uint4*>(batch.target), batch.pairs,
+                                                     bytes / 16);
+  } else {
+    copy_slots_kernel<<<blocks, kBlock, 0, stream>>>(
+        static_cast<const std::uint16_t*>(batch.source), static_cast<std::uint16_t*>(batch.target),
+        batch.pairs, bytes / 2);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t launch_quantise_slots(const SlotBatch& batch, cudaStream_t stream) {
+  if (batch.count == 0) {
+    return cudaSuccess;
+  }
+  const dim3 grid(static_cast<unsigned>(batch.count), static_cast<unsigned>(2 * batch.kv_heads));
+  return dispatch(batch.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    quantise_slots_kernel<T><<<grid, 32, 0, stream>>>(batch);
+  });
+}
+
+cudaError_t launch_dequantise_slots(const SlotBatch& batch, cudaStream_t stream) {
+  if (batch.count == 0) {
+    return cudaSuccess;
+  }
+  const dim3 grid(static_cast<unsigned>(batch.count), static_cast<unsigned>(2 * batch.kv_heads));
+  return dispatch(batch.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    dequantise_slots_kernel<T><<<grid, 32, 0, stream>>>(batch);
+  });
+}
+
+void host_to_float(Dtype dtype, const void* in, float* out, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    switch (dtype) {
+      case Dtype::kF32: out[i] = static_cast<const float*>(in)[i]; break;
+      case Dtype::kF16: out[i] = __half2float(static_cast<const __half*>(in)[i]); break;
+      case Dtype::kBF16: out[i] = __bfloat162float(static_cast<const __nv_bfloat16*>(in)[i]); break;
+    }
+  }
+}
+
+void host_from_float(Dtype dtype, const float* in, void* out, std::int64_t count) {
+  for (std::int64_t i = 0; i < count; ++i) {
+    switch (dtype) {
+      case Dtype::kF32: static_cast<float*>(out)[i] = in[i]; break;
+      case Dtype::kF16: static_cast<__half*>(out)[i] = __float2half_rn(in[i]); break;
+      case Dtype::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(in[i]); break;
+    }
+  }
+}
 
 cudaError_t launch_convert(const float* in, void* out, Dtype dtype, std::int64_t count,
                            cudaStream_t stream) {

@@ -80,6 +80,10 @@ struct QkvEpilogue {
   bool interleaved_pairs = false;            // RopeLayout::kInterleavedPairs
   void* cache_keys = nullptr;                // [capacity][kv_heads * head_dim] in dtype
   void* cache_values = nullptr;
+  // With an external store (kernels/engine.hpp DeviceLayerSlots): keys and values go to slot
+  // page_table[position] of `slots` ([slot][2][kv_heads * head_dim]) instead of the cache.
+  const std::int32_t* page_table = nullptr;
+  void* slots = nullptr;
   Dtype dtype = Dtype::kF32;
 };
 cudaError_t launch_qkv_epilogue(const QkvEpilogue& args, cudaStream_t stream);
@@ -94,6 +98,12 @@ struct AttentionArgs {
   int query_stride = 0;
   const void* cache_keys = nullptr;  // [capacity][kv_heads * head_dim] in dtype
   const void* cache_values = nullptr;
+  // With an external store: position p's key and value are in the slot page_table[p] names
+  // (kernels/engine.hpp DeviceLayerSlots); -1 positions get probability 0 (left out of the
+  // softmax, which renormalises over the rest). The cache pointers are then unused.
+  const std::int32_t* page_table = nullptr;
+  const void* t0_slots = nullptr;
+  const void* staging_slots = nullptr;
   Dtype dtype = Dtype::kF32;
   float* probabilities = nullptr;
   void* out = nullptr;  // [rows][heads * head_dim] in dtype
@@ -115,5 +125,31 @@ cudaError_t launch_head_mean(const float* probabilities, float* mean, int rows, 
 // out[r][c] = silu(gate_up[r][c]) * gate_up[r][intermediate + c], written in `dtype`.
 cudaError_t launch_swiglu(const float* gate_up, int rows, int intermediate, void* out, Dtype dtype,
                           cudaStream_t stream);
+
+// --- The live tiered cache's copies (impl/cuda_tiered_cache.cpp) ----------------------------
+// A slot is one token-layer: [2][kv_heads * head_dim] in `dtype` at full precision, or the T2
+// format of kernels/impl/kv_quantise.hpp (codes, then float32 scales) compressed. A batch moves
+// slot pairs[2i] of `source` to slot pairs[2i + 1] of `target`; either side may be device memory
+// or mapped pinned host memory (its device address), so one kernel performs a host-to-device,
+// device-to-host or device-to-device batch however scattered its slots are.
+struct SlotBatch {
+  const void* source = nullptr;
+  void* target = nullptr;
+  const std::uint32_t* pairs = nullptr;  // device-readable, 2 * count entries
+  int count = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  Dtype dtype = Dtype::kF32;
+};
+// Full precision to full precision.
+cudaError_t launch_copy_slots(const SlotBatch& batch, cudaStream_t stream);
+// Full precision to compressed.
+cudaError_t launch_quantise_slots(const SlotBatch& batch, cudaStream_t stream);
+// Compressed to full precision.
+cudaError_t launch_dequantise_slots(const SlotBatch& batch, cudaStream_t stream);
+
+// Host-side conversions of `count` values (round to nearest even), for recodes in host memory.
+void host_to_float(Dtype dtype, const void* in, float* out, std::int64_t count);
+void host_from_float(Dtype dtype, const float* in, void* out, std::int64_t count);
 
 }  // namespace kvtier::kernels::cuda

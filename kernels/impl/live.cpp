@@ -48,19 +48,21 @@ class StepRows final : public ForwardObserver {
   std::vector<std::vector<float>> rows;
 };
 
-// Detaches the store and observer however the run ends.
+// Detaches the cache and observer however the run ends.
 class Attachment {
  public:
-  Attachment(Engine& engine, KeyValueStore* store, ForwardObserver* observer) : engine_(engine) {
+  Attachment(Engine& engine, LiveKvCache& cache, ForwardObserver* observer)
+      : engine_(engine), cache_(cache) {
     engine_.reset();
-    engine_.set_kv_store(store);
+    cache_.attach(engine_);
     engine_.set_observer(observer);
   }
   ~Attachment() {
-    // Detaching never throws on the CPU engine; an engine that did would terminate here.
+    // Detaching does not throw (the CUDA engine only waits for pending observer calls, which
+    // run synchronously in a live run); an engine that did would terminate here.
     try {
       engine_.set_observer(nullptr);
-      engine_.set_kv_store(nullptr);
+      cache_.detach(engine_);
       engine_.reset();
     } catch (...) {
       std::terminate();
@@ -73,6 +75,7 @@ class Attachment {
 
  private:
   Engine& engine_;
+  LiveKvCache& cache_;
 };
 
 std::int32_t greedy(std::span<const float> logits) {
@@ -204,19 +207,26 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   result.prompt_tokens = prompt.size();
   result.followed_trace = options.follow != nullptr;
   result.demand = replay::ReplayDemand(layers, shape.steps);
-  result.demand.set_compressed_bits(policy->compressed_bits());
+  // The cache stores T2 in one format; a policy declaring another would be measured as if it
+  // were this one.
+  if (policy->compressed_format() != replay::kInt8HeadScaled) {
+    throw ConfigError("policy '" + result.policy +
+                      "' stores T2 in a format the live cache does not (it stores int8 codes "
+                      "with a float32 scale per head vector; monarch: compression=int8)");
+  }
+  result.demand.set_compressed_format(policy->compressed_format());
 
   TieredCacheOptions cache_options;
   cache_options.prefetch = result.prefetch;
   cache_options.t0_budget_bytes = options.t0_budget_bytes;
-  const std::uint64_t token_bytes = 2ULL * spec.num_key_value_heads() * spec.head_dim() * 4ULL;
-  if (cache_options.t0_budget_bytes == 0) {
-    cache_options.t0_budget_bytes = positions * layers * token_bytes;
-  }
-  result.t0_budget_bytes = cache_options.t0_budget_bytes;
-  TieredKvCache cache(spec, cache_options);
+  cache_options.max_positions = positions;
+  const std::unique_ptr<LiveKvCache> owned_cache = make_live_cache(engine, cache_options);
+  LiveKvCache& cache = *owned_cache;
+  result.t0_budget_bytes = cache.t0_budget_bytes();
+  // A followed run's policy reads the trace, so the engine's attention is not observed (its
+  // copies would only add to the measured step).
   StepRows live_rows(static_cast<int>(layers));
-  const Attachment attachment(engine, &cache, &live_rows);
+  const Attachment attachment(engine, cache, options.follow != nullptr ? nullptr : &live_rows);
   if (reference != nullptr) {
     reference->reset();
     reference->reserve(static_cast<int>(positions));
@@ -234,6 +244,7 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   std::span<const float> logits = engine.prefill(prompt);
   std::int32_t token = options.follow != nullptr ? options.forced_tokens.front() : greedy(logits);
   policy->start(shape, cache.placement());
+  result.demand.record_start(cache.placement());
   cache.apply_placement();
   result.prefill_seconds = std::chrono::duration<double>(Clock::now() - prefill_start).count();
   std::span<const float> reference_logits;
@@ -253,8 +264,7 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
     const auto step_index = static_cast<std::uint64_t>(step);
     result.tokens.push_back(token);
     const TieredCacheStats before = cache.stats();
-    const auto start = Clock::now();
-    logits = engine.decode(token);
+    // Reading the followed trace is not part of the step: it stands in for the model's attention.
     const std::vector<std::vector<float>>* rows = &live_rows.rows;
     if (options.follow != nullptr) {
       options.follow->read_step(step_index, source_rows);
@@ -263,13 +273,17 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
       }
       rows = &followed_rows;
     }
+    const auto start = Clock::now();
+    logits = engine.decode(token);
     const std::span<replay::StepLayerRecord> records = result.demand.step_records(step_index);
     stepper.step(step_index, *rows, no_head_rows, 0, cache.placement(), records, false);
     cache.apply_placement();
+    // The CUDA backend's stats() waits for the step's copies, which belong to the step.
+    const TieredCacheStats& after = cache.stats();
     result.step_seconds.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     LiveStep& figures = result.steps.emplace_back();
-    figures.h2d_bytes = cache.stats().h2d().bytes - before.h2d().bytes;
-    figures.d2h_bytes = cache.stats().d2h_offload.bytes - before.d2h_offload.bytes;
+    figures.h2d_bytes = after.h2d().bytes - before.h2d().bytes;
+    figures.d2h_bytes = after.d2h_offload.bytes - before.d2h_offload.bytes;
     for (const replay::StepLayerRecord& record : records) {
       for (std::size_t tier = 0; tier < replay::kTierCount; ++tier) {
         figures.tier_token_layers[tier] += record.tokens[tier];
@@ -305,6 +319,7 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
     result.mean_kl = kl_sum / static_cast<double>(options.max_new_tokens);
   }
   result.cache = cache.stats();
+  result.allocation = cache.allocation();
   for (std::uint32_t l = 0; l < layers; ++l) {
     for (std::size_t tier = 0; tier < replay::kTierCount; ++tier) {
       result.final_tier_tokens[tier] += cache.placement()[l].count(static_cast<replay::Tier>(tier));

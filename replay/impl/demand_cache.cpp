@@ -206,7 +206,7 @@ std::string cached_content_hash(const fs::path& trace, const fs::path& cache_dir
 
 // Why a cache entry cannot stand for this replay; empty when it can.
 std::string mismatch(const DemandFile& entry, const DemandProvenance& wanted,
-                     const ReplayShape& shape) {
+                     const ReplayShape& shape, const CompressedFormat& format) {
   const DemandProvenance& got = entry.provenance;
   if (got.trace_hash != wanted.trace_hash) {
     return "its trace hash is " + got.trace_hash;
@@ -221,6 +221,10 @@ std::string mismatch(const DemandFile& entry, const DemandProvenance& wanted,
       got.prompt_tokens != wanted.prompt_tokens || got.first_layer != wanted.first_layer ||
       got.from_topk != wanted.from_topk || got.model != wanted.model) {
     return "its dimensions differ from the trace's";
+  }
+  // The policy string fixes the format, unless the policy's code changed within a version.
+  if (entry.demand.compressed_format() != format) {
+    return "its compressed format differs from the policy's";
   }
   return {};
 }
@@ -295,7 +299,7 @@ CachedReplay cached_replay(const fs::path& trace_path, const config::PolicySpec&
       // always be rebuilt from the trace.
       try {
         DemandFile entry = read_demand_file(result.file);
-        result.note = mismatch(entry, provenance, shape);
+        result.note = mismatch(entry, provenance, shape, instance->compressed_format());
         if (result.note.empty()) {
           result.demand = std::move(entry.demand);
           result.outcome = CacheOutcome::kHit;

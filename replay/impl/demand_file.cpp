@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
@@ -30,16 +31,32 @@ using h5::Handle;
 // Dataset names; the per-record moves in StepLayerRecord order.
 constexpr const char* kTierTokens = "/tier_tokens";
 constexpr const char* kTierMass = "/tier_mass";
-constexpr std::array<const char*, 5> kMoves = {"/promoted", "/demoted", "/compressed", "/evicted",
-                                               "/newly_host"};
+constexpr std::array<const char*, 7> kMoves = {"/promoted",           "/demoted",
+                                               "/compressed",         "/evicted",
+                                               "/newly_host",         "/promoted_from_compressed",
+                                               "/compressed_from_hbm"};
+
+// The start placement (ReplayDemand::start): tokens by tier per layer, and the start's moves per
+// layer in kMoves order.
+constexpr const char* kStartTierTokens = "/start_tier_tokens";
+constexpr const char* kStartMoves = "/start_moves";
 
 // Elements per chunk: large enough for deflate, small enough to keep a partial read cheap.
 constexpr std::uint64_t kChunkElements = std::uint64_t{1} << 16;
 
 // The record's field behind each of kMoves.
 constexpr std::array<std::uint32_t StepLayerRecord::*, kMoves.size()> kMoveFields = {
-    &StepLayerRecord::promoted, &StepLayerRecord::demoted, &StepLayerRecord::compressed,
-    &StepLayerRecord::evicted, &StepLayerRecord::newly_host};
+    &StepLayerRecord::promoted,           &StepLayerRecord::demoted,
+    &StepLayerRecord::compressed,         &StepLayerRecord::evicted,
+    &StepLayerRecord::newly_host,         &StepLayerRecord::promoted_from_compressed,
+    &StepLayerRecord::compressed_from_hbm};
+
+// The attribute holding CompressedFormat::scale_bytes_per_head_vector.
+constexpr const char* kScaleBytes = "compressed_scale_bytes_per_head_vector";
+// Version 1 recorded neither the T2 format's scales, nor where promotions and compressions came
+// from, nor the start placement, so its copy volumes cannot be derived; it is refused rather
+// than read with guesses.
+constexpr std::uint64_t kUnsplitMovesVersion = 1;
 
 bool is_hex_digest(const std::string& text) {
   return text.size() == 32 && std::all_of(text.begin(), text.end(), [](char c) {
@@ -106,7 +123,8 @@ double read_double_attribute(hid_t object, const char* name, const std::string& 
 // Opens `path`, checks its element class and size and its dimensions, and reads it whole.
 template <typename T>
 void read_dataset(hid_t file, const char* path, H5T_class_t type_class, hid_t memory_type,
-                  const std::vector<hsize_t>& dims, std::vector<T>& out, const std::string& name) {
+                  const std::vector<hsize_t>& dims, const char* axes, std::vector<T>& out,
+                  const std::string& name) {
   const std::string where_text = h5::where(name, path);
   if (!h5::exists(file, path)) {
     h5::raise(Blame::kInput, "missing dataset", where_text);
@@ -129,8 +147,7 @@ void read_dataset(hid_t file, const char* path, H5T_class_t type_class, hid_t me
     for (const hsize_t d : dims) {
       expected += (expected.empty() ? "[" : ", ") + std::to_string(d);
     }
-    h5::raise(Blame::kInput, "wrong shape: expected " + expected + "] (steps, layers, tiers)",
-              where_text);
+    h5::raise(Blame::kInput, "wrong shape: expected " + expected + "] (" + axes + ")", where_text);
   }
   if (!h5::storage_consistent(dataset.get())) {
     h5::raise(Blame::kInput, "damaged storage layout", where_text);
@@ -188,7 +205,10 @@ void write_demand_file(const std::filesystem::path& path, const ReplayDemand& de
       h5::write_string_attribute(id, "trace_hash", provenance.trace_hash, root_where);
       h5::write_string_attribute(id, "trace_file", provenance.trace_file, root_where);
       h5::write_string_attribute(id, "policy", provenance.policy, root_where);
-      write_double_attribute(id, "compressed_bits", demand.compressed_bits(), root_where);
+      write_double_attribute(id, "compressed_bits", demand.compressed_format().code_bits,
+                             root_where);
+      h5::write_uint_attribute(id, kScaleBytes,
+                               demand.compressed_format().scale_bytes_per_head_vector, root_where);
       h5::write_uint_attribute(id, "prompt_tokens", provenance.prompt_tokens, root_where);
       h5::write_uint_attribute(id, "steps", demand.steps(), root_where);
       h5::write_uint_attribute(id, "layers", demand.layers(), root_where);
@@ -227,6 +247,20 @@ void write_demand_file(const std::filesystem::path& path, const ReplayDemand& de
     }
     write_dataset(file.get(), kTierMass, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, 4, tier_dims,
                   mass.data(), name);
+    std::vector<std::uint32_t> start_tokens(std::size_t{demand.layers()} * kTierCount);
+    std::vector<std::uint32_t> start_moves(std::size_t{demand.layers()} * kMoves.size());
+    for (std::uint32_t layer = 0; layer < demand.layers(); ++layer) {
+      const StepLayerRecord& record = demand.start(layer);
+      std::copy(record.tokens.begin(), record.tokens.end(),
+                start_tokens.begin() + std::ptrdiff_t{layer} * kTierCount);
+      for (std::size_t m = 0; m < kMoves.size(); ++m) {
+        start_moves[layer * kMoves.size() + m] = record.*kMoveFields[m];
+      }
+    }
+    write_dataset(file.get(), kStartTierTokens, H5T_STD_U32LE, H5T_NATIVE_UINT32, 4,
+                  {demand.layers(), kTierCount}, start_tokens.data(), name);
+    write_dataset(file.get(), kStartMoves, H5T_STD_U32LE, H5T_NATIVE_UINT32, 4,
+                  {demand.layers(), kMoves.size()}, start_moves.data(), name);
     if (!file.reset()) {
       h5::raise(Blame::kOutput, "cannot close the demand file (disk full?)",
                 temporary.path().string());
@@ -265,6 +299,13 @@ DemandFile read_demand_file(const std::filesystem::path& path) {
                     root_where);
   }
   const std::uint64_t version = h5::read_uint_attribute(id, "version", root_where);
+  if (version == kUnsplitMovesVersion) {
+    throw DataError(
+        "demand file version 1 lacks the T2 scale bytes, the sources of promotions and "
+        "compressions and the start placement (this kvtier reads version " +
+            std::to_string(kDemandFormatVersion) + "): replay the trace again",
+        root_where);
+  }
   if (version != kDemandFormatVersion) {
     throw DataError("demand file version " + std::to_string(version) + " (this kvtier reads " +
                         std::to_string(kDemandFormatVersion) + ")",
@@ -283,6 +324,11 @@ DemandFile read_demand_file(const std::filesystem::path& path) {
   const double bits = read_double_attribute(id, "compressed_bits", root_where);
   if (!std::isfinite(bits) || bits <= 0.0 || bits > 64.0) {
     throw DataError("attribute 'compressed_bits' is outside (0, 64]", root_where);
+  }
+  const std::uint64_t scale_bytes = h5::read_uint_attribute(id, kScaleBytes, root_where);
+  if (scale_bytes > std::numeric_limits<std::uint32_t>::max()) {
+    throw DataError(std::string("attribute '") + kScaleBytes + "' does not fit in 32 bits",
+                    root_where);
   }
   provenance.prompt_tokens = h5::read_uint_attribute(id, "prompt_tokens", root_where);
   const std::uint64_t steps = h5::read_uint_attribute(id, "steps", root_where);
@@ -308,15 +354,50 @@ DemandFile read_demand_file(const std::filesystem::path& path) {
   const std::vector<hsize_t> move_dims = {steps, layers};
   std::vector<std::uint32_t> tokens;
   std::vector<float> mass;
-  read_dataset(file.get(), kTierTokens, H5T_INTEGER, H5T_NATIVE_UINT32, tier_dims, tokens, name);
-  read_dataset(file.get(), kTierMass, H5T_FLOAT, H5T_NATIVE_FLOAT, tier_dims, mass, name);
+  constexpr const char* kStepAxes = "steps, layers, tiers";
+  read_dataset(file.get(), kTierTokens, H5T_INTEGER, H5T_NATIVE_UINT32, tier_dims, kStepAxes,
+               tokens, name);
+  read_dataset(file.get(), kTierMass, H5T_FLOAT, H5T_NATIVE_FLOAT, tier_dims, kStepAxes, mass,
+               name);
   std::array<std::vector<std::uint32_t>, kMoves.size()> moves;
   for (std::size_t m = 0; m < kMoves.size(); ++m) {
-    read_dataset(file.get(), kMoves[m], H5T_INTEGER, H5T_NATIVE_UINT32, move_dims, moves[m], name);
+    read_dataset(file.get(), kMoves[m], H5T_INTEGER, H5T_NATIVE_UINT32, move_dims, "steps, layers",
+                 moves[m], name);
   }
+  std::vector<std::uint32_t> start_tokens;
+  std::vector<std::uint32_t> start_moves;
+  read_dataset(file.get(), kStartTierTokens, H5T_INTEGER, H5T_NATIVE_UINT32, {layers, kTierCount},
+               "layers, tiers", start_tokens, name);
+  read_dataset(file.get(), kStartMoves, H5T_INTEGER, H5T_NATIVE_UINT32, {layers, kMoves.size()},
+               "layers, moves", start_moves, name);
 
   ReplayDemand demand(static_cast<std::uint32_t>(layers), steps);
-  demand.set_compressed_bits(bits);
+  demand.set_compressed_format({bits, static_cast<std::uint32_t>(scale_bytes)});
+  for (std::uint32_t layer = 0; layer < layers; ++layer) {
+    StepLayerRecord& start = demand.start(layer);
+    std::uint64_t held = 0;
+    for (std::size_t tier = 0; tier < kTierCount; ++tier) {
+      start.tokens[tier] = start_tokens[layer * kTierCount + tier];
+      held += start.tokens[tier];
+    }
+    if (held != provenance.prompt_tokens) {
+      throw DataError("tokens by tier add up to " + std::to_string(held) + " at layer " +
+                          std::to_string(layer) + ", expected the prompt's " +
+                          std::to_string(provenance.prompt_tokens),
+                      h5::where(name, kStartTierTokens));
+    }
+    for (std::size_t m = 0; m < kMoves.size(); ++m) {
+      start.*kMoveFields[m] = start_moves[layer * kMoves.size() + m];
+    }
+    if (start.promoted_from_compressed > start.promoted ||
+        start.compressed_from_hbm > start.compressed) {
+      throw DataError(
+          "promoted_from_compressed or compressed_from_hbm exceeds its total (promoted, "
+          "compressed) at layer " +
+              std::to_string(layer),
+          h5::where(name, kStartMoves));
+    }
+  }
   for (std::uint64_t step = 0; step < steps; ++step) {
     // Every token of a layer is in exactly one tier, evicted ones included.
     const std::uint64_t visible = provenance.prompt_tokens + step + 1;
@@ -342,6 +423,25 @@ DemandFile read_demand_file(const std::filesystem::path& path) {
       }
       for (std::size_t m = 0; m < kMoves.size(); ++m) {
         record.*kMoveFields[m] = moves[m][i];
+      }
+      if (record.promoted_from_compressed > record.promoted ||
+          record.compressed_from_hbm > record.compressed) {
+        throw DataError(
+            "promoted_from_compressed or compressed_from_hbm exceeds its total "
+            "(promoted, compressed) at step " +
+                std::to_string(step) + ", layer " + std::to_string(layer),
+            name);
+      }
+      // Step 0's moves include the start's.
+      if (step == 0) {
+        const StepLayerRecord& start = demand.start(layer);
+        for (std::size_t m = 0; m < kMoves.size(); ++m) {
+          if (start.*kMoveFields[m] > record.*kMoveFields[m]) {
+            throw DataError("the start's moves exceed step 0's, which include them, at layer " +
+                                std::to_string(layer),
+                            h5::where(name, kStartMoves));
+          }
+        }
       }
     }
   }

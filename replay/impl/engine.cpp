@@ -33,6 +33,21 @@ std::array<double, kTierCount> mass_by_tier(const std::vector<float>& row,
   return mass;
 }
 
+// A layer's tokens by tier and the moves since its last reset, into `record` (mass untouched).
+void record_placement(const LayerPlacement& tiers, StepLayerRecord& record) {
+  for (std::size_t tier = 0; tier < kTierCount; ++tier) {
+    record.tokens[tier] = static_cast<std::uint32_t>(tiers.count(static_cast<Tier>(tier)));
+  }
+  const TierMoves& moves = tiers.moves();
+  record.promoted = static_cast<std::uint32_t>(moves.promoted);
+  record.demoted = static_cast<std::uint32_t>(moves.demoted);
+  record.compressed = static_cast<std::uint32_t>(moves.compressed);
+  record.evicted = static_cast<std::uint32_t>(moves.evicted);
+  record.newly_host = static_cast<std::uint32_t>(moves.newly_host);
+  record.promoted_from_compressed = static_cast<std::uint32_t>(moves.promoted_from_compressed);
+  record.compressed_from_hbm = static_cast<std::uint32_t>(moves.compressed_from_hbm);
+}
+
 bool source_has(AttentionSource& source, PolicyInput input) {
   switch (input) {
     case PolicyInput::kHeadRows: return source.heads() > 0;
@@ -68,7 +83,20 @@ double Policy::own_kept_mass(const StepView& /*view*/, std::uint32_t /*layer*/) 
 }
 
 ReplayDemand::ReplayDemand(std::uint32_t layers, std::uint64_t steps)
-    : layers_(layers), steps_(steps), records_(static_cast<std::size_t>(layers) * steps) {}
+    : layers_(layers),
+      steps_(steps),
+      records_(static_cast<std::size_t>(layers) * steps),
+      start_(layers) {}
+
+void ReplayDemand::record_start(const std::vector<LayerPlacement>& placement) {
+  if (placement.size() != layers_) {
+    throw std::logic_error("ReplayDemand::record_start: one placement per layer expected");
+  }
+  for (std::uint32_t layer = 0; layer < layers_; ++layer) {
+    start_[layer].mass = {};
+    record_placement(placement[layer], start_[layer]);
+  }
+}
 
 ReplaySummary ReplayDemand::summary() const {
   ReplaySummary summary;
@@ -151,18 +179,8 @@ void ReplayStepper::step(std::uint64_t step, const std::vector<std::vector<float
   }
   policy_.observe(view, placement);
   for (std::uint32_t layer = 0; layer < layers; ++layer) {
-    StepLayerRecord& record = records[layer];
-    LayerPlacement& tiers = placement[layer];
-    for (std::size_t tier = 0; tier < kTierCount; ++tier) {
-      record.tokens[tier] = static_cast<std::uint32_t>(tiers.count(static_cast<Tier>(tier)));
-    }
-    const TierMoves& moves = tiers.moves();
-    record.promoted = static_cast<std::uint32_t>(moves.promoted);
-    record.demoted = static_cast<std::uint32_t>(moves.demoted);
-    record.compressed = static_cast<std::uint32_t>(moves.compressed);
-    record.evicted = static_cast<std::uint32_t>(moves.evicted);
-    record.newly_host = static_cast<std::uint32_t>(moves.newly_host);
-    tiers.reset_moves();
+    record_placement(placement[layer], records[layer]);
+    placement[layer].reset_moves();
   }
 }
 
@@ -181,15 +199,17 @@ ReplayDemand replay(AttentionSource& source, Policy& policy) {
     policy.load_inputs(source);
   }
   ReplayDemand demand(shape.layers, shape.steps);
-  demand.set_compressed_bits(policy.compressed_bits());
+  demand.set_compressed_format(policy.compressed_format());
   std::vector<LayerPlacement> placement(shape.layers);
   for (auto& layer : placement) {
     for (std::uint64_t token = 0; token < shape.prompt_tokens; ++token) {
       layer.append();
     }
   }
-  // Moves made at start (a window dropping old prompt tokens) are reported with step 0.
+  // Moves made at start (a window dropping old prompt tokens) are reported with step 0, as the
+  // live cache's are; the start's placement and moves are also kept on their own.
   policy.start(shape, placement);
+  demand.record_start(placement);
   ReplayStepper stepper(policy, shape.layers);
   std::vector<std::vector<float>> rows;
   std::vector<std::vector<float>> head_rows;

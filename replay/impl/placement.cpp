@@ -28,12 +28,18 @@ void LayerPlacement::move(std::uint64_t token, Tier to) {
   hbm_mask_[token] = to == Tier::kHbm ? 1.0F : 0.0F;
   compressed_mask_[token] = to == Tier::kCompressed ? 1.0F : 0.0F;
   switch (to) {
-    case Tier::kHbm: ++moves_.promoted; break;
+    case Tier::kHbm:
+      ++moves_.promoted;
+      moves_.promoted_from_compressed += from == Tier::kCompressed ? 1 : 0;
+      break;
     case Tier::kHost:
       ++moves_.newly_host;
       moves_.demoted += from == Tier::kHbm ? 1 : 0;
       break;
-    case Tier::kCompressed: ++moves_.compressed; break;
+    case Tier::kCompressed:
+      ++moves_.compressed;
+      moves_.compressed_from_hbm += from == Tier::kHbm ? 1 : 0;
+      break;
     case Tier::kEvicted: ++moves_.evicted; break;
   }
 }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <span>
+#include <stdexcept>
 #include <string>
 
 #include "common/errors.hpp"
@@ -52,6 +53,23 @@ void resolve_preset(PolicyParameters& params, const ReplayShape& /*shape*/) {
              std::to_string(preset_value(params, "sticky_tokens", preset.sticky_tokens)));
 }
 
+// A cold page's format. turboquant stores no scales; polar-int4's fp32 scale per 64 values is
+// folded into its average bits (exact where head_dim is a multiple of 64); int8 is not
+// Monarch's but the live cache's format, so that a live run of monarch can be compared with
+// its simulation byte for byte.
+CompressedFormat format_of(const std::string& compression) {
+  if (compression == "turboquant") {
+    return {16.0, 0};
+  }
+  if (compression == "polar-int4") {
+    return {6.25, 0};
+  }
+  if (compression == "int8") {
+    return kInt8HeadScaled;
+  }
+  throw std::logic_error("monarch: compression '" + compression + "' is not a declared choice");
+}
+
 class MonarchPolicy final : public Policy {
  public:
   explicit MonarchPolicy(const PolicyParameters& params)
@@ -60,7 +78,7 @@ class MonarchPolicy final : public Policy {
         threshold_(static_cast<float>(params.number("threshold"))),
         sticky_after_(static_cast<std::uint32_t>(params.integer("sticky_after"))),
         attend_all_(params.choice("attend") == "all"),
-        bits_(params.choice("compression") == "turboquant" ? 16.0 : 6.25) {
+        format_(format_of(params.choice("compression"))) {
     const MonarchPreset& preset = preset_of(params);
     window_ = static_cast<std::uint64_t>(preset_value(params, "window", preset.window));
     max_hot_ = static_cast<std::uint64_t>(preset_value(params, "max_hot", preset.max_hot));
@@ -112,7 +130,7 @@ class MonarchPolicy final : public Policy {
            kernels::sum({row.data() + known.size(), row.size() - known.size()});
   }
 
-  [[nodiscard]] double compressed_bits() const override { return bits_; }
+  [[nodiscard]] CompressedFormat compressed_format() const override { return format_; }
 
  private:
   // Extends the per-token state to `tokens` (new tokens are hot: computed in HBM).
@@ -248,7 +266,7 @@ class MonarchPolicy final : public Policy {
   float threshold_;
   std::uint32_t sticky_after_;
   bool attend_all_;
-  double bits_;
+  CompressedFormat format_;
   std::uint64_t window_ = 0;
   std::uint64_t max_hot_ = 0;
   std::uint64_t sticky_tokens_ = 0;
@@ -325,11 +343,12 @@ PolicyInfo monarch_policy_info() {
         ParamType::kChoice,
         "turboquant",
         "cold page format: turboquant (Monarch's default: polar base + a 1-bit residual stored "
-        "as a byte, 16 bits per element) or polar-int4 (keys polar 8 bits, values int4 in "
-        "groups of 64, 6.25 bits per element on average)",
+        "as a byte, 16 bits per element), polar-int4 (keys polar 8 bits, values int4 in "
+        "groups of 64, 6.25 bits per element on average) or int8 (not Monarch's: int8 with a "
+        "float32 scale per KV head for K and for V, the live cache's T2 format)",
         0,
         0,
-        {"turboquant", "polar-int4"}}},
+        {"turboquant", "polar-int4", "int8"}}},
       [](const PolicyParameters& params, const ReplayShape&) -> std::unique_ptr<Policy> {
         return std::make_unique<MonarchPolicy>(params);
       },

@@ -44,10 +44,12 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     lookahead_ = run.tiering().prefetch_lookahead_layers();
     bytes_per_token_layer_ =
         hw::kv_bytes_per_token_per_layer(run.model()) / run.tensor_parallel_degree();
-    // K and V elements of one token in one layer on this GPU, at the policy's compressed size.
-    const double elements = 2.0 * run.model().num_key_value_heads() * run.model().head_dim() /
-                            run.tensor_parallel_degree();
-    compressed_bytes_per_token_layer_ = elements * tiers_->compressed_bits() / 8.0;
+    // One token in one layer on this GPU (its share of the KV heads) in the policy's T2 format:
+    // codes and the scales of each head vector.
+    const double kv_heads_per_gpu =
+        static_cast<double>(run.model().num_key_value_heads()) / run.tensor_parallel_degree();
+    compressed_bytes_per_token_layer_ =
+        tiers_->compressed_format().token_layer_bytes(kv_heads_per_gpu, run.model().head_dim());
     layer_copies_.resize(run.model().num_hidden_layers());
   }
   const auto max_positions = run.model().max_position_embeddings();
@@ -134,7 +136,11 @@ void ServingEngine::arrive(std::uint32_t request) {
 }
 
 std::uint64_t ServingEngine::attended(const Request& request) const {
-  const std::uint64_t context = request.spec.prompt_tokens + request.generated;
+  return attended(request, request.generated);
+}
+
+std::uint64_t ServingEngine::attended(const Request& request, std::uint64_t generated) const {
+  const std::uint64_t context = request.spec.prompt_tokens + generated;
   return plan_.window_tokens > 0 ? std::min(context, plan_.window_tokens) : context;
 }
 
@@ -274,20 +280,46 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   double hbm = 0.0;
   double host = 0.0;
   for (const std::uint32_t id : decoding_now_) {
-    const std::uint64_t context = attended(requests_[id]);
+    const Request& request = requests_[id];
+    const std::uint64_t context = attended(request);
+    const bool first = request.generated == 1;
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
-      const LayerDemand demand = tiers_->at(id, context, layer);
+      const LayerDemand demand = tiers_->at(id, context, layer, first);
       LayerCopies& copies = layer_copies_[layer];
-      // Staging for attention, and promotions into HBM (a staged copy is not kept for them: the
-      // live cache copies a promoted token in again, kernels/tiered_cache.hpp).
-      copies.h2d_bytes += (differential ? demand.newly_host : demand.host) * full +
-                          demand.compressed * compressed + demand.promoted * full;
-      copies.d2h_bytes += demand.demoted * full + demand.compressed_moves * compressed;
+      // As the live cache steps (kernels/live.hpp): attention stages the placement in force
+      // before the step's policy step — its T1 tokens (all of them, or with differential
+      // prefetch those without a staged copy) and its T2 tokens' compressed bytes. Then the
+      // step's moves: promotions into HBM (a staged copy is not kept for them: the live cache
+      // copies a promoted token in again, kernels/tier_book.hpp), T1 ones at full precision, T2
+      // ones as their compressed bytes; offloads out of HBM. T1 <-> T2 recodes happen inside
+      // host memory: no bus, and their host CPU time is not modelled.
+      const double promoted_full = demand.promoted - demand.promoted_from_compressed;
+      copies.h2d_bytes += (differential ? demand.unstaged_host : demand.host) * full +
+                          demand.compressed * compressed + promoted_full * full +
+                          demand.promoted_from_compressed * compressed;
+      copies.d2h_bytes += demand.demoted * full + demand.compressed_from_hbm * compressed;
       staged[layer] += demand.host + demand.compressed;
-      dequantised[layer] += demand.compressed;
-      resident += demand.hbm + demand.host + demand.compressed;
-      hbm += demand.hbm * full;
-      host += demand.host * full + demand.compressed * compressed;
+      dequantised[layer] += demand.compressed + demand.promoted_from_compressed;
+      // The held tokens and the step's own.
+      resident += demand.hbm + demand.host + demand.compressed + 1.0;
+      hbm += demand.hbm_after * full;
+      host += demand.host_after * full + demand.compressed_after * compressed;
+    }
+  }
+  // A prefill that completes a prompt is followed by the policy's placement of it (the start),
+  // as the request's first decode step reads it: what that placement holds off HBM is
+  // offloaded, T1 tokens at full precision and T2 ones as their compressed bytes (evicted ones
+  // are dropped). A request that decodes nothing is not placed.
+  for (const PlannedChunk& chunk : prefilling_now_) {
+    const Request& request = requests_[chunk.request];
+    if (request.prefilled + chunk.tokens < request.spec.prompt_tokens ||
+        request.spec.output_tokens < 2) {
+      continue;
+    }
+    const std::uint64_t context = attended(request, 1);
+    for (std::uint32_t layer = 0; layer < layers; ++layer) {
+      const LayerDemand placed = tiers_->at(chunk.request, context, layer, true);
+      layer_copies_[layer].d2h_bytes += placed.host * full + placed.compressed * compressed;
     }
   }
   // Attention reads every token still held, at full precision once staged.

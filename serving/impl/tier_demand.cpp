@@ -171,17 +171,19 @@ void TierDemand::add_demand(std::string source, std::shared_ptr<const MemoDemand
                          {},
                          {},
                          {}};
-  compressed_bits_ = demand.compressed_bits();
+  compressed_format_ = demand.compressed_format();
   double hbm = 0.0;
   double host = 0.0;
   double compressed = 0.0;
   double staged = 0.0;
-  for (std::uint64_t step = 0; step < steps; ++step) {
+  // Placement k: the start's for k = 0, step k − 1's after it.
+  for (std::uint64_t k = 0; k <= steps; ++k) {
     double step_hbm = 0.0;
     double step_host = 0.0;
     double step_compressed = 0.0;
     for (const std::uint32_t layer : replayed.layer_map) {
-      const replay::StepLayerRecord& record = demand.at(step, layer);
+      const replay::StepLayerRecord& record =
+          k == 0 ? demand.start(layer) : demand.at(k - 1, layer);
       step_hbm += record.tokens[0];
       step_host += record.tokens[1];
       step_compressed += record.tokens[2];
@@ -202,16 +204,23 @@ RequestPeaks TierDemand::request_peaks(const Assignment& assignment,
                                        const RequestSpec& request) const {
   const std::uint64_t context = last_context(request);
   RequestPeaks peaks;
+  // Up to step `step`: the placements held (the start's, and each step's after its moves) and
+  // those staged (the start's, and each earlier step's).
   auto take = [&](const ReplayedTrace& trace, std::uint64_t step, double scale) {
-    peaks.hbm_token_layers = std::max(peaks.hbm_token_layers, trace.max_hbm[step] * scale);
-    peaks.host_token_layers = std::max(peaks.host_token_layers, trace.max_host[step] * scale);
+    peaks.hbm_token_layers = std::max(peaks.hbm_token_layers, trace.max_hbm[step + 1] * scale);
+    peaks.host_token_layers = std::max(peaks.host_token_layers, trace.max_host[step + 1] * scale);
     peaks.compressed_token_layers =
-        std::max(peaks.compressed_token_layers, trace.max_compressed[step] * scale);
+        std::max(peaks.compressed_token_layers, trace.max_compressed[step + 1] * scale);
     peaks.staged_tokens = std::max(peaks.staged_tokens, trace.max_staged[step] * scale);
   };
   const ReplayedTrace& trace = traces_[assignment.trace];
   if (context <= trace.prompt_tokens) {
-    take(trace, 0, static_cast<double>(context) / static_cast<double>(trace.prompt_tokens + 1));
+    // The start placement's shares over at most `context` tokens (at() scales them likewise).
+    const double scale = static_cast<double>(context) / static_cast<double>(trace.prompt_tokens);
+    peaks.hbm_token_layers = trace.max_hbm[0] * scale;
+    peaks.host_token_layers = trace.max_host[0] * scale;
+    peaks.compressed_token_layers = trace.max_compressed[0] * scale;
+    peaks.staged_tokens = trace.max_staged[0] * scale;
   } else if (context <= trace.prompt_tokens + trace.steps) {
     take(trace, context - trace.prompt_tokens - 1, 1.0);
   } else {
@@ -226,35 +235,65 @@ RequestPeaks TierDemand::request_peaks(const Assignment& assignment,
   return peaks;
 }
 
-LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context,
-                           std::uint32_t layer) const {
+LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context, std::uint32_t layer,
+                           bool first) const {
   const Assignment& assignment = assignment_.at(request);
   const ReplayedTrace* trace = &traces_[assignment.trace];
-  double scale = 1.0;
-  bool moves = true;
-  std::uint64_t step = 0;
+  LayerDemand demand;
   if (context <= trace->prompt_tokens) {
-    // Before the trace's first decode step: its counts shrunk to this context; nothing moves.
-    scale = static_cast<double>(context) / static_cast<double>(trace->prompt_tokens + 1);
-    moves = false;
-  } else if (context <= trace->prompt_tokens + trace->steps) {
+    // Before the trace's first step (a prompt shorter than the trace's): the start placement's
+    // shares over the context − 1 earlier tokens. Nothing moves, so the step's own token stays
+    // in HBM.
+    const replay::StepLayerRecord& start = trace->demand().start(trace->layer_map[layer]);
+    const double scale =
+        static_cast<double>(context - 1) / static_cast<double>(trace->prompt_tokens);
+    demand.hbm = start.tokens[0] * scale;
+    demand.host = start.tokens[1] * scale;
+    demand.compressed = start.tokens[2] * scale;
+    demand.evicted = start.tokens[3] * scale;
+    demand.unstaged_host = first ? demand.host : 0.0;
+    demand.hbm_after = demand.hbm + 1.0;
+    demand.host_after = demand.host;
+    demand.compressed_after = demand.compressed;
+    return demand;
+  }
+  std::uint64_t step = 0;
+  if (context <= trace->prompt_tokens + trace->steps) {
     step = context - trace->prompt_tokens - 1;
   } else {
     trace = &traces_.at(tail_trace_);
     step = std::min(context - trace->prompt_tokens - 1, trace->steps - 1);
   }
-  const replay::StepLayerRecord& record = trace->demand().at(step, trace->layer_map[layer]);
-  LayerDemand demand;
-  demand.hbm = record.tokens[0] * scale;
-  demand.host = record.tokens[1] * scale;
-  demand.compressed = record.tokens[2] * scale;
-  demand.evicted = record.tokens[3] * scale;
-  if (moves) {
-    demand.newly_host = record.newly_host;
-    demand.demoted = record.demoted;
-    demand.promoted = record.promoted;
-    demand.compressed_moves = record.compressed;
+  const replay::ReplayDemand& replayed = trace->demand();
+  const std::uint32_t source = trace->layer_map[layer];
+  const replay::StepLayerRecord& start = replayed.start(source);
+  // Attention reads the placement before the step's policy step; the step's record holds the
+  // placement after it and the step's moves (step 0's also the start's, made at the prefill).
+  const replay::StepLayerRecord& before = step == 0 ? start : replayed.at(step - 1, source);
+  const replay::StepLayerRecord& after = replayed.at(step, source);
+  demand.hbm = before.tokens[0];
+  demand.host = before.tokens[1];
+  demand.compressed = before.tokens[2];
+  demand.evicted = before.tokens[3];
+  if (first) {
+    demand.unstaged_host = demand.host;  // nothing staged yet
+  } else if (step == 0) {
+    demand.unstaged_host = start.newly_host;
+  } else {
+    // Entered T1 at the previous step's moves (step 0's record counts the start's too).
+    demand.unstaged_host = before.newly_host - (step == 1 ? start.newly_host : 0U);
   }
+  demand.hbm_after = after.tokens[0];
+  demand.host_after = after.tokens[1];
+  demand.compressed_after = after.tokens[2];
+  const bool with_start = step == 0;
+  const auto own = [&](std::uint32_t replay::StepLayerRecord::*moves) {
+    return static_cast<double>(after.*moves - (with_start ? start.*moves : 0U));
+  };
+  demand.demoted = own(&replay::StepLayerRecord::demoted);
+  demand.promoted = own(&replay::StepLayerRecord::promoted);
+  demand.promoted_from_compressed = own(&replay::StepLayerRecord::promoted_from_compressed);
+  demand.compressed_from_hbm = own(&replay::StepLayerRecord::compressed_from_hbm);
   return demand;
 }
 

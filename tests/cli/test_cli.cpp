@@ -341,7 +341,8 @@ TEST_CASE("plan finds the largest batch per policy and the GPUs a target needs",
 }
 
 TEST_CASE("validate checks every measured reference against its tolerance", "[cli]") {
-  // The gate of docs/VALIDATION.md: every committed reference within its tolerance.
+  // The prototype's reference within its tolerances (every committed file, live ones too:
+  // tests/cli/test_validate_live_cli.cpp).
   const std::string folder = std::string(KVTIER_SOURCE_DIR) + "/validation/measurements/";
   const Result gate = run("validate '" + folder + "rtx5080-prototype.textproto'");
   INFO(gate.err);
@@ -367,7 +368,7 @@ TEST_CASE("validate checks every measured reference against its tolerance", "[cl
                  "id: \"x\" citation: \"test\" run_file: \"reference-run.textproto\"\n"
                  "metric { policy_index: 0 metric: \"speed\" measured: 1 tolerance: 0.1 }\n");
   expect_config_error(run("validate " + bad_metric.string()), "no metric 'speed'");
-  expect_config_error(run("validate"), "reference files or --published");
+  expect_config_error(run("validate"), "measurement files or --published");
 }
 
 TEST_CASE("validate compares the simulator with the published measurements", "[cli]") {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <string>
 
+#include "kernels/device_info.hpp"
 #include "tests/support/cli_runner.hpp"
 
 namespace {
@@ -70,6 +71,14 @@ TEST_CASE("kvtier live writes a measurement file", "[cli][live]") {
   CHECK(std::stoull(json["tiers"]["t1_peak_bytes"].get<std::string>()) > 0);
   CHECK(std::stoull(json["h2d"]["bytes"].get<std::string>()) > 0);
   CHECK(std::stoull(json["d2h"]["bytes"].get<std::string>()) > 0);
+  // The CPU backend's arenas: T0 grown to its peak, staging at least its peak use.
+  const auto bytes = [&](const char* group, const char* key) {
+    return std::stoull(json[group][key].get<std::string>());
+  };
+  CHECK(bytes("device_memory", "t0_arena_bytes") >= bytes("tiers", "t0_peak_bytes"));
+  CHECK(bytes("device_memory", "staging_bytes") >= bytes("tiers", "staging_peak_bytes"));
+  CHECK(bytes("device_memory", "weights_bytes") == 0);
+  CHECK(bytes("device_memory", "used_peak_bytes") == 0);
   // No eviction, no compression: exactly the full cache.
   CHECK(json["divergence"]["measured"] == true);
   CHECK(json["divergence"]["greedy_agreement_tokens"] == "120");
@@ -91,8 +100,10 @@ TEST_CASE("kvtier live with eviction reports divergence", "[cli][live]") {
 
 TEST_CASE("kvtier live errors", "[cli][live]") {
   const fs::path file = scratch_dir() / "bad.json";
-  expect_one_line_error(run(live("--policy full --device cuda --measure " + quoted(file))), 2,
-                        "CPU engine only");
+  expect_one_line_error(run(live("--policy full --compute-dtype fp16 --measure " + quoted(file))),
+                        2, "--device cuda");
+  expect_one_line_error(run(live("--policy full --device tpu --measure " + quoted(file))), 2,
+                        "tpu");
   expect_one_line_error(run(live("--policy nosuch --measure " + quoted(file))), 2, "nosuch");
   expect_one_line_error(run(live("--policy snapkv --measure " + quoted(file))), 2,
                         "cannot run on the live cache");
@@ -108,6 +119,34 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
   expect_one_line_error(run("live --model " + quoted(stories_dir() / "stories260K.bin") +
                             " --policy full --prompt-file " + quoted(scratch_dir() / "none.txt")),
                         3, "prompt file");
+  CHECK_FALSE(fs::exists(file));
+}
+
+// (A test name must not start with "--": CTest passes it to Catch as an argument.)
+TEST_CASE("live on --device cuda runs with a CUDA build and a GPU, else fails with one line",
+          "[cli][live]") {
+  const fs::path file = scratch_dir() / "cuda.json";
+  const Result result =
+      run(live("--policy tiered:hbm=0.5,evict=0 --max-new-tokens 20 --device "
+               "cuda --compute-dtype fp32 --measure " +
+               quoted(file)));
+  // The kvtier binary is of this build, so it sees the same devices as this test.
+  std::string status;
+  const bool built = kvtier::kernels::built_with_cuda();
+  if (built && !kvtier::kernels::cuda_devices(status).empty()) {
+    INFO("stderr: " << result.err);
+    REQUIRE(result.exit_code == 0);
+    const nlohmann::json json = nlohmann::json::parse(slurp(file));
+    CHECK(json["provenance"]["device"] == "cuda");
+    CHECK_THAT(json["provenance"]["device_detail"].get<std::string>(), Catch::EndsWith(", fp32"));
+    // No eviction, no T2: the full cache's logits, on the device as on the CPU.
+    CHECK(json["divergence"]["identical_logit_steps"] == "20");
+    return;
+  }
+  INFO("CUDA build: " << built << ", devices: " << status);
+  expect_one_line_error(result, 2,
+                        built ? "the CUDA engine is not available: "
+                              : "the CUDA engine is not available in this build");
   CHECK_FALSE(fs::exists(file));
 }
 
@@ -134,7 +173,8 @@ TEST_CASE("kvtier live --follow-trace runs the trace's tokens and makes the repl
   REQUIRE(result.exit_code == 0);
   CHECK_THAT(result.out, Catch::Contains("followed"));
   const nlohmann::json json = nlohmann::json::parse(slurp(file));
-  CHECK(json["follow_trace"] == trace.string());
+  // Relative to the measurement file's folder, as kvtier validate reads it.
+  CHECK(json["follow_trace"] == "follow.h5");
   CHECK(json["new_tokens"] == "90");
   CHECK(json["steps"].size() == 90);
   CHECK(json["mean_kept_mass"].get<double>() ==
@@ -168,62 +208,159 @@ TEST_CASE("kvtier live --follow-trace runs the trace's tokens and makes the repl
 }
 
 // The simulator's copy volumes against the live cache's measured ones, on the same trace and
-// policy: the simulator is given the replay's demand of the trace (tiering.traces), the live
-// cache follows that trace (--follow-trace), and stories260K's KV is float32 in both.
+// policy: the simulator is given the replay's demand of the trace (tiering.traces), the live cache
+// follows that trace (--follow-trace), and stories260K's KV is float32 in both. Both step as the
+// live cache does (docs/SIMULATION.md, "An iteration with tiers"): after the prefill the policy
+// places the prompt and its offloads are made; decode step t stages the placement in force before
+// its policy step, then the step's moves are made. The live run decodes every one of the trace's
+// N steps; a simulated request decodes N of them when it has N + 1 output tokens, its first token
+// coming from the prefill. The parameters below make the last step move tokens (tiered re-tiers
+// at every 9th step of 99; monarch pages a page out as its window moves past it, every 5 steps
+// from step 18 to step 98), and monarch's start pages part of the prompt out, so both ends of
+// the run count.
+namespace {
+
+constexpr int kVolumeSteps = 99;
+// 32 tokens: longer than monarch's window and hot pages, so that its start places some in T2.
+constexpr const char* kVolumePrompt =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park.";
+
+fs::path volumes_trace() {
+  const fs::path trace = scratch_dir() / "volumes.h5";
+  const Result capture = run("trace capture --model " + quoted(stories_dir() / "stories260K.bin") +
+                             " --prompt '" + kVolumePrompt + "' --max-new-tokens " +
+                             std::to_string(kVolumeSteps) + " --no-stop --out " + quoted(trace));
+  INFO("stderr: " << capture.err);
+  REQUIRE(capture.exit_code == 0);
+  return trace;
+}
+
+struct CopyVolumes {
+  nlohmann::json measured;  // the live cache's measurement file
+  std::int64_t simulated_h2d = 0;
+  std::int64_t simulated_d2h = 0;
+
+  [[nodiscard]] std::int64_t measured_bytes(const char* field) const {
+    return std::stoll(measured[field]["bytes"].get<std::string>());
+  }
+  [[nodiscard]] std::int64_t measured_token_layers(const char* field) const {
+    return std::stoll(measured[field]["token_layers"].get<std::string>());
+  }
+  // What the live run's last decode step copied out (its offloads).
+  [[nodiscard]] std::int64_t last_step_d2h() const {
+    return std::stoll(measured["steps"].back()["d2h_bytes"].get<std::string>());
+  }
+  // D2H of the decode steps; the rest of the run's D2H is the start placement's offloads.
+  [[nodiscard]] std::int64_t steps_d2h() const {
+    std::int64_t bytes = 0;
+    for (const nlohmann::json& step : measured["steps"]) {
+      bytes += std::stoll(step["d2h_bytes"].get<std::string>());
+    }
+    return bytes;
+  }
+};
+
+// `policy` run live over `trace` and simulated as one request of the trace's prompt and
+// kVolumeSteps + 1 output tokens.
+CopyVolumes copy_volumes(const fs::path& trace, const std::string& policy,
+                         const std::string& label) {
+  CopyVolumes volumes;
+  const fs::path measured = scratch_dir() / ("volumes-" + label + ".json");
+  const Result live =
+      run("live --model " + quoted(stories_dir() / "stories260K.bin") + " --policy " + policy +
+          " --follow-trace " + quoted(trace) + " --no-reference --measure " + quoted(measured));
+  INFO("stderr: " << live.err);
+  REQUIRE(live.exit_code == 0);
+  volumes.measured = nlohmann::json::parse(slurp(measured));
+  REQUIRE(volumes.measured["new_tokens"] == std::to_string(kVolumeSteps));
+  REQUIRE(volumes.measured["steps"].size() == kVolumeSteps);
+
+  const fs::path spec = scratch_dir() / ("volumes-" + label + ".textproto");
+  {
+    std::ofstream out(spec);
+    out << "name: \"volumes\"\n"
+           "hardware { node { preset: \"hgx-h100-8\" } num_nodes: 1 }\n"
+           "model { preset: \"stories260K\" }\n"
+           "tensor_parallel_degree: 1\n"
+           "workload { closed_loop { concurrency: 1 num_requests: 1\n"
+           "  prompt_tokens { fixed_tokens: "
+        << volumes.measured["prompt_tokens"].get<std::string>()
+        << " } output_tokens { fixed_tokens: " << kVolumeSteps + 1
+        << " } }\n"
+           "  max_batch_size: 1 prefill_chunk_tokens: 2048 }\n"
+           "policy { name: \"full\" }\n"
+           "tiering { traces: \""
+        << trace.string()
+        << "\" prefetch_lookahead_layers: 1 host_allocation: PINNED }\n"
+           "memory { runtime_reserve_gib: 0 activation_workspace_gib: 0 }\n"
+           "engine { iteration_overhead_us: 0 }\nseed: 1\n";
+  }
+  const Result sim = run("sim " + quoted(spec) + " --policy " + policy + " --format json");
+  INFO("sim stderr: " << sim.err);
+  REQUIRE(sim.exit_code == 0);
+  const nlohmann::json metrics = nlohmann::json::parse(sim.out)["policies"][0]["metrics"];
+  const auto bytes = [](double gigabytes) { return std::llround(gigabytes * 1e9); };
+  volumes.simulated_h2d = bytes(metrics["pcie_h2d_gb"].get<double>());
+  volumes.simulated_d2h = bytes(metrics["pcie_d2h_gb"].get<double>());
+  return volumes;
+}
+
+}  // namespace
+
 TEST_CASE("the simulator's PCIe volumes equal the live cache's measured copies",
           "[cli][live][follow][validation]") {
-  const fs::path trace = scratch_dir() / "volumes.h5";
-  REQUIRE(run("trace capture --model " + quoted(stories_dir() / "stories260K.bin") +
-              " --prompt 'Once upon a time' --max-new-tokens 100 --no-stop --out " + quoted(trace))
-              .exit_code == 0);
+  const fs::path trace = volumes_trace();
   for (const std::string prefetch : {"full", "differential"}) {
     CAPTURE(prefetch);
-    const std::string policy = "tiered:hbm=0.3,evict=0.2,delta=8,recent=16,prefetch=" + prefetch;
-    const fs::path measured = scratch_dir() / ("volumes-" + prefetch + ".json");
-    const Result live =
-        run("live --model " + quoted(stories_dir() / "stories260K.bin") + " --policy " + policy +
-            " --follow-trace " + quoted(trace) + " --no-reference --measure " + quoted(measured));
-    INFO("stderr: " << live.err);
-    REQUIRE(live.exit_code == 0);
-    const nlohmann::json cache = nlohmann::json::parse(slurp(measured));
-
-    const fs::path spec = scratch_dir() / ("volumes-" + prefetch + ".textproto");
-    {
-      std::ofstream out(spec);
-      out << "name: \"volumes\"\n"
-             "hardware { node { preset: \"hgx-h100-8\" } num_nodes: 1 }\n"
-             "model { preset: \"stories260K\" }\n"
-             "tensor_parallel_degree: 1\n"
-             "workload { closed_loop { concurrency: 1 num_requests: 1\n"
-             "  prompt_tokens { fixed_tokens: "
-          << cache["prompt_tokens"].get<std::string>()
-          << " } output_tokens { fixed_tokens: 100 } }\n"
-             "  max_batch_size: 1 prefill_chunk_tokens: 2048 }\n"
-             "policy { name: \"tiered\" param { name: \"hbm\" number: 0.3 }\n"
-             "  param { name: \"evict\" number: 0.2 } param { name: \"delta\" number: 8 }\n"
-             "  param { name: \"recent\" number: 16 } param { name: \"prefetch\" text: \""
-          << prefetch
-          << "\" } }\n"
-             "tiering { traces: "
-          << "\"" << trace.string()
-          << "\" prefetch_lookahead_layers: 1 host_allocation: PINNED }\n"
-             "memory { runtime_reserve_gib: 0 activation_workspace_gib: 0 }\n"
-             "engine { iteration_overhead_us: 0 }\nseed: 1\n";
-    }
-    const Result sim = run("sim " + quoted(spec) + " --format json");
-    INFO("sim stderr: " << sim.err);
-    REQUIRE(sim.exit_code == 0);
-    const nlohmann::json metrics = nlohmann::json::parse(sim.out)["policies"][0]["metrics"];
-    const auto bytes = [](double gigabytes) { return std::llround(gigabytes * 1e9); };
-    const auto measured_bytes = [&](const char* field) {
-      return std::stoll(cache[field]["bytes"].get<std::string>());
-    };
+    const CopyVolumes volumes = copy_volumes(
+        trace, "tiered:hbm=0.3,evict=0.2,delta=9,recent=16,prefetch=" + prefetch, prefetch);
     // Staging of T1 (full: all of it every step; differential: what is new), promotions into
     // T0, and the offloads.
-    CHECK(measured_bytes("h2d_prefetch") > 0);
-    CHECK(measured_bytes("h2d_promote") > 0);
-    CHECK(bytes(metrics["pcie_h2d_gb"].get<double>()) ==
-          measured_bytes("h2d_prefetch") + measured_bytes("h2d_promote"));
-    CHECK(bytes(metrics["pcie_d2h_gb"].get<double>()) == measured_bytes("d2h"));
+    CHECK(volumes.measured_bytes("h2d_prefetch") > 0);
+    CHECK(volumes.measured_bytes("h2d_promote") > 0);
+    CHECK(volumes.measured_bytes("h2d_compressed") == 0);
+    // The last step re-tiers: it moves tokens, which the simulated request must count too.
+    CHECK(volumes.last_step_d2h() > 0);
+    CHECK(volumes.simulated_h2d ==
+          volumes.measured_bytes("h2d_prefetch") + volumes.measured_bytes("h2d_promote"));
+    CHECK(volumes.simulated_d2h == volumes.measured_bytes("d2h"));
   }
+}
+
+// With T2: the compressed token-layer is int8 codes plus a float32 scale per KV head for K and
+// for V in both (stories260K, 4 KV heads of 8: 64 + 32 = 96 bytes); promotions out of T2 and
+// offloads into it cross as compressed bytes; T1 <-> T2 recodes stay in host memory.
+TEST_CASE("the simulator's PCIe volumes equal the live cache's measured copies with T2",
+          "[cli][live][follow][validation]") {
+  const fs::path trace = volumes_trace();
+  const auto check_t2 = [](const CopyVolumes& volumes) {
+    CHECK(volumes.measured_bytes("h2d_compressed") > 0);
+    CHECK(volumes.measured_bytes("h2d_compressed") ==
+          96 * volumes.measured_token_layers("h2d_compressed"));
+    CHECK(volumes.measured_bytes("d2h") > 0);
+    // The last step moves tokens out.
+    CHECK(volumes.last_step_d2h() > 0);
+    CHECK(volumes.simulated_h2d == volumes.measured_bytes("h2d"));
+    CHECK(volumes.simulated_d2h == volumes.measured_bytes("d2h"));
+  };
+  for (const std::string prefetch : {"full", "differential"}) {
+    CAPTURE(prefetch);
+    const CopyVolumes volumes = copy_volumes(
+        trace, "tiered:hbm=0.3,evict=0.2,compress=0.5,delta=9,recent=16,prefetch=" + prefetch,
+        "t2-" + prefetch);
+    CHECK(volumes.measured_bytes("h2d_prefetch") > 0);
+    // Re-tiering moved tokens between T1 and T2 (host memory only: in neither volume).
+    CHECK(volumes.measured_bytes("host_recode") > 0);
+    check_t2(volumes);
+  }
+  // Monarch pages cold tokens to T2 and back, never to T1, so every promotion comes out of T2;
+  // compression=int8 is the format the live cache stores. Its start pages out the prompt's pages
+  // before the window (its sticky tokens do not fit beside it): offloads after the prefill,
+  // before any step.
+  const CopyVolumes monarch = copy_volumes(
+      trace, "monarch:attend=all,compression=int8,window=18,max_hot=25,page=5", "monarch");
+  CHECK(monarch.measured_bytes("h2d_prefetch") == 0);
+  CHECK(monarch.measured_bytes("h2d_promote") > 0);
+  CHECK(monarch.measured_bytes("d2h") > monarch.steps_d2h());
+  check_t2(monarch);
 }

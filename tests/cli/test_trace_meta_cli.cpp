@@ -141,6 +141,9 @@ TEST_CASE("trace meta refuses bad requests with one line", "[cli][trace][meta]")
   expect_one_line_error(
       run("trace meta --model " + quoted(stories()) + " --prompt-tokens 0 --steps 3 --tool t"), 2,
       "--prompt-tokens");
+  expect_one_line_error(run("trace meta --model " + quoted(stories()) +
+                            " --prompt-tokens 4000000000 --steps 3 --tool t"),
+                        2, "2^31");
 
   // Models that cannot be read: exit 3, naming the file.
   const fs::path missing = scratch_dir() / "no-such-model.bin";

@@ -28,6 +28,7 @@
 #include "kernels/llama2c_checkpoint.hpp"
 #include "kernels/sampler.hpp"
 #include "kernels/tracer.hpp"
+#include "tests/kernels/support/gpu.hpp"
 #include "tests/kernels/support/model_files.hpp"
 #include "traces/reader.hpp"
 #include "traces/validate.hpp"
@@ -39,17 +40,7 @@ namespace cfg = kvtier::config;
 
 namespace {
 
-bool gpu_present() {
-  std::string status;
-  if (kk::cuda_devices(status).empty()) {
-    if (std::getenv("KVTIER_REQUIRE_GPU") != nullptr) {
-      FAIL("no CUDA device (" << status << ") and KVTIER_REQUIRE_GPU is set");
-    }
-    WARN("no CUDA device (" << status << "): CUDA engine test skipped");
-    return false;
-  }
-  return true;
-}
+using kk::testing::gpu_present;
 
 std::shared_ptr<const kk::ModelWeights> stories() {
   static const auto weights = std::make_shared<const kk::ModelWeights>(

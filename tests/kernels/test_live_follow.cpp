@@ -75,7 +75,7 @@ TEST_CASE("a followed run makes the replay's moves, step by step and layer by la
        {"tiered:hbm=0.3,evict=0.2,delta=8,recent=16,sinks=4",
         "tiered:hbm=0.5,evict=0.1,compress=0.5,delta=8,recent=16,prefetch=differential",
         "h2o:budget=64", "streaming:sinks=4,window=60", "tova:budget=64", "dms:budget=64,delay=16",
-        "monarch:attend=all,window=32,max_hot=64", "full"}) {
+        "monarch:attend=all,compression=int8,window=32,max_hot=64", "full"}) {
     CAPTURE(policy);
     const auto followed = source(5);
     const kr::ReplayDemand expected = replayed(*followed, policy);
@@ -83,6 +83,10 @@ TEST_CASE("a followed run makes the replay's moves, step by step and layer by la
     const kk::LiveResult result = follow(*again, policy, static_cast<int>(kSteps));
     REQUIRE(result.followed_trace);
     REQUIRE(result.demand.steps() == kSteps);
+    for (std::uint32_t layer = 0; layer < 5; ++layer) {
+      CAPTURE(layer);
+      REQUIRE(result.demand.start(layer) == expected.start(layer));
+    }
     for (std::uint64_t step = 0; step < kSteps; ++step) {
       for (std::uint32_t layer = 0; layer < 5; ++layer) {
         CAPTURE(step, layer);

@@ -202,7 +202,7 @@ TEST_CASE("the replay's eviction policies drive the live cache", "[kernels][live
   }
   SECTION("monarch pages cold tokens to T2 and reads them") {
     const kk::LiveResult result =
-        live("monarch:attend=all,window=16,max_hot=32,sticky_tokens=4", 100);
+        live("monarch:attend=all,compression=int8,window=16,max_hot=32,sticky_tokens=4", 100);
     CHECK(result.final_tier_tokens[2] > 0);
     CHECK(result.final_tier_tokens[3] == 0);
     CHECK(result.cache.h2d_compressed.tokens > 0);
@@ -211,6 +211,8 @@ TEST_CASE("the replay's eviction policies drive the live cache", "[kernels][live
     CHECK_THROWS_AS(live("snapkv", 10), kvtier::ConfigError);
     CHECK_THROWS_AS(live("oracle", 10), kvtier::ConfigError);
     CHECK_THROWS_AS(live("monarch", 10), kvtier::ConfigError);
+    // Monarch's own formats are not what the cache stores (int8 with head-vector scales).
+    CHECK_THROWS_AS(live("monarch:attend=all", 10), kvtier::ConfigError);
     CHECK_THROWS_AS(live("tiered:hbm=2", 10), kvtier::ConfigError);
   }
 }

@@ -181,7 +181,9 @@ class CheckedPolicy final : public replay::Policy {
                                      std::uint32_t layer) const override {
     return inner_->own_kept_mass(view, layer);
   }
-  [[nodiscard]] double compressed_bits() const override { return inner_->compressed_bits(); }
+  [[nodiscard]] replay::CompressedFormat compressed_format() const override {
+    return inner_->compressed_format();
+  }
 
  private:
   std::unique_ptr<replay::Policy> inner_;

@@ -5,6 +5,7 @@
 
 #include <hdf5.h>
 
+#include <array>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -43,7 +44,17 @@ replay::ReplayDemand sample_demand() {
   auto policy = replay::builtin_policies().create(
       replay::parse_policy_string("tiered:hbm=0.4,evict=0.2,compress=0.5,delta=8,recent=8"),
       {3, 20, 90});
-  return replay::replay(source, *policy);
+  replay::ReplayDemand demand = replay::replay(source, *policy);
+  // On this attention tiered compresses only out of HBM (new tokens rank lowest); one record
+  // gets a T1 -> T2 recode too, so that /compressed and /compressed_from_hbm differ.
+  for (std::uint64_t step = 0; step < demand.steps(); ++step) {
+    replay::StepLayerRecord& record = demand.at(step, 1);
+    if (record.compressed > 0) {
+      record.compressed_from_hbm = record.compressed - 1;
+      break;
+    }
+  }
+  return demand;
 }
 
 replay::DemandProvenance sample_provenance() {
@@ -61,7 +72,7 @@ replay::DemandProvenance sample_provenance() {
 void require_same_demand(const replay::ReplayDemand& a, const replay::ReplayDemand& b) {
   REQUIRE(a.steps() == b.steps());
   REQUIRE(a.layers() == b.layers());
-  REQUIRE(a.compressed_bits() == b.compressed_bits());
+  REQUIRE(a.compressed_format() == b.compressed_format());
   for (std::uint64_t step = 0; step < a.steps(); ++step) {
     for (std::uint32_t layer = 0; layer < a.layers(); ++layer) {
       const replay::StepLayerRecord& x = a.at(step, layer);
@@ -74,7 +85,14 @@ void require_same_demand(const replay::ReplayDemand& a, const replay::ReplayDema
       REQUIRE(x.compressed == y.compressed);
       REQUIRE(x.evicted == y.evicted);
       REQUIRE(x.newly_host == y.newly_host);
+      REQUIRE(x.promoted_from_compressed == y.promoted_from_compressed);
+      REQUIRE(x.compressed_from_hbm == y.compressed_from_hbm);
+      REQUIRE(x == y);
     }
+  }
+  for (std::uint32_t layer = 0; layer < a.layers(); ++layer) {
+    INFO("start, layer " << layer);
+    REQUIRE(a.start(layer) == b.start(layer));
   }
 }
 
@@ -218,6 +236,22 @@ TEST_CASE("demand files round-trip exactly", "[replay][demand]") {
   const replay::ReplayDemand demand = sample_demand();
   REQUIRE(demand.summary().evicted > 0);  // the sample exercises every field
   REQUIRE(demand.summary().demoted > 0);
+  // ... and every source of promotions and compressions: T1 -> T0, T2 -> T0, T0 -> T2, T1 -> T2.
+  std::uint64_t promoted_from_compressed = 0;
+  std::uint64_t compressed_from_hbm = 0;
+  std::uint64_t compressed = 0;
+  for (std::uint64_t step = 0; step < demand.steps(); ++step) {
+    for (std::uint32_t layer = 0; layer < demand.layers(); ++layer) {
+      promoted_from_compressed += demand.at(step, layer).promoted_from_compressed;
+      compressed_from_hbm += demand.at(step, layer).compressed_from_hbm;
+      compressed += demand.at(step, layer).compressed;
+    }
+  }
+  REQUIRE(promoted_from_compressed > 0);
+  REQUIRE(demand.summary().promoted > promoted_from_compressed);
+  REQUIRE(compressed_from_hbm > 0);
+  REQUIRE(compressed == compressed_from_hbm + 1);
+  REQUIRE(demand.compressed_format() == replay::kInt8HeadScaled);
   const replay::DemandProvenance provenance = sample_provenance();
   const fs::path path = scratch("demand.h5");
   replay::write_demand_file(path, demand, provenance);
@@ -237,6 +271,21 @@ TEST_CASE("demand files round-trip exactly", "[replay][demand]") {
       replay::write_demand_file(scratch("empty.h5"), replay::ReplayDemand(3, 0), provenance),
       std::invalid_argument);
   CHECK_FALSE(fs::exists(scratch("no_hash.h5")));
+
+  // The start placement round-trips too: streaming drops the prompt outside its window at start
+  // (20 − 4 sinks − 8 window = 8 tokens a layer), and step 0's moves include the start's.
+  replay::InMemoryAttention source = kvtier::test::synthetic_attention(3, 20, 90, 7);
+  const auto streaming = replay::builtin_policies().create(
+      replay::parse_policy_string("streaming:sinks=4,window=8"), {3, 20, 90});
+  const replay::ReplayDemand windowed = replay::replay(source, *streaming);
+  for (std::uint32_t layer = 0; layer < windowed.layers(); ++layer) {
+    CHECK(windowed.start(layer).tokens == std::array<std::uint32_t, 4>{12, 0, 0, 8});
+    CHECK(windowed.start(layer).evicted == 8);
+    CHECK(windowed.at(0, layer).evicted == 8 + 1);  // the start's and the step's own
+  }
+  const fs::path windowed_path = scratch("demand_windowed.h5");
+  replay::write_demand_file(windowed_path, windowed, provenance);
+  require_same_demand(replay::read_demand_file(windowed_path).demand, windowed);
 
   // No timestamps: the same demand gives the same bytes; no temporary file is left.
   const fs::path again = scratch("demand_again.h5");
@@ -263,8 +312,17 @@ TEST_CASE("bad demand files are refused, naming the file and the dataset", "[rep
   }
   SECTION("attributes") {
     const fs::path version = valid_copy("version.h5");
-    Editable(version).replace_uint_attribute("version", 2);
-    CHECK_THAT(refusal(version).what(), Catch::Contains("version 2"));
+    Editable(version).replace_uint_attribute("version", 3);
+    CHECK_THAT(refusal(version).what(), Catch::Contains("version 3"));
+    // Version 1 lacks what copy volumes need; it is refused, with what to do.
+    const fs::path old = valid_copy("version1.h5");
+    Editable(old).replace_uint_attribute("version", 1);
+    CHECK_THAT(refusal(old).what(),
+               Catch::Contains("version 1") && Catch::Contains("replay the trace again"));
+    const fs::path scales = valid_copy("no_scales.h5");
+    REQUIRE(H5Adelete(Editable(scales).file, "compressed_scale_bytes_per_head_vector") >= 0);
+    CHECK_THAT(refusal(scales).what(),
+               Catch::Contains("missing attribute 'compressed_scale_bytes_per_head_vector'"));
     const fs::path hash = valid_copy("hash.h5");
     Editable(hash).replace_string_attribute("trace_hash", "xyz");
     CHECK_THAT(refusal(hash).what(), Catch::Contains("trace_hash"));
@@ -303,6 +361,21 @@ TEST_CASE("bad demand files are refused, naming the file and the dataset", "[rep
     const fs::path mass = valid_copy("mass.h5");
     Editable(mass).poke<float>("/tier_mass", H5T_NATIVE_FLOAT, {3, 0, 0}, std::nanf(""));
     CHECK(refusal(mass).where() == mass.string() + ", dataset /tier_mass");
+    const fs::path part = valid_copy("part.h5");
+    Editable(part).poke<std::uint32_t>("/compressed_from_hbm", H5T_NATIVE_UINT32, {5, 2}, 1000);
+    CHECK_THAT(refusal(part).what(),
+               Catch::Contains("exceeds its total") && Catch::Contains("step 5, layer 2"));
+    // The start: tokens adding up to the prompt, moves within step 0's.
+    const fs::path start = valid_copy("start_tokens.h5");
+    Editable(start).poke<std::uint32_t>("/start_tier_tokens", H5T_NATIVE_UINT32, {1, 3}, 5);
+    const DataError start_counts = refusal(start);
+    CHECK(start_counts.where() == start.string() + ", dataset /start_tier_tokens");
+    CHECK_THAT(start_counts.what(), Catch::Contains("layer 1") && Catch::Contains("20"));
+    const fs::path start_moves = valid_copy("start_moves.h5");
+    Editable(start_moves).poke<std::uint32_t>("/start_moves", H5T_NATIVE_UINT32, {2, 1}, 1000);
+    const DataError above = refusal(start_moves);
+    CHECK(above.where() == start_moves.string() + ", dataset /start_moves");
+    CHECK_THAT(above.what(), Catch::Contains("step 0") && Catch::Contains("layer 2"));
   }
 }
 
@@ -435,6 +508,15 @@ TEST_CASE("cache: damaged and mismatched entries are replaced", "[replay][cache]
   CHECK(mismatched.outcome == replay::CacheOutcome::kReplaced);
   CHECK_THAT(mismatched.note, Catch::Contains("counting:level=4"));
   CHECK(replay::read_demand_file(first.file).provenance.policy == "counting:level=2");
+
+  // An entry whose T2 format is not the policy's (its code changed within a version).
+  replay::DemandFile entry = replay::read_demand_file(first.file);
+  entry.demand.set_compressed_format({16.0, 0});
+  replay::write_demand_file(first.file, entry.demand, entry.provenance);
+  const replay::CachedReplay reformatted = replay::cached_replay(trace, spec, cache, registry);
+  CHECK(reformatted.outcome == replay::CacheOutcome::kReplaced);
+  CHECK_THAT(reformatted.note, Catch::Contains("compressed format"));
+  CHECK(reformatted.demand.compressed_format() == replay::kInt8HeadScaled);
 }
 
 TEST_CASE("cache: the hash index follows the trace file", "[replay][cache]") {

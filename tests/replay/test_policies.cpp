@@ -75,6 +75,30 @@ TEST_CASE("tiered can hold the low-score share of host tokens compressed (T2)", 
   CHECK(last.tokens[2] == Approx(last.tokens[1]).margin(1));
 }
 
+TEST_CASE("a placement counts where promotions and compressions came from", "[replay]") {
+  // The simulator books them on the bus by their source: T2 -> T0 at compressed size, T0 -> T2
+  // as an offload, T1 <-> T2 nowhere (a recode in host memory).
+  kvtier::replay::LayerPlacement layer;
+  for (int token = 0; token < 6; ++token) {
+    layer.append();
+  }
+  layer.move(0, Tier::kHost);        // T0 -> T1
+  layer.move(1, Tier::kCompressed);  // T0 -> T2
+  layer.move(0, Tier::kCompressed);  // T1 -> T2
+  layer.move(2, Tier::kHost);
+  layer.move(1, Tier::kHost);  // T2 -> T1
+  layer.move(2, Tier::kHbm);   // T1 -> T0
+  layer.move(0, Tier::kHbm);   // T2 -> T0
+  const kvtier::replay::TierMoves& moves = layer.moves();
+  CHECK(moves.demoted == 2);
+  CHECK(moves.newly_host == 3);
+  CHECK(moves.compressed == 2);
+  CHECK(moves.compressed_from_hbm == 1);
+  CHECK(moves.promoted == 2);
+  CHECK(moves.promoted_from_compressed == 1);
+  CHECK(moves.evicted == 0);
+}
+
 TEST_CASE("budgeted policies never exceed their budget", "[replay]") {
   const auto registry = kvtier::replay::builtin_policies();
   const auto budgets_of = [&](const std::string& policy) {

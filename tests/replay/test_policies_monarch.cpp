@@ -203,12 +203,22 @@ TEST_CASE("monarch presets set window, max_hot and sticky tokens, and explicit v
       Catch::Contains("does not fit in max_hot 384"));
 }
 
-TEST_CASE("monarch's cold pages cost its compression format's bits", "[replay]") {
+TEST_CASE("monarch's cold pages cost its compression format's bytes", "[replay]") {
+  using kvtier::replay::CompressedFormat;
   auto source = kvtier::test::rich_attention(monarch_shape(), 3);
-  CHECK(kvtier::test::run_policy(source, "monarch").compressed_bits() == 16.0);
-  CHECK(kvtier::test::run_policy(source, "monarch:compression=polar-int4").compressed_bits() ==
-        6.25);
-  CHECK(kvtier::test::run_policy(source, "tiered").compressed_bits() == 8.0);
+  CHECK(kvtier::test::run_policy(source, "monarch").compressed_format() ==
+        CompressedFormat{16.0, 0});
+  CHECK(kvtier::test::run_policy(source, "monarch:compression=polar-int4").compressed_format() ==
+        CompressedFormat{6.25, 0});
+  // The live cache's format: int8 codes and a float32 scale per head vector, as tiered's T2.
+  CHECK(kvtier::test::run_policy(source, "monarch:compression=int8").compressed_format() ==
+        kvtier::replay::kInt8HeadScaled);
+  CHECK(kvtier::test::run_policy(source, "tiered").compressed_format() == CompressedFormat{8.0, 4});
+  // stories260K (4 KV heads of 8): 64 bytes of codes + 32 of scales, as the live cache stores;
+  // Llama-3.1-8B (8 of 128): 2,048 + 64.
+  CHECK(kvtier::replay::kInt8HeadScaled.token_layer_bytes(4, 8) == 96.0);
+  CHECK(kvtier::replay::kInt8HeadScaled.token_layer_bytes(8, 128) == 2112.0);
+  CHECK(CompressedFormat{16.0, 0}.token_layer_bytes(8, 128) == 4096.0);
 }
 
 TEST_CASE("monarch with a window longer than the trace keeps everything hot", "[replay]") {

@@ -66,7 +66,7 @@ std::vector<std::vector<float>> reader_rows(const traces::TraceReader& reader,
 void require_same_demand(const replay::ReplayDemand& a, const replay::ReplayDemand& b) {
   REQUIRE(a.steps() == b.steps());
   REQUIRE(a.layers() == b.layers());
-  CHECK(a.compressed_bits() == b.compressed_bits());
+  CHECK(a.compressed_format() == b.compressed_format());
   for (std::uint64_t step = 0; step < a.steps(); ++step) {
     for (std::uint32_t layer = 0; layer < a.layers(); ++layer) {
       INFO("step " << step << ", layer " << layer);
@@ -79,6 +79,7 @@ void require_same_demand(const replay::ReplayDemand& a, const replay::ReplayDema
       REQUIRE(x.compressed == y.compressed);
       REQUIRE(x.evicted == y.evicted);
       REQUIRE(x.newly_host == y.newly_host);
+      REQUIRE(x == y);
     }
   }
 }

@@ -167,6 +167,23 @@ TEST_CASE("differential prefetch moves fewer bytes than full prefetch", "[tiers]
   CHECK(differential.at("hbm_saved_peak_gib") == Approx(full.at("hbm_saved_peak_gib")));
 }
 
+TEST_CASE("T2 copies cost the policy's compressed format on the simulated model", "[tiers]") {
+  // Monarch copies only T2 tokens (staged, paged in, paged out), and its format does not change
+  // where tokens go: the volumes scale by the format's bytes per token-layer. Llama-3.1-8B has 8
+  // KV heads of 128: int8 with a float32 scale per head vector is 2·8·(128 + 4) = 2,112 bytes,
+  // turboquant's 16 bits 2·8·256 = 4,096.
+  const auto int8 = metrics(tiered_run("monarch:attend=all,compression=int8"));
+  const auto turboquant = metrics(tiered_run("monarch:attend=all,compression=turboquant"));
+  REQUIRE(turboquant.at("pcie_h2d_gb") > 0.0);
+  REQUIRE(turboquant.at("pcie_d2h_gb") > 0.0);
+  CHECK(int8.at("pcie_h2d_gb") / turboquant.at("pcie_h2d_gb") ==
+        Approx(2112.0 / 4096.0).epsilon(1e-12));
+  CHECK(int8.at("pcie_d2h_gb") / turboquant.at("pcie_d2h_gb") ==
+        Approx(2112.0 / 4096.0).epsilon(1e-12));
+  CHECK(int8.at("host_kv_used_peak_gib") / turboquant.at("host_kv_used_peak_gib") ==
+        Approx(2112.0 / 4096.0).epsilon(1e-12));
+}
+
 TEST_CASE("pageable host memory makes prefetches slower", "[tiers]") {
   const auto pinned = metrics(tiered_run("tiered:hbm=0.3,evict=0.0"));
   const auto pageable =

@@ -14,16 +14,50 @@
 namespace kvtier::validation {
 namespace {
 
-// The node preset each GPU is measured in, and the metric of the simulator report that
-// corresponds to each published metric.
+// The node preset each GPU is measured in, with the GPU preset put in it when the part is not
+// the node's own.
+struct GpuNodeEntry {
+  std::string_view gpu;
+  std::string_view node;
+  std::string_view gpu_override;
+};
+constexpr GpuNodeEntry kNodeOfGpu[] = {{"A100-80GB", "dgx-a100-8", ""},
+                                       {"A100-40GB", "dgx-a100-8", "A100-40GB"},
+                                       {"H100-SXM", "hgx-h100-8", ""},
+                                       {"H200", "hgx-h200-8", ""}};
+
+bool contains(std::string_view text, std::string_view part) {
+  return text.find(part) != std::string_view::npos;
+}
+
+// The published name of a CUDA device name ("NVIDIA A100-SXM4-40GB" -> A100-40GB). PCIe and NVL
+// boards and the GH200 superchip differ from the nodes' SXM parts in memory bandwidth, power or
+// links, so they map to none rather than to a node that would time them wrongly.
+std::string_view published_gpu_name(std::string_view device) {
+  if (contains(device, "PCIe") || contains(device, "PCIE") || contains(device, "NVL") ||
+      contains(device, "GH200")) {
+    return {};
+  }
+  if (contains(device, "A100") && contains(device, "40GB")) {
+    return "A100-40GB";
+  }
+  if (contains(device, "A100") && contains(device, "80GB")) {
+    return "A100-80GB";
+  }
+  if (contains(device, "H100")) {
+    return "H100-SXM";
+  }
+  if (contains(device, "H200")) {
+    return "H200";
+  }
+  return {};
+}
+
+// The metric of the simulator report that corresponds to each published metric.
 struct NameMapping {
   std::string_view from;
   std::string_view to;
 };
-constexpr NameMapping kNodeOfGpu[] = {{"A100-80GB", "dgx-a100-8"},
-                                      {"A100-40GB", "dgx-a100-8"},
-                                      {"H100-SXM", "hgx-h100-8"},
-                                      {"H200", "hgx-h200-8"}};
 constexpr NameMapping kSimulatorMetric[] = {
     {"tpot_ms", "tpot_mean_ms"},
     {"ttft_ms", "ttft_mean_ms"},
@@ -108,6 +142,17 @@ Number parse_number(const std::string& text, const std::string& column, const st
 
 }  // namespace
 
+std::optional<GpuNode> node_for_gpu(std::string_view gpu) {
+  for (const std::string_view name : {gpu, published_gpu_name(gpu)}) {
+    for (const auto& entry : kNodeOfGpu) {
+      if (!name.empty() && entry.gpu == name) {
+        return GpuNode{std::string(entry.node), std::string(entry.gpu_override)};
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::vector<PublishedPoint> read_published(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
@@ -181,9 +226,9 @@ std::vector<PublishedPoint> read_published(const std::string& path) {
 Projection project(const PublishedPoint& point, const config::ConfigLoader& loader) {
   Projection projection;
   projection.point = point;
-  const NameMapping* node = find_mapping(kNodeOfGpu, point.gpu);
+  const std::optional<GpuNode> node = node_for_gpu(point.gpu);
   const NameMapping* metric = find_mapping(kSimulatorMetric, point.metric);
-  if (node == nullptr) {
+  if (!node) {
     projection.skipped_because = "no node preset for GPU " + point.gpu;
     return projection;
   }
@@ -199,7 +244,7 @@ Projection project(const PublishedPoint& point, const config::ConfigLoader& load
   const std::string batch = std::to_string(point.batch_size);
   std::vector<config::Override> overrides;
   for (const std::string& set :
-       {"hardware.node.preset=" + std::string(node->to), "model.preset=" + point.model,
+       {"hardware.node.preset=" + node->node, "model.preset=" + point.model,
         "tensor_parallel_degree=" + std::to_string(point.tensor_parallel),
         "workload.closed_loop.concurrency=" + batch, "workload.closed_loop.num_requests=" + batch,
         "workload.max_batch_size=" + batch,
@@ -216,8 +261,8 @@ Projection project(const PublishedPoint& point, const config::ConfigLoader& load
                                                  std::to_string(engine.iteration_overhead_us)));
     }
   }
-  if (point.gpu == "A100-40GB") {
-    overrides.push_back(config::parse_override("hardware.node.gpu.preset=A100-40GB"));
+  if (!node->gpu.empty()) {
+    overrides.push_back(config::parse_override("hardware.node.gpu.preset=" + node->gpu));
   }
   config::RunSpec run;
   (void)loader.load_text(kBaseRun, "validation/published", run, overrides);

@@ -1,0 +1,305 @@
+// `kvtier validate` on live measurement files (validation/live.hpp, docs/VALIDATION.md "Live
+// measurement files"), driven as a user would on the stories260K fixture: a run that followed a
+// trace validates with the simulator's byte volumes equal to its own, a changed figure is
+// OUTSIDE (exit 1) unless the file's tolerance allows it, what cannot be compared is listed as
+// skipped with the reason, and broken files fail with one line naming file and field (exit 3).
+
+#include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/support/cli_runner.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Result = kvtier::test::CliResult;
+using kvtier::test::expect_one_line_error;
+using kvtier::test::quoted;
+using kvtier::test::scratch_dir;
+using kvtier::test::slurp;
+using kvtier::test::stories_dir;
+
+constexpr const char* kPolicy = "tiered:hbm=0.3,evict=0.2,delta=8,recent=16";
+
+Result run(const std::string& args) {
+  return kvtier::test::run_kvtier(args);
+}
+
+fs::path model() {
+  return stories_dir() / "stories260K.bin";
+}
+
+// A 60-step capture of the fixture (made once per test process) in its own folder.
+const fs::path& trace() {
+  static const fs::path path = [] {
+    fs::create_directories(scratch_dir() / "traces");
+    const fs::path file = scratch_dir() / "traces" / "followed.h5";
+    const Result capture = run("trace capture --model " + quoted(model()) +
+                               " --prompt 'Once upon a time' --max-new-tokens 60 --no-stop "
+                               "--dtype fp16 --out " +
+                               quoted(file));
+    INFO("stderr: " << capture.err);
+    REQUIRE(capture.exit_code == 0);
+    return file;
+  }();
+  return path;
+}
+
+// `kvtier live` following trace() with kPolicy; its measurement file as JSON.
+const nlohmann::json& followed_run() {
+  static const nlohmann::json json = [] {
+    const fs::path file = scratch_dir() / "followed.json";
+    const Result live =
+        run("live --model " + quoted(model()) + " --policy " + kPolicy + " --follow-trace " +
+            quoted(trace()) + " --no-reference --measure " + quoted(file));
+    INFO("stderr: " << live.err);
+    REQUIRE(live.exit_code == 0);
+    return nlohmann::json::parse(slurp(file));
+  }();
+  return json;
+}
+
+fs::path write_json(const std::string& name, const nlohmann::json& json) {
+  const fs::path path = scratch_dir() / name;
+  std::ofstream(path) << json.dump(2) << "\n";
+  return path;
+}
+
+fs::path write_text(const std::string& name, const std::string& text) {
+  const fs::path path = scratch_dir() / name;
+  std::ofstream(path, std::ios::binary) << text;
+  return path;
+}
+
+std::uint64_t bytes(const nlohmann::json& json, const char* direction) {
+  return std::stoull(json[direction]["bytes"].get<std::string>());
+}
+
+// The JSON rows of `validate --format json` for one figure.
+nlohmann::json figure(const Result& result, const std::string& metric) {
+  const nlohmann::json json = nlohmann::json::parse(result.out);
+  for (const auto& row : json["references"]) {
+    if (row["metric"] == metric) {
+      return row;
+    }
+  }
+  FAIL("no row for " << metric << " in " << result.out);
+  return {};
+}
+
+// The text table's line for a metric.
+std::string row_of(const std::string& table, const std::string& metric) {
+  const auto at = table.find(" " + metric + " ");
+  if (at == std::string::npos) {
+    return {};
+  }
+  const auto begin = table.rfind('\n', at) + 1;
+  return table.substr(begin, table.find('\n', at) - begin);
+}
+
+}  // namespace
+
+TEST_CASE("validate --help describes live measurement files", "[cli][validate][live]") {
+  const Result help = run("validate --help");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Catch::Contains("kvtier live --measure") &&
+                           Catch::Contains("follow_trace") && Catch::Contains("tolerances"));
+}
+
+TEST_CASE("every committed measurement file validates (validation/measurements/)",
+          "[cli][validate][live]") {
+  // CI's gate: the references and the live files, each within its tolerance.
+  std::vector<fs::path> files;
+  for (const auto& entry :
+       fs::directory_iterator(fs::path(KVTIER_SOURCE_DIR) / "validation" / "measurements")) {
+    if (entry.is_regular_file()) {
+      files.push_back(entry.path());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  std::string args = "validate";
+  std::size_t live_files = 0;
+  for (const fs::path& file : files) {
+    args += " " + quoted(file);
+    live_files += file.extension() == ".json" ? 1 : 0;
+  }
+  REQUIRE(live_files >= 1);
+  const Result result = run(args);
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains(" 0 outside tolerance"));
+  // The committed live file's volumes were compared, not skipped.
+  CHECK_THAT(row_of(result.out, "pcie_h2d_bytes"), Catch::EndsWith(" ok"));
+  CHECK_THAT(row_of(result.out, "pcie_d2h_bytes"), Catch::EndsWith(" ok"));
+}
+
+TEST_CASE("validate: a CPU live run that followed a trace has the simulator's byte volumes",
+          "[cli][validate][live]") {
+  const nlohmann::json& measured = followed_run();
+  REQUIRE(bytes(measured, "h2d") > 0);
+  REQUIRE(bytes(measured, "d2h") > 0);
+  const fs::path file = write_json("cpu-run.json", measured);
+  const Result table = run("validate " + quoted(file));
+  INFO("stderr: " << table.err);
+  CHECK(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("2 figures, 0 outside tolerance, 3 skipped"));
+  CHECK_THAT(row_of(table.out, "tpot_mean_ms"),
+             Catch::Contains("skipped: not comparable (cpu backend)"));
+
+  const Result json = run("validate " + quoted(file) + " --format json");
+  REQUIRE(json.exit_code == 0);
+  for (const char* metric : {"pcie_h2d_bytes", "pcie_d2h_bytes"}) {
+    CAPTURE(metric);
+    const nlohmann::json row = figure(json, metric);
+    CHECK(row["id"] == "cpu-run");
+    CHECK(row["policy"].get<std::string>().rfind("tiered:hbm=0.3,evict=0.2", 0) == 0);
+    CHECK(row["projected"] == row["measured"]);
+    CHECK(row["tolerance"] == 0);
+    CHECK(row["within"] == true);
+  }
+  CHECK(figure(json, "pcie_h2d_bytes")["measured"] == bytes(measured, "h2d"));
+  CHECK(figure(json, "pcie_h2d_busy_s")["skipped"].get<std::string>().rfind(
+            "not comparable (cpu backend)", 0) == 0);
+
+  // A relative follow_trace is found from the file's folder, whatever the working directory.
+  nlohmann::json relative = measured;
+  relative["follow_trace"] = "traces/followed.h5";
+  const fs::path moved = write_json("relative.json", relative);
+  const Result elsewhere = run("validate " + quoted(moved));
+  INFO("stderr: " << elsewhere.err);
+  CHECK(elsewhere.exit_code == 0);
+}
+
+TEST_CASE("validate: a live figure off by a byte is outside its tolerance",
+          "[cli][validate][live]") {
+  nlohmann::json tampered = followed_run();
+  tampered["d2h"]["bytes"] = std::to_string(bytes(tampered, "d2h") + 1);
+  const Result result = run("validate " + quoted(write_json("tampered.json", tampered)));
+  CHECK(result.exit_code == 1);
+  CHECK_THAT(row_of(result.out, "pcie_d2h_bytes"), Catch::EndsWith("OUTSIDE"));
+  CHECK_THAT(row_of(result.out, "pcie_h2d_bytes"), Catch::EndsWith(" ok"));
+  CHECK_THAT(result.err, Catch::Contains("1 of 2 figures outside their tolerance"));
+}
+
+TEST_CASE("validate: a live file's tolerances replace the defaults", "[cli][validate][live]") {
+  nlohmann::json tampered = followed_run();
+  const std::uint64_t h2d = bytes(tampered, "h2d");
+  tampered["h2d"]["bytes"] = std::to_string(h2d + h2d / 100);  // 1% more than was copied
+  tampered["tolerances"] = {{{"metric", "pcie_h2d_bytes"}, {"relative", 0.02}}};
+  const Result allowed =
+      run("validate " + quoted(write_json("tolerant.json", tampered)) + " --format json");
+  INFO("stderr: " << allowed.err);
+  CHECK(allowed.exit_code == 0);
+  CHECK(figure(allowed, "pcie_h2d_bytes")["tolerance"] == 0.02);
+  CHECK(figure(allowed, "pcie_d2h_bytes")["tolerance"] == 0);
+
+  tampered["tolerances"][0]["relative"] = 0.005;
+  CHECK(run("validate " + quoted(write_json("strict.json", tampered))).exit_code == 1);
+
+  tampered["tolerances"][0]["metric"] = "speed";
+  expect_one_line_error(run("validate " + quoted(write_json("bad-tolerance.json", tampered))), 3,
+                        "tolerances[0].metric");
+  tampered["tolerances"][0] = {{"metric", "pcie_h2d_bytes"}, {"relative", -1}};
+  expect_one_line_error(run("validate " + quoted(write_json("negative.json", tampered))), 3,
+                        "tolerances[0].relative");
+}
+
+TEST_CASE("validate: broken live files fail with one line naming the file and field",
+          "[cli][validate][live]") {
+  const fs::path truncated = write_text("truncated.json", "{\"format_version\": 1,\n");
+  expect_one_line_error(run("validate " + quoted(truncated)), 3, "truncated.json");
+
+  const fs::path report = write_text("report.json", "{\"policies\": []}\n");
+  expect_one_line_error(run("validate " + quoted(report)), 3, "unknown field 'policies'");
+
+  const fs::path binary = write_text("trace.bin", std::string("\x89HDF\r\n\x1a\n\0\0", 10));
+  expect_one_line_error(run("validate " + quoted(binary)), 3, "trace.bin");
+
+  nlohmann::json missing = followed_run();
+  missing["follow_trace"] = "no-such-trace.h5";
+  const Result no_trace = run("validate " + quoted(write_json("missing-trace.json", missing)));
+  expect_one_line_error(no_trace, 3, "missing-trace.json");
+  CHECK_THAT(no_trace.err,
+             Catch::Contains("field follow_trace") && Catch::Contains("no-such-trace.h5"));
+
+  nlohmann::json version = followed_run();
+  version["format_version"] = 2;
+  expect_one_line_error(run("validate " + quoted(write_json("version.json", version))), 3,
+                        "field format_version");
+
+  expect_one_line_error(run("validate " + quoted(scratch_dir() / "absent.json")), 2, "absent.json");
+  expect_one_line_error(run("validate " + quoted(trace().parent_path())), 2, "a folder");
+}
+
+TEST_CASE("validate: live figures that cannot be simulated are skipped with the reason",
+          "[cli][validate][live]") {
+  // A free-running run: no trace to simulate it from.
+  const fs::path file = scratch_dir() / "free.json";
+  const Result live = run("live --model " + quoted(model()) + " --policy " + kPolicy +
+                          " --prompt 'Once upon a time' --max-new-tokens 20 --no-reference "
+                          "--measure " +
+                          quoted(file));
+  INFO("stderr: " << live.err);
+  REQUIRE(live.exit_code == 0);
+  const Result free = run("validate " + quoted(file));
+  INFO("stderr: " << free.err);
+  CHECK(free.exit_code == 0);
+  CHECK_THAT(row_of(free.out, "pcie_h2d_bytes"), Catch::Contains("skipped: free-running run"));
+  CHECK_THAT(free.out, Catch::Contains("0 figures, 0 outside tolerance, 5 skipped"));
+
+  // A model that is no preset (a checkpoint of another name).
+  nlohmann::json other = followed_run();
+  other["provenance"]["model"] = "stories15M";
+  const Result unknown = run("validate " + quoted(write_json("other-model.json", other)));
+  CHECK(unknown.exit_code == 0);
+  CHECK_THAT(row_of(unknown.out, "pcie_d2h_bytes"),
+             Catch::Contains("skipped: model stories15M is not a model preset"));
+}
+
+TEST_CASE("validate: a CUDA live file is simulated in its KV dtype on its GPU's node",
+          "[cli][validate][live]") {
+  // The CPU run relabelled as a GPU's: the KV dtype comes from device_detail's last item.
+  nlohmann::json cuda = followed_run();
+  cuda["provenance"]["device"] = "cuda";
+  cuda["provenance"]["device_name"] = "NVIDIA H100 80GB HBM3";
+  cuda["provenance"]["device_detail"] = "compute 9.0, 132 SMs, fp32";
+  const Result fp32 =
+      run("validate " + quoted(write_json("cuda-fp32.json", cuda)) + " --format json");
+  INFO("stderr: " << fp32.err);
+  CHECK(figure(fp32, "pcie_h2d_bytes")["within"] == true);
+  // Times are compared (CPU times against an H100's: far apart, so exit 1), at 10%.
+  for (const char* metric : {"tpot_mean_ms", "pcie_h2d_busy_s", "pcie_d2h_busy_s"}) {
+    CAPTURE(metric);
+    const nlohmann::json row = figure(fp32, metric);
+    CHECK_FALSE(row.contains("skipped"));
+    CHECK(row["tolerance"] == 0.1);
+    CHECK(row["projected"].get<double>() > 0.0);
+  }
+
+  // bf16 (named, or assumed when device_detail names no dtype): half the float32 bytes.
+  for (const char* detail : {"compute 9.0, 132 SMs, bf16", "compute 9.0, 132 SMs"}) {
+    CAPTURE(detail);
+    cuda["provenance"]["device_detail"] = detail;
+    const Result bf16 =
+        run("validate " + quoted(write_json("cuda-bf16.json", cuda)) + " --format json");
+    CHECK(bf16.exit_code == 1);
+    const nlohmann::json row = figure(bf16, "pcie_h2d_bytes");
+    CHECK(row["projected"].get<double>() * 2 == row["measured"].get<double>());
+  }
+
+  // A GPU no node preset holds: bytes compared, times skipped.
+  cuda["provenance"]["device_detail"] = "compute 9.0, 114 SMs, fp32";
+  cuda["provenance"]["device_name"] = "NVIDIA H100 PCIe";
+  const Result pcie = run("validate " + quoted(write_json("cuda-pcie.json", cuda)));
+  CHECK(pcie.exit_code == 0);
+  CHECK_THAT(row_of(pcie.out, "tpot_mean_ms"),
+             Catch::Contains("skipped: no node preset for GPU NVIDIA H100 PCIe"));
+  CHECK_THAT(row_of(pcie.out, "pcie_h2d_bytes"), Catch::EndsWith(" ok"));
+}

@@ -1,0 +1,229 @@
+// The live tiered cache's CUDA backend (kernels/cuda_tiered_cache.hpp) against the CPU backend and
+// the CUDA engine's own cache. Needs a GPU (CTest label gpu; scripts/gpu-validate.sh runs it with
+// KVTIER_REQUIRE_GPU set, so that it cannot pass without a device).
+//
+// - Tiering without eviction or compression leaves every logit bit-identical to the CUDA engine's
+//   own cache, in FP32 and BF16, with both prefetch modes and T0 from 0% to 100%: the copies
+//   are exact and attention reads the same values in the same order through the page table.
+// - Following the same attention, the CUDA cache makes the CPU cache's moves, step by step and
+//   layer by layer, and counts the same bytes for every kind of copy (FP32 slots are the CPU's
+//   size; BF16 halves the full-precision kinds, not the compressed ones).
+// - T2 encoded on the device (offloads) and on the host (recodes) decodes on the device to what
+//   the CPU backend reads: logits within the engines' FP32 tolerance of the CPU run's.
+// - The T0 budget is enforced on the device.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "kernels/cuda_engine.hpp"
+#include "kernels/engine.hpp"
+#include "kernels/live.hpp"
+#include "kernels/llama2c_checkpoint.hpp"
+#include "kernels/tokenizer.hpp"
+#include "replay/parameters.hpp"
+#include "replay/synthetic_attention.hpp"
+#include "tests/kernels/support/gpu.hpp"
+#include "tests/kernels/support/model_files.hpp"
+#include "traces/synth.hpp"
+
+namespace {
+
+namespace kk = kvtier::kernels;
+namespace kr = kvtier::replay;
+using kk::testing::gpu_present;
+
+std::shared_ptr<const kk::ModelWeights> stories() {
+  static const auto weights = std::make_shared<const kk::ModelWeights>(
+      kk::load_llama2c_checkpoint(kk::testing::stories_dir() / "stories260K.bin"));
+  return weights;
+}
+
+std::vector<std::int32_t> prompt() {
+  const auto tokenizer = kk::load_llama2c_tokenizer(kk::testing::stories_dir() / "tok512.bin");
+  return tokenizer->encode_prompt("Once upon a time, there was a little girl named Lily");
+}
+
+std::unique_ptr<kk::Engine> cuda_engine(kk::CudaComputeDtype dtype) {
+  kk::CudaEngineOptions options;
+  options.dtype = dtype;
+  // A live run reads the observed rows right after each decode.
+  options.observer_delivery = kk::ObserverDelivery::kSynchronous;
+  options.observer_rows = kk::ObserverRows::kHeadMean;
+  return kk::make_cuda_engine(stories(), options);
+}
+
+std::string tiered(const std::string& params) {
+  return "tiered:delta=8,recent=16,sinks=4," + params;
+}
+
+constexpr std::uint32_t kPrompt = 24;
+constexpr int kFollowSteps = 150;
+
+std::unique_ptr<kr::SyntheticAttention> source() {
+  const kvtier::config::SyntheticAttention params =
+      kvtier::traces::synthetic_preset("reasoning", 7);
+  return std::make_unique<kr::SyntheticAttention>(stories()->spec, kPrompt, kFollowSteps, params);
+}
+
+std::vector<std::int32_t> tokens(std::uint32_t count, std::int32_t first) {
+  std::vector<std::int32_t> out;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    out.push_back(static_cast<std::int32_t>((first + 37 * static_cast<std::int32_t>(i)) % 512));
+  }
+  return out;
+}
+
+// A run following synthetic attention, on `engine`.
+kk::LiveResult follow(kk::Engine& engine, const std::string& policy, bool keep_logits = false) {
+  const auto followed = source();
+  kk::LiveOptions options;
+  options.policy = kr::parse_policy_string(policy);
+  options.max_new_tokens = kFollowSteps;
+  options.follow = followed.get();
+  options.forced_tokens = tokens(kFollowSteps, 5);
+  options.keep_logits = keep_logits;
+  return kk::run_live(engine, nullptr, tokens(kPrompt, 1), options);
+}
+
+void require_same_counts(const kk::CopyCounter& cuda, const kk::CopyCounter& cpu,
+                         std::uint64_t cuda_bytes_per_cpu_byte_num = 1,
+                         std::uint64_t cuda_bytes_per_cpu_byte_den = 1) {
+  REQUIRE(cuda.tokens == cpu.tokens);
+  REQUIRE(cuda.bytes * cuda_bytes_per_cpu_byte_den == cpu.bytes * cuda_bytes_per_cpu_byte_num);
+}
+
+}  // namespace
+
+TEST_CASE("the CUDA cache tiers without changing a logit", "[gpu][live]") {
+  if (!gpu_present()) {
+    return;
+  }
+  constexpr int kSteps = 120;
+  for (const auto dtype : {kk::CudaComputeDtype::kFP32, kk::CudaComputeDtype::kBF16}) {
+    const auto engine = cuda_engine(dtype);
+    const auto reference = cuda_engine(dtype);
+    for (const std::string prefetch : {"full", "differential"}) {
+      for (const std::string hbm : {"0", "0.3", "1"}) {
+        INFO("dtype " << kk::cuda_compute_dtype_name(dtype) << ", prefetch " << prefetch << ", hbm "
+                      << hbm);
+        kk::LiveOptions options;
+        options.policy = kr::parse_policy_string(
+            tiered("evict=0,compress=0,hbm=" + hbm + ",prefetch=" + prefetch));
+        options.max_new_tokens = kSteps;
+        const kk::LiveResult result = kk::run_live(*engine, reference.get(), prompt(), options);
+        REQUIRE(result.identical_logit_steps == static_cast<std::uint64_t>(kSteps));
+        REQUIRE(result.mean_kl == 0.0);
+        REQUIRE(result.greedy_agreement == static_cast<std::uint64_t>(kSteps));
+        if (hbm != "1") {
+          // T1 really holds tokens and attention really reads them from staging.
+          REQUIRE(result.cache.h2d_prefetch.tokens > 0);
+          REQUIRE(result.cache.d2h_offload.tokens > 0);
+          REQUIRE(result.cache.h2d_prefetch.seconds > 0.0);
+          REQUIRE(result.cache.d2h_offload.seconds > 0.0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("the CUDA cache makes the CPU cache's moves and copies the same bytes", "[gpu][live]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto cpu = kk::make_cpu_engine(stories());
+  const auto fp32 = cuda_engine(kk::CudaComputeDtype::kFP32);
+  const auto bf16 = cuda_engine(kk::CudaComputeDtype::kBF16);
+  for (const std::string& policy :
+       {tiered("hbm=0.3,evict=0.2,compress=0.5,prefetch=full"),
+        tiered("hbm=0.3,evict=0.2,compress=0.5,prefetch=differential"),
+        tiered("hbm=0,evict=0,compress=0"), std::string("h2o:budget=64"),
+        std::string("monarch:attend=all,compression=int8,window=32,max_hot=64"),
+        std::string("dms:budget=64,delay=16")}) {
+    INFO(policy);
+    const kk::LiveResult on_cpu = follow(*cpu, policy);
+    const kk::LiveResult on_fp32 = follow(*fp32, policy);
+    const kk::LiveResult on_bf16 = follow(*bf16, policy);
+    for (const kk::LiveResult* cuda : {&on_fp32, &on_bf16}) {
+      for (std::uint64_t step = 0; step < static_cast<std::uint64_t>(kFollowSteps); ++step) {
+        for (std::uint32_t layer = 0; layer < on_cpu.demand.layers(); ++layer) {
+          CAPTURE(step, layer);
+          REQUIRE(cuda->demand.at(step, layer) == on_cpu.demand.at(step, layer));
+        }
+      }
+      REQUIRE(cuda->final_tier_tokens == on_cpu.final_tier_tokens);
+      REQUIRE(cuda->cache.evicted_tokens == on_cpu.cache.evicted_tokens);
+    }
+    // FP32 slots are the CPU backend's size: every count and byte equal.
+    const kk::TieredCacheStats& a = on_fp32.cache;
+    const kk::TieredCacheStats& b = on_cpu.cache;
+    require_same_counts(a.h2d_prefetch, b.h2d_prefetch);
+    require_same_counts(a.h2d_compressed, b.h2d_compressed);
+    require_same_counts(a.h2d_promote, b.h2d_promote);
+    require_same_counts(a.d2h_offload, b.d2h_offload);
+    require_same_counts(a.host_recode, b.host_recode);
+    REQUIRE(a.t0_peak_bytes == b.t0_peak_bytes);
+    REQUIRE(a.t1_peak_bytes == b.t1_peak_bytes);
+    REQUIRE(a.t2_peak_bytes == b.t2_peak_bytes);
+    REQUIRE(a.staging_peak_bytes == b.staging_peak_bytes);
+    // BF16 halves full-precision copies; the T2 format is the same.
+    const kk::TieredCacheStats& h = on_bf16.cache;
+    require_same_counts(h.h2d_prefetch, b.h2d_prefetch, 1, 2);
+    require_same_counts(h.h2d_compressed, b.h2d_compressed);
+    REQUIRE(h.t1_peak_bytes * 2 == b.t1_peak_bytes);
+    REQUIRE(h.t2_peak_bytes == b.t2_peak_bytes);
+  }
+}
+
+TEST_CASE("T2 encoded on the device and on the host decodes on the device as on the CPU",
+          "[gpu][live]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto cpu = kk::make_cpu_engine(stories());
+  const auto fp32 = cuda_engine(kk::CudaComputeDtype::kFP32);
+  // Offloads straight to T2 (quantised on the device) and T1 <-> T2 recodes (on the host).
+  for (const std::string& policy :
+       {tiered("hbm=0.2,evict=0,compress=1"),
+        std::string("monarch:attend=all,compression=int8,window=32,max_hot=64")}) {
+    INFO(policy);
+    const kk::LiveResult on_cpu = follow(*cpu, policy, true);
+    const kk::LiveResult on_gpu = follow(*fp32, policy, true);
+    REQUIRE(on_gpu.cache.h2d_compressed.tokens > 0);
+    REQUIRE(on_gpu.logits.size() == on_cpu.logits.size());
+    float largest = 0.0F;
+    for (std::size_t step = 0; step < on_cpu.logits.size(); ++step) {
+      for (std::size_t i = 0; i < on_cpu.logits[step].size(); ++i) {
+        largest = std::max(largest, std::fabs(on_gpu.logits[step][i] - on_cpu.logits[step][i]));
+      }
+    }
+    // The CUDA engine's FP32 tolerance against the CPU engine (test_cuda_engine.cpp).
+    REQUIRE(largest < 1e-3F);
+  }
+}
+
+TEST_CASE("the CUDA cache's T0 arena is the budget", "[gpu][live]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto engine = cuda_engine(kk::CudaComputeDtype::kBF16);
+  // stories260K: 4 KV heads of 8, bf16: 64 bytes a token-layer.
+  constexpr std::uint64_t kTokenLayer = 2 * 4 * 8 * 2;
+  kk::LiveOptions options;
+  options.policy = kr::parse_policy_string("h2o:budget=32");
+  options.max_new_tokens = 100;
+  options.t0_budget_bytes = 5 * (32 + 1) * kTokenLayer;
+  const kk::LiveResult result = kk::run_live(*engine, nullptr, prompt(), options);
+  REQUIRE(result.cache.t0_peak_bytes <= options.t0_budget_bytes);
+  REQUIRE(result.cache.evicted_tokens > 0);
+  options.t0_budget_bytes = kTokenLayer - 1;
+  REQUIRE_THROWS_AS(kk::run_live(*engine, nullptr, prompt(), options), kvtier::ConfigError);
+  options.policy = kr::parse_policy_string("full");
+  options.t0_budget_bytes = 5 * 20 * kTokenLayer;
+  REQUIRE_THROWS_AS(kk::run_live(*engine, nullptr, prompt(), options), kvtier::ConfigError);
+}

@@ -1,0 +1,34 @@
+#pragma once
+// Live measurement files (`kvtier live --measure`, configs/schema/measurement.proto) against the
+// simulator. A live run that followed a trace made exactly the replay's moves over it
+// (docs/LIVE.md), so it is simulated as one request of the same model, KV dtype, policy, trace
+// and lengths, and its copy volumes — on a GPU also its time per token and copy times — are set
+// beside the simulation's (docs/VALIDATION.md, "Live measurement files").
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "configs/loader.hpp"
+#include "validation/reference.hpp"
+
+namespace kvtier::validation {
+
+// A live file is JSON (what `kvtier live --measure` writes); a reference is protobuf text format.
+[[nodiscard]] bool is_live_measurement(std::string_view text);
+
+// The figures of one live file `text` read from `path`: pcie_h2d_bytes, pcie_d2h_bytes,
+// tpot_mean_ms, pcie_h2d_busy_s and pcie_d2h_busy_s, each compared or skipped with the reason
+// (a free-running run, a model that is no preset, timings of the CPU backend or of a GPU no
+// node preset holds). DataError naming the file and field when the file is not a
+// LiveMeasurement, lacks what the comparison reads, names a follow_trace that does not exist
+// (a relative one is found from the file's folder) or cannot be simulated as it says.
+[[nodiscard]] std::vector<ReferenceCheck> check_live_measurement(
+    const std::string& path, const std::string& text, const config::ConfigLoader& loader);
+
+// A measured reference or a live file, told apart by content. ConfigError when the file cannot
+// be read, DataError when it is binary (neither kind).
+[[nodiscard]] std::vector<ReferenceCheck> check_measurement_file(
+    const std::string& path, const config::ConfigLoader& loader);
+
+}  // namespace kvtier::validation
