@@ -201,7 +201,8 @@ __global__ void qkv_epilogue_kernel(QkvEpilogue a) {
   const std::int64_t kv_width = static_cast<std::int64_t>(a.kv_heads) * a.head_dim;
   const std::int64_t head_offset = static_cast<std::int64_t>(kv_head) * a.head_dim;
   T* cache = a.page_table != nullptr
-                 ? static_cast<T*>(a.slots) + a.page_table[position] * 2 * kv_width +
+                 ? static_cast<T*>(a.slots) +
+                       static_cast<std::int64_t>(a.page_table[position]) * 2 * kv_width +
                        (is_key ? 0 : kv_width) + head_offset
                  : static_cast<T*>(is_key ? a.cache_keys : a.cache_values) + position * kv_width +
                        head_offset;
