@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <iterator>
+#include <utility>
 
 #include "common/errors.hpp"
 #include "kernels/device_info.hpp"
@@ -138,9 +139,9 @@ kernels::ModelWeights load_model_argument(const std::string& text, const Context
   return kernels::random_model(spec, options);
 }
 
-void check_engine_device(const std::string& device) {
+kernels::DeviceInfo check_engine_device(const std::string& device) {
   if (device == "cpu") {
-    return;
+    return kernels::host_cpu();
   }
   if (device != "cuda") {
     throw ConfigError("unknown --device '" + device + "': expected cpu or cuda");
@@ -151,9 +152,11 @@ void check_engine_device(const std::string& device) {
         "--device cpu");
   }
   std::string status;
-  if (kernels::cuda_devices(status).empty()) {
+  std::vector<kernels::DeviceInfo> devices = kernels::cuda_devices(status);
+  if (devices.empty()) {
     throw ConfigError("the CUDA engine is not available: " + status + "; use --device cpu");
   }
+  return std::move(devices.front());
 }
 
 std::filesystem::path find_tokenizer(const std::filesystem::path& model) {

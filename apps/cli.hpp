@@ -13,6 +13,7 @@
 #include "configs/loader.hpp"
 #include "configs/presets.hpp"
 #include "configs/schema/policy.pb.h"
+#include "kernels/device_info.hpp"
 #include "kernels/model_weights.hpp"
 
 namespace kvtier::kernels {
@@ -88,7 +89,8 @@ int run_replay_search_budgets(const Arguments& args, Context& context);
 
 // --device of trace capture and live runs: cpu, or cuda where this build has the CUDA targets and
 // a CUDA device is present; ConfigError (naming why) otherwise. Checked before a model loads.
-void check_engine_device(const std::string& device);
+// Returns the device the engine runs on (the host CPU, or CUDA device 0), for provenance.
+kernels::DeviceInfo check_engine_device(const std::string& device);
 
 // "kvtier 0.1.0 (commit abc123, CUDA on)"
 [[nodiscard]] std::string version_line();

@@ -155,7 +155,7 @@ int run_live(const Arguments& args, Context& context) {
     return 0;
   }
   const std::string device = values["device"].as<std::string>();
-  check_engine_device(device);
+  kernels::DeviceInfo ran_on = check_engine_device(device);
   const kernels::CudaComputeDtype compute_dtype = live_compute_dtype(values, device);
   const bool follow = values.count("follow-trace") != 0U;
   const int prompt_sources = static_cast<int>(values.count("prompt") != 0U) +
@@ -260,10 +260,7 @@ int run_live(const Arguments& args, Context& context) {
   measurement.set_format_version(1);
   config::MeasurementProvenance& provenance = *measurement.mutable_provenance();
   const kernels::DeviceInfo cpu = kernels::host_cpu();
-  kernels::DeviceInfo ran_on = cpu;
   if (device == "cuda") {
-    std::string status;
-    ran_on = kernels::cuda_devices(status).at(0);
     ran_on.detail += ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype));
   }
   provenance.set_tool(version_line() + " live");

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -62,11 +63,22 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
+// JSON has no infinities or NaN: a figure that could not be measured (a device reporting no
+// memory clock gives no peak bandwidth) is null.
+std::string json_number(double value) {
+  if (!std::isfinite(value)) {
+    return "null";
+  }
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
 std::string json_list(const std::vector<double>& values) {
   std::ostringstream out;
   out << "[";
   for (std::size_t i = 0; i < values.size(); ++i) {
-    out << (i == 0 ? "" : ",") << values[i];
+    out << (i == 0 ? "" : ",") << json_number(values[i]);
   }
   out << "]";
   return out.str();
@@ -261,26 +273,27 @@ int main(int argc, char** argv) {
               << properties.name << "\",\"prompt_tokens\":" << prompt_tokens
               << ",\"steps\":" << steps << ",\"repeats\":" << repeats
               << ",\"weight_bytes\":" << weight_bytes << ",\"mean_kv_bytes_per_step\":" << kv_bytes
-              << ",\"hbm_peak_bytes_per_s\":" << peak_bandwidth
+              << ",\"hbm_peak_bytes_per_s\":" << json_number(peak_bandwidth)
               << ",\"copy_bytes_per_s\":" << copy_rate << ",\"build_s\":" << build_seconds
               << ",\"upload_s\":" << upload_seconds
-              << ",\"prefill_s\":" << json_list(prefill_seconds)
-              << ",\"prefill_tokens_per_s\":" << prompt_tokens / median(prefill_seconds)
+              << ",\"prefill_s\":" << json_list(prefill_seconds) << ",\"prefill_tokens_per_s\":"
+              << json_number(prompt_tokens / median(prefill_seconds))
               << ",\"decode_s\":" << json_list(decode_seconds)
-              << ",\"decode_tokens_per_s\":" << decode_rate
-              << ",\"roofline_tokens_per_s_peak\":" << roofline_peak
-              << ",\"roofline_tokens_per_s_copy\":" << roofline_copy
-              << ",\"fraction_of_peak_roofline\":" << decode_rate / roofline_peak
-              << ",\"fraction_of_copy_roofline\":" << decode_rate / roofline_copy
+              << ",\"decode_tokens_per_s\":" << json_number(decode_rate)
+              << ",\"roofline_tokens_per_s_peak\":" << json_number(roofline_peak)
+              << ",\"roofline_tokens_per_s_copy\":" << json_number(roofline_copy)
+              << ",\"fraction_of_peak_roofline\":" << json_number(decode_rate / roofline_peak)
+              << ",\"fraction_of_copy_roofline\":" << json_number(decode_rate / roofline_copy)
               << ",\"plain_s\":" << json_list(plain_seconds)
               << ",\"null_observer_s\":" << json_list(null_seconds)
               << ",\"traced_mean_s\":" << json_list(traced_mean_seconds)
               << ",\"traced_mean_per_head_copies_s\":" << json_list(traced_heads_seconds)
-              << ",\"trace_bytes\":" << trace_bytes
-              << ",\"overhead_null_observer\":" << median(null_seconds) / plain_median - 1.0
-              << ",\"overhead_traced_mean\":" << median(traced_mean_seconds) / plain_median - 1.0
+              << ",\"trace_bytes\":" << trace_bytes << ",\"overhead_null_observer\":"
+              << json_number(median(null_seconds) / plain_median - 1.0)
+              << ",\"overhead_traced_mean\":"
+              << json_number(median(traced_mean_seconds) / plain_median - 1.0)
               << ",\"overhead_traced_mean_per_head_copies\":"
-              << median(traced_heads_seconds) / plain_median - 1.0 << "}\n";
+              << json_number(median(traced_heads_seconds) / plain_median - 1.0) << "}\n";
   } catch (const kvtier::Error& error) {
     for (const std::string& line : error.lines()) {
       std::cerr << line << "\n";

@@ -138,8 +138,9 @@ class TierBook {
   // done (the backend must perform the plan before the next call) and counts their bytes in
   // stats() — the backend adds the seconds. ConfigError when a promotion does not fit in T0.
   [[nodiscard]] MovePlan plan_moves();
-  // What `layer`'s attention over `positions` tokens reads; counts the staging copies' bytes.
-  [[nodiscard]] StagePlan plan_stage(int layer, std::uint64_t positions);
+  // What `layer`'s attention over `positions` tokens reads, into `plan` (its buffers are reused:
+  // this runs for every layer of every forward call); counts the staging copies' bytes.
+  void plan_stage(int layer, std::uint64_t positions, StagePlan& plan);
 
   void reset();
   void reset_stats();
@@ -159,9 +160,6 @@ class TierBook {
   [[nodiscard]] std::uint64_t t1_capacity() const noexcept { return t1_.capacity(); }
   [[nodiscard]] std::uint64_t t2_capacity() const noexcept { return t2_.capacity(); }
   [[nodiscard]] std::uint64_t staging_capacity() const noexcept { return staging_.capacity(); }
-  // Tokens of `layer` in T1 and T2 now.
-  [[nodiscard]] std::uint64_t t1_tokens(int layer) const;
-  [[nodiscard]] std::uint64_t t2_tokens(int layer) const;
   // T1 tokens of `layer` without a staged copy (what a differential stage of it copies).
   [[nodiscard]] std::uint64_t unstaged_t1_tokens(int layer) const;
   // Bytes in each tier now (T0 arena, T1 arena, T2 store; T3 holds none).

@@ -142,6 +142,7 @@ class TieredKvCache final : public LiveKvCache, public KeyValueStore {
   std::vector<float> t1_;                // host arena, full precision
   std::vector<std::int8_t> t2_;          // host, int8 codes then the float scales' bytes
   std::vector<float> staging_;           // differential: kept staged copies of T1
+  StagePlan stage_plan_;                 // the layer being loaded's
   std::vector<float> transient_;         // this layer's staged T1 (full) and dequantised T2
   std::vector<std::int8_t> compressed_;  // this layer's T2 bytes as copied to the device
   // What attention reads: per KV head [positions][head_dim], and the readable mask.

@@ -8,18 +8,51 @@
 # and scripts/capture_hf.py against kvtier's capture where PyTorch and transformers are
 # installed. Everything lands in "$OUT" (default ./gpu-results):
 #
-#   results.jsonl   one JSON line per step: step, status (ok | failed | timeout | skipped | info),
-#                   exit code, seconds, and the provenance (GPU name, driver, memory from
-#                   nvidia-smi, UTC date, commit); the benchmark's line carries its figures
-#   live-*.json     the live measurement files (docs/LIVE.md), and the trace they followed
-#   *.log           each step's output; ctest-gpu.xml (JUnit); the captured traces
+#   results.jsonl    one JSON line per step: step, status (ok | failed | timeout | skipped |
+#                    info), exit code, seconds, and the provenance (GPU name, driver, memory from
+#                    nvidia-smi, UTC date, commit); the benchmark's line carries its figures
+#   environment.txt  the machine: OS, glibc, tools found, where cuBLAS is, unresolved libraries
+#   live-*.json      the live measurement files (docs/LIVE.md), and the trace they followed;
+#                    validate-live.json, the simulator's projections for them
+#   *.log            each step's output; ctest-gpu.xml (JUnit); the captured traces
+#
+# Options:
+#   --prebuilt DIR   use the programs of a bundle made by scripts/gpu-bundle.sh on another
+#                    machine (for GPU machines without the build dependencies): no configure or
+#                    build; each gpu test case runs in a process of its own, as ctest would
+#   --archive FILE   also pack everything but the traces that can be made again into one
+#                    .tar.gz (to carry the results off a remote machine)
 #
 # Every step has a time limit and a failed step does not stop the others that can still run;
 # the whole script stays under about 9.5 minutes (KVTIER_GPU_DEADLINE_S, default 570). Exit
 # status: 0 when every step passed, 1 otherwise. Environment: OUT, KVTIER_CUDA_ARCH (default
-# native), KVTIER_BENCH_ARGS (default "512 256 3": prompt, steps, repeats), JOBS.
+# native), KVTIER_BENCH_ARGS (default "512 256 3": prompt, steps, repeats), KVTIER_FIXTURES (the
+# folder holding stories260K; default ../shared/fixtures, or the bundle's), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+prebuilt=""
+archive=""
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --prebuilt) prebuilt="${2:?--prebuilt needs a folder}"; shift 2 ;;
+    --archive) archive="${2:?--archive needs a file name}"; shift 2 ;;
+    *) echo "usage: scripts/gpu-validate.sh [--prebuilt DIR] [--archive FILE]" >&2; exit 2 ;;
+  esac
+done
+if [ -n "$prebuilt" ]; then
+  prebuilt="$(cd "$prebuilt" && pwd)"
+  if [ -z "${KVTIER_FIXTURES:-}" ] && [ -d "$prebuilt/fixtures" ]; then
+    export KVTIER_FIXTURES="$prebuilt/fixtures"
+  fi
+fi
+if [ -n "$archive" ]; then
+  mkdir -p "$(dirname "$archive")"
+  archive="$(cd "$(dirname "$archive")" && pwd)/$(basename "$archive")"
+fi
+fixtures="${KVTIER_FIXTURES:-../shared/fixtures}"
+# Offline machines: transformers must not try the network.
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 
 OUT="${OUT:-./gpu-results}"
 mkdir -p "$OUT"
@@ -29,6 +62,12 @@ results="$OUT/results.jsonl"
 deadline=$((SECONDS + ${KVTIER_GPU_DEADLINE_S:-570}))
 jobs="${JOBS:-$(nproc)}"
 build=build/gpu
+bin="$build/bin"
+tests="$build/tests"
+if [ -n "$prebuilt" ]; then
+  bin="$prebuilt/bin"
+  tests="$prebuilt/bin"
+fi
 failures=0
 
 json_escape() {
@@ -109,24 +148,60 @@ skip() {  # step reason
   record "$1" skipped null 0 "\"reason\":\"$(json_escape "$2")\""
 }
 
+# The machine, for reading the results elsewhere.
+{
+  uname -a
+  grep -E '^(PRETTY_NAME|VERSION_ID)=' /etc/os-release 2>/dev/null || true
+  ldd --version 2>&1 | head -n 1 || true
+  for tool in cmake ninja nvcc python3 compute-sanitizer nvidia-smi; do
+    echo "$tool: $(command -v "$tool" || echo missing)"
+  done
+  echo "cuBLAS: $(ldconfig -p 2>/dev/null | grep -m 1 -o '/.*libcublas\.so\.[0-9]*' || echo 'not in the linker cache')"
+  echo "LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-}"
+} >"$OUT/environment.txt" 2>&1
+
+# A prebuilt bundle leaves cuBLAS to this machine's CUDA toolkit: when the loader cannot find
+# it, look where toolkits and Python wheels put it.
+unresolved() {
+  ldd "$bin/kvtier" 2>&1 | grep 'not found' || true
+}
+if [ -n "$prebuilt" ] && [ -n "$(unresolved)" ]; then
+  for found in $(find /usr/local /opt /usr/lib -name 'libcublas.so.[0-9]*' 2>/dev/null | head -n 20); do
+    folder="$(dirname "$found")"
+    LD_LIBRARY_PATH="$folder${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$bin/kvtier" 2>&1 |
+      grep -q 'not found' && continue
+    export LD_LIBRARY_PATH="$folder${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    echo "cuBLAS for the bundle: $folder" >>"$OUT/environment.txt"
+    break
+  done
+fi
+
 missing=""
-for tool in cmake ninja; do
-  command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
-done
-command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || missing="$missing nvcc"
+if [ -z "$prebuilt" ]; then
+  for tool in cmake ninja; do
+    command -v "$tool" >/dev/null 2>&1 || missing="$missing $tool"
+  done
+  command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || missing="$missing nvcc"
+else
+  missing="$(unresolved | awk '{ print $1 }' | tr '\n' ' ')"
+  { echo "bundle:"; cat "$prebuilt/BUNDLE.txt"; ldd "$bin/kvtier"; } >>"$OUT/environment.txt" 2>&1 || true
+fi
 if [ -n "$missing" ]; then
   record tools failed 1 0 "\"missing\":\"$(json_escape "$missing")\""
 fi
 # The gpu tests fail, rather than skip, when they find no CUDA device.
 export KVTIER_REQUIRE_GPU=1
 
-configured=0
 built=0
-if run configure 150 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+if [ -n "$prebuilt" ]; then
+  if [ -x "$bin/kvtier" ] && [ -x "$tests/kvtier_cuda_engine_tests" ] && [ -z "$missing" ]; then
+    record build info null 0 "\"prebuilt\":\"$(json_escape "$(head -n 2 "$prebuilt/BUNDLE.txt" | tail -n 1)")\""
+    built=1
+  else
+    record build failed 1 0 "\"reason\":\"the bundle's programs are missing or cannot load\""
+  fi
+elif run configure 150 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DKVTIER_CUDA=ON -DKVTIER_WERROR=OFF "-DCMAKE_CUDA_ARCHITECTURES=${KVTIER_CUDA_ARCH:-native}"; then
-  configured=1
-fi
-if [ "$configured" -eq 1 ]; then
   if run build 330 cmake --build "$build" -j "$jobs" --target kvtier_cuda_engine_tests \
     kvtier_cuda_live_tests kvtier_bench_cuda_decode kvtier; then
     built=1
@@ -136,49 +211,80 @@ else
 fi
 
 if [ "$built" -eq 1 ]; then
-  ctest_ok=1
-  run ctest-gpu 180 ctest --test-dir "$build" -L gpu --output-on-failure \
-    --output-junit "$OUT/ctest-gpu.xml" || ctest_ok=0
-  if [ "$ctest_ok" -eq 0 ]; then
-    # Again, each kernel synchronised, so that a device fault names the kernel that caused it.
-    KVTIER_CUDA_CHECK_KERNELS=1 run ctest-gpu-rerun-checked 90 ctest --test-dir "$build" \
-      --rerun-failed --output-on-failure || true
-  fi
-  # Counts from ctest's summary line, e.g. "100% tests passed, 0 tests failed out of 6".
-  summary="$(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log" | tail -n 1 || true)"
-  if [ -n "$summary" ]; then
-    record ctest-gpu-summary info null 0 "\"summary\":\"$(json_escape "$summary")\""
+  if [ -z "$prebuilt" ]; then
+    ctest_ok=1
+    run ctest-gpu 180 ctest --test-dir "$build" -L gpu --output-on-failure \
+      --output-junit "$OUT/ctest-gpu.xml" || ctest_ok=0
+    if [ "$ctest_ok" -eq 0 ]; then
+      # Again, each kernel synchronised, so that a device fault names the kernel that caused it.
+      KVTIER_CUDA_CHECK_KERNELS=1 run ctest-gpu-rerun-checked 90 ctest --test-dir "$build" \
+        --rerun-failed --output-on-failure || true
+    fi
+    # Counts from ctest's summary line, e.g. "100% tests passed, 0 tests failed out of 6".
+    summary="$(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log" | tail -n 1 || true)"
+    if [ -n "$summary" ]; then
+      record ctest-gpu-summary info null 0 "\"summary\":\"$(json_escape "$summary")\""
+    fi
+  else
+    # ctest's files name the build machine's paths: each test case runs in a process of its own
+    # here, as ctest runs them (a device fault cannot poison the cases after it), and a failed
+    # one again with every kernel synchronised, so that a fault names the kernel that caused it.
+    passed=0
+    failed=0
+    for program in kvtier_cuda_engine_tests kvtier_cuda_live_tests; do
+      index=0
+      while IFS= read -r name; do
+        [ -n "$name" ] || continue
+        index=$((index + 1))
+        step="gpu-${program#kvtier_cuda_}-$index"
+        # Catch's test specs separate names with commas.
+        if run "$step" 120 "$tests/$program" "${name//,/\\,}" --durations yes; then
+          passed=$((passed + 1))
+        else
+          failed=$((failed + 1))
+          KVTIER_CUDA_CHECK_KERNELS=1 run "$step-checked" 60 "$tests/$program" \
+            "${name//,/\\,}" || true
+        fi
+      done < <("$tests/$program" --list-test-names-only 2>/dev/null || true)
+    done
+    record gpu-tests-summary info null 0 "\"passed\":$passed,\"failed\":$failed"
   fi
 
   # The live tiered cache on a 7B shape (docs/LIVE.md, trace-driven mode): timing does not
   # depend on weight values, so random weights in Llama-2-7B's shapes follow a synthetic
   # reasoning trace of that shape; each run's measurement file is then checked against the
   # simulator (kvtier validate: equal PCIe volumes; time per token and copy time).
+  # The tiered policy re-tiers only generated tokens outside its sinks and recent window (the
+  # prompt stays in HBM): 512 decode steps re-tiered every 8 with a 32-token window move
+  # hundreds of tokens per layer.
   live_trace="$OUT/live-llama2-7b-reasoning.h5"
-  if run live-trace 90 "$build/bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 2048 \
-    --steps 128 --pattern reasoning --seed 1 --out "$live_trace"; then
+  retier="delta=8,recent=32"
+  if run live-trace 90 "$bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 1024 \
+    --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
     live_files=()
     for live in "full|full" \
-      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0" \
-      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0" \
-      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0" \
-      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,prefetch=differential" \
-      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3"; do
+      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier" \
+      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier" \
+      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier" \
+      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential" \
+      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier"; do
       name="${live%%|*}"
       file="$OUT/live-llama2-7b-$name.json"
-      if run "live-$name" 75 "$build/bin/kvtier" live --model random:Llama-2-7B --device cuda \
+      if run "live-$name" 75 "$bin/kvtier" live --model random:Llama-2-7B --device cuda \
         --follow-trace "$live_trace" --policy "${live#*|}" --no-reference --measure "$file"; then
         live_files+=("$file")
       fi
     done
     if [ "${#live_files[@]}" -gt 0 ]; then
-      run validate-live 60 "$build/bin/kvtier" validate "${live_files[@]}" || true
+      run validate-live 60 "$bin/kvtier" validate "${live_files[@]}" || true
+      # The same comparison as JSON (validate-live-json.log), for reading it elsewhere.
+      run validate-live-json 60 "$bin/kvtier" validate --format json "${live_files[@]}" || true
     fi
   fi
 
   bench_args="${KVTIER_BENCH_ARGS:-512 256 3}"
   # shellcheck disable=SC2086  # the arguments are words
-  if run bench-cuda-decode 170 "$build/bin/kvtier_bench_cuda_decode" $bench_args "$OUT"; then
+  if run bench-cuda-decode 170 "$bin/kvtier_bench_cuda_decode" $bench_args "$OUT"; then
     line="$(grep -E '^\{"bench"' "$OUT/bench-cuda-decode.log" | tail -n 1 || true)"
     if [ -n "$line" ]; then
       printf '{"step":"bench-cuda-decode-result",%s,"result":%s}\n' "$provenance" "$line" \
@@ -186,17 +292,17 @@ if [ "$built" -eq 1 ]; then
     fi
   fi
 
-  stories=../shared/fixtures/stories260K/stories260K.bin
+  stories="$fixtures/stories260K/stories260K.bin"
   if [ -f "$stories" ]; then
-    run capture-cpu 60 "$build/bin/kvtier" trace capture --model "$stories" \
+    run capture-cpu 60 "$bin/kvtier" trace capture --model "$stories" \
       --prompt "Once upon a time" --max-new-tokens 200 --no-stop --dtype fp32 \
       --granularity mean,heads --key-norms --device cpu --out "$OUT/stories260K-cpu.h5" || true
-    run capture-cuda 60 "$build/bin/kvtier" trace capture --model "$stories" \
+    run capture-cuda 60 "$bin/kvtier" trace capture --model "$stories" \
       --prompt "Once upon a time" --max-new-tokens 200 --no-stop --dtype fp32 \
       --granularity mean,heads --key-norms --device cuda --out "$OUT/stories260K-cuda.h5" || true
     if [ -f "$OUT/stories260K-cuda.h5" ]; then
-      run validate-cuda-trace 30 "$build/bin/kvtier" trace validate "$OUT/stories260K-cuda.h5" || true
-      run info-cuda-trace 30 "$build/bin/kvtier" trace info "$OUT/stories260K-cuda.h5" || true
+      run validate-cuda-trace 30 "$bin/kvtier" trace validate "$OUT/stories260K-cuda.h5" || true
+      run info-cuda-trace 30 "$bin/kvtier" trace info "$OUT/stories260K-cuda.h5" || true
     fi
   else
     skip capture-cuda "stories260K fixture not found at $stories"
@@ -205,8 +311,8 @@ if [ "$built" -eq 1 ]; then
   # small random Llama and Qwen2 models, where that Python stack is installed.
   if python3 -c "import torch, transformers, numpy, h5py" >/dev/null 2>&1; then
     run capture-hf-torch 150 env KVTIER_TORCH_DEVICE=cuda python3 \
-      tests/python/test_capture_hf_torch.py --kvtier "$build/bin/kvtier" \
-      --script scripts/capture_hf.py --fixture ../shared/fixtures/stories260K || true
+      tests/python/test_capture_hf_torch.py --kvtier "$bin/kvtier" \
+      --script scripts/capture_hf.py --fixture "$fixtures/stories260K" || true
   else
     skip capture-hf-torch "python3 lacks torch, transformers, numpy or h5py"
   fi
@@ -214,9 +320,9 @@ if [ "$built" -eq 1 ]; then
   if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
     sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
     run memcheck 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
-      "$build/tests/kvtier_cuda_engine_tests" "random Qwen2*" || true
+      "$tests/kvtier_cuda_engine_tests" "random Qwen2*" || true
     run racecheck 90 "$sanitizer" --tool racecheck --error-exitcode 9 \
-      "$build/tests/kvtier_cuda_engine_tests" "the CUDA engine refuses bad devices*" || true
+      "$tests/kvtier_cuda_engine_tests" "the CUDA engine refuses bad devices*" || true
   else
     record memcheck info null 0 '"reason":"compute-sanitizer not found"'
   fi
@@ -227,4 +333,11 @@ else
 fi
 
 echo "gpu-validate: $failures step(s) not ok; results in $results"
+if [ -n "$archive" ]; then
+  # The traces made from a seed (trace synth) or by the captures above are left out; the CUDA
+  # capture is kept for comparison with a CPU capture elsewhere.
+  tar -czf "$archive" -C "$OUT" --exclude="$(basename "$archive")" --exclude='live-*.h5' \
+    --exclude='stories260K-cpu.h5' . ||
+    echo "gpu-validate: could not write $archive" >&2
+fi
 [ "$failures" -eq 0 ]

@@ -706,6 +706,9 @@ std::span<const float> CudaEngine::run(std::span<const std::int32_t> tokens, boo
   try {
     return forward(tokens, prefill);
   } catch (...) {
+    // Kernels enqueued before the failure may still run: the next call must not free or resize
+    // what they use.
+    static_cast<void>(cudaStreamSynchronize(stream_.get()));
     abandon_deliveries();
     throw;
   }

@@ -117,6 +117,7 @@ class CudaTieredCache final : public LiveKvCache, public DeviceKeyValueStore {
   PinnedMemory plans_host_;
   DeviceMemory plans_device_;
   PinnedMemory moves_;  // mapped: the move batches' slot pairs, read by the kernels in place
+  std::vector<StagePlan> stage_plans_;  // per layer, buffers reused call after call
   std::vector<DevicePlanSize> layer_plans_;
   std::vector<float> recode_values_;
   EventPool marks_;
@@ -165,6 +166,7 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
   plans_host_ = PinnedMemory(static_cast<std::size_t>(layers_) * plan_stride_ * 4, check_);
   plans_device_ = DeviceMemory(static_cast<std::size_t>(layers_) * plan_stride_ * 4, check_);
   moves_ = PinnedMemory(static_cast<std::size_t>(2 * token_layers) * 4, check_, kMappedHost);
+  stage_plans_.resize(static_cast<std::size_t>(layers_));
   layer_plans_.resize(static_cast<std::size_t>(layers_));
   for (int l = 0; l < layers_; ++l) {
     staged_.push_back(marks_.take());
@@ -315,16 +317,15 @@ void CudaTieredCache::begin_forward(int first_position, int rows, void* stream) 
           l, static_cast<std::uint64_t>(first_position) + static_cast<std::uint64_t>(row)));
     }
   }
-  std::vector<StagePlan> plans;
-  plans.reserve(static_cast<std::size_t>(layers_));
   std::uint64_t region = 0;
   for (int l = 0; l < layers_; ++l) {
-    plans.push_back(book_.plan_stage(l, positions));
-    region = std::max<std::uint64_t>(region, plans.back().transient_entries);
+    StagePlan& plan = stage_plans_[static_cast<std::size_t>(l)];
+    book_.plan_stage(l, positions, plan);
+    region = std::max<std::uint64_t>(region, plan.transient_entries);
   }
   ensure_staging(book_.staging_capacity(), region);
   for (int l = 0; l < layers_; ++l) {
-    write_plan(l, plans[static_cast<std::size_t>(l)]);
+    write_plan(l, stage_plans_[static_cast<std::size_t>(l)]);
   }
   // The engine's first kernel writes T0 slots the last moves may still be reading.
   check_(cudaEventRecord(moved_, copy_stream_.get()), "cudaEventRecord (moves)");

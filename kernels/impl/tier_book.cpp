@@ -82,14 +82,6 @@ TierBook::TierBook(int layers, std::uint64_t t0_budget_bytes, std::uint64_t toke
       state_(static_cast<std::size_t>(layers)),
       t0_(t0_slots(t0_budget_bytes, token_bytes)) {}
 
-std::uint64_t TierBook::t1_tokens(int layer) const {
-  return state_.at(static_cast<std::size_t>(layer)).t1_tokens;
-}
-
-std::uint64_t TierBook::t2_tokens(int layer) const {
-  return state_.at(static_cast<std::size_t>(layer)).t2_tokens;
-}
-
 std::uint64_t TierBook::unstaged_t1_tokens(int layer) const {
   return state_.at(static_cast<std::size_t>(layer)).unstaged;
 }
@@ -239,14 +231,16 @@ MovePlan TierBook::plan_moves() {
   return plan;
 }
 
-StagePlan TierBook::plan_stage(int layer_index, std::uint64_t positions) {
+void TierBook::plan_stage(int layer_index, std::uint64_t positions, StagePlan& plan) {
   Layer& layer = state_.at(static_cast<std::size_t>(layer_index));
   if (positions != layer.where.size()) {
     throw std::logic_error("tiered cache: layer " + std::to_string(layer_index) + " holds " +
                            std::to_string(layer.where.size()) + " tokens, attention asked for " +
                            std::to_string(positions));
   }
-  StagePlan plan;
+  plan.t1_copies.clear();
+  plan.t2_reads.clear();
+  plan.any_evicted = false;
   plan.reads.resize(positions);
   const bool full = prefetch_ == PrefetchMode::kFull;
   const auto t1_entries = static_cast<std::uint32_t>(full ? layer.t1_tokens : 0);
@@ -284,7 +278,6 @@ StagePlan TierBook::plan_stage(int layer_index, std::uint64_t positions) {
   stats_.h2d_compressed.tokens += plan.t2_reads.size();
   stats_.h2d_compressed.bytes += plan.t2_reads.size() * compressed_token_bytes_;
   update_peaks(plan.transient_entries);
-  return plan;
 }
 
 }  // namespace kvtier::kernels

@@ -131,7 +131,8 @@ void TieredKvCache::apply_placement() {
 }
 
 LayerKeyValues TieredKvCache::load(int layer, int positions) {
-  const StagePlan plan = book_.plan_stage(layer, static_cast<std::uint64_t>(positions));
+  book_.plan_stage(layer, static_cast<std::uint64_t>(positions), stage_plan_);
+  const StagePlan& plan = stage_plan_;
   grow_arenas();
   TieredCacheStats& stats = book_.stats();
   transient_.resize(static_cast<std::size_t>(plan.transient_entries) * token_floats_);

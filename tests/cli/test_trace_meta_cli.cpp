@@ -26,8 +26,7 @@ Result run(const std::string& args, const std::string& environment = "") {
 }
 
 fs::path stories() {
-  return fs::path(KVTIER_SOURCE_DIR) / ".." / "shared" / "fixtures" / "stories260K" /
-         "stories260K.bin";
+  return kvtier::test::stories_dir() / "stories260K.bin";
 }
 
 // `trace meta` of the stories260K checkpoint, P = 7, N = 20, + `args`.

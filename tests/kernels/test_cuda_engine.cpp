@@ -34,6 +34,7 @@
 #include "traces/validate.hpp"
 
 namespace kk = kvtier::kernels;
+using kvtier::kernels::testing::stories_model;
 namespace kt = kvtier::traces;
 namespace fs = std::filesystem;
 namespace cfg = kvtier::config;
@@ -41,12 +42,6 @@ namespace cfg = kvtier::config;
 namespace {
 
 using kk::testing::gpu_present;
-
-std::shared_ptr<const kk::ModelWeights> stories() {
-  static const auto weights = std::make_shared<const kk::ModelWeights>(
-      kk::load_llama2c_checkpoint(kk::testing::stories_dir() / "stories260K.bin"));
-  return weights;
-}
 
 const std::vector<std::int32_t>& stories_prompt() {
   static const std::vector<std::int32_t> prompt = {1, 403, 407, 261, 378, 432, 383, 299};
@@ -252,8 +247,8 @@ TEST_CASE("stories260K: the CUDA engine in FP32 gives the CPU engine's tokens an
   if (!gpu_present()) {
     return;
   }
-  const auto cpu = kk::make_cpu_engine(stories());
-  const auto cuda = kk::make_cuda_engine(stories(), options());
+  const auto cpu = kk::make_cpu_engine(stories_model());
+  const auto cuda = kk::make_cuda_engine(stories_model(), options());
   CHECK(cuda->backend() == "cuda");
   CHECK(cuda->spec().name() == cpu->spec().name());
 
@@ -279,15 +274,15 @@ TEST_CASE("stories260K in BF16 and FP16 stays close to the CPU engine", "[kernel
   if (!gpu_present()) {
     return;
   }
-  const auto cpu = kk::make_cpu_engine(stories());
+  const auto cpu = kk::make_cpu_engine(stories_model());
   const std::vector<std::int32_t> expected = greedy(*cpu, stories_prompt(), 64);
   const std::span<const std::int32_t> forced =
       std::span<const std::int32_t>(expected).subspan(stories_prompt().size());
   // Bounds relative to each call's spread of logits; set before any GPU run, from the rounding
   // of 8 (BF16) and 11 (FP16) significant bits through five layers.
-  const auto bf16 = kk::make_cuda_engine(stories(), options(kk::CudaComputeDtype::kBF16));
+  const auto bf16 = kk::make_cuda_engine(stories_model(), options(kk::CudaComputeDtype::kBF16));
   CHECK(relative_logit_difference(*cpu, *bf16, stories_prompt(), forced) < 0.05);
-  const auto fp16 = kk::make_cuda_engine(stories(), options(kk::CudaComputeDtype::kFP16));
+  const auto fp16 = kk::make_cuda_engine(stories_model(), options(kk::CudaComputeDtype::kFP16));
   CHECK(relative_logit_difference(*cpu, *fp16, stories_prompt(), forced) < 0.01);
 
   Recording cpu_calls;
@@ -368,7 +363,7 @@ TEST_CASE("a trace captured on the CUDA engine holds the CPU engine's rows",
   capture.contents.prefill_window = 4;
   capture.contents.dtype = cfg::FP32;
   capture.tool = "kvtier test";
-  const auto cpu = kk::make_cpu_engine(stories());
+  const auto cpu = kk::make_cpu_engine(stories_model());
   const fs::path expected_path = temp.path() / "cpu.h5";
   const kk::CaptureResult expected =
       kk::capture_trace(*cpu, stories_prompt(), capture, expected_path);
@@ -399,7 +394,7 @@ TEST_CASE("a trace captured on the CUDA engine holds the CPU engine's rows",
 
   {
     // Per-head rows, asynchronous delivery (the defaults), one pass and two.
-    const auto cuda = kk::make_cuda_engine(stories(), options());
+    const auto cuda = kk::make_cuda_engine(stories_model(), options());
     const fs::path path = temp.path() / "cuda.h5";
     const kk::CaptureResult result = kk::capture_trace(*cuda, stories_prompt(), capture, path);
     CHECK(result.generation.tokens == expected.generation.tokens);
@@ -420,7 +415,7 @@ TEST_CASE("a trace captured on the CUDA engine holds the CPU engine's rows",
     // Head means reduced on the device: mean and top-k rows only.
     kk::CudaEngineOptions mean = options();
     mean.observer_rows = kk::ObserverRows::kHeadMean;
-    const auto cuda = kk::make_cuda_engine(stories(), mean);
+    const auto cuda = kk::make_cuda_engine(stories_model(), mean);
     kk::CaptureOptions mean_capture = capture;
     mean_capture.contents.heads = false;
     mean_capture.contents.prefill_window = 0;
@@ -456,7 +451,7 @@ TEST_CASE("an observer's exception reaches the caller, and nothing after it",
     bool refused_ = false;
   };
   const int prompt = static_cast<int>(stories_prompt().size());
-  const auto cpu = kk::make_cpu_engine(stories());
+  const auto cpu = kk::make_cpu_engine(stories_model());
   const std::vector<std::int32_t> expected = greedy(*cpu, stories_prompt(), 20);
 
   for (const auto delivery :
@@ -464,7 +459,7 @@ TEST_CASE("an observer's exception reaches the caller, and nothing after it",
     CAPTURE(static_cast<int>(delivery));
     kk::CudaEngineOptions refusing = options();
     refusing.observer_delivery = delivery;
-    const auto cuda = kk::make_cuda_engine(stories(), refusing);
+    const auto cuda = kk::make_cuda_engine(stories_model(), refusing);
     Refusing observer(prompt + 2);
     cuda->set_observer(&observer);
     std::string message;
@@ -497,15 +492,16 @@ TEST_CASE("the CUDA engine refuses bad devices and inputs as the CPU engine does
   }
   kk::CudaEngineOptions missing = options();
   missing.device = 999;
-  CHECK_THROWS_AS(kk::make_cuda_engine(stories(), missing), kvtier::ConfigError);
-  CHECK_THROWS_WITH(kk::make_cuda_engine(stories(), missing), Catch::Contains("does not exist"));
+  CHECK_THROWS_AS(kk::make_cuda_engine(stories_model(), missing), kvtier::ConfigError);
+  CHECK_THROWS_WITH(kk::make_cuda_engine(stories_model(), missing),
+                    Catch::Contains("does not exist"));
 
-  const auto cuda = kk::make_cuda_engine(stories(), options());
+  const auto cuda = kk::make_cuda_engine(stories_model(), options());
   CHECK_THROWS_AS(cuda->prefill(std::vector<std::int32_t>{1, 512}), kvtier::DataError);
   CHECK_THROWS_AS(cuda->prefill(std::vector<std::int32_t>{}), kvtier::DataError);
   CHECK_THROWS_AS(cuda->prefill(std::vector<std::int32_t>(513, 1)), kvtier::DataError);
   CHECK(cuda->position() == 0);
   cuda->reserve(100000);  // capped at max_position_embeddings
-  const auto cpu = kk::make_cpu_engine(stories());
+  const auto cpu = kk::make_cpu_engine(stories_model());
   CHECK(greedy(*cuda, stories_prompt(), 30) == greedy(*cpu, stories_prompt(), 30));
 }

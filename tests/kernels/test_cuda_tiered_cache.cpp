@@ -35,18 +35,12 @@
 namespace {
 
 namespace kk = kvtier::kernels;
+using kvtier::kernels::testing::stories_model;
 namespace kr = kvtier::replay;
 using kk::testing::gpu_present;
 
-std::shared_ptr<const kk::ModelWeights> stories() {
-  static const auto weights = std::make_shared<const kk::ModelWeights>(
-      kk::load_llama2c_checkpoint(kk::testing::stories_dir() / "stories260K.bin"));
-  return weights;
-}
-
 std::vector<std::int32_t> prompt() {
-  const auto tokenizer = kk::load_llama2c_tokenizer(kk::testing::stories_dir() / "tok512.bin");
-  return tokenizer->encode_prompt("Once upon a time, there was a little girl named Lily");
+  return kk::testing::stories_prompt("Once upon a time, there was a little girl named Lily");
 }
 
 std::unique_ptr<kk::Engine> cuda_engine(kk::CudaComputeDtype dtype) {
@@ -55,7 +49,7 @@ std::unique_ptr<kk::Engine> cuda_engine(kk::CudaComputeDtype dtype) {
   // A live run reads the observed rows right after each decode.
   options.observer_delivery = kk::ObserverDelivery::kSynchronous;
   options.observer_rows = kk::ObserverRows::kHeadMean;
-  return kk::make_cuda_engine(stories(), options);
+  return kk::make_cuda_engine(stories_model(), options);
 }
 
 std::string tiered(const std::string& params) {
@@ -68,7 +62,8 @@ constexpr int kFollowSteps = 150;
 std::unique_ptr<kr::SyntheticAttention> source() {
   const kvtier::config::SyntheticAttention params =
       kvtier::traces::synthetic_preset("reasoning", 7);
-  return std::make_unique<kr::SyntheticAttention>(stories()->spec, kPrompt, kFollowSteps, params);
+  return std::make_unique<kr::SyntheticAttention>(stories_model()->spec, kPrompt, kFollowSteps,
+                                                  params);
 }
 
 std::vector<std::int32_t> tokens(std::uint32_t count, std::int32_t first) {
@@ -136,7 +131,7 @@ TEST_CASE("the CUDA cache makes the CPU cache's moves and copies the same bytes"
   if (!gpu_present()) {
     return;
   }
-  const auto cpu = kk::make_cpu_engine(stories());
+  const auto cpu = kk::make_cpu_engine(stories_model());
   const auto fp32 = cuda_engine(kk::CudaComputeDtype::kFP32);
   const auto bf16 = cuda_engine(kk::CudaComputeDtype::kBF16);
   for (const std::string& policy :
@@ -185,7 +180,7 @@ TEST_CASE("T2 encoded on the device and on the host decodes on the device as on 
   if (!gpu_present()) {
     return;
   }
-  const auto cpu = kk::make_cpu_engine(stories());
+  const auto cpu = kk::make_cpu_engine(stories_model());
   const auto fp32 = cuda_engine(kk::CudaComputeDtype::kFP32);
   // Offloads straight to T2 (quantised on the device) and T1 <-> T2 recodes (on the host).
   for (const std::string& policy :
@@ -197,13 +192,20 @@ TEST_CASE("T2 encoded on the device and on the host decodes on the device as on 
     REQUIRE(on_gpu.cache.h2d_compressed.tokens > 0);
     REQUIRE(on_gpu.logits.size() == on_cpu.logits.size());
     float largest = 0.0F;
+    float spread = 0.0F;
     for (std::size_t step = 0; step < on_cpu.logits.size(); ++step) {
       for (std::size_t i = 0; i < on_cpu.logits[step].size(); ++i) {
         largest = std::max(largest, std::fabs(on_gpu.logits[step][i] - on_cpu.logits[step][i]));
+        spread = std::max(spread, std::fabs(on_cpu.logits[step][i]));
       }
     }
-    // The CUDA engine's FP32 tolerance against the CPU engine (test_cuda_engine.cpp).
-    REQUIRE(largest < 1e-3F);
+    // The engines' K/V differ by rounding (their FP32 logits agree to 1e-4 of the spread,
+    // test_cuda_engine.cpp), and int8 quantisation turns a value on a rounding boundary into a
+    // whole code step: K/V perturbed by 1e-5 on the CPU backend moved these logits by up to
+    // 2e-4 of the spread. Quantising at all moves them by about 2% of it, so a wrong T2 format
+    // cannot pass.
+    INFO("largest difference " << largest << ", logit spread " << spread);
+    REQUIRE(largest < 1e-3F * spread);
   }
 }
 
@@ -212,7 +214,7 @@ TEST_CASE("the CUDA cache's T0 arena is the budget", "[gpu][live]") {
     return;
   }
   const auto engine = cuda_engine(kk::CudaComputeDtype::kBF16);
-  // stories260K: 4 KV heads of 8, bf16: 64 bytes a token-layer.
+  // stories260K: 4 KV heads of 8, keys and values, bf16: 128 bytes a token-layer.
   constexpr std::uint64_t kTokenLayer = 2 * 4 * 8 * 2;
   kk::LiveOptions options;
   options.policy = kr::parse_policy_string("h2o:budget=32");

@@ -22,20 +22,15 @@
 namespace {
 
 namespace kk = kvtier::kernels;
+using kvtier::kernels::testing::stories_model;
 namespace kr = kvtier::replay;
-
-std::shared_ptr<const kk::ModelWeights> stories() {
-  static const auto weights = std::make_shared<const kk::ModelWeights>(
-      kk::load_llama2c_checkpoint(kk::testing::stories_dir() / "stories260K.bin"));
-  return weights;
-}
 
 constexpr std::uint32_t kPrompt = 24;
 constexpr std::uint32_t kSteps = 150;
 
 // Synthetic reasoning attention over `layers` layers of stories260K's shape.
 std::unique_ptr<kr::SyntheticAttention> source(std::uint32_t layers) {
-  kvtier::config::ModelSpec spec = stories()->spec;
+  kvtier::config::ModelSpec spec = stories_model()->spec;
   spec.set_num_hidden_layers(layers);
   kvtier::config::SyntheticAttention params = kvtier::traces::synthetic_preset("reasoning", 7);
   return std::make_unique<kr::SyntheticAttention>(spec, kPrompt, kSteps, params);
@@ -51,7 +46,7 @@ std::vector<std::int32_t> tokens(std::uint32_t count, std::int32_t first) {
 
 kk::LiveResult follow(kr::AttentionSource& followed, const std::string& policy, int steps,
                       kk::Engine* reference = nullptr) {
-  const auto engine = kk::make_cpu_engine(stories());
+  const auto engine = kk::make_cpu_engine(stories_model());
   kk::LiveOptions options;
   options.policy = kr::parse_policy_string(policy);
   options.max_new_tokens = steps;
@@ -137,7 +132,7 @@ TEST_CASE("a followed trace with other layer counts is projected onto the model'
 TEST_CASE("a followed run copies what its placement implies and still measures divergence",
           "[kernels][live][follow]") {
   const auto followed = source(5);
-  const auto reference = kk::make_cpu_engine(stories());
+  const auto reference = kk::make_cpu_engine(stories_model());
   const kk::LiveResult exact =
       follow(*followed, "tiered:hbm=0.3,evict=0,delta=8,recent=16", 100, reference.get());
   // Tiering alone: the placement comes from elsewhere, the logits are still the full cache's.
@@ -153,7 +148,7 @@ TEST_CASE("a followed run copies what its placement implies and still measures d
 
 TEST_CASE("a followed source must fit the run", "[kernels][live][follow]") {
   const auto followed = source(5);
-  const auto engine = kk::make_cpu_engine(stories());
+  const auto engine = kk::make_cpu_engine(stories_model());
   kk::LiveOptions options;
   options.policy = kr::parse_policy_string("tiered");
   options.follow = followed.get();

@@ -96,6 +96,7 @@ TEST_CASE("the tier book never gives one slot to two tokens, nor reuses a slot w
     // What each staging slot holds on the device, as the plans' copies left it.
     std::map<std::uint64_t, std::pair<std::uint32_t, std::uint64_t>> staging_content;
     constexpr int kStaging = 3;
+    kk::StagePlan stage;  // reused, as the backends do: each plan must start afresh
     for (std::uint64_t position = 0; position < 60; ++position) {
       for (int l = 0; l < kLayers; ++l) {
         const std::uint32_t slot = book.append(l, position);
@@ -155,7 +156,7 @@ TEST_CASE("the tier book never gives one slot to two tokens, nor reuses a slot w
       // Every layer's placement is now where its data is; each stage reads it from there.
       for (int l = 0; l < kLayers; ++l) {
         const auto& placement = book.placement()[static_cast<std::size_t>(l)];
-        const kk::StagePlan stage = book.plan_stage(l, placement.size());
+        book.plan_stage(l, placement.size(), stage);
         REQUIRE(stage.reads.size() == placement.size());
         std::uint64_t transient_t1 = 0;
         for (std::uint64_t p = 0; p < placement.size(); ++p) {

@@ -21,22 +21,16 @@
 namespace {
 
 namespace kk = kvtier::kernels;
-
-std::shared_ptr<const kk::ModelWeights> stories() {
-  static const auto weights = std::make_shared<const kk::ModelWeights>(
-      kk::load_llama2c_checkpoint(kk::testing::stories_dir() / "stories260K.bin"));
-  return weights;
-}
+using kvtier::kernels::testing::stories_model;
 
 std::vector<std::int32_t> prompt() {
-  const auto tokenizer = kk::load_llama2c_tokenizer(kk::testing::stories_dir() / "tok512.bin");
-  return tokenizer->encode_prompt("Once upon a time, there was a little girl named Lily");
+  return kk::testing::stories_prompt("Once upon a time, there was a little girl named Lily");
 }
 
 kk::LiveResult live(const std::string& policy, int steps, std::uint64_t budget = 0,
                     bool keep_logits = false) {
-  const auto engine = kk::make_cpu_engine(stories());
-  const auto reference = kk::make_cpu_engine(stories());
+  const auto engine = kk::make_cpu_engine(stories_model());
+  const auto reference = kk::make_cpu_engine(stories_model());
   kk::LiveOptions options;
   options.policy = kvtier::replay::parse_policy_string(policy);
   options.max_new_tokens = steps;
@@ -47,7 +41,7 @@ kk::LiveResult live(const std::string& policy, int steps, std::uint64_t budget =
 
 // Greedy tokens of the full cache on the engine's own path, as generate() would give them.
 std::vector<std::int32_t> full_greedy(int steps) {
-  const auto engine = kk::make_cpu_engine(stories());
+  const auto engine = kk::make_cpu_engine(stories_model());
   const std::vector<std::int32_t> tokens = prompt();
   std::span<const float> logits = engine->prefill(tokens);
   std::vector<std::int32_t> out;

@@ -23,20 +23,14 @@
 #include "traces/validate.hpp"
 
 namespace kk = kvtier::kernels;
+using kvtier::kernels::testing::stories_model;
 namespace kt = kvtier::traces;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::shared_ptr<const kk::ModelWeights> stories() {
-  static const auto weights = std::make_shared<const kk::ModelWeights>(
-      kk::load_llama2c_checkpoint(kk::testing::stories_dir() / "stories260K.bin"));
-  return weights;
-}
-
 std::vector<std::int32_t> stories_prompt() {
-  const auto tokenizer = kk::load_tokenizer(kk::testing::stories_dir() / "tok512.bin");
-  return tokenizer->encode_prompt("Once upon a time, there was a little");
+  return kk::testing::stories_prompt("Once upon a time, there was a little");
 }
 
 // Passes everything on to the tracer and keeps a copy of every key and query, by (layer,
@@ -162,7 +156,7 @@ TEST_CASE("stored rows equal attention recomputed from the cached keys and queri
   INFO("dtype " << kvtier::config::DType_Name(dtype));
   const kk::testing::TempDir temp("tracer-rows");
   const fs::path file = temp.path() / "trace.h5";
-  const auto engine = kk::make_cpu_engine(stories());
+  const auto engine = kk::make_cpu_engine(stories_model());
   const std::vector<std::int32_t> prompt = stories_prompt();
   const auto prompt_tokens = static_cast<std::uint32_t>(prompt.size());
   constexpr std::uint32_t kSteps = 24;
@@ -175,7 +169,7 @@ TEST_CASE("stored rows equal attention recomputed from the cached keys and queri
   contents.key_norms = true;
   contents.dtype = dtype;
   kk::AttentionTracer tracer(
-      file, kk::capture_meta(stories()->spec, prompt_tokens, kSteps, contents, provenance()));
+      file, kk::capture_meta(stories_model()->spec, prompt_tokens, kSteps, contents, provenance()));
   Recorder recorder(tracer);
   const std::vector<std::int32_t> tokens = run_greedy(*engine, prompt, kSteps, recorder);
   CHECK(tracer.steps_done() == kSteps);
@@ -282,7 +276,7 @@ TEST_CASE("stored rows equal attention recomputed from the cached keys and queri
 TEST_CASE("capture_trace runs generate()'s tokens, each through a decode step",
           "[kernels][tracer]") {
   const kk::testing::TempDir temp("tracer-capture");
-  const auto engine = kk::make_cpu_engine(stories());
+  const auto engine = kk::make_cpu_engine(stories_model());
   const std::vector<std::int32_t> prompt = stories_prompt();
   kk::GenerationOptions greedy;
   greedy.max_new_tokens = 40;
@@ -434,7 +428,7 @@ TEST_CASE("a sliding window leaves zeros before it in every row", "[kernels][tra
 TEST_CASE("bad capture requests fail before writing anything", "[kernels][tracer]") {
   const kk::testing::TempDir temp("tracer-errors");
   const fs::path file = temp.path() / "bad.h5";
-  const auto engine = kk::make_cpu_engine(stories());
+  const auto engine = kk::make_cpu_engine(stories_model());
   const std::vector<std::int32_t> prompt = stories_prompt();
   kk::CaptureOptions options;
   options.generation.max_new_tokens = 8;
@@ -477,12 +471,12 @@ TEST_CASE("bad capture requests fail before writing anything", "[kernels][tracer
 TEST_CASE("the tracer refuses a run that does not fit its /meta", "[kernels][tracer]") {
   const kk::testing::TempDir temp("tracer-misuse");
   const fs::path file = temp.path() / "misuse.h5";
-  const auto engine = kk::make_cpu_engine(stories());
+  const auto engine = kk::make_cpu_engine(stories_model());
   const std::vector<std::int32_t> prompt = stories_prompt();
   const auto prompt_tokens = static_cast<std::uint32_t>(prompt.size());
   {
     kk::AttentionTracer tracer(
-        file, kk::capture_meta(stories()->spec, prompt_tokens, 3, {}, provenance()));
+        file, kk::capture_meta(stories_model()->spec, prompt_tokens, 3, {}, provenance()));
     engine->set_observer(&tracer);
     const std::span<const float> logits = engine->prefill(prompt);
     for (int step = 0; step < 3; ++step) {
@@ -495,7 +489,7 @@ TEST_CASE("the tracer refuses a run that does not fit its /meta", "[kernels][tra
   }
   {
     kk::AttentionTracer tracer(
-        file, kk::capture_meta(stories()->spec, prompt_tokens, 3, {}, provenance()));
+        file, kk::capture_meta(stories_model()->spec, prompt_tokens, 3, {}, provenance()));
     engine->reset();
     engine->set_observer(&tracer);
     static_cast<void>(engine->prefill(prompt));

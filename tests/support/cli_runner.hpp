@@ -13,6 +13,8 @@
 #include <iterator>
 #include <string>
 
+#include "tests/support/fixtures.hpp"
+
 namespace kvtier::test {
 
 struct CliResult {
@@ -56,11 +58,6 @@ inline CliResult run_kvtier(const std::string& args, const std::string& environm
 // A path in single quotes, for the shell.
 inline std::string quoted(const std::filesystem::path& path) {
   return "'" + path.string() + "'";
-}
-
-// The stories260K fixture's folder (../shared/fixtures/stories260K beside the repository).
-inline std::filesystem::path stories_dir() {
-  return std::filesystem::path(KVTIER_SOURCE_DIR) / ".." / "shared" / "fixtures" / "stories260K";
 }
 
 // A failed command as the CLI must report it: the exit code, nothing on stdout, and exactly one

@@ -8,12 +8,21 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "kernels/llama2c_checkpoint.hpp"
+#include "kernels/tokenizer.hpp"
+
 namespace kvtier::kernels::testing {
 
 using Json = nlohmann::json;
 
-std::filesystem::path stories_dir() {
-  return std::filesystem::path(KVTIER_SOURCE_DIR) / ".." / "shared" / "fixtures" / "stories260K";
+std::shared_ptr<const ModelWeights> stories_model() {
+  static const auto weights = std::make_shared<const ModelWeights>(
+      load_llama2c_checkpoint(stories_dir() / "stories260K.bin"));
+  return weights;
+}
+
+std::vector<std::int32_t> stories_prompt(const std::string& text) {
+  return load_llama2c_tokenizer(stories_dir() / "tok512.bin")->encode_prompt(text);
 }
 
 TempDir::TempDir(const std::string& name)

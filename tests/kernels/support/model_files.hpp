@@ -5,17 +5,23 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "configs/schema/model.pb.h"
 #include "kernels/model_weights.hpp"
 #include "kernels/tensor.hpp"
+#include "tests/support/fixtures.hpp"
 
 namespace kvtier::kernels::testing {
 
-// ../shared/fixtures/stories260K relative to the repository (never copied into it).
-[[nodiscard]] std::filesystem::path stories_dir();
+// The stories260K fixture's folder (tests/support/fixtures.hpp; never copied into the repository).
+using ::kvtier::test::stories_dir;
+// The fixture's checkpoint, loaded once per test program and shared.
+[[nodiscard]] std::shared_ptr<const ModelWeights> stories_model();
+// `text` encoded with the fixture's tokenizer as a prompt (BOS first).
+[[nodiscard]] std::vector<std::int32_t> stories_prompt(const std::string& text);
 
 // A fresh folder under the system temporary folder, removed with everything in it at scope end.
 class TempDir {
