@@ -17,7 +17,10 @@
 //   rows): the cost of the device-to-host copies and the delivery thread alone;
 // - traced mean: capture_trace writing mean rows (FP16) to OUT_DIR, the engine reducing head
 //   means on the device (what `kvtier trace capture --device cuda` does for mean traces);
-// - traced mean, per-head copies: the same trace with every head's rows copied to the host.
+// - traced mean, per-head copies: the same trace with every head's rows copied to the host;
+// - split keys: the decode steps alone again on an engine with the split-key attention path
+//   (CudaAttention::kSplitKeys), timed right after the default engine's in every repeat so that
+//   load affects both alike. Every other figure is the default (per-head) kernel's.
 // The roofline is tokens/s = bandwidth / (weight bytes + mean KV bytes read per step), for the
 // HBM's peak bandwidth (from the device's memory clock and bus width) and for the bandwidth a
 // large device-to-device copy reaches. Prints one JSON line.
@@ -184,11 +187,13 @@ int main(int argc, char** argv) {
     auto start = Clock::now();
     const auto weights = std::make_shared<const kk::ModelWeights>(random_7b(layers));
     const double build_seconds = seconds_since(start);
-    const auto engine_with = [&](kk::ObserverRows rows) {
+    const auto engine_with = [&](kk::ObserverRows rows,
+                                 kk::CudaAttention attention = kk::CudaAttention::kPerHead) {
       kk::CudaEngineOptions options;
       options.device = device;
       options.dtype = kk::CudaComputeDtype::kBF16;
       options.observer_rows = rows;
+      options.attention = attention;
       return kk::make_cuda_engine(weights, options);
     };
     start = Clock::now();
@@ -216,9 +221,15 @@ int main(int argc, char** argv) {
     traced.tool = "kvtier_bench_cuda_decode";
     const std::filesystem::path file = out_dir / "kvtier_bench_cuda_decode.h5";
     const auto mean_engine = engine_with(kk::ObserverRows::kHeadMean);
+    const auto split_engine =
+        engine_with(kk::ObserverRows::kPerHead, kk::CudaAttention::kSplitKeys);
 
     std::vector<double> prefill_seconds;
     std::vector<double> decode_seconds;
+    std::vector<double> split_decode_seconds;
+    // Whether the split path decoded the default kernel's greedy tokens in every repeat (BF16
+    // rounding may legitimately differ; a mismatch from the first step would point at a bug).
+    bool split_same_tokens = true;
     std::vector<double> plain_seconds;
     std::vector<double> null_seconds;
     std::vector<double> traced_mean_seconds;
@@ -232,11 +243,25 @@ int main(int argc, char** argv) {
       start = Clock::now();
       std::span<const float> logits = engine->prefill(prompt);
       prefill_seconds.push_back(seconds_since(start));
+      std::vector<std::int32_t> decoded;
       start = Clock::now();
       for (int step = 0; step < steps; ++step) {
-        logits = engine->decode(kk::argmax(logits));
+        decoded.push_back(kk::argmax(logits));
+        logits = engine->decode(decoded.back());
       }
       decode_seconds.push_back(seconds_since(start));
+
+      split_engine->reset();
+      split_engine->reserve(prompt_tokens + steps);
+      logits = split_engine->prefill(prompt);
+      std::vector<std::int32_t> split_decoded;
+      start = Clock::now();
+      for (int step = 0; step < steps; ++step) {
+        split_decoded.push_back(kk::argmax(logits));
+        logits = split_engine->decode(split_decoded.back());
+      }
+      split_decode_seconds.push_back(seconds_since(start));
+      split_same_tokens = split_same_tokens && split_decoded == decoded;
 
       start = Clock::now();
       const kk::GenerationResult result = kk::generate(*engine, prompt, plain);
@@ -265,6 +290,7 @@ int main(int argc, char** argv) {
     }
 
     const double decode_rate = steps / median(decode_seconds);
+    const double split_decode_rate = steps / median(split_decode_seconds);
     const double roofline_peak = peak_bandwidth / (weight_bytes + kv_bytes);
     const double roofline_copy = copy_rate / (weight_bytes + kv_bytes);
     const double plain_median = median(plain_seconds);
@@ -284,6 +310,13 @@ int main(int argc, char** argv) {
               << ",\"roofline_tokens_per_s_copy\":" << json_number(roofline_copy)
               << ",\"fraction_of_peak_roofline\":" << json_number(decode_rate / roofline_peak)
               << ",\"fraction_of_copy_roofline\":" << json_number(decode_rate / roofline_copy)
+              << ",\"split_keys_decode_s\":" << json_list(split_decode_seconds)
+              << ",\"split_keys_decode_tokens_per_s\":" << json_number(split_decode_rate)
+              << ",\"split_keys_fraction_of_peak_roofline\":"
+              << json_number(split_decode_rate / roofline_peak)
+              << ",\"split_keys_fraction_of_copy_roofline\":"
+              << json_number(split_decode_rate / roofline_copy)
+              << ",\"split_keys_same_tokens\":" << (split_same_tokens ? "true" : "false")
               << ",\"plain_s\":" << json_list(plain_seconds)
               << ",\"null_observer_s\":" << json_list(null_seconds)
               << ",\"traced_mean_s\":" << json_list(traced_mean_seconds)

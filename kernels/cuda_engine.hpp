@@ -48,11 +48,28 @@ enum class ObserverDelivery {
   kSynchronous,
 };
 
+// Which attention kernel runs (docs/ENGINE.md, "The CUDA engine").
+enum class CudaAttention {
+  // One block per (row, query head) walking all of the row's keys. Right for prefill, whose grid
+  // is rows x heads blocks; at decode only heads blocks run, each latency-bound on its key loop.
+  kPerHead,
+  // Split keys ("flash-decoding"): blocks per (row, head, chunk of 64 keys), then a combine pass,
+  // for calls of at most kCudaSplitKeysMaxRows rows (decode); larger calls use kPerHead. The same
+  // probabilities and outputs up to rounding.
+  kSplitKeys,
+};
+// Rows up to which kSplitKeys takes the split path. At 8 rows the per-head kernel already runs
+// 8 x heads blocks (256 for 32 heads, about 2 per SM of an H200); beyond that its grid fills the
+// GPU and the split path's extra scratch traffic and second launch stop paying.
+inline constexpr int kCudaSplitKeysMaxRows = 8;
+
 struct CudaEngineOptions {
   int device = 0;  // CUDA device index
   CudaComputeDtype dtype = CudaComputeDtype::kBF16;
   ObserverRows observer_rows = ObserverRows::kPerHead;
   ObserverDelivery observer_delivery = ObserverDelivery::kAsynchronous;
+  // kPerHead by default until the split path has been validated on a GPU.
+  CudaAttention attention = CudaAttention::kPerHead;
   // Pinned host memory the observed rows are staged in; a larger ring lets the observer fall
   // further behind before decoding waits for it. Grown when one layer's rows need more.
   std::size_t observer_ring_bytes = std::size_t{256} << 20U;

@@ -143,6 +143,9 @@ class CudaEngine final : public Engine {
   void ensure_cache(int positions);
   void ensure_rows(int rows);
   [[nodiscard]] std::vector<Chunk> plan_chunks(int rows, bool observed) const;
+  [[nodiscard]] bool splits_keys(const Chunk& chunk) const {
+    return options_.attention == CudaAttention::kSplitKeys && chunk.rows <= kCudaSplitKeysMaxRows;
+  }
   void ensure_ring(std::size_t bytes);
 
   void gemm(const void* weight, int out_features, int in_features, const void* input, int rows,
@@ -200,6 +203,7 @@ class CudaEngine final : public Engine {
   DeviceMemory activation_;     // [rows][intermediate]
   DeviceMemory probabilities_;  // float32, packed per head (cuda_kernels.cuh)
   DeviceMemory mean_;           // float32, packed head means
+  DeviceMemory split_scratch_;  // float32 chunk records of the split-key attention path
   DeviceMemory logits_;         // float32 [vocab]
   PinnedMemory tokens_host_;
   PinnedMemory logits_host_;
@@ -734,12 +738,26 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
     most_keys = std::max(most_keys, chunk.keys);
   }
   const auto probability_bytes = static_cast<std::size_t>(most_keys) * heads_ * 4;
+  // Decode steps need one key more each time: grown geometrically, as cudaFree synchronises.
   if (probability_bytes > probabilities_.bytes()) {
-    probabilities_ = DeviceMemory(probability_bytes, check_);
+    probabilities_ = DeviceMemory(std::max(probability_bytes, 2 * probabilities_.bytes()), check_);
+  }
+  std::int64_t split_floats = 0;
+  for (const Chunk& chunk : chunks) {
+    if (splits_keys(chunk)) {
+      split_floats = std::max(split_floats,
+                              cuda::split_key_scratch_floats(chunk.rows, heads_, head_dim_,
+                                                             position_ + chunk.first_row, window_));
+    }
+  }
+  const auto split_bytes = static_cast<std::size_t>(split_floats) * 4;
+  if (split_bytes > split_scratch_.bytes()) {
+    split_scratch_ = DeviceMemory(std::max(split_bytes, 2 * split_scratch_.bytes()), check_);
   }
   if (options_.observer_rows == ObserverRows::kHeadMean && observer != nullptr &&
       static_cast<std::size_t>(most_keys) * 4 > mean_.bytes()) {
-    mean_ = DeviceMemory(static_cast<std::size_t>(most_keys) * 4, check_);
+    mean_ =
+        DeviceMemory(std::max(static_cast<std::size_t>(most_keys) * 4, 2 * mean_.bytes()), check_);
   }
 
   const std::size_t element = dtype_bytes(dtype_);
@@ -803,7 +821,12 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
       attention.first_position = position_ + chunk.first_row;
       attention.window = window_;
       attention.scale = scale_;
-      launched(cuda::launch_attention(attention, stream), "attention kernel");
+      if (splits_keys(chunk)) {
+        launched(cuda::launch_split_key_attention(attention, split_scratch_.floats(), stream),
+                 "split-key attention kernels");
+      } else {
+        launched(cuda::launch_attention(attention, stream), "attention kernel");
+      }
       if (observer != nullptr) {
         observe_attention(observer, index, chunk, prefill);
       }

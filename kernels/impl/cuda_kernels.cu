@@ -227,6 +227,83 @@ __device__ __forceinline__ const T* paged_row(const AttentionArgs& a, int positi
   return slot + offset;
 }
 
+// Where the probabilities of (row, head) start: rows packed one after another, each row's
+// heads one after another (cuda_kernels.cuh).
+__device__ __forceinline__ float* probability_row(const AttentionArgs& a, int row, int head,
+                                                  int keys) {
+  return a.probabilities +
+         static_cast<std::int64_t>(a.heads) * keys_before_row(row, a.first_position, a.window) +
+         static_cast<std::int64_t>(head) * keys;
+}
+
+// The query of (row, head) into shared memory, visible to the whole block on return.
+__device__ __forceinline__ void load_query(const AttentionArgs& a, int row, int head,
+                                           float* query) {
+  const float* q = a.queries + static_cast<std::int64_t>(row) * a.query_stride +
+                   static_cast<std::int64_t>(head) * a.head_dim;
+  for (int d = static_cast<int>(threadIdx.x); d < a.head_dim; d += static_cast<int>(blockDim.x)) {
+    query[d] = q[d];
+  }
+  __syncthreads();
+}
+
+// Both attention kernels' dynamic shared memory: the query (head_dim floats), the value slices'
+// partial sums (max(threads, head_dim)) and 32 floats of reduction scratch.
+struct AttentionShared {
+  float* query;
+  float* partial;
+  float* reduce;
+};
+__device__ __forceinline__ AttentionShared attention_shared(float* shared, int head_dim) {
+  const int threads = static_cast<int>(blockDim.x);
+  float* partial = shared + head_dim;
+  return {shared, partial, partial + (threads > head_dim ? threads : head_dim)};
+}
+std::size_t attention_shared_bytes(int threads, int head_dim) {
+  const int partial = threads > head_dim ? threads : head_dim;
+  return (static_cast<std::size_t>(head_dim) + static_cast<std::size_t>(partial) + 32) *
+         sizeof(float);
+}
+
+// The weighted sum of `keys` value rows into `partial` (visible to the whole block on return):
+// threads over the head dimension, and `slices` groups of them each over a share of the keys
+// when the head dimension is narrower than the block. value_row(key) is the key's value row
+// (nullptr: left out), weight(key) its weight. Returns the number of slices (slice_total).
+template <typename T, typename ValueRow, typename Weight>
+__device__ __forceinline__ int weighted_values(int head_dim, int keys, float* partial,
+                                               ValueRow value_row, Weight weight) {
+  const int threads = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lanes = head_dim < threads ? head_dim : threads;
+  const int slices = threads / lanes;
+  const int slice = tid / lanes;
+  if (slice < slices) {
+    for (int d = tid % lanes; d < head_dim; d += lanes) {
+      float sum = 0.0F;
+#pragma unroll 8
+      for (int key = slice; key < keys; key += slices) {
+        const T* v = value_row(key);
+        if (v != nullptr) {
+          sum += weight(key) * to_float(v[d]);
+        }
+      }
+      partial[slice * head_dim + d] = sum;
+    }
+  }
+  __syncthreads();
+  return slices;
+}
+
+// Column d of the value sums that `slices` groups of threads left in `partial`.
+__device__ __forceinline__ float slice_total(const float* partial, int slices, int head_dim,
+                                             int d) {
+  float sum = 0.0F;
+  for (int s = 0; s < slices; ++s) {
+    sum += partial[s * head_dim + d];
+  }
+  return sum;
+}
+
 // One block per (row, query head): scores into the row's probabilities, softmax in place, then
 // the weighted sum of the values.
 template <typename T>
@@ -234,9 +311,7 @@ __global__ void attention_kernel(AttentionArgs a) {
   extern __shared__ float shared[];
   const int threads = static_cast<int>(blockDim.x);
   const int tid = static_cast<int>(threadIdx.x);
-  float* query = shared;                // head_dim
-  float* partial = query + a.head_dim;  // max(threads, head_dim)
-  float* scratch = partial + (threads > a.head_dim ? threads : a.head_dim);  // 32
+  const auto [query, partial, scratch] = attention_shared(shared, a.head_dim);
 
   const int row = static_cast<int>(blockIdx.x);
   const int head = static_cast<int>(blockIdx.y);
@@ -251,16 +326,8 @@ __global__ void attention_kernel(AttentionArgs a) {
       paged ? nullptr : static_cast<const T*>(a.cache_keys) + first * kv_width + head_offset;
   const T* cached_values =
       paged ? nullptr : static_cast<const T*>(a.cache_values) + first * kv_width + head_offset;
-  float* p = a.probabilities +
-             static_cast<std::int64_t>(a.heads) * keys_before_row(row, a.first_position, a.window) +
-             static_cast<std::int64_t>(head) * keys;
-
-  const float* q = a.queries + static_cast<std::int64_t>(row) * a.query_stride +
-                   static_cast<std::int64_t>(head) * a.head_dim;
-  for (int d = tid; d < a.head_dim; d += threads) {
-    query[d] = q[d];
-  }
-  __syncthreads();
+  float* p = probability_row(a, row, head, keys);
+  load_query(a, row, head, query);
 
   // Scores: one warp per key, lanes over the head dimension.
   const int lane = tid % 32;
@@ -300,35 +367,184 @@ __global__ void attention_kernel(AttentionArgs a) {
   }
   __syncthreads();
 
-  // Values: `slices` groups of threads each sum a share of the keys over the head dimension.
-  const int lanes = a.head_dim < threads ? a.head_dim : threads;
-  const int slices = threads / lanes;
-  const int slice = tid / lanes;
-  if (slice < slices) {
-    for (int d = tid % lanes; d < a.head_dim; d += lanes) {
-      float sum = 0.0F;
-      for (int key = slice; key < keys; key += slices) {
-        if (paged) {
-          const T* v = paged_row<T>(a, first + key, kv_width, kv_width + head_offset);
-          if (v != nullptr) {
-            sum += p[key] * to_float(v[d]);
-          }
-        } else {
-          sum += p[key] * to_float(cached_values[key * kv_width + d]);
+  const int slices = weighted_values<T>(
+      a.head_dim, keys, partial,
+      [&](int key) {
+        return paged ? paged_row<T>(a, first + key, kv_width, kv_width + head_offset)
+                     : cached_values + key * kv_width;
+      },
+      [&](int key) { return p[key]; });
+  T* out = static_cast<T*>(a.out) + static_cast<std::int64_t>(row) * a.heads * a.head_dim +
+           static_cast<std::int64_t>(head) * a.head_dim;
+  for (int d = tid; d < a.head_dim; d += threads) {
+    out[d] = from_float<T>(slice_total(partial, slices, a.head_dim, d));
+  }
+}
+
+// The split-key path (cuda_kernels.cuh, launch_split_key_attention). 128 threads: a chunk's 64
+// keys are 16 per warp for the scores, and head_dim 128 is one value column per thread.
+constexpr int kSplitBlock = 128;
+// Keys a warp scores together, so that their loads are in flight at once rather than one key's
+// load waiting behind the previous key's reduction.
+constexpr int kKeysPerWarpPass = 4;
+
+// One block per (row, query head, chunk of kSplitKeysPerChunk keys): the chunk's scores, their
+// maximum m, weights exp(score - m) into the probabilities, their sum s and the weighted values,
+// left as the record [m, s, sums] in `scratch` for split_key_combine_kernel.
+template <typename T>
+__global__ void split_key_scores_kernel(AttentionArgs a, float* scratch, int chunks) {
+  extern __shared__ float shared[];
+  // Scores, then weights; and where each key's value row is, found once with its key.
+  __shared__ float weights[kSplitKeysPerChunk];
+  __shared__ const T* value_rows[kSplitKeysPerChunk];
+  const int threads = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const auto [query, partial, reduce] = attention_shared(shared, a.head_dim);
+
+  const int row = static_cast<int>(blockIdx.x);
+  const int head = static_cast<int>(blockIdx.y);
+  const int chunk = static_cast<int>(blockIdx.z);
+  const int position = a.first_position + row;
+  const int first = first_key(position, a.window);
+  const int keys = position - first + 1;
+  const int chunk_first = chunk * kSplitKeysPerChunk;
+  // Earlier rows of a prefill have fewer keys than the grid's last row; the combine kernel reads
+  // only the row's own chunks. The whole block returns, before any barrier.
+  if (chunk_first >= keys) {
+    return;
+  }
+  const int count =
+      keys - chunk_first < kSplitKeysPerChunk ? keys - chunk_first : kSplitKeysPerChunk;
+  const int kv_head = head / (a.heads / a.kv_heads);
+  const std::int64_t kv_width = static_cast<std::int64_t>(a.kv_heads) * a.head_dim;
+  const std::int64_t head_offset = static_cast<std::int64_t>(kv_head) * a.head_dim;
+  const bool paged = a.page_table != nullptr;
+  float* p = probability_row(a, row, head, keys) + chunk_first;
+  load_query(a, row, head, query);
+
+  // Scores: a warp per key, lanes over the head dimension in the per-head kernel's order (so
+  // that float32 scores are the same), several keys per pass.
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int warps = threads / 32;
+  float largest = -INFINITY;
+  for (int base = warp; base < count; base += warps * kKeysPerWarpPass) {
+    const T* key_rows[kKeysPerWarpPass];
+    float dots[kKeysPerWarpPass];
+#pragma unroll
+    for (int i = 0; i < kKeysPerWarpPass; ++i) {
+      const int key = base + i * warps;
+      const int key_position = first + chunk_first + key;
+      key_rows[i] =
+          key >= count ? nullptr
+          : paged      ? paged_row<T>(a, key_position, kv_width, head_offset)
+                  : static_cast<const T*>(a.cache_keys) + key_position * kv_width + head_offset;
+      dots[i] = 0.0F;
+    }
+    for (int d = lane; d < a.head_dim; d += 32) {
+      const float value = query[d];
+#pragma unroll
+      for (int i = 0; i < kKeysPerWarpPass; ++i) {
+        if (key_rows[i] != nullptr) {
+          dots[i] += value * to_float(key_rows[i][d]);
         }
       }
-      partial[slice * a.head_dim + d] = sum;
+    }
+#pragma unroll
+    for (int i = 0; i < kKeysPerWarpPass; ++i) {
+      const float score = warp_sum(dots[i]) * a.scale;  // every lane: the shuffles need them all
+      const int key = base + i * warps;
+      if (key < count) {
+        // Evicted (-1) keys: score -inf, weight exactly 0.
+        const float kept = key_rows[i] != nullptr ? score : -INFINITY;
+        if (lane == 0) {
+          weights[key] = kept;
+          const int key_position = first + chunk_first + key;
+          value_rows[key] = key_rows[i] == nullptr ? nullptr
+                            : paged                ? key_rows[i] + kv_width
+                                                   : static_cast<const T*>(a.cache_values) +
+                                          key_position * kv_width + head_offset;
+        }
+        largest = fmaxf(largest, kept);
+      }
     }
   }
-  __syncthreads();
+  largest = block_reduce<true>(largest, reduce);
+
+  // A chunk of evicted keys only has maximum -inf: its weights are 0, not exp(-inf - -inf).
+  float total = 0.0F;
+  for (int key = tid; key < count; key += threads) {
+    const float weight = largest == -INFINITY ? 0.0F : expf(weights[key] - largest);
+    weights[key] = weight;
+    p[key] = weight;
+    total += weight;
+  }
+  total = block_reduce<false>(total, reduce);  // its barriers publish `weights` too
+
+  const int slices = weighted_values<T>(
+      a.head_dim, count, partial, [&](int key) { return value_rows[key]; },
+      [&](int key) { return weights[key]; });
+  const std::int64_t record_floats = static_cast<std::int64_t>(a.head_dim) + 2;
+  float* record = scratch + ((static_cast<std::int64_t>(row) * a.heads + head) * chunks + chunk) *
+                                record_floats;
+  if (tid == 0) {
+    record[0] = largest;
+    record[1] = total;
+  }
+  for (int d = tid; d < a.head_dim; d += threads) {
+    record[2 + d] = slice_total(partial, slices, a.head_dim, d);
+  }
+}
+
+// A chunk's weights are relative to its own maximum m; relative to the row's maximum they are
+// scaled by exp(m - row maximum), 0 for a chunk with nothing in it.
+__device__ __forceinline__ float chunk_factor(float chunk_max, float row_max) {
+  return chunk_max == -INFINITY ? 0.0F : expf(chunk_max - row_max);
+}
+
+// One block per (row, query head): the row's chunk records combined into `out`, and the chunks'
+// weights in the probabilities rescaled to the normalised softmax.
+template <typename T>
+__global__ void split_key_combine_kernel(AttentionArgs a, const float* scratch, int chunks) {
+  __shared__ float reduce[32];
+  const int threads = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int row = static_cast<int>(blockIdx.x);
+  const int head = static_cast<int>(blockIdx.y);
+  const int position = a.first_position + row;
+  const int keys = key_count(position, a.window);
+  const int row_chunks = split_key_chunks(keys);
+  const std::int64_t record_floats = static_cast<std::int64_t>(a.head_dim) + 2;
+  const float* records =
+      scratch + (static_cast<std::int64_t>(row) * a.heads + head) * chunks * record_floats;
+
+  float largest = -INFINITY;
+  for (int c = tid; c < row_chunks; c += threads) {
+    largest = fmaxf(largest, records[c * record_floats]);
+  }
+  largest = block_reduce<true>(largest, reduce);
+  float total = 0.0F;
+  for (int c = tid; c < row_chunks; c += threads) {
+    total += records[c * record_floats + 1] * chunk_factor(records[c * record_floats], largest);
+  }
+  total = block_reduce<false>(total, reduce);
+  // total is 0 only when every key of the row is evicted; then the output and probabilities are
+  // 0 rather than 0/0.
+  const bool any = total > 0.0F;
+
   T* out = static_cast<T*>(a.out) + static_cast<std::int64_t>(row) * a.heads * a.head_dim +
            static_cast<std::int64_t>(head) * a.head_dim;
   for (int d = tid; d < a.head_dim; d += threads) {
     float sum = 0.0F;
-    for (int s = 0; s < slices; ++s) {
-      sum += partial[s * a.head_dim + d];
+    for (int c = 0; c < row_chunks; ++c) {
+      sum += records[c * record_floats + 2 + d] * chunk_factor(records[c * record_floats], largest);
     }
-    out[d] = from_float<T>(sum);
+    out[d] = from_float<T>(any ? sum / total : 0.0F);
+  }
+  float* p = probability_row(a, row, head, keys);
+  for (int key = tid; key < keys; key += threads) {
+    const float factor = chunk_factor(records[(key / kSplitKeysPerChunk) * record_floats], largest);
+    p[key] = any ? p[key] * factor / total : 0.0F;
   }
 }
 
@@ -525,13 +741,29 @@ cudaError_t launch_qkv_epilogue(const QkvEpilogue& args, cudaStream_t stream) {
 
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(args.heads));
-  const int partial = kBlock > args.head_dim ? kBlock : args.head_dim;
-  const std::size_t shared =
-      (static_cast<std::size_t>(args.head_dim) + static_cast<std::size_t>(partial) + 32) *
-      sizeof(float);
+  const std::size_t shared = attention_shared_bytes(kBlock, args.head_dim);
   return dispatch(args.dtype, [&](auto tag) {
     using T = decltype(tag);
     attention_kernel<T><<<grid, kBlock, shared, stream>>>(args);
+  });
+}
+
+cudaError_t launch_split_key_attention(const AttentionArgs& args, float* scratch,
+                                       cudaStream_t stream) {
+  const int most_keys = key_count(args.first_position + args.rows - 1, args.window);
+  const int chunks = split_key_chunks(most_keys);
+  const dim3 score_grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(args.heads),
+                        static_cast<unsigned>(chunks));
+  const dim3 combine_grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(args.heads));
+  const std::size_t shared = attention_shared_bytes(kSplitBlock, args.head_dim);
+  return dispatch(args.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    split_key_scores_kernel<T><<<score_grid, kSplitBlock, shared, stream>>>(args, scratch, chunks);
+    // A failed scores launch leaves nothing to combine; its error is the one to report.
+    if (cudaPeekAtLastError() != cudaSuccess) {
+      return;
+    }
+    split_key_combine_kernel<T><<<combine_grid, kBlock, 0, stream>>>(args, scratch, chunks);
   });
 }
 

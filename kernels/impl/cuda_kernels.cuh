@@ -117,6 +117,35 @@ struct AttentionArgs {
 };
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
 
+// Split-key ("flash-decoding") attention, for calls of few rows: the per-head kernel above runs
+// one block per (row, head), which at decode is heads blocks (32 for a 7B model, a quarter of an
+// H200's SMs), each walking thousands of keys one dependent load after another. Here a block
+// takes kSplitKeysPerChunk keys of one (row, head) and leaves (chunk max, chunk sum, unnormalised
+// weighted values) in `scratch`; a second kernel per (row, head) rescales the chunks to the
+// row's maximum, writes `out` and normalises the probabilities in place. Probabilities and `out`
+// have the per-head kernel's layouts, so everything that reads them is unchanged.
+//
+// 64 keys per chunk: 4096 keys give 64 chunks, 2048 blocks for 32 heads (about 15 per SM on 132
+// SMs), and even 512 keys give 256 blocks; a chunk's record (head_dim + 2 floats) is under 2% of
+// the key and value bytes it summarises in BF16 at head_dim 128, so the combine pass is cheap.
+// Smaller chunks would add blocks the GPU cannot run at once and combine traffic; larger ones
+// leave SMs idle at a few hundred keys.
+inline constexpr int kSplitKeysPerChunk = 64;
+KVTIER_HOST_DEVICE inline int split_key_chunks(int keys) {
+  return (keys + kSplitKeysPerChunk - 1) / kSplitKeysPerChunk;
+}
+// Floats of scratch the split path needs for `rows` rows from `first_position`: per (row, head,
+// chunk of the last row's keys, which has the most) a record [max, sum, head_dim weighted sums].
+inline std::int64_t split_key_scratch_floats(int rows, int heads, int head_dim, int first_position,
+                                             int window) {
+  const int chunks = split_key_chunks(key_count(first_position + rows - 1, window));
+  return static_cast<std::int64_t>(rows) * heads * chunks *
+         (static_cast<std::int64_t>(head_dim) + 2);
+}
+// `scratch` holds split_key_scratch_floats(...) floats; it is overwritten.
+cudaError_t launch_split_key_attention(const AttentionArgs& args, float* scratch,
+                                       cudaStream_t stream);
+
 // The head mean of packed per-head probabilities: mean row r (packed at keys_before_row(r)) is
 // the heads' rows added one after another and scaled once by 1/heads, as the tracer does.
 cudaError_t launch_head_mean(const float* probabilities, float* mean, int rows, int heads,

@@ -49,10 +49,15 @@ const std::vector<std::int32_t>& stories_prompt() {
 }
 
 // A seeded random model of `architecture` (tests/kernels/support), with Llama-3 RoPE scaling for
-// LLAMA so that the scaled frequencies are exercised too.
+// LLAMA so that the scaled frequencies are exercised too. A positive `sliding_window` replaces
+// the small spec's.
 std::shared_ptr<const kk::ModelWeights> random_model(cfg::Architecture architecture,
-                                                     const fs::path& directory) {
-  const cfg::ModelSpec spec = kk::testing::small_spec(architecture);
+                                                     const fs::path& directory,
+                                                     int sliding_window = 0) {
+  cfg::ModelSpec spec = kk::testing::small_spec(architecture);
+  if (sliding_window > 0) {
+    spec.set_sliding_window(static_cast<std::uint32_t>(sliding_window));
+  }
   kk::testing::write_random_hf_model(spec, directory, 11);
   kk::ModelWeights weights = kk::load_hf_checkpoint(directory);
   if (architecture == cfg::LLAMA) {
@@ -66,9 +71,11 @@ std::shared_ptr<const kk::ModelWeights> random_model(cfg::Architecture architect
   return std::make_shared<const kk::ModelWeights>(std::move(weights));
 }
 
-kk::CudaEngineOptions options(kk::CudaComputeDtype dtype = kk::CudaComputeDtype::kFP32) {
+kk::CudaEngineOptions options(kk::CudaComputeDtype dtype = kk::CudaComputeDtype::kFP32,
+                              kk::CudaAttention attention = kk::CudaAttention::kPerHead) {
   kk::CudaEngineOptions result;
   result.dtype = dtype;
+  result.attention = attention;
   return result;
 }
 
@@ -504,4 +511,101 @@ TEST_CASE("the CUDA engine refuses bad devices and inputs as the CPU engine does
   cuda->reserve(100000);  // capped at max_position_embeddings
   const auto cpu = kk::make_cpu_engine(stories_model());
   CHECK(greedy(*cuda, stories_prompt(), 30) == greedy(*cpu, stories_prompt(), 30));
+}
+
+// The split-key attention path (kk::CudaAttention::kSplitKeys) against the CPU engine with the
+// per-head kernel's bounds. Decode steps and prefills of at most kCudaSplitKeysMaxRows rows take
+// it: stories260K's 8-token prompt, the prompt split 3 + 5, and prefills split into records by a
+// small observer ring. 200 decode steps reach 208 keys, four chunks of 64, the last partial.
+TEST_CASE("the split-key attention path gives the CPU engine's tokens, logits and rows",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto split = kk::CudaAttention::kSplitKeys;
+  const auto cpu = kk::make_cpu_engine(stories_model());
+  const std::vector<std::int32_t> expected = greedy(*cpu, stories_prompt(), 200);
+  const std::span<const std::int32_t> forced =
+      std::span<const std::int32_t>(expected).subspan(stories_prompt().size());
+  {
+    const auto cuda =
+        kk::make_cuda_engine(stories_model(), options(kk::CudaComputeDtype::kFP32, split));
+    CHECK(kk::cuda_engine_options(*cuda).attention == split);
+    CHECK(greedy(*cuda, stories_prompt(), 200) == expected);
+    CHECK(relative_logit_difference(*cpu, *cuda, stories_prompt(), forced) < 1e-4);
+    cuda->reset();
+    const std::span<const std::int32_t> prompt(stories_prompt());
+    static_cast<void>(cuda->prefill(prompt.first(3)));
+    const auto logits = cuda->prefill(prompt.subspan(3));
+    const std::vector<float> split_logits(logits.begin(), logits.end());
+    cpu->reset();
+    CHECK(max_difference(cpu->prefill(prompt), split_logits) < 1e-3F);
+
+    // Observed rows past several chunks, per head and as head means.
+    Recording cpu_calls;
+    const std::vector<std::int32_t> tokens = observed_run(*cpu, stories_prompt(), 140, cpu_calls);
+    Recording cuda_calls;
+    CHECK(observed_run(*cuda, stories_prompt(), 140, cuda_calls) == tokens);
+    check_observations(cpu_calls, cuda_calls, 1e-4, 1e-5, false);
+    kk::CudaEngineOptions mean = options(kk::CudaComputeDtype::kFP32, split);
+    mean.observer_rows = kk::ObserverRows::kHeadMean;
+    mean.observer_ring_bytes = 4096;  // prefill records of a few rows
+    const auto mean_engine = kk::make_cuda_engine(stories_model(), mean);
+    Recording mean_calls;
+    CHECK(observed_run(*mean_engine, stories_prompt(), 140, mean_calls) == tokens);
+    check_observations(cpu_calls, mean_calls, 1e-4, 1e-5, true);
+  }
+  {
+    const auto bf16 =
+        kk::make_cuda_engine(stories_model(), options(kk::CudaComputeDtype::kBF16, split));
+    const std::span<const std::int32_t> forced_56 = forced.first(56);
+    CHECK(relative_logit_difference(*cpu, *bf16, stories_prompt(), forced_56) < 0.05);
+    Recording cpu_calls;
+    Recording cuda_calls;
+    const std::vector<std::int32_t> tokens = observed_run(*cpu, stories_prompt(), 70, cpu_calls);
+    bf16->reset();
+    bf16->set_observer(&cuda_calls);
+    static_cast<void>(
+        bf16->prefill(std::span<const std::int32_t>(tokens).first(stories_prompt().size())));
+    for (std::size_t i = stories_prompt().size(); i < tokens.size(); ++i) {
+      static_cast<void>(bf16->decode(tokens[i]));
+    }
+    bf16->set_observer(nullptr);
+    check_observations(cpu_calls, cuda_calls, 0.05, 0.05, false);
+  }
+}
+
+// Random models on the split path, in FP32 and BF16: a Llama model (GQA, Llama-3 RoPE scaling)
+// run to 120 positions (two chunks), and a Mistral model whose 80-token sliding window starts
+// rows mid-chunk and moves the chunk boundaries with every step.
+TEST_CASE("the split-key attention path on random models, with and without a sliding window",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto split = kk::CudaAttention::kSplitKeys;
+  const kk::testing::TempDir temp("cuda-split-keys");
+  const std::vector<std::int32_t> prompt = {3, 14, 15, 9, 26, 5, 35, 8};
+  for (const auto& [architecture, window] :
+       {std::pair{cfg::LLAMA, 0}, std::pair{cfg::MISTRAL, 80}}) {
+    CAPTURE(cfg::Architecture_Name(architecture), window);
+    const auto weights =
+        random_model(architecture, temp.path() / cfg::Architecture_Name(architecture), window);
+    const auto cpu = kk::make_cpu_engine(weights);
+    const std::vector<std::int32_t> expected = greedy(*cpu, prompt, 112);
+    const std::span<const std::int32_t> forced =
+        std::span<const std::int32_t>(expected).subspan(prompt.size());
+
+    const auto cuda = kk::make_cuda_engine(weights, options(kk::CudaComputeDtype::kFP32, split));
+    CHECK(greedy(*cuda, prompt, 112) == expected);
+    CHECK(relative_logit_difference(*cpu, *cuda, prompt, forced) < 1e-4);
+    Recording cpu_calls;
+    const std::vector<std::int32_t> tokens = observed_run(*cpu, prompt, 112, cpu_calls);
+    Recording cuda_calls;
+    CHECK(observed_run(*cuda, prompt, 112, cuda_calls) == tokens);
+    check_observations(cpu_calls, cuda_calls, 1e-4, 1e-5, false);
+
+    const auto bf16 = kk::make_cuda_engine(weights, options(kk::CudaComputeDtype::kBF16, split));
+    CHECK(relative_logit_difference(*cpu, *bf16, prompt, forced) < 0.05);
+  }
 }
