@@ -594,7 +594,10 @@ __global__ void copy_slots_kernel(const Word* source, Word* target, const std::u
   }
 }
 
-// One warp per (slot, group of head_dim values): the T2 format of kv_quantise.hpp.
+// One warp per (slot, group of head_dim values): the T2 format of kv_quantise.hpp. The codes are
+// usually in mapped host memory: they cross the bus four to a lane (a warp's request is 128
+// contiguous bytes rather than 32) when head_dim is a multiple of 4, which also makes every
+// group's codes 4-byte aligned (a slot is 2 * kv_heads * (head_dim + 4) bytes).
 template <typename T>
 __global__ void quantise_slots_kernel(SlotBatch b) {
   const int groups = 2 * b.kv_heads;
@@ -612,8 +615,18 @@ __global__ void quantise_slots_kernel(SlotBatch b) {
   absmax = warp_max(absmax);
   const float scale = quantise::scale_of(absmax);
   std::int8_t* codes = slot + static_cast<std::int64_t>(group) * b.head_dim;
-  for (int i = lane; i < b.head_dim; i += 32) {
-    codes[i] = quantise::code_of(to_float(in[i]), scale);
+  if (b.head_dim % 4 == 0) {
+    auto* quads = reinterpret_cast<char4*>(codes);
+    for (int i = lane; i < b.head_dim / 4; i += 32) {
+      const T* x = in + 4 * i;
+      quads[i] = make_char4(
+          quantise::code_of(to_float(x[0]), scale), quantise::code_of(to_float(x[1]), scale),
+          quantise::code_of(to_float(x[2]), scale), quantise::code_of(to_float(x[3]), scale));
+    }
+  } else {
+    for (int i = lane; i < b.head_dim; i += 32) {
+      codes[i] = quantise::code_of(to_float(in[i]), scale);
+    }
   }
   if (lane == 0) {
     reinterpret_cast<float*>(slot + elements)[group] = scale;
@@ -632,8 +645,21 @@ __global__ void dequantise_slots_kernel(SlotBatch b) {
            static_cast<std::int64_t>(group) * b.head_dim;
   const float scale = reinterpret_cast<const float*>(slot + elements)[group];
   const std::int8_t* codes = slot + static_cast<std::int64_t>(group) * b.head_dim;
-  for (int i = static_cast<int>(threadIdx.x); i < b.head_dim; i += 32) {
-    out[i] = from_float<T>(quantise::value_of(codes[i], scale));
+  const int lane = static_cast<int>(threadIdx.x);
+  if (b.head_dim % 4 == 0) {  // four codes a lane, as in quantise_slots_kernel
+    const auto* quads = reinterpret_cast<const char4*>(codes);
+    for (int i = lane; i < b.head_dim / 4; i += 32) {
+      const char4 quad = quads[i];
+      T* x = out + 4 * i;
+      x[0] = from_float<T>(quantise::value_of(quad.x, scale));
+      x[1] = from_float<T>(quantise::value_of(quad.y, scale));
+      x[2] = from_float<T>(quantise::value_of(quad.z, scale));
+      x[3] = from_float<T>(quantise::value_of(quad.w, scale));
+    }
+  } else {
+    for (int i = lane; i < b.head_dim; i += 32) {
+      out[i] = from_float<T>(quantise::value_of(codes[i], scale));
+    }
   }
 }
 
