@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
+#include <string_view>
 #include <utility>
 
 #include "common/errors.hpp"
@@ -157,6 +159,57 @@ kernels::DeviceInfo check_engine_device(const std::string& device) {
     throw ConfigError("the CUDA engine is not available: " + status + "; use --device cpu");
   }
   return std::move(devices.front());
+}
+
+boost::program_options::options_description cuda_attention_options() {
+  boost::program_options::options_description options("CUDA engine options");
+  options.add_options()("cuda-attention", boost::program_options::value<std::string>(),
+                        "--device cuda: the attention kernel, per-head (default) or split-keys "
+                        "(split over chunks of keys at decode; docs/ENGINE.md)");
+  return options;
+}
+
+namespace {
+
+// A CUDA engine setting chosen by name: `choices` (the first is the default when the option is
+// not given) spelled as `name_of` spells them; only with --device cuda.
+template <typename Choice>
+Choice cuda_choice(const boost::program_options::variables_map& values, const std::string& device,
+                   const std::string& option, std::initializer_list<Choice> choices,
+                   std::string_view (*name_of)(Choice), const std::string& why_cuda_only) {
+  if (values.count(option) == 0U) {
+    return *choices.begin();
+  }
+  if (device != "cuda") {
+    throw ConfigError("--" + option + " applies to --device cuda" + why_cuda_only);
+  }
+  const std::string name = values[option].as<std::string>();
+  std::string expected;
+  for (const Choice candidate : choices) {
+    if (name == name_of(candidate)) {
+      return candidate;
+    }
+    expected += std::string(expected.empty() ? "" : ", ") + std::string(name_of(candidate));
+  }
+  throw ConfigError("--" + option + " must be one of " + expected + ", not '" + name + "'");
+}
+
+}  // namespace
+
+kernels::CudaAttention cuda_attention_option(const boost::program_options::variables_map& values,
+                                             const std::string& device) {
+  return cuda_choice(
+      values, device, "cuda-attention",
+      {kernels::CudaAttention::kPerHead, kernels::CudaAttention::kSplitKeys},
+      +[](kernels::CudaAttention choice) { return kernels::cuda_attention_name(choice); }, "");
+}
+
+kernels::CudaComputeDtype cuda_compute_dtype_option(
+    const boost::program_options::variables_map& values, const std::string& device) {
+  return cuda_choice(values, device, "compute-dtype",
+                     {kernels::CudaComputeDtype::kBF16, kernels::CudaComputeDtype::kFP16,
+                      kernels::CudaComputeDtype::kFP32},
+                     &kernels::cuda_compute_dtype_name, " (the CPU engine is float32)");
 }
 
 std::filesystem::path find_tokenizer(const std::filesystem::path& model) {

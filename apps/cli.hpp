@@ -13,6 +13,7 @@
 #include "configs/loader.hpp"
 #include "configs/presets.hpp"
 #include "configs/schema/policy.pb.h"
+#include "kernels/cuda_engine.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/model_weights.hpp"
 
@@ -91,6 +92,17 @@ int run_replay_search_budgets(const Arguments& args, Context& context);
 // a CUDA device is present; ConfigError (naming why) otherwise. Checked before a model loads.
 // Returns the device the engine runs on (the host CPU, or CUDA device 0), for provenance.
 kernels::DeviceInfo check_engine_device(const std::string& device);
+
+// The option --cuda-attention per-head|split-keys (the CUDA engine's attention kernel,
+// docs/ENGINE.md), for commands that run an engine.
+[[nodiscard]] boost::program_options::options_description cuda_attention_options();
+// Its value: per-head when not given; ConfigError for another value, or when given with a
+// device other than cuda.
+[[nodiscard]] kernels::CudaAttention cuda_attention_option(
+    const boost::program_options::variables_map& values, const std::string& device);
+// --compute-dtype bf16|fp16|fp32 of `kvtier live` likewise: bf16 when not given.
+[[nodiscard]] kernels::CudaComputeDtype cuda_compute_dtype_option(
+    const boost::program_options::variables_map& values, const std::string& device);
 
 // "kvtier 0.1.0 (commit abc123, CUDA on)"
 [[nodiscard]] std::string version_line();

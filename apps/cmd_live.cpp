@@ -94,25 +94,6 @@ std::string trace_path_for(const std::string& trace, const std::string& measurem
   return fs::absolute(fs::path(trace)).lexically_normal().lexically_relative(folder).string();
 }
 
-// --compute-dtype: only with --device cuda (the CPU engine is float32).
-kernels::CudaComputeDtype live_compute_dtype(const boost::program_options::variables_map& values,
-                                             const std::string& device) {
-  if (values.count("compute-dtype") == 0U) {
-    return kernels::CudaComputeDtype::kBF16;
-  }
-  if (device != "cuda") {
-    throw ConfigError("--compute-dtype applies to --device cuda (the CPU engine is float32)");
-  }
-  const std::string dtype = values["compute-dtype"].as<std::string>();
-  for (const auto candidate : {kernels::CudaComputeDtype::kBF16, kernels::CudaComputeDtype::kFP16,
-                               kernels::CudaComputeDtype::kFP32}) {
-    if (dtype == kernels::cuda_compute_dtype_name(candidate)) {
-      return candidate;
-    }
-  }
-  throw ConfigError("--compute-dtype must be bf16, fp16 or fp32, not '" + dtype + "'");
-}
-
 }  // namespace
 
 int run_live(const Arguments& args, Context& context) {
@@ -139,12 +120,14 @@ int run_live(const Arguments& args, Context& context) {
       "hard limit of the T0 arena, e.g. 2MiB (default: the full cache of prompt + new tokens)")(
       "no-reference", "skip the full-cache run (no divergence figures)")(
       "measure", po::value<std::string>(), "write the measurement file (JSON) here");
+  options.add(cuda_attention_options());
   po::variables_map values;
   if (!parse_arguments(
           args, options, {}, values,
           "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE |\n"
           "                   --follow-trace TRACE) [--max-new-tokens N]\n"
-          "                   [--device cpu|cuda [--compute-dtype bf16|fp16|fp32]]\n"
+          "                   [--device cpu|cuda [--compute-dtype bf16|fp16|fp32]\n"
+          "                                      [--cuda-attention per-head|split-keys]]\n"
           "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
           "Decodes greedily with the real tiered KV cache (T0 arena, T1 host staged before each\n"
           "layer's attention, T2 8-bit, T3 dropped), placed step by step by the replay's policy,\n"
@@ -155,8 +138,9 @@ int run_live(const Arguments& args, Context& context) {
     return 0;
   }
   const std::string device = values["device"].as<std::string>();
+  const kernels::CudaAttention attention = cuda_attention_option(values, device);
+  const kernels::CudaComputeDtype compute_dtype = cuda_compute_dtype_option(values, device);
   kernels::DeviceInfo ran_on = check_engine_device(device);
-  const kernels::CudaComputeDtype compute_dtype = live_compute_dtype(values, device);
   const bool follow = values.count("follow-trace") != 0U;
   const int prompt_sources = static_cast<int>(values.count("prompt") != 0U) +
                              static_cast<int>(values.count("prompt-file") != 0U) +
@@ -237,6 +221,7 @@ int run_live(const Arguments& args, Context& context) {
     // The policy reads each step's head-mean rows right after the decode returns.
     cuda.observer_rows = kernels::ObserverRows::kHeadMean;
     cuda.observer_delivery = kernels::ObserverDelivery::kSynchronous;
+    cuda.attention = attention;
     engine = kernels::make_cuda_engine(weights, cuda);
     if (with_reference) {
       reference = kernels::make_cuda_engine(weights, cuda);
@@ -261,7 +246,8 @@ int run_live(const Arguments& args, Context& context) {
   config::MeasurementProvenance& provenance = *measurement.mutable_provenance();
   const kernels::DeviceInfo cpu = kernels::host_cpu();
   if (device == "cuda") {
-    ran_on.detail += ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype));
+    ran_on.detail += ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype)) + ", " +
+                     std::string(kernels::cuda_attention_name(attention)) + " attention";
   }
   provenance.set_tool(version_line() + " live");
   provenance.set_device(device);

@@ -76,6 +76,10 @@ struct CudaEngineOptions {
 };
 
 [[nodiscard]] std::string_view cuda_compute_dtype_name(CudaComputeDtype dtype);
+// "per-head" or "split-keys", as `--cuda-attention` spells them.
+[[nodiscard]] constexpr std::string_view cuda_attention_name(CudaAttention attention) {
+  return attention == CudaAttention::kSplitKeys ? "split-keys" : "per-head";
+}
 
 // Uploads `weights` to the device and returns an engine (backend() "cuda"). Throws ConfigError
 // when this build has no CUDA targets, no usable CUDA device is present or `options.device` does

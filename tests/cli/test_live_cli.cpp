@@ -104,6 +104,13 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
                         2, "--device cuda");
   expect_one_line_error(run(live("--policy full --device tpu --measure " + quoted(file))), 2,
                         "tpu");
+  expect_one_line_error(
+      run(live("--policy full --cuda-attention split-keys --measure " + quoted(file))), 2,
+      "--cuda-attention applies to --device cuda");
+  // Checked before the device, so this fails alike with or without a GPU.
+  expect_one_line_error(
+      run(live("--policy full --device cuda --cuda-attention flash --measure " + quoted(file))), 2,
+      "one of per-head, split-keys, not 'flash'");
   expect_one_line_error(run(live("--policy nosuch --measure " + quoted(file))), 2, "nosuch");
   expect_one_line_error(run(live("--policy snapkv --measure " + quoted(file))), 2,
                         "cannot run on the live cache");
