@@ -156,7 +156,9 @@ skip() {  # step reason
   for tool in cmake ninja nvcc python3 compute-sanitizer nvidia-smi; do
     echo "$tool: $(command -v "$tool" || echo missing)"
   done
-  echo "cuBLAS: $(ldconfig -p 2>/dev/null | grep -m 1 -o '/.*libcublas\.so\.[0-9]*' || echo 'not in the linker cache')"
+  # grep reads all of ldconfig's output (no early exit, so no SIGPIPE under pipefail).
+  cached="$(ldconfig -p 2>/dev/null | grep -o '/.*libcublas\.so\.[0-9]*' || true)"
+  echo "cuBLAS: ${cached:-not in the linker cache}"
   echo "LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-}"
 } >"$OUT/environment.txt" 2>&1
 
@@ -168,8 +170,10 @@ unresolved() {
 if [ -n "$prebuilt" ] && [ -n "$(unresolved)" ]; then
   for found in $(find /usr/local /opt /usr/lib -name 'libcublas.so.[0-9]*' 2>/dev/null | head -n 20); do
     folder="$(dirname "$found")"
-    LD_LIBRARY_PATH="$folder${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$bin/kvtier" 2>&1 |
-      grep -q 'not found' && continue
+    loads="$(LD_LIBRARY_PATH="$folder${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ldd "$bin/kvtier" 2>&1 || true)"
+    if [[ "$loads" == *"not found"* ]]; then
+      continue
+    fi
     export LD_LIBRARY_PATH="$folder${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     echo "cuBLAS for the bundle: $folder" >>"$OUT/environment.txt"
     break
