@@ -31,6 +31,10 @@ die() {
 nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
 [ -x "$nvcc" ] || die "nvcc not found"
 [ -f "$fixture/stories260K.bin" ] || die "the stories260K fixture is not at $fixture"
+# Only an earlier bundle is replaced, never another folder given by mistake.
+if [ -e "$bundle" ] && [ ! -f "$bundle/BUNDLE.txt" ]; then
+  die "$bundle exists and is not a bundle (no BUNDLE.txt): choose another folder"
+fi
 
 # The install RPATH in the build tree too, as DT_RPATH (not RUNPATH), so that it also serves the
 # bundled libraries' own dependencies; then the usual homes of a CUDA toolkit's cuBLAS.
