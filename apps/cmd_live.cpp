@@ -244,7 +244,7 @@ int run_live(const Arguments& args, Context& context) {
   config::LiveMeasurement measurement;
   measurement.set_format_version(1);
   config::MeasurementProvenance& provenance = *measurement.mutable_provenance();
-  const kernels::DeviceInfo cpu = kernels::host_cpu();
+  const kernels::DeviceInfo cpu = device == "cpu" ? ran_on : kernels::host_cpu();
   if (device == "cuda") {
     ran_on.detail += ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype)) + ", " +
                      std::string(kernels::cuda_attention_name(attention)) + " attention";

@@ -400,9 +400,8 @@ void CudaTieredCache::apply_placement() {
   std::vector<std::uint32_t> from_t1;
   std::vector<std::uint32_t> from_t2;
   for (const TokenMove& move : plan.promotions) {
-    (move.from == Tier::kHost ? from_t1 : from_t2)
-        .insert((move.from == Tier::kHost ? from_t1 : from_t2).end(),
-                {move.from_slot, move.to_slot});
+    std::vector<std::uint32_t>& pairs = move.from == Tier::kHost ? from_t1 : from_t2;
+    pairs.insert(pairs.end(), {move.from_slot, move.to_slot});
   }
   cudaStream_t copy = copy_stream_.get();
   // Earlier moves are done (a forward call in between waited for them, so this rarely waits):

@@ -1,6 +1,8 @@
 // The stories260K fixture through the llama2.c loader and the CPU engine, including the greedy
 // golden text that llama2.c's run.c produces.
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -18,8 +20,7 @@ using kk::testing::stories_dir;
 namespace {
 
 std::shared_ptr<const kk::ModelWeights> stories() {
-  return std::make_shared<const kk::ModelWeights>(
-      kk::load_llama2c_checkpoint(stories_dir() / "stories260K.bin"));
+  return kk::testing::stories_model();
 }
 
 std::string read_text(const std::filesystem::path& path) {
@@ -151,4 +152,20 @@ TEST_CASE("the stories260K model preset describes the real checkpoint", "[kernel
   preset.clear_preset();
   preset.clear_hf_repo();
   CHECK(preset.DebugString() == loaded->spec.DebugString());
+}
+
+TEST_CASE("the tests find the fixture under KVTIER_FIXTURES when it is set", "[kernels][llama2c]") {
+  const std::filesystem::path source = stories_dir();
+  const kk::testing::TempDir temp("fixtures");
+  std::filesystem::create_directories(temp.path() / "stories260K");
+  std::filesystem::copy_file(source / "stories260K.bin",
+                             temp.path() / "stories260K" / "stories260K.bin");
+  REQUIRE(::setenv("KVTIER_FIXTURES", temp.path().c_str(), 1) == 0);
+  const std::filesystem::path moved = stories_dir();
+  const bool loads =
+      kk::load_llama2c_checkpoint(moved / "stories260K.bin").spec.name() == "stories260K";
+  REQUIRE(::unsetenv("KVTIER_FIXTURES") == 0);
+  CHECK(moved == temp.path() / "stories260K");
+  CHECK(loads);
+  CHECK(stories_dir() == source);
 }
