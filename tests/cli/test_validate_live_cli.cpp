@@ -283,8 +283,16 @@ TEST_CASE("validate: a CUDA live file is simulated in its KV dtype on its GPU's 
     CHECK(row["projected"].get<double>() > 0.0);
   }
 
+  // The dtype is an item of device_detail wherever it stands (kvtier live writes the attention
+  // kernel after it).
+  cuda["provenance"]["device_detail"] = "sm_90, 132 SMs, driver 13.0, fp32, split-keys attention";
+  const Result fp32_attention =
+      run("validate " + quoted(write_json("cuda-fp32-split.json", cuda)) + " --format json");
+  CHECK(figure(fp32_attention, "pcie_h2d_bytes")["within"] == true);
+
   // bf16 (named, or assumed when device_detail names no dtype): half the float32 bytes.
-  for (const char* detail : {"compute 9.0, 132 SMs, bf16", "compute 9.0, 132 SMs"}) {
+  for (const char* detail : {"compute 9.0, 132 SMs, bf16", "compute 9.0, 132 SMs",
+                             "sm_90, 132 SMs, driver 13.0, bf16, per-head attention"}) {
     CAPTURE(detail);
     cuda["provenance"]["device_detail"] = detail;
     const Result bf16 =
@@ -302,4 +310,91 @@ TEST_CASE("validate: a CUDA live file is simulated in its KV dtype on its GPU's 
   CHECK_THAT(row_of(pcie.out, "tpot_mean_ms"),
              Catch::Contains("skipped: no node preset for GPU NVIDIA H100 PCIe"));
   CHECK_THAT(row_of(pcie.out, "pcie_h2d_bytes"), Catch::EndsWith(" ok"));
+}
+
+// The live runs of scripts/gpu-validate.sh on an H200 (docs/VALIDATION.md, "Live runs on an
+// H200"), against the trace they followed, made again from its seed.
+TEST_CASE("validate: the H200 live runs have the simulator's byte volumes, times compared",
+          "[cli][validate][live]") {
+  const fs::path committed =
+      fs::path(KVTIER_SOURCE_DIR) / "validation" / "measurements" / "h200-2026-11-30";
+  const fs::path folder = scratch_dir() / "h200";
+  fs::create_directories(folder);
+  std::string files;
+  for (const auto& entry : fs::directory_iterator(committed)) {
+    if (entry.path().extension() == ".json") {
+      fs::copy_file(entry.path(), folder / entry.path().filename(),
+                    fs::copy_options::overwrite_existing);
+      files += " " + quoted(folder / entry.path().filename());
+    }
+  }
+  REQUIRE_FALSE(files.empty());
+  const fs::path trace = folder / "live-llama2-7b-reasoning.h5";
+  const Result synth =
+      run("trace synth --model Llama-2-7B --prompt-tokens 1024 --steps 512 --pattern reasoning "
+          "--seed 1 --out " +
+          quoted(trace));
+  REQUIRE(synth.exit_code == 0);
+
+  const Result result = run("validate --format json" + files);
+  INFO("stderr: " << result.err);
+  const nlohmann::json rows = nlohmann::json::parse(result.out)["references"];
+  std::size_t byte_rows = 0;
+  std::size_t moved = 0;
+  for (const auto& row : rows) {
+    CAPTURE(row.dump());
+    REQUIRE_FALSE(row.contains("skipped"));
+    const std::string metric = row["metric"];
+    if (metric.ends_with("_bytes")) {
+      // Byte for byte: what the GPU moved is what the replay of the trace moves.
+      CHECK(row["within"] == true);
+      CHECK(row["projected"] == row["measured"]);
+      ++byte_rows;
+      moved += row["measured"].get<double>() > 0.0 ? 1 : 0;
+    } else {
+      CHECK(row["projected"].get<double>() >= 0.0);
+    }
+  }
+  CHECK(byte_rows == 16);  // eight runs, two directions
+  CHECK(moved == 12);      // the six tiered runs copy both ways; the full cache copies nothing
+
+  // Each run is simulated as the only engine of its node (one process on one GPU): its copies
+  // have the host link to themselves, not the half of a PCIe switch two busy GPUs share.
+  const fs::path spec = write_text(
+      "h200-run.textproto",
+      "hardware { node { preset: \"hgx-h200-8\" gpus_per_node: 1 gpus_per_pcie_switch: 1 } "
+      "num_nodes: 1 }\n"
+      "model { preset: \"Llama-2-7B\" kv_dtype: BF16 weight_dtype: BF16 activation_dtype: BF16 "
+      "}\n"
+      "tensor_parallel_degree: 1\n"
+      "workload { closed_loop { concurrency: 1 num_requests: 1 prompt_tokens { fixed_tokens: 1024 "
+      "} output_tokens { fixed_tokens: 513 } } max_batch_size: 1 prefill_chunk_tokens: 2048 }\n"
+      "policy { name: \"full\" }\n"
+      "tiering { prefetch_lookahead_layers: 1 host_allocation: PINNED traces: \"" +
+          trace.string() +
+          "\" }\n"
+          "memory { runtime_reserve_gib: 0 activation_workspace_gib: 0 }\n"
+          "engine { iteration_overhead_us: 0 }\nseed: 1\n");
+  const auto busy_h2d = [&](const std::string& extra) {
+    const Result sim = run("sim " + quoted(spec) +
+                           " --policy tiered:hbm=0.5,evict=0,compress=0,delta=8,recent=32 "
+                           "--format json" +
+                           extra);
+    INFO("stderr: " << sim.err);
+    REQUIRE(sim.exit_code == 0);
+    const nlohmann::json metrics = nlohmann::json::parse(sim.out)["policies"][0]["metrics"];
+    return metrics["pcie_h2d_utilisation"].get<double>() * metrics["duration_s"].get<double>();
+  };
+  double projected = 0.0;
+  for (const auto& row : rows) {
+    if (row["id"] == "live-llama2-7b-tiered-hbm50" && row["metric"] == "pcie_h2d_busy_s") {
+      projected = row["projected"].get<double>();
+    }
+  }
+  const double lone = busy_h2d("");
+  CHECK(projected == Approx(lone).epsilon(1e-6));
+  const double shared = busy_h2d(
+      " --set hardware.node.gpus_per_node=8 --set "
+      "hardware.node.gpus_per_pcie_switch=2");
+  CHECK(shared > 1.5 * lone);
 }

@@ -44,8 +44,9 @@ constexpr std::string_view kBytesNode = "hgx-h100-8";
 
 // One request of the live run, as tests/cli/test_live_cli.cpp's copy volumes simulate it: the
 // trace's demand prefetched one layer ahead from pinned memory, no host overhead per iteration
-// and no reserve (it would only shrink HBM, which one small request does not reach). Hardware,
-// model, KV dtype, lengths, policy and trace are set per file.
+// and no reserve (it would only shrink HBM, which one small request does not reach). Hardware
+// (the GPU's node, cut to that one GPU), model, KV dtype, lengths, policy and trace are set per
+// file.
 constexpr const char* kBaseRun = R"(
 name: "live measurement"
 hardware { node { preset: "hgx-h100-8" } num_nodes: 1 }
@@ -154,15 +155,20 @@ std::array<double, kFigures.size()> tolerances(const LiveFile& file) {
 }
 
 // The KV element the live run stored: float32 on the CPU backend, the compute dtype on CUDA
-// (the last item of device_detail; bf16, the engine's default, when it names none).
+// (an item of device_detail, e.g. "sm_90, 132 SMs, driver 13.0, bf16, per-head attention";
+// bf16, the engine's default, when it names none).
 std::string kv_dtype(const config::LiveMeasurement& m) {
   if (m.provenance().device() == "cpu") {
     return "FP32";
   }
-  const std::string& detail = m.provenance().device_detail();
-  for (const auto& [suffix, dtype] : {std::pair{", fp32", "FP32"}, std::pair{", fp16", "FP16"}}) {
-    if (detail.ends_with(suffix)) {
-      return dtype;
+  std::istringstream items(m.provenance().device_detail());
+  for (std::string item; std::getline(items, item, ',');) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    for (const auto& [name, dtype] : {std::pair{"fp32", "FP32"}, std::pair{"fp16", "FP16"}}) {
+      if (item == name) {
+        return dtype;
+      }
     }
   }
   return "BF16";
@@ -209,6 +215,13 @@ serving::SimulationReport simulate(const LiveFile& file, const std::string& mode
   }
   if (!node.gpu.empty()) {
     overrides.push_back(config::parse_override("hardware.node.gpu.preset=" + node.gpu));
+  }
+  // A live run is one process on one GPU: its copies had the host link to themselves, while the
+  // node presets assume every GPU copying at once, GPUs behind one PCIe switch sharing its
+  // uplink (serving/tier_timing.hpp). So the run is simulated on a node of that one GPU.
+  for (const char* lone :
+       {"hardware.node.gpus_per_node=1", "hardware.node.gpus_per_pcie_switch=1"}) {
+    overrides.push_back(config::parse_override(lone));
   }
   if (m.provenance().device() == "cuda") {
     // The CUDA engine keeps its weights and runs its GEMMs in the compute dtype too.
