@@ -164,8 +164,8 @@ kernels::DeviceInfo check_engine_device(const std::string& device) {
 boost::program_options::options_description cuda_attention_options() {
   boost::program_options::options_description options("CUDA engine options");
   options.add_options()("cuda-attention", boost::program_options::value<std::string>(),
-                        "--device cuda: the attention kernel, per-head (default) or split-keys "
-                        "(split over chunks of keys at decode; docs/ENGINE.md)");
+                        "--device cuda: the attention kernel, split-keys (default: split over "
+                        "chunks of keys at decode) or per-head (docs/ENGINE.md)");
   return options;
 }
 
@@ -200,7 +200,7 @@ kernels::CudaAttention cuda_attention_option(const boost::program_options::varia
                                              const std::string& device) {
   return cuda_choice(
       values, device, "cuda-attention",
-      {kernels::CudaAttention::kPerHead, kernels::CudaAttention::kSplitKeys},
+      {kernels::CudaAttention::kSplitKeys, kernels::CudaAttention::kPerHead},
       +[](kernels::CudaAttention choice) { return kernels::cuda_attention_name(choice); }, "");
 }
 

@@ -127,7 +127,7 @@ int run_live(const Arguments& args, Context& context) {
           "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE |\n"
           "                   --follow-trace TRACE) [--max-new-tokens N]\n"
           "                   [--device cpu|cuda [--compute-dtype bf16|fp16|fp32]\n"
-          "                                      [--cuda-attention per-head|split-keys]]\n"
+          "                                      [--cuda-attention split-keys|per-head]]\n"
           "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
           "Decodes greedily with the real tiered KV cache (T0 arena, T1 host staged before each\n"
           "layer's attention, T2 8-bit, T3 dropped), placed step by step by the replay's policy,\n"

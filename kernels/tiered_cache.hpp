@@ -37,6 +37,11 @@ struct TieredCacheOptions {
   // Positions a run may reach (prompt + new tokens): the CUDA backend sizes its host tiers and
   // page tables for it up front. 0: not known (the CPU backend grows its arenas instead).
   std::uint64_t max_positions = 0;
+  // Host tiers the policy can place tokens in: the CUDA backend pins them (sized for
+  // max_positions) when it is made, so that the first offload does not pin hundreds of megabytes
+  // inside a decode step. A tier not reserved is pinned when first used.
+  bool reserve_t1 = false;
+  bool reserve_t2 = false;
 };
 
 // options.t0_budget_bytes, or when it is 0 the full cache: max_positions * layers * token_bytes

@@ -266,16 +266,16 @@ if [ "$built" -eq 1 ]; then
   if run live-trace 90 "$bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 1024 \
     --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
     live_files=()
-    # name|policy|attention kernel: the default per-head kernel, and the split-key path on the
+    # name|policy|attention kernel: the default split-key path, and the per-head kernel on the
     # full cache and on one tiered share, to see what each changes in the time per token.
-    for live in "full|full|per-head" \
-      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|per-head" \
-      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|per-head" \
-      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|per-head" \
-      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|per-head" \
-      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|per-head" \
-      "full-split-keys|full|split-keys" \
-      "tiered-hbm50-split-keys|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys"; do
+    for live in "full|full|split-keys" \
+      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys" \
+      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys" \
+      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys" \
+      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys" \
+      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys" \
+      "full-per-head|full|per-head" \
+      "tiered-hbm50-per-head|tiered:hbm=0.5,evict=0,compress=0,$retier|per-head"; do
       IFS='|' read -r name policy attention <<<"$live"
       file="$OUT/live-llama2-7b-$name.json"
       if run "live-$name" 75 "$bin/kvtier" live --model random:Llama-2-7B --device cuda \

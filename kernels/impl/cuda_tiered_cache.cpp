@@ -166,6 +166,12 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
   plans_host_ = PinnedMemory(static_cast<std::size_t>(layers_) * plan_stride_ * 4, check_);
   plans_device_ = DeviceMemory(static_cast<std::size_t>(layers_) * plan_stride_ * 4, check_);
   moves_ = PinnedMemory(static_cast<std::size_t>(2 * token_layers) * 4, check_, kMappedHost);
+  if (options.reserve_t1) {
+    t1_ = PinnedMemory(token_layers * slot_bytes_, check_, kMappedHost);
+  }
+  if (options.reserve_t2) {
+    t2_ = PinnedMemory(token_layers * book_.compressed_token_bytes(), check_, kMappedHost);
+  }
   stage_plans_.resize(static_cast<std::size_t>(layers_));
   layer_plans_.resize(static_cast<std::size_t>(layers_));
   for (int l = 0; l < layers_; ++l) {

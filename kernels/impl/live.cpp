@@ -6,8 +6,12 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "common/errors.hpp"
 #include "replay/engine.hpp"
@@ -119,6 +123,33 @@ PrefetchMode prefetch_of(const std::string& canonical) {
                                                                       : PrefetchMode::kFull;
 }
 
+// The host tiers a live policy can place tokens in (T1, T2), from its canonical string:
+// `tiered` offloads to T1 below hbm=1 and to T2 when compress is not 0; `monarch` pages cold
+// tokens to T2; the others keep or evict.
+std::pair<bool, bool> host_tiers_of(const std::string& canonical) {
+  const auto colon = canonical.find(':');
+  const std::string name = canonical.substr(0, colon);
+  std::map<std::string, std::string, std::less<>> parameters;
+  if (colon != std::string::npos) {
+    std::istringstream items(canonical.substr(colon + 1));
+    for (std::string item; std::getline(items, item, ',');) {
+      const auto equals = item.find('=');
+      if (equals != std::string::npos) {
+        parameters[item.substr(0, equals)] = item.substr(equals + 1);
+      }
+    }
+  }
+  const auto nonzero = [&](const char* key) {
+    const auto found = parameters.find(key);
+    return found != parameters.end() && std::stod(found->second) != 0.0;
+  };
+  if (name == "tiered") {
+    const auto hbm = parameters.find("hbm");
+    return {hbm == parameters.end() || std::stod(hbm->second) < 1.0, nonzero("compress")};
+  }
+  return {false, name == "monarch"};
+}
+
 }  // namespace
 
 void check_live_policy(const std::string& name) {
@@ -220,6 +251,7 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   cache_options.prefetch = result.prefetch;
   cache_options.t0_budget_bytes = options.t0_budget_bytes;
   cache_options.max_positions = positions;
+  std::tie(cache_options.reserve_t1, cache_options.reserve_t2) = host_tiers_of(result.policy);
   const std::unique_ptr<LiveKvCache> owned_cache = make_live_cache(engine, cache_options);
   LiveKvCache& cache = *owned_cache;
   result.t0_budget_bytes = cache.t0_budget_bytes();

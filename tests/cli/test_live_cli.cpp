@@ -110,7 +110,7 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
   // Checked before the device, so this fails alike with or without a GPU.
   expect_one_line_error(
       run(live("--policy full --device cuda --cuda-attention flash --measure " + quoted(file))), 2,
-      "one of per-head, split-keys, not 'flash'");
+      "one of split-keys, per-head, not 'flash'");
   expect_one_line_error(run(live("--policy nosuch --measure " + quoted(file))), 2, "nosuch");
   expect_one_line_error(run(live("--policy snapkv --measure " + quoted(file))), 2,
                         "cannot run on the live cache");
