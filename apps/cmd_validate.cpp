@@ -38,12 +38,8 @@ std::string percent(double fraction) {
 // Measured references and live measurement files: projected vs measured per figure, skipped
 // figures with the reason; exit 1 when one is out of tolerance.
 int validate_files(const std::vector<std::string>& files, Format format, Context& context) {
-  std::vector<validation::ReferenceCheck> checks;
-  for (const std::string& file : files) {
-    for (auto& check : validation::check_measurement_file(file, context.loader)) {
-      checks.push_back(std::move(check));
-    }
-  }
+  const std::vector<validation::ReferenceCheck> checks =
+      validation::check_measurement_files(files, context.loader);
   std::size_t outside = 0;
   std::size_t skipped = 0;
   for (const auto& check : checks) {
@@ -67,7 +63,11 @@ int validate_files(const std::vector<std::string>& files, Format format, Context
                   << ", \"relative_error\": " << json_number(c.relative_error)
                   << ", \"tolerance\": " << format_double(c.tolerance)
                   << ", \"calibrated\": " << (c.calibrated ? "true" : "false")
-                  << ", \"within\": " << (c.within() ? "true" : "false") << "}";
+                  << ", \"within\": " << (c.within() ? "true" : "false");
+      if (!c.note.empty()) {
+        context.out << ", \"note\": " << json_escape(c.note);
+      }
+      context.out << "}";
     }
     context.out << "],\n \"outside_tolerance\": " << outside << ", \"skipped\": " << skipped
                 << "}\n";
@@ -83,7 +83,8 @@ int validate_files(const std::vector<std::string>& files, Format format, Context
       table.add_row(
           {c.id, c.policy, c.metric, format_fixed(c.measured, c.decimals),
            format_fixed(c.projected, c.decimals), percent(c.relative_error), percent(c.tolerance),
-           std::string(c.within() ? "ok" : "OUTSIDE") + (c.calibrated ? " (calibrated)" : "")});
+           std::string(c.within() ? "ok" : "OUTSIDE") + (c.calibrated ? " (calibrated)" : "") +
+               (c.note.empty() ? "" : "; " + c.note)});
     }
     table.render(context.out);
     context.out << "\n"
@@ -122,8 +123,11 @@ int run_validate(const Arguments& args, Context& context) {
           "live --measure`): a live run that followed a trace is simulated as one request of "
           "its model preset, KV dtype, policy, lengths and trace (a relative follow_trace is "
           "found from the file's folder), and its PCIe H2D and D2H bytes must equal the "
-          "simulation's; a CUDA run also compares time per output token and copy-engine busy "
-          "times (10%), on the node preset of its GPU. The file's `tolerances` replace these "
+          "simulation's; a CUDA run also compares time per output token and copy busy times "
+          "(10%), on the node preset of its GPU cut to that one GPU, its copies by SM kernels, "
+          "and its engine calibrated on a `full` run of the same GPU, engine settings, model, "
+          "lengths and trace among the files when there is one. The file's `tolerances` replace "
+          "these "
           "defaults. Free-running runs, models that are no preset and the CPU backend's "
           "timings are listed as skipped, with the reason. With --published, does the same "
           "for a CSV of published serving measurements (reporting the median error).",

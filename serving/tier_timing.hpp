@@ -15,6 +15,11 @@
 // layer l − 1 has finished and its copy has arrived. Offloads (D2H) run on
 // the other copy engine from the start of the iteration; the iteration cannot end before they
 // have, since the next one reuses the HBM they free.
+//
+// Copies by kernels on the SMs (tiering.copy_method SM_KERNELS, the live cache's CUDA backend)
+// take turns with compute instead: layer l's staging runs after layer l − 1 has finished and
+// before layer l starts, whatever the lookahead, and the offloads of every layer run as one
+// batch after the iteration's last kernel (`trailing`), as the live cache moves them.
 
 #include <cstdint>
 #include <span>
@@ -28,6 +33,7 @@ struct CopyRates {
   double h2d_bytes_per_s = 0.0;  // per GPU, with every GPU of the node copying at once
   double d2h_bytes_per_s = 0.0;
   sim::Tick setup;  // per copy
+  config::CopyMethod method = config::COPY_ENGINES;
 };
 
 [[nodiscard]] CopyRates measure_copy_rates(const config::RunSpec& run);
@@ -41,7 +47,8 @@ struct LayerCopies {
 
 struct PipelineTiming {
   sim::Tick layers_end;  // when the last layer finishes (the head follows)
-  sim::Tick end;         // including outstanding offloads
+  sim::Tick end;         // including outstanding offloads (copy engines)
+  sim::Tick trailing;    // after everything else of the iteration: offloads by SM kernels
   sim::Tick stall;       // time layers waited for their prefetch
   sim::Tick h2d_busy;
   sim::Tick d2h_busy;

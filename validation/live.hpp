@@ -17,17 +17,21 @@ namespace kvtier::validation {
 // A live file is JSON (what `kvtier live --measure` writes); a reference is protobuf text format.
 [[nodiscard]] bool is_live_measurement(std::string_view text);
 
-// The figures of one live file `text` read from `path`: pcie_h2d_bytes, pcie_d2h_bytes,
-// tpot_mean_ms, pcie_h2d_busy_s and pcie_d2h_busy_s, each compared or skipped with the reason
-// (a free-running run, a model that is no preset, timings of the CPU backend or of a GPU no
-// node preset holds). DataError naming the file and field when the file is not a
-// LiveMeasurement, lacks what the comparison reads, names a follow_trace that does not exist
-// (a relative one is found from the file's folder) or cannot be simulated as it says.
-[[nodiscard]] std::vector<ReferenceCheck> check_live_measurement(
-    const std::string& path, const std::string& text, const config::ConfigLoader& loader);
+// The figures of measurement files, references and live files told apart by content (a live
+// file is JSON). A live file's figures: pcie_h2d_bytes, pcie_d2h_bytes, tpot_mean_ms,
+// pcie_h2d_busy_s and pcie_d2h_busy_s, each compared or skipped with the reason (a free-running
+// run, a model that is no preset, timings of the CPU backend or of a GPU no node preset holds).
+// A CUDA run's time per token is projected with its engine calibrated on the first full-cache
+// run among `paths` of the same GPU, engine settings, model, lengths and trace, when that run
+// was slower than the simulator's model (its own figure then marked calibrated;
+// docs/VALIDATION.md). ConfigError when a file cannot be read;
+// DataError, naming the file and field, when it is binary, not a LiveMeasurement, lacks what the
+// comparison reads, names a follow_trace that does not exist (a relative one is found from the
+// file's folder) or cannot be simulated as it says.
+[[nodiscard]] std::vector<ReferenceCheck> check_measurement_files(
+    const std::vector<std::string>& paths, const config::ConfigLoader& loader);
 
-// A measured reference or a live file, told apart by content. ConfigError when the file cannot
-// be read, DataError when it is binary (neither kind).
+// check_measurement_files of one file.
 [[nodiscard]] std::vector<ReferenceCheck> check_measurement_file(
     const std::string& path, const config::ConfigLoader& loader);
 

@@ -38,17 +38,42 @@ sim::Tick copy_time(double bytes, double rate, sim::Tick setup) {
   return setup + sim::from_seconds(bytes / rate, sim::Rounding::kUp);
 }
 
+// Copies and compute take turns on the SMs: each layer's staging, then the layer; the offloads
+// of every layer in one batch after the last layer (as the live cache moves them).
+PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> layers,
+                          const CopyRates& rates) {
+  PipelineTiming timing;
+  sim::Tick now;
+  double offloaded = 0.0;
+  for (const LayerCopies& copies : layers) {
+    const sim::Tick h2d = copy_time(copies.h2d_bytes, rates.h2d_bytes_per_s, rates.setup);
+    timing.h2d_busy += h2d;
+    timing.stall += h2d;
+    now += h2d + layer_compute + copies.extra_compute;
+    offloaded += copies.d2h_bytes;
+  }
+  timing.layers_end = now;
+  timing.end = now;
+  timing.trailing = copy_time(offloaded, rates.d2h_bytes_per_s, rates.setup);
+  timing.d2h_busy = timing.trailing;
+  return timing;
+}
+
 }  // namespace
 
 CopyRates measure_copy_rates(const config::RunSpec& run) {
   sim::Simulator simulator;
   sim::FlowNetwork network(simulator);
   const hw::NodeTopology topology(run.hardware().node(), hw::HostMemory::kPinned, network);
-  return CopyRates{probe_rate(run, true), probe_rate(run, false), topology.copy_setup()};
+  return CopyRates{probe_rate(run, true), probe_rate(run, false), topology.copy_setup(),
+                   run.tiering().copy_method()};
 }
 
 PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopies> layers,
                              std::uint32_t lookahead, const CopyRates& rates) {
+  if (rates.method == config::SM_KERNELS) {
+    return time_turns(layer_compute, layers, rates);
+  }
   PipelineTiming timing;
   std::vector<sim::Tick> starts(layers.size());
   sim::Tick copy_free;     // when the H2D engine is next idle

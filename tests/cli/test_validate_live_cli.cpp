@@ -263,6 +263,74 @@ TEST_CASE("validate: live figures that cannot be simulated are skipped with the 
              Catch::Contains("skipped: model stories15M is not a model preset"));
 }
 
+TEST_CASE("validate: a CUDA run's engine is calibrated on its full-cache twin",
+          "[cli][validate][live]") {
+  // Both runs of the fixture relabelled as an H100's: the full cache's time per step fixes the
+  // engine's cost beyond the model; the tiered run of the same engine is projected with it.
+  const fs::path full_file = scratch_dir() / "twin-full-cpu.json";
+  const Result live = run("live --model " + quoted(model()) + " --policy full --follow-trace " +
+                          quoted(trace()) + " --no-reference --measure " + quoted(full_file));
+  REQUIRE(live.exit_code == 0);
+  const auto as_cuda = [](nlohmann::json json) {
+    json["provenance"]["device"] = "cuda";
+    json["provenance"]["device_name"] = "NVIDIA H100 80GB HBM3";
+    json["provenance"]["device_detail"] = "sm_90, 132 SMs, driver 13.0, fp32, split-keys attention";
+    return json;
+  };
+  nlohmann::json full_json = as_cuda(nlohmann::json::parse(slurp(full_file)));
+  // A slow engine: 10 ms a step (the fixture's CPU steps beat the simulator's H100).
+  full_json["decode_seconds"] = 0.01 * std::stod(full_json["new_tokens"].get<std::string>());
+  const fs::path full = write_json("twin-full.json", full_json);
+  nlohmann::json tiered_json = as_cuda(followed_run());
+  const fs::path tiered = write_json("twin-tiered.json", tiered_json);
+  const auto tpot = [](const Result& result, const std::string& id) {
+    const nlohmann::json rows = nlohmann::json::parse(result.out)["references"];
+    for (const auto& row : rows) {
+      if (row["id"] == id && row["metric"] == "tpot_mean_ms") {
+        return row;
+      }
+    }
+    FAIL("no tpot_mean_ms row of " << id << " in " << result.out);
+    return nlohmann::json{};
+  };
+
+  const Result alone = run("validate --format json " + quoted(tiered));
+  const nlohmann::json uncalibrated = tpot(alone, "twin-tiered");
+  CHECK_FALSE(uncalibrated.contains("note"));
+  CHECK(uncalibrated["calibrated"] == false);
+
+  const Result paired = run("validate --format json " + quoted(full) + " " + quoted(tiered));
+  INFO("stderr: " << paired.err);
+  const nlohmann::json twin = tpot(paired, "twin-full");
+  CHECK(twin["calibrated"] == true);
+  CHECK(twin["projected"].get<double>() == Approx(twin["measured"].get<double>()).epsilon(1e-3));
+  CHECK_THAT(twin["note"].get<std::string>(), Catch::Contains("from twin-full"));
+  const nlohmann::json calibrated = tpot(paired, "twin-tiered");
+  CHECK(calibrated["calibrated"] == false);
+  CHECK_THAT(calibrated["note"].get<std::string>(), Catch::Contains("from twin-full"));
+  // The calibration adds the twin's gap, "engine +X ms per step", to every step (the fixture's
+  // CPU steps are slower than an H100's, so the gap is positive).
+  const std::string note = twin["note"];
+  const double gap_ms = std::stod(note.substr(note.find('+') + 1));
+  CHECK(gap_ms > 0.0);
+  CHECK(calibrated["projected"].get<double>() ==
+        Approx(uncalibrated["projected"].get<double>() + gap_ms).margin(1e-3));
+
+  // An engine faster than the model is not calibrated (no negative time per step).
+  full_json["decode_seconds"] = 1e-9;
+  const fs::path fast = write_json("twin-fast.json", full_json);
+  const Result faster = run("validate --format json " + quoted(fast) + " " + quoted(tiered));
+  CHECK_FALSE(tpot(faster, "twin-fast").contains("note"));
+  CHECK_FALSE(tpot(faster, "twin-tiered").contains("note"));
+
+  // Another engine (another attention kernel here) is not calibrated on it.
+  tiered_json["provenance"]["device_detail"] =
+      "sm_90, 132 SMs, driver 13.0, fp32, per-head attention";
+  const fs::path other = write_json("twin-other.json", tiered_json);
+  const Result unpaired = run("validate --format json " + quoted(full) + " " + quoted(other));
+  CHECK_FALSE(tpot(unpaired, "twin-other").contains("note"));
+}
+
 TEST_CASE("validate: a CUDA live file is simulated in its KV dtype on its GPU's node",
           "[cli][validate][live]") {
   // The CPU run relabelled as a GPU's: the KV dtype comes from device_detail's last item.
@@ -351,6 +419,13 @@ TEST_CASE("validate: the H200 live runs have the simulator's byte volumes, times
       CHECK(row["projected"] == row["measured"]);
       ++byte_rows;
       moved += row["measured"].get<double>() > 0.0 ? 1 : 0;
+    } else if (metric == "tpot_mean_ms") {
+      // Each run's engine calibrated on the full-cache run of the same attention kernel, the
+      // simulator projects what tiering adds to a step within the 10% target.
+      CHECK(row["within"] == true);
+      CHECK(row["note"].get<std::string>().find("from live-llama2-7b-full") != std::string::npos);
+      const bool full = row["policy"] == "full";
+      CHECK(row["calibrated"] == full);
     } else {
       CHECK(row["projected"].get<double>() >= 0.0);
     }

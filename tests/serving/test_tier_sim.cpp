@@ -123,6 +123,49 @@ TEST_CASE("offloads extend an iteration only when they outlast the layers", "[ti
   CHECK(timing.d2h_busy == Tick::ms(5));
 }
 
+TEST_CASE("copies by SM kernels take turns with compute whatever the lookahead", "[tiers]") {
+  // The copies of "copies shorter than a layer hide behind compute", on the SMs: none hides.
+  std::vector<LayerCopies> layers(4);
+  for (auto& layer : layers) {
+    layer.h2d_bytes = 1e6;
+  }
+  layers[0].d2h_bytes = 3e6;  // with layer 2's, one 5 ms batch after the last layer
+  layers[2].d2h_bytes = 2e6;
+  CopyRates rates{1e9, 1e9, Tick::us(5)};
+  rates.method = kvtier::config::SM_KERNELS;
+  const Tick copy = Tick::ms(1) + Tick::us(5);
+  for (const std::uint32_t lookahead : {0U, 1U, 4U}) {
+    CAPTURE(lookahead);
+    const auto timing = time_pipeline(Tick::ms(2), layers, lookahead, rates);
+    CHECK(timing.stall == copy * 4);
+    CHECK(timing.layers_end == copy * 4 + Tick::ms(8));
+    CHECK(timing.end == timing.layers_end);
+    CHECK(timing.trailing == Tick::ms(5) + Tick::us(5));
+    CHECK(timing.h2d_busy == copy * 4);
+    CHECK(timing.d2h_busy == timing.trailing);
+  }
+  // On the copy engines the same offload runs beside the layers and adds nothing after them.
+  rates.method = kvtier::config::COPY_ENGINES;
+  CHECK(time_pipeline(Tick::ms(2), layers, 1, rates).trailing == Tick::zero());
+}
+
+TEST_CASE("an iteration of SM-kernel copies lasts its copies longer than on copy engines",
+          "[tiers]") {
+  RunSpec engines = tiered_run("tiered:hbm=0.3,evict=0");
+  RunSpec kernels = engines;
+  kernels.mutable_tiering()->set_copy_method(kvtier::config::SM_KERNELS);
+  const auto on_engines = metrics(engines);
+  const auto on_kernels = metrics(kernels);
+  // The same bytes and copy time; the time per token grows by the copies the lookahead hid.
+  CHECK(on_kernels.at("pcie_h2d_gb") == on_engines.at("pcie_h2d_gb"));
+  CHECK(on_kernels.at("pcie_h2d_gb") > 0.0);
+  const double busy_engines = on_engines.at("pcie_h2d_utilisation") * on_engines.at("duration_s");
+  const double busy_kernels = on_kernels.at("pcie_h2d_utilisation") * on_kernels.at("duration_s");
+  CHECK(busy_kernels == Approx(busy_engines).epsilon(1e-9));
+  CHECK(on_kernels.at("tpot_mean_ms") > on_engines.at("tpot_mean_ms"));
+  CHECK(on_kernels.at("prefetch_stall_s") >= busy_kernels * 0.999);
+}
+
 TEST_CASE("the copy rate a GPU sees falls when GPUs behind one switch copy together", "[tiers]") {
   const RunSpec run = tiered_run("tiered");
   const CopyRates rates = kvtier::serving::measure_copy_rates(run);

@@ -7,10 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 
 #include "common/errors.hpp"
+#include "common/text_output.hpp"
 #include "configs/parse.hpp"
 #include "configs/schema/measurement.pb.h"
 #include "configs/schema/run.pb.h"
@@ -198,7 +201,7 @@ double relative_error(double projected, double measured) {
 // The simulation of the live run's request on `node`.
 serving::SimulationReport simulate(const LiveFile& file, const std::string& model,
                                    const std::string& trace, const GpuNode& node,
-                                   const config::ConfigLoader& loader) {
+                                   double engine_overhead_us, const config::ConfigLoader& loader) {
   const config::LiveMeasurement& m = *file;
   std::vector<config::Override> overrides;
   for (const std::string& set :
@@ -227,6 +230,12 @@ serving::SimulationReport simulate(const LiveFile& file, const std::string& mode
     // The CUDA engine keeps its weights and runs its GEMMs in the compute dtype too.
     overrides.push_back(config::parse_override("model.weight_dtype=" + kv_dtype(m)));
     overrides.push_back(config::parse_override("model.activation_dtype=" + kv_dtype(m)));
+    // The live cache moves its tiers with kernels over mapped host memory (docs/LIVE.md).
+    overrides.push_back(config::parse_override("tiering.copy_method=SM_KERNELS"));
+  }
+  if (engine_overhead_us > 0.0) {
+    overrides.push_back(config::parse_override("engine.iteration_overhead_us=" +
+                                               format_double(engine_overhead_us)));
   }
   config::RunSpec run;
   const config::LocationMap locations =
@@ -298,51 +307,87 @@ double measured(const config::LiveMeasurement& m, std::string_view figure) {
   return figure == "pcie_h2d_busy_s" ? m.h2d().seconds() : m.d2h().seconds();
 }
 
-}  // namespace
-
-bool is_live_measurement(std::string_view text) {
-  return config::looks_like_json(text);
-}
-
-std::vector<ReferenceCheck> check_live_measurement(const std::string& path, const std::string& text,
-                                                   const config::ConfigLoader& loader) {
-  const LiveFile file(path, text);
-  check_fields(file);
-  const config::LiveMeasurement& m = *file;
-  const std::array<double, kFigures.size()> tolerance = tolerances(file);
-
+// A live file read and checked, with what its comparison needs.
+struct LiveRun {
+  LiveRun(const std::string& path, const std::string& text) : file(path, text) {}
+  LiveFile file;
+  std::array<double, kFigures.size()> tolerance{};
+  std::string model;  // the model preset
+  std::string trace;
+  std::optional<GpuNode> node;
   // Why every figure, or every timing, is not compared (empty: compared).
   std::string skip_all;
   std::string skip_timing;
+};
+
+std::unique_ptr<LiveRun> read_live(const std::string& path, const std::string& text,
+                                   const config::ConfigLoader& loader) {
+  auto run = std::make_unique<LiveRun>(path, text);
+  const LiveFile& file = run->file;
+  check_fields(file);
+  const config::LiveMeasurement& m = *file;
+  run->tolerance = tolerances(file);
   const config::PresetFile* model = loader.presets().find("model", m.provenance().model());
-  std::string trace;
   if (m.follow_trace().empty()) {
-    skip_all =
+    run->skip_all =
         "free-running run (no follow_trace): only a run that followed a trace can be "
         "simulated";
   } else {
-    trace = followed_trace(file);
+    run->trace = followed_trace(file);
   }
-  if (skip_all.empty() && model == nullptr) {
-    skip_all = "model " + m.provenance().model() +
-               " is not a model preset (kvtier presets list --kind model)";
+  if (run->skip_all.empty() && model == nullptr) {
+    run->skip_all = "model " + m.provenance().model() +
+                    " is not a model preset (kvtier presets list --kind model)";
   }
-  std::optional<GpuNode> node;
+  if (model != nullptr) {
+    run->model = std::string(model->name);
+  }
   if (m.provenance().device() == "cpu") {
-    skip_timing = "not comparable (cpu backend): a CPU decodes and its copies are memory copies";
+    run->skip_timing =
+        "not comparable (cpu backend): a CPU decodes and its copies are memory copies";
   } else {
-    node = node_for_gpu(m.provenance().device_name());
-    if (!node) {
-      skip_timing = "no node preset for GPU " + m.provenance().device_name();
+    run->node = node_for_gpu(m.provenance().device_name());
+    if (!run->node) {
+      run->skip_timing = "no node preset for GPU " + m.provenance().device_name();
     }
   }
+  return run;
+}
 
+// Runs whose engines are alike: the same GPU and engine settings, model, lengths and trace.
+std::string twin_key(const LiveRun& run) {
+  const config::LiveMeasurement& m = *run.file;
+  return m.provenance().device_name() + "\n" + m.provenance().device_detail() + "\n" +
+         m.provenance().model_path() + "\n" + std::to_string(m.prompt_tokens()) + "\n" +
+         std::to_string(m.new_tokens()) + "\n" + run.trace;
+}
+
+bool times_compared(const LiveRun& run) {
+  return run.skip_all.empty() && run.skip_timing.empty();
+}
+
+std::string id_of(const LiveRun& run) {
+  return fs::path(run.file.path()).stem().string();
+}
+
+// The time per step a full-cache run took beyond the simulator's model of a tuned engine: what
+// its engine costs that the model does not count (kernels short of the achievable fractions,
+// launches, host work), taken as a fixed time per iteration for the runs of the same engine.
+struct EngineCalibration {
+  std::string id;  // the full-cache run's
+  double overhead_us = 0.0;
+};
+
+std::vector<ReferenceCheck> live_checks(const LiveRun& run, const EngineCalibration* calibration,
+                                        const config::ConfigLoader& loader) {
+  const config::LiveMeasurement& m = *run.file;
   std::optional<serving::SimulationReport> report;
-  if (skip_all.empty()) {
-    report = simulate(file, std::string(model->name), trace,
-                      node.value_or(GpuNode{std::string(kBytesNode), ""}), loader);
+  if (run.skip_all.empty()) {
+    report = simulate(run.file, run.model, run.trace,
+                      run.node.value_or(GpuNode{std::string(kBytesNode), ""}),
+                      calibration != nullptr ? calibration->overhead_us : 0.0, loader);
   }
-  const std::string id = fs::path(path).stem().string();
+  const std::string id = id_of(run);
   std::vector<ReferenceCheck> checks;
   for (std::size_t i = 0; i < kFigures.size(); ++i) {
     const Figure& figure = kFigures[i];
@@ -351,9 +396,11 @@ std::vector<ReferenceCheck> check_live_measurement(const std::string& path, cons
     check.policy = report ? report->policy : m.policy();
     check.metric = std::string(figure.metric);
     check.measured = measured(m, figure.metric);
-    check.tolerance = tolerance[i];
+    check.tolerance = run.tolerance[i];
     check.decimals = figure.decimals;
-    check.skipped_because = !skip_all.empty() ? skip_all : figure.timing ? skip_timing : "";
+    check.skipped_because = !run.skip_all.empty() ? run.skip_all
+                            : figure.timing       ? run.skip_timing
+                                                  : "";
     if (check.skipped()) {
       continue;
     }
@@ -364,12 +411,17 @@ std::vector<ReferenceCheck> check_live_measurement(const std::string& path, cons
     }
     check.projected = *value;
     check.relative_error = relative_error(check.projected, check.measured);
+    if (figure.metric == "tpot_mean_ms" && calibration != nullptr) {
+      check.calibrated = calibration->id == id;
+      check.note = "engine +" + format_fixed(calibration->overhead_us / 1e3, 3) +
+                   " ms per step, from " + calibration->id;
+    }
   }
   return checks;
 }
 
-std::vector<ReferenceCheck> check_measurement_file(const std::string& path,
-                                                   const config::ConfigLoader& loader) {
+// The file's text; ConfigError when it cannot be read, DataError when it is binary.
+std::string read_measurement(const std::string& path) {
   std::error_code error;
   if (fs::is_directory(path, error)) {
     throw ConfigError(
@@ -383,15 +435,66 @@ std::vector<ReferenceCheck> check_measurement_file(const std::string& path,
   }
   std::ostringstream content;
   content << in.rdbuf();
-  const std::string text = content.str();
+  std::string text = content.str();
   if (text.find('\0') != std::string::npos) {
     throw DataError(
         "neither a live measurement (JSON) nor a measured reference (protobuf text format)", path);
   }
-  if (is_live_measurement(text)) {
-    return check_live_measurement(path, text, loader);
+  return text;
+}
+
+}  // namespace
+
+bool is_live_measurement(std::string_view text) {
+  return config::looks_like_json(text);
+}
+
+std::vector<ReferenceCheck> check_measurement_files(const std::vector<std::string>& paths,
+                                                    const config::ConfigLoader& loader) {
+  std::vector<std::unique_ptr<LiveRun>> live(paths.size());
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const std::string text = read_measurement(paths[i]);
+    if (is_live_measurement(text)) {
+      live[i] = read_live(paths[i], text, loader);
+    }
   }
-  return check_reference(path, loader);
+  // Each engine's calibration, from the first full-cache run of it whose times are compared.
+  std::map<std::string, EngineCalibration> calibrations;
+  for (const auto& run : live) {
+    if (run == nullptr || !times_compared(*run) || run->file->policy() != "full" ||
+        calibrations.contains(twin_key(*run))) {
+      continue;
+    }
+    const serving::SimulationReport report =
+        simulate(run->file, run->model, run->trace, *run->node, 0.0, loader);
+    const std::optional<double> model_ms = projected(report, "tpot_mean_ms");
+    // An engine faster than the model is left uncalibrated: a step cannot take negative time.
+    const double gap_us = model_ms ? (measured(*run->file, "tpot_mean_ms") - *model_ms) * 1e3 : 0.0;
+    if (gap_us > 0.0) {
+      calibrations[twin_key(*run)] = EngineCalibration{id_of(*run), gap_us};
+    }
+  }
+  std::vector<ReferenceCheck> checks;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    std::vector<ReferenceCheck> file_checks;
+    if (live[i] == nullptr) {
+      file_checks = check_reference(paths[i], loader);
+    } else {
+      const auto found =
+          times_compared(*live[i]) ? calibrations.find(twin_key(*live[i])) : calibrations.end();
+      file_checks =
+          live_checks(*live[i], found == calibrations.end() ? nullptr : &found->second, loader);
+    }
+    for (ReferenceCheck& check : file_checks) {
+      checks.push_back(std::move(check));
+    }
+  }
+  return checks;
+}
+
+std::vector<ReferenceCheck> check_measurement_file(const std::string& path,
+                                                   const config::ConfigLoader& loader) {
+  return check_measurement_files({path}, loader);
 }
 
 }  // namespace kvtier::validation
