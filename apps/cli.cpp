@@ -161,11 +161,14 @@ kernels::DeviceInfo check_engine_device(const std::string& device) {
   return std::move(devices.front());
 }
 
-boost::program_options::options_description cuda_attention_options() {
+boost::program_options::options_description cuda_engine_options() {
   boost::program_options::options_description options("CUDA engine options");
   options.add_options()("cuda-attention", boost::program_options::value<std::string>(),
                         "--device cuda: the attention kernel, split-keys (default: split over "
-                        "chunks of keys at decode) or per-head (docs/ENGINE.md)");
+                        "chunks of keys at decode) or per-head (docs/ENGINE.md)")(
+      "cuda-gemm", boost::program_options::value<std::string>(),
+      "--device cuda: the GEMM of calls of at most 8 rows (decode), cublas (default) or "
+      "warp-rows (one warp per weight row, 16-byte loads; docs/ENGINE.md)");
   return options;
 }
 
@@ -202,6 +205,13 @@ kernels::CudaAttention cuda_attention_option(const boost::program_options::varia
       values, device, "cuda-attention",
       {kernels::CudaAttention::kSplitKeys, kernels::CudaAttention::kPerHead},
       +[](kernels::CudaAttention choice) { return kernels::cuda_attention_name(choice); }, "");
+}
+
+kernels::CudaGemm cuda_gemm_option(const boost::program_options::variables_map& values,
+                                   const std::string& device) {
+  return cuda_choice(
+      values, device, "cuda-gemm", {kernels::CudaGemm::kCublas, kernels::CudaGemm::kWarpRows},
+      +[](kernels::CudaGemm choice) { return kernels::cuda_gemm_name(choice); }, "");
 }
 
 kernels::CudaComputeDtype cuda_compute_dtype_option(

@@ -93,12 +93,15 @@ int run_replay_search_budgets(const Arguments& args, Context& context);
 // Returns the device the engine runs on (the host CPU, or CUDA device 0), for provenance.
 kernels::DeviceInfo check_engine_device(const std::string& device);
 
-// The option --cuda-attention per-head|split-keys (the CUDA engine's attention kernel,
-// docs/ENGINE.md), for commands that run an engine.
-[[nodiscard]] boost::program_options::options_description cuda_attention_options();
-// Its value: per-head when not given; ConfigError for another value, or when given with a
-// device other than cuda.
+// The options --cuda-attention split-keys|per-head and --cuda-gemm cublas|warp-rows (the CUDA
+// engine's attention kernel and small-call GEMM, docs/ENGINE.md), for commands that run an
+// engine.
+[[nodiscard]] boost::program_options::options_description cuda_engine_options();
+// Their values: the engine's defaults when not given; ConfigError for another value, or when
+// given with a device other than cuda.
 [[nodiscard]] kernels::CudaAttention cuda_attention_option(
+    const boost::program_options::variables_map& values, const std::string& device);
+[[nodiscard]] kernels::CudaGemm cuda_gemm_option(
     const boost::program_options::variables_map& values, const std::string& device);
 // --compute-dtype bf16|fp16|fp32 of `kvtier live` likewise: bf16 when not given.
 [[nodiscard]] kernels::CudaComputeDtype cuda_compute_dtype_option(

@@ -120,14 +120,15 @@ int run_live(const Arguments& args, Context& context) {
       "hard limit of the T0 arena, e.g. 2MiB (default: the full cache of prompt + new tokens)")(
       "no-reference", "skip the full-cache run (no divergence figures)")(
       "measure", po::value<std::string>(), "write the measurement file (JSON) here");
-  options.add(cuda_attention_options());
+  options.add(cuda_engine_options());
   po::variables_map values;
   if (!parse_arguments(
           args, options, {}, values,
           "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE |\n"
           "                   --follow-trace TRACE) [--max-new-tokens N]\n"
           "                   [--device cpu|cuda [--compute-dtype bf16|fp16|fp32]\n"
-          "                                      [--cuda-attention split-keys|per-head]]\n"
+          "                                      [--cuda-attention split-keys|per-head]\n"
+          "                                      [--cuda-gemm cublas|warp-rows]]\n"
           "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
           "Decodes greedily with the real tiered KV cache (T0 arena, T1 host staged before each\n"
           "layer's attention, T2 8-bit, T3 dropped), placed step by step by the replay's policy,\n"
@@ -139,6 +140,7 @@ int run_live(const Arguments& args, Context& context) {
   }
   const std::string device = values["device"].as<std::string>();
   const kernels::CudaAttention attention = cuda_attention_option(values, device);
+  const kernels::CudaGemm gemm = cuda_gemm_option(values, device);
   const kernels::CudaComputeDtype compute_dtype = cuda_compute_dtype_option(values, device);
   kernels::DeviceInfo ran_on = check_engine_device(device);
   const bool follow = values.count("follow-trace") != 0U;
@@ -222,6 +224,7 @@ int run_live(const Arguments& args, Context& context) {
     cuda.observer_rows = kernels::ObserverRows::kHeadMean;
     cuda.observer_delivery = kernels::ObserverDelivery::kSynchronous;
     cuda.attention = attention;
+    cuda.gemm = gemm;
     engine = kernels::make_cuda_engine(weights, cuda);
     if (with_reference) {
       reference = kernels::make_cuda_engine(weights, cuda);
@@ -247,7 +250,8 @@ int run_live(const Arguments& args, Context& context) {
   const kernels::DeviceInfo cpu = device == "cpu" ? ran_on : kernels::host_cpu();
   if (device == "cuda") {
     ran_on.detail += ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype)) + ", " +
-                     std::string(kernels::cuda_attention_name(attention)) + " attention";
+                     std::string(kernels::cuda_attention_name(attention)) + " attention, " +
+                     std::string(kernels::cuda_gemm_name(gemm)) + " gemm";
   }
   provenance.set_tool(version_line() + " live");
   provenance.set_device(device);

@@ -391,13 +391,14 @@ int capture(const Arguments& args, Context& context) {
       "device", po::value<std::string>()->default_value("cpu"), "engine: cpu or cuda")(
       "out", po::value<std::string>()->required(), "output trace file");
   add_writer_options(options);
-  options.add(cuda_attention_options());
+  options.add(cuda_engine_options());
   po::variables_map values;
   if (!parse_arguments(
           args, options, {}, values,
           "usage: kvtier trace capture --model PATH (--prompt TEXT | --prompt-file FILE) "
           "[--max-new-tokens N] [--granularity mean|heads|topk:K] [--window W] [--key-norms] "
-          "[--temperature T --top-p P --seed S] [--device cpu|cuda [--cuda-attention KERNEL]] "
+          "[--temperature T --top-p P --seed S] [--device cpu|cuda [--cuda-attention KERNEL] "
+          "[--cuda-gemm GEMM]] "
           "--out FILE\n\n"
           "Runs a model on the prompt and writes the attention of every decode step: step t "
           "runs the token at position prompt + t and attends to positions 0 .. prompt + t. "
@@ -410,6 +411,7 @@ int capture(const Arguments& args, Context& context) {
   // Everything that needs no model is checked before the model is loaded.
   const std::string device = values["device"].as<std::string>();
   const kernels::CudaAttention attention = cuda_attention_option(values, device);
+  const kernels::CudaGemm gemm = cuda_gemm_option(values, device);
   check_engine_device(device);
   if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
     throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
@@ -478,6 +480,7 @@ int capture(const Arguments& args, Context& context) {
                              ? kernels::ObserverRows::kPerHead
                              : kernels::ObserverRows::kHeadMean;
     cuda.attention = attention;
+    cuda.gemm = gemm;
     engine = kernels::make_cuda_engine(weights, cuda);
   } else {
     engine = kernels::make_cpu_engine(weights);

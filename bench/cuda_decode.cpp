@@ -18,11 +18,14 @@
 // - traced mean: capture_trace writing mean rows (FP16) to OUT_DIR, the engine reducing head
 //   means on the device (what `kvtier trace capture --device cuda` does for mean traces);
 // - traced mean, per-head copies: the same trace with every head's rows copied to the host;
-// - per head: the decode steps alone again on an engine with the per-head attention kernel
-//   (CudaAttention::kPerHead), timed right after the default engine's in every repeat so that
-//   load affects both alike, and how many greedy tokens the two agree on before they first
-//   differ (BF16 rounding may flip a near tie of random weights' flat logits; a difference from
-//   the first step would point at a bug). Every other figure is the default (split-key) path's.
+// - alternatives: the decode steps alone again on engines that differ from the default in one
+//   kernel, timed right after the default engine's in every repeat so that load affects all
+//   alike: `per_head_*` with the per-head attention kernel (CudaAttention::kPerHead),
+//   `warp_rows_*` with the warp-per-row GEMM (CudaGemm::kWarpRows); for each, how many greedy
+//   tokens it decodes as the default engine before they first differ (BF16 rounding may flip a
+//   near tie of random weights' flat logits; a difference from the first step would point at a
+//   bug). Every other figure is the default engine's (its kernels named by `attention` and
+//   `gemm`).
 // The roofline is tokens/s = bandwidth / (weight bytes + mean KV bytes read per step), for the
 // HBM's peak bandwidth (from the device's memory clock and bus width) and for the bandwidth a
 // large device-to-device copy reaches. Prints one JSON line.
@@ -36,6 +39,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -190,12 +194,14 @@ int main(int argc, char** argv) {
     const auto weights = std::make_shared<const kk::ModelWeights>(random_7b(layers));
     const double build_seconds = seconds_since(start);
     const auto engine_with = [&](kk::ObserverRows rows,
-                                 kk::CudaAttention attention = kk::CudaEngineOptions{}.attention) {
+                                 kk::CudaAttention attention = kk::CudaEngineOptions{}.attention,
+                                 kk::CudaGemm gemm = kk::CudaEngineOptions{}.gemm) {
       kk::CudaEngineOptions options;
       options.device = device;
       options.dtype = kk::CudaComputeDtype::kBF16;
       options.observer_rows = rows;
       options.attention = attention;
+      options.gemm = gemm;
       return kk::make_cuda_engine(weights, options);
     };
     start = Clock::now();
@@ -223,15 +229,41 @@ int main(int argc, char** argv) {
     traced.tool = "kvtier_bench_cuda_decode";
     const std::filesystem::path file = out_dir / "kvtier_bench_cuda_decode.h5";
     const auto mean_engine = engine_with(kk::ObserverRows::kHeadMean);
-    const auto per_head_engine =
-        engine_with(kk::ObserverRows::kPerHead, kk::CudaAttention::kPerHead);
+    // The decode steps alone on engines that differ from the default in one kernel each.
+    struct Alternative {
+      std::string name;  // the prefix of its JSON fields
+      std::unique_ptr<kk::Engine> engine;
+      std::vector<double> seconds;
+      // Greedy tokens decoded as the default engine did before the first difference, fewest over
+      // the repeats.
+      int agreement = 0;
+    };
+    std::vector<Alternative> alternatives;
+    alternatives.push_back({"per_head",
+                            engine_with(kk::ObserverRows::kPerHead, kk::CudaAttention::kPerHead),
+                            {},
+                            steps});
+    alternatives.push_back({"warp_rows",
+                            engine_with(kk::ObserverRows::kPerHead,
+                                        kk::CudaEngineOptions{}.attention, kk::CudaGemm::kWarpRows),
+                            {},
+                            steps});
+    // Prefills, then times `steps` greedy decode steps; the tokens go to `decoded`.
+    const auto decode_alone = [&](kk::Engine& on, std::vector<std::int32_t>& decoded) {
+      on.reset();
+      on.reserve(prompt_tokens + steps);
+      std::span<const float> logits = on.prefill(prompt);
+      decoded.clear();
+      const auto begin = Clock::now();
+      for (int step = 0; step < steps; ++step) {
+        decoded.push_back(kk::argmax(logits));
+        logits = on.decode(decoded.back());
+      }
+      return seconds_since(begin);
+    };
 
     std::vector<double> prefill_seconds;
     std::vector<double> decode_seconds;
-    std::vector<double> per_head_decode_seconds;
-    // Greedy tokens the per-head kernel decoded as the default path did before the first
-    // difference, fewest over the repeats.
-    int per_head_agreement = steps;
     std::vector<double> plain_seconds;
     std::vector<double> null_seconds;
     std::vector<double> traced_mean_seconds;
@@ -253,19 +285,13 @@ int main(int argc, char** argv) {
       }
       decode_seconds.push_back(seconds_since(start));
 
-      per_head_engine->reset();
-      per_head_engine->reserve(prompt_tokens + steps);
-      logits = per_head_engine->prefill(prompt);
-      std::vector<std::int32_t> per_head_decoded;
-      start = Clock::now();
-      for (int step = 0; step < steps; ++step) {
-        per_head_decoded.push_back(kk::argmax(logits));
-        logits = per_head_engine->decode(per_head_decoded.back());
+      std::vector<std::int32_t> other;
+      for (Alternative& alternative : alternatives) {
+        alternative.seconds.push_back(decode_alone(*alternative.engine, other));
+        const auto differ = std::mismatch(decoded.begin(), decoded.end(), other.begin()).first;
+        alternative.agreement =
+            std::min(alternative.agreement, static_cast<int>(differ - decoded.begin()));
       }
-      per_head_decode_seconds.push_back(seconds_since(start));
-      const auto differ =
-          std::mismatch(decoded.begin(), decoded.end(), per_head_decoded.begin()).first;
-      per_head_agreement = std::min(per_head_agreement, static_cast<int>(differ - decoded.begin()));
 
       start = Clock::now();
       const kk::GenerationResult result = kk::generate(*engine, prompt, plain);
@@ -294,13 +320,25 @@ int main(int argc, char** argv) {
     }
 
     const double decode_rate = steps / median(decode_seconds);
-    const double per_head_decode_rate = steps / median(per_head_decode_seconds);
     const double roofline_peak = peak_bandwidth / (weight_bytes + kv_bytes);
     const double roofline_copy = copy_rate / (weight_bytes + kv_bytes);
     const double plain_median = median(plain_seconds);
+    std::ostringstream alternative_fields;
+    for (const Alternative& alternative : alternatives) {
+      const double rate = steps / median(alternative.seconds);
+      const std::string& name = alternative.name;
+      alternative_fields << ",\"" << name << "_decode_s\":" << json_list(alternative.seconds)
+                         << ",\"" << name << "_decode_tokens_per_s\":" << json_number(rate) << ",\""
+                         << name
+                         << "_fraction_of_peak_roofline\":" << json_number(rate / roofline_peak)
+                         << ",\"" << name
+                         << "_fraction_of_copy_roofline\":" << json_number(rate / roofline_copy)
+                         << ",\"" << name << "_agreement_tokens\":" << alternative.agreement;
+    }
     std::cout << "{\"bench\":\"cuda_decode\",\"model\":\"" << weights->spec.name()
               << "\",\"layers\":" << layers << ",\"dtype\":\"bf16\",\"attention\":\""
-              << kk::cuda_attention_name(kk::CudaEngineOptions{}.attention) << "\",\"device\":\""
+              << kk::cuda_attention_name(kk::CudaEngineOptions{}.attention) << "\",\"gemm\":\""
+              << kk::cuda_gemm_name(kk::CudaEngineOptions{}.gemm) << "\",\"device\":\""
               << properties.name << "\",\"prompt_tokens\":" << prompt_tokens
               << ",\"steps\":" << steps << ",\"repeats\":" << repeats
               << ",\"weight_bytes\":" << weight_bytes << ",\"mean_kv_bytes_per_step\":" << kv_bytes
@@ -315,14 +353,7 @@ int main(int argc, char** argv) {
               << ",\"roofline_tokens_per_s_copy\":" << json_number(roofline_copy)
               << ",\"fraction_of_peak_roofline\":" << json_number(decode_rate / roofline_peak)
               << ",\"fraction_of_copy_roofline\":" << json_number(decode_rate / roofline_copy)
-              << ",\"per_head_decode_s\":" << json_list(per_head_decode_seconds)
-              << ",\"per_head_decode_tokens_per_s\":" << json_number(per_head_decode_rate)
-              << ",\"per_head_fraction_of_peak_roofline\":"
-              << json_number(per_head_decode_rate / roofline_peak)
-              << ",\"per_head_fraction_of_copy_roofline\":"
-              << json_number(per_head_decode_rate / roofline_copy)
-              << ",\"per_head_agreement_tokens\":" << per_head_agreement
-              << ",\"plain_s\":" << json_list(plain_seconds)
+              << alternative_fields.str() << ",\"plain_s\":" << json_list(plain_seconds)
               << ",\"null_observer_s\":" << json_list(null_seconds)
               << ",\"traced_mean_s\":" << json_list(traced_mean_seconds)
               << ",\"traced_mean_per_head_copies_s\":" << json_list(traced_heads_seconds)

@@ -63,6 +63,16 @@ enum class CudaAttention {
 // GPU and the split path's extra scratch traffic and second launch stop paying.
 inline constexpr int kCudaSplitKeysMaxRows = 8;
 
+// Which GEMM runs calls of at most kCudaWarpRowsMaxRows rows (decode; docs/ENGINE.md).
+enum class CudaGemm {
+  // cuBLAS (cublasGemmEx) for every call.
+  kCublas,
+  // kvtier's warp-per-row kernel: one warp per output feature streaming its weight row in
+  // 16-byte loads. Larger calls, and operands it does not take, stay with cuBLAS.
+  kWarpRows,
+};
+inline constexpr int kCudaWarpRowsMaxRows = 8;
+
 struct CudaEngineOptions {
   int device = 0;  // CUDA device index
   CudaComputeDtype dtype = CudaComputeDtype::kBF16;
@@ -71,6 +81,8 @@ struct CudaEngineOptions {
   // The split path by default: on an H200 it passed the GPU tests and decoded a 7B shape 1.7x
   // (512-token context) to 2.9x (1,024-1,536) faster (docs/ENGINE.md, bench/RESULTS.md).
   CudaAttention attention = CudaAttention::kSplitKeys;
+  // cuBLAS by default until the warp-per-row kernel has run on a GPU.
+  CudaGemm gemm = CudaGemm::kCublas;
   // Pinned host memory the observed rows are staged in; a larger ring lets the observer fall
   // further behind before decoding waits for it. Grown when one layer's rows need more.
   std::size_t observer_ring_bytes = std::size_t{256} << 20U;
@@ -80,6 +92,11 @@ struct CudaEngineOptions {
 // "per-head" or "split-keys", as `--cuda-attention` spells them.
 [[nodiscard]] constexpr std::string_view cuda_attention_name(CudaAttention attention) {
   return attention == CudaAttention::kSplitKeys ? "split-keys" : "per-head";
+}
+
+// "cublas" or "warp-rows", as `--cuda-gemm` spells them.
+[[nodiscard]] constexpr std::string_view cuda_gemm_name(CudaGemm gemm) {
+  return gemm == CudaGemm::kWarpRows ? "warp-rows" : "cublas";
 }
 
 // Uploads `weights` to the device and returns an engine (backend() "cuda"). Throws ConfigError

@@ -6,8 +6,8 @@
 #   scripts/gpu-bundle.sh [DIR]                  # here (default DIR: gpu-bundle)
 #   scripts/gpu-validate.sh --prebuilt DIR       # there, from the repository root
 #
-# DIR gets bin/ (kvtier, the gpu-labelled test programs, the CUDA decode benchmark; stripped, with
-# an RPATH of $ORIGIN/../lib), lib/ (every shared library they load except the C library's, the
+# DIR gets bin/ (kvtier, the gpu-labelled test programs, the CUDA decode and copy benchmarks;
+# stripped, with an RPATH of $ORIGIN/../lib), lib/ (every shared library they load except the C library's, the
 # NVIDIA driver's and cuBLAS, which the GPU machine's CUDA toolkit provides), fixtures/ (the
 # stories260K test model) and BUNDLE.txt (what was built, from which commit, for which GPUs).
 # The GPU machine needs an x86-64 Linux with glibc at least as new as BUNDLE.txt says and a CUDA
@@ -21,7 +21,8 @@ build=build/gpu-bundle
 arch="${KVTIER_CUDA_ARCH:-90}"
 jobs="${JOBS:-$(nproc)}"
 fixture="${KVTIER_FIXTURES:-../shared/fixtures}/stories260K"
-targets=(kvtier kvtier_cuda_engine_tests kvtier_cuda_live_tests kvtier_bench_cuda_decode)
+targets=(kvtier kvtier_cuda_engine_tests kvtier_cuda_live_tests kvtier_bench_cuda_decode
+  kvtier_bench_cuda_copy)
 
 die() {
   echo "gpu-bundle: $*" >&2

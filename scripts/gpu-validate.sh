@@ -3,10 +3,11 @@
 # and builds the CUDA targets into build/gpu, runs the tests labelled `gpu` (the CUDA engine
 # against the CPU engine, the tiered cache's CUDA backend against its CPU backend), live runs of
 # the tiered cache on a 7B-shaped model with random weights following a synthetic trace of its
-# shape (full cache and tiered at several HBM shares) checked by `kvtier validate`, the CUDA
-# decode benchmark, a `kvtier trace capture --device cuda` of stories260K next to a CPU capture,
-# and scripts/capture_hf.py against kvtier's capture where PyTorch and transformers are
-# installed. Everything lands in "$OUT" (default ./gpu-results):
+# shape (full cache and tiered at several HBM shares, with each attention kernel and GEMM)
+# checked by `kvtier validate`, an Nsight Systems profile of one of them where nsys is installed,
+# the CUDA decode and host-link copy benchmarks, a `kvtier trace capture --device cuda` of
+# stories260K next to a CPU capture, and scripts/capture_hf.py against kvtier's capture where
+# PyTorch and transformers are installed. Everything lands in "$OUT" (default ./gpu-results):
 #
 #   results.jsonl    one JSON line per step: step, status (ok | failed | timeout | skipped |
 #                    info), exit code, seconds, and the provenance (GPU name, driver, memory from
@@ -14,6 +15,7 @@
 #   environment.txt  the machine: OS, glibc, tools found, where cuBLAS is, unresolved libraries
 #   live-*.json      the live measurement files (docs/LIVE.md), and the trace they followed;
 #                    validate-live.json, the simulator's projections for them
+#   profile-live_*.csv  the profile's totals per kernel, per copy kind and per CUDA call
 #   *.log            each step's output; ctest-gpu.xml (JUnit); the captured traces
 #
 # Options:
@@ -153,7 +155,7 @@ skip() {  # step reason
   uname -a
   grep -E '^(PRETTY_NAME|VERSION_ID)=' /etc/os-release 2>/dev/null || true
   ldd --version 2>&1 | head -n 1 || true
-  for tool in cmake ninja nvcc python3 compute-sanitizer nvidia-smi; do
+  for tool in cmake ninja nvcc python3 compute-sanitizer nsys nvidia-smi; do
     echo "$tool: $(command -v "$tool" || echo missing)"
   done
   # grep reads all of ldconfig's output (no early exit, so no SIGPIPE under pipefail).
@@ -207,7 +209,7 @@ if [ -n "$prebuilt" ]; then
 elif run configure 150 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DKVTIER_CUDA=ON -DKVTIER_WERROR=OFF "-DCMAKE_CUDA_ARCHITECTURES=${KVTIER_CUDA_ARCH:-native}"; then
   if run build 330 cmake --build "$build" -j "$jobs" --target kvtier_cuda_engine_tests \
-    kvtier_cuda_live_tests kvtier_bench_cuda_decode kvtier; then
+    kvtier_cuda_live_tests kvtier_bench_cuda_decode kvtier_bench_cuda_copy kvtier; then
     built=1
   fi
 else
@@ -266,21 +268,24 @@ if [ "$built" -eq 1 ]; then
   if run live-trace 90 "$bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 1024 \
     --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
     live_files=()
-    # name|policy|attention kernel: the default split-key path, and the per-head kernel on the
-    # full cache and on one tiered share, to see what each changes in the time per token.
-    for live in "full|full|split-keys" \
-      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys" \
-      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys" \
-      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys" \
-      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys" \
-      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys" \
-      "full-per-head|full|per-head" \
-      "tiered-hbm50-per-head|tiered:hbm=0.5,evict=0,compress=0,$retier|per-head"; do
-      IFS='|' read -r name policy attention <<<"$live"
+    # name|policy|attention kernel|GEMM: the default kernels (split-key attention, cuBLAS), then
+    # the per-head attention kernel and the warp-per-row GEMM each on the full cache and on one
+    # tiered share, to see what each changes in the time per token.
+    for live in "full|full|split-keys|cublas" \
+      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|cublas" \
+      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas" \
+      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|cublas" \
+      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys|cublas" \
+      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|cublas" \
+      "full-per-head|full|per-head|cublas" \
+      "tiered-hbm50-per-head|tiered:hbm=0.5,evict=0,compress=0,$retier|per-head|cublas" \
+      "full-warp-rows|full|split-keys|warp-rows" \
+      "tiered-hbm50-warp-rows|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows"; do
+      IFS='|' read -r name policy attention gemm <<<"$live"
       file="$OUT/live-llama2-7b-$name.json"
       if run "live-$name" 75 "$bin/kvtier" live --model random:Llama-2-7B --device cuda \
-        --cuda-attention "$attention" --follow-trace "$live_trace" --policy "$policy" \
-        --no-reference --measure "$file"; then
+        --cuda-attention "$attention" --cuda-gemm "$gemm" --follow-trace "$live_trace" \
+        --policy "$policy" --no-reference --measure "$file"; then
         live_files+=("$file")
       fi
     done
@@ -288,6 +293,26 @@ if [ "$built" -eq 1 ]; then
       run validate-live 60 "$bin/kvtier" validate "${live_files[@]}" || true
       # The same comparison as JSON (validate-live-json.log), for reading it elsewhere.
       run validate-live-json 60 "$bin/kvtier" validate --format json "${live_files[@]}" || true
+    fi
+    # Where a step's time goes: an Nsight Systems trace of one tiered run (the engine's kernels
+    # and the cache's copies on their streams), reduced to totals per kernel and per copy kind.
+    nsys="$(command -v nsys || true)"
+    if [ -z "$nsys" ] && [ -x /usr/local/cuda/bin/nsys ]; then
+      nsys=/usr/local/cuda/bin/nsys
+    fi
+    if [ -n "$nsys" ]; then
+      if run profile-live 120 "$nsys" profile --trace=cuda --sample=none --cpuctxsw=none \
+        --force-overwrite=true --output "$OUT/profile-live" "$bin/kvtier" live \
+        --model random:Llama-2-7B --device cuda --follow-trace "$live_trace" \
+        --policy "tiered:hbm=0.5,evict=0,compress=0,$retier" --no-reference \
+        --measure "$OUT/profile-live.json"; then
+        for report in cuda_gpu_kern_sum cuda_gpu_mem_time_sum cuda_api_sum; do
+          run "profile-live-$report" 45 "$nsys" stats --report "$report" --format csv \
+            --output "$OUT/profile-live" "$OUT/profile-live.nsys-rep" || true
+        done
+      fi
+    else
+      record profile-live info null 0 '"reason":"nsys not found"'
     fi
   fi
 
@@ -297,6 +322,17 @@ if [ "$built" -eq 1 ]; then
     line="$(grep -E '^\{"bench"' "$OUT/bench-cuda-decode.log" | tail -n 1 || true)"
     if [ -n "$line" ]; then
       printf '{"step":"bench-cuda-decode-result",%s,"result":%s}\n' "$provenance" "$line" \
+        >>"$results"
+    fi
+  fi
+
+  # The host link on its own: cudaMemcpyAsync, the live cache's slot kernel, batched and
+  # per-slot copies, 16 KiB to 64 MiB each way, idle and beside a kernel holding every SM
+  # (bench/cuda_copy.cpp): the link model's t0 and bandwidth, measured apart from the live runs.
+  if run bench-cuda-copy 75 "$bin/kvtier_bench_cuda_copy"; then
+    line="$(grep -E '^\{"bench"' "$OUT/bench-cuda-copy.log" | tail -n 1 || true)"
+    if [ -n "$line" ]; then
+      printf '{"step":"bench-cuda-copy-result",%s,"result":%s}\n' "$provenance" "$line" \
         >>"$results"
     fi
   fi
@@ -346,7 +382,7 @@ if [ -n "$archive" ]; then
   # The traces made from a seed (trace synth) or by the captures above are left out; the CUDA
   # capture is kept for comparison with a CPU capture elsewhere.
   tar -czf "$archive" -C "$OUT" --exclude="$(basename "$archive")" --exclude='live-*.h5' \
-    --exclude='stories260K-cpu.h5' . ||
+    --exclude='stories260K-cpu.h5' --exclude='*.nsys-rep' --exclude='*.sqlite' . ||
     echo "gpu-validate: could not write $archive" >&2
 fi
 [ "$failures" -eq 0 ]

@@ -8,7 +8,8 @@
 //   embedding → per layer: RMSNorm → fused Q/K/V GEMM → bias, q/k-norm, RoPE, KV store
 //   (one kernel) → attention (probabilities kept) → O GEMM (+residual) → RMSNorm → fused
 //   gate/up GEMM → SwiGLU → down GEMM (+residual) → final RMSNorm of the last row → LM head.
-// GEMMs are cublasGemmEx in the compute dtype with float32 accumulation and float32 outputs.
+// GEMMs are cublasGemmEx in the compute dtype with float32 accumulation and float32 outputs (or,
+// with CudaGemm::kWarpRows, calls of at most kCudaWarpRowsMaxRows rows run impl/cuda_gemv.cu).
 // With an observer, each layer's keys/values, queries and probabilities (per head, or their head
 // mean reduced on the device) are copied asynchronously into a pinned host ring, and a delivery
 // thread calls the observer once each copy's event has completed (observer_delivery.hpp).
@@ -691,6 +692,13 @@ void CudaEngine::gemm(const void* weight, int out_features, int in_features, con
   // Row-major output [rows, out] = X [rows, in] x W^T, W row-major [out, in]. Column-major cuBLAS
   // sees W as [in, out] (lda = in), X as [in, rows] and the output as [out, rows]:
   // C = op_T(W) x X.
+  if (options_.gemm == CudaGemm::kWarpRows &&
+      cuda::warp_rows_gemm_applies(dtype_, in_features, rows, weight, input)) {
+    launched(cuda::launch_warp_rows_gemm(weight, dtype_, out_features, in_features, input, rows,
+                                         output, accumulate, stream_.get()),
+             "warp-rows gemm kernel");
+    return;
+  }
   const float alpha = 1.0F;
   const float beta = accumulate ? 1.0F : 0.0F;
   const cudaDataType type = cublas_type(dtype_);
@@ -702,6 +710,9 @@ void CudaEngine::gemm(const void* weight, int out_features, int in_features, con
     launched(cudaSuccess, "cublasGemmEx");
   }
 }
+
+static_assert(kCudaWarpRowsMaxRows == cuda::kWarpRowsMaxRows,
+              "the option's row limit is the kernel's");
 
 std::span<const float> CudaEngine::run(std::span<const std::int32_t> tokens, bool prefill) {
   select_device();

@@ -155,6 +155,20 @@ cudaError_t launch_head_mean(const float* probabilities, float* mean, int rows, 
 cudaError_t launch_swiglu(const float* gate_up, int rows, int intermediate, void* out, Dtype dtype,
                           cudaStream_t stream);
 
+// --- Small GEMMs (impl/cuda_gemv.cu) -------------------------------------------------------
+// Calls of at most this many rows may use the warp-per-row GEMM (CudaGemm::kWarpRows).
+inline constexpr int kWarpRowsMaxRows = 8;
+// Whether launch_warp_rows_gemm takes these operands: 1..kWarpRowsMaxRows rows, in_features a
+// multiple of a 16-byte load's elements, weight and input 16-byte aligned.
+bool warp_rows_gemm_applies(Dtype dtype, int in_features, int rows, const void* weight,
+                            const void* input);
+// out[r][o] = sum_i input[r][i] * weight[o][i] (plus out[r][o] when `accumulate`), weight
+// [out_features, in_features] and input [rows, in_features] in `dtype`, out float32; float32
+// accumulation in another order than cuBLAS's. cudaErrorInvalidValue when it does not apply.
+cudaError_t launch_warp_rows_gemm(const void* weight, Dtype dtype, int out_features,
+                                  int in_features, const void* input, int rows, float* out,
+                                  bool accumulate, cudaStream_t stream);
+
 // --- The live tiered cache's copies (impl/cuda_tiered_cache.cpp) ----------------------------
 // A slot is one token-layer: [2][kv_heads * head_dim] in `dtype` at full precision, or the T2
 // format of kernels/impl/kv_quantise.hpp (codes, then float32 scales) compressed. A batch moves

@@ -111,6 +111,11 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
   expect_one_line_error(
       run(live("--policy full --device cuda --cuda-attention flash --measure " + quoted(file))), 2,
       "one of split-keys, per-head, not 'flash'");
+  expect_one_line_error(run(live("--policy full --cuda-gemm warp-rows --measure " + quoted(file))),
+                        2, "--cuda-gemm applies to --device cuda");
+  expect_one_line_error(
+      run(live("--policy full --device cuda --cuda-gemm cutlass --measure " + quoted(file))), 2,
+      "one of cublas, warp-rows, not 'cutlass'");
   expect_one_line_error(run(live("--policy nosuch --measure " + quoted(file))), 2, "nosuch");
   expect_one_line_error(run(live("--policy snapkv --measure " + quoted(file))), 2,
                         "cannot run on the live cache");

@@ -609,3 +609,46 @@ TEST_CASE("the split-key attention path on random models, with and without a sli
     CHECK(relative_logit_difference(*cpu, *bf16, prompt, forced) < 0.05);
   }
 }
+
+// The warp-per-row GEMM in place of cuBLAS for calls of at most 8 rows (decode, short prefills):
+// the same tokens and logits as the CPU engine up to rounding, on stories260K (whose 172-wide
+// MLP input keeps cuBLAS for the down projection in 16-bit dtypes) and on random models.
+TEST_CASE("the warp-rows GEMM gives the CPU engine's tokens and logits", "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto with_gemm = [](kk::CudaComputeDtype dtype) {
+    kk::CudaEngineOptions result = options(dtype, kk::CudaEngineOptions{}.attention);
+    result.gemm = kk::CudaGemm::kWarpRows;
+    return result;
+  };
+  const auto cpu = kk::make_cpu_engine(stories_model());
+  const std::vector<std::int32_t> expected = greedy(*cpu, stories_prompt(), 200);
+  const std::span<const std::int32_t> forced =
+      std::span<const std::int32_t>(expected).subspan(stories_prompt().size());
+  const auto fp32 = kk::make_cuda_engine(stories_model(), with_gemm(kk::CudaComputeDtype::kFP32));
+  CHECK(kk::cuda_engine_options(*fp32).gemm == kk::CudaGemm::kWarpRows);
+  CHECK(greedy(*fp32, stories_prompt(), 200) == expected);
+  CHECK(relative_logit_difference(*cpu, *fp32, stories_prompt(), forced) < 1e-4);
+  const auto bf16 = kk::make_cuda_engine(stories_model(), with_gemm(kk::CudaComputeDtype::kBF16));
+  CHECK(relative_logit_difference(*cpu, *bf16, stories_prompt(), forced.first(56)) < 0.05);
+  const auto fp16 = kk::make_cuda_engine(stories_model(), with_gemm(kk::CudaComputeDtype::kFP16));
+  CHECK(relative_logit_difference(*cpu, *fp16, stories_prompt(), forced.first(56)) < 0.01);
+
+  const kk::testing::TempDir temp("cuda-warp-rows");
+  const std::vector<std::int32_t> prompt = {3, 14, 15, 9, 26};
+  for (const auto architecture : {cfg::LLAMA, cfg::QWEN2, cfg::QWEN3, cfg::MISTRAL}) {
+    CAPTURE(cfg::Architecture_Name(architecture));
+    const auto weights =
+        random_model(architecture, temp.path() / cfg::Architecture_Name(architecture));
+    const auto reference = kk::make_cpu_engine(weights);
+    const std::vector<std::int32_t> tokens = greedy(*reference, prompt, 60);
+    const std::span<const std::int32_t> decoded =
+        std::span<const std::int32_t>(tokens).subspan(prompt.size());
+    const auto cuda = kk::make_cuda_engine(weights, with_gemm(kk::CudaComputeDtype::kFP32));
+    CHECK(greedy(*cuda, prompt, 60) == tokens);
+    CHECK(relative_logit_difference(*reference, *cuda, prompt, decoded) < 1e-4);
+    const auto half = kk::make_cuda_engine(weights, with_gemm(kk::CudaComputeDtype::kBF16));
+    CHECK(relative_logit_difference(*reference, *half, prompt, decoded) < 0.05);
+  }
+}

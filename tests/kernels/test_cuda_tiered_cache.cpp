@@ -43,9 +43,11 @@ std::vector<std::int32_t> prompt() {
   return kk::testing::stories_prompt("Once upon a time, there was a little girl named Lily");
 }
 
-std::unique_ptr<kk::Engine> cuda_engine(kk::CudaComputeDtype dtype) {
+std::unique_ptr<kk::Engine> cuda_engine(
+    kk::CudaComputeDtype dtype, kk::CudaAttention attention = kk::CudaEngineOptions{}.attention) {
   kk::CudaEngineOptions options;
   options.dtype = dtype;
+  options.attention = attention;
   // A live run reads the observed rows right after each decode.
   options.observer_delivery = kk::ObserverDelivery::kSynchronous;
   options.observer_rows = kk::ObserverRows::kHeadMean;
@@ -100,13 +102,19 @@ TEST_CASE("the CUDA cache tiers without changing a logit", "[gpu][live]") {
     return;
   }
   constexpr int kSteps = 120;
-  for (const auto dtype : {kk::CudaComputeDtype::kFP32, kk::CudaComputeDtype::kBF16}) {
-    const auto engine = cuda_engine(dtype);
-    const auto reference = cuda_engine(dtype);
+  // Both attention kernels read through the page table: each is exact on its own.
+  for (const auto& [dtype, attention] :
+       {std::pair{kk::CudaComputeDtype::kFP32, kk::CudaAttention::kSplitKeys},
+        std::pair{kk::CudaComputeDtype::kBF16, kk::CudaAttention::kSplitKeys},
+        std::pair{kk::CudaComputeDtype::kFP32, kk::CudaAttention::kPerHead},
+        std::pair{kk::CudaComputeDtype::kBF16, kk::CudaAttention::kPerHead}}) {
+    const auto engine = cuda_engine(dtype, attention);
+    const auto reference = cuda_engine(dtype, attention);
     for (const std::string prefetch : {"full", "differential"}) {
       for (const std::string hbm : {"0", "0.3", "1"}) {
-        INFO("dtype " << kk::cuda_compute_dtype_name(dtype) << ", prefetch " << prefetch << ", hbm "
-                      << hbm);
+        INFO("dtype " << kk::cuda_compute_dtype_name(dtype) << ", "
+                      << kk::cuda_attention_name(attention) << " attention, prefetch " << prefetch
+                      << ", hbm " << hbm);
         kk::LiveOptions options;
         options.policy = kr::parse_policy_string(
             tiered("evict=0,compress=0,hbm=" + hbm + ",prefetch=" + prefetch));
