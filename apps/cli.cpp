@@ -214,6 +214,15 @@ kernels::CudaGemm cuda_gemm_option(const boost::program_options::variables_map& 
       +[](kernels::CudaGemm choice) { return kernels::cuda_gemm_name(choice); }, "");
 }
 
+kernels::CacheCopies cuda_copies_option(const boost::program_options::variables_map& values,
+                                        const std::string& device) {
+  return cuda_choice(
+      values, device, "cuda-copies",
+      {kernels::CacheCopies::kKernels, kernels::CacheCopies::kCopyEngines},
+      +[](kernels::CacheCopies choice) { return kernels::cache_copies_name(choice); },
+      " (the CPU cache copies in host memory)");
+}
+
 kernels::CudaComputeDtype cuda_compute_dtype_option(
     const boost::program_options::variables_map& values, const std::string& device) {
   return cuda_choice(values, device, "compute-dtype",

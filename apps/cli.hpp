@@ -16,6 +16,7 @@
 #include "kernels/cuda_engine.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/model_weights.hpp"
+#include "kernels/tiered_cache.hpp"
 
 namespace kvtier::kernels {
 struct TraceContents;
@@ -102,6 +103,10 @@ kernels::DeviceInfo check_engine_device(const std::string& device);
 [[nodiscard]] kernels::CudaAttention cuda_attention_option(
     const boost::program_options::variables_map& values, const std::string& device);
 [[nodiscard]] kernels::CudaGemm cuda_gemm_option(
+    const boost::program_options::variables_map& values, const std::string& device);
+// --cuda-copies kernels|copy-engines of `kvtier live` (the CUDA cache's copies, docs/LIVE.md)
+// likewise: kernels when not given.
+[[nodiscard]] kernels::CacheCopies cuda_copies_option(
     const boost::program_options::variables_map& values, const std::string& device);
 // --compute-dtype bf16|fp16|fp32 of `kvtier live` likewise: bf16 when not given.
 [[nodiscard]] kernels::CudaComputeDtype cuda_compute_dtype_option(

@@ -116,6 +116,9 @@ int run_live(const Arguments& args, Context& context) {
       "compute-dtype", po::value<std::string>(),
       "--device cuda: the engine's weights, activations and KV cache: bf16 (default), fp16 or "
       "fp32")(
+      "cuda-copies", po::value<std::string>(),
+      "--device cuda: what moves the tiers' full-precision slots: kernels (default: over mapped "
+      "host memory, on the SMs) or copy-engines (batched DMA copies; docs/LIVE.md)")(
       "t0-budget", po::value<std::string>(),
       "hard limit of the T0 arena, e.g. 2MiB (default: the full cache of prompt + new tokens)")(
       "no-reference", "skip the full-cache run (no divergence figures)")(
@@ -128,7 +131,8 @@ int run_live(const Arguments& args, Context& context) {
           "                   --follow-trace TRACE) [--max-new-tokens N]\n"
           "                   [--device cpu|cuda [--compute-dtype bf16|fp16|fp32]\n"
           "                                      [--cuda-attention split-keys|per-head]\n"
-          "                                      [--cuda-gemm cublas|warp-rows]]\n"
+          "                                      [--cuda-gemm cublas|warp-rows]\n"
+          "                                      [--cuda-copies kernels|copy-engines]]\n"
           "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
           "Decodes greedily with the real tiered KV cache (T0 arena, T1 host staged before each\n"
           "layer's attention, T2 8-bit, T3 dropped), placed step by step by the replay's policy,\n"
@@ -141,6 +145,7 @@ int run_live(const Arguments& args, Context& context) {
   const std::string device = values["device"].as<std::string>();
   const kernels::CudaAttention attention = cuda_attention_option(values, device);
   const kernels::CudaGemm gemm = cuda_gemm_option(values, device);
+  const kernels::CacheCopies copies = cuda_copies_option(values, device);
   const kernels::CudaComputeDtype compute_dtype = cuda_compute_dtype_option(values, device);
   kernels::DeviceInfo ran_on = check_engine_device(device);
   const bool follow = values.count("follow-trace") != 0U;
@@ -153,6 +158,7 @@ int run_live(const Arguments& args, Context& context) {
         "brings its own prompt)");
   }
   kernels::LiveOptions live_options;
+  live_options.copies = copies;
   live_options.max_new_tokens = values["max-new-tokens"].as<int>();
   if (live_options.max_new_tokens < 1) {
     throw ConfigError("--max-new-tokens must be at least 1");
@@ -251,7 +257,8 @@ int run_live(const Arguments& args, Context& context) {
   if (device == "cuda") {
     ran_on.detail += ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype)) + ", " +
                      std::string(kernels::cuda_attention_name(attention)) + " attention, " +
-                     std::string(kernels::cuda_gemm_name(gemm)) + " gemm";
+                     std::string(kernels::cuda_gemm_name(gemm)) + " gemm, " +
+                     std::string(kernels::cache_copies_name(copies)) + " copies";
   }
   provenance.set_tool(version_line() + " live");
   provenance.set_device(device);

@@ -31,6 +31,8 @@ struct LiveOptions {
   int max_new_tokens = 0;
   // Hard limit of the T0 arena; 0: the full cache of prompt + max_new_tokens in every layer.
   std::uint64_t t0_budget_bytes = 0;
+  // What moves the CUDA backend's full-precision slots (TieredCacheOptions::copies).
+  CacheCopies copies = CacheCopies::kKernels;
   // Keep every decode step's logits in LiveResult::logits (tests).
   bool keep_logits = false;
   // Trace-driven mode: model layer l reads the source's layer replay::project_layers(source

@@ -19,6 +19,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "configs/schema/model.pb.h"
@@ -27,6 +28,21 @@
 #include "replay/placement.hpp"
 
 namespace kvtier::kernels {
+
+// What moves full-precision slots between device and host memory on the CUDA backend.
+enum class CacheCopies {
+  // Kernels that read or write the mapped host tiers in place, one block per slot: any batch
+  // in one launch, however scattered. They need SMs, which the engine's kernels hold.
+  kKernels,
+  // The GPU's copy engines: the slot pairs merged into runs of consecutive slots on both sides,
+  // one cudaMemcpyBatchAsync (or a cudaMemcpyAsync per run before CUDA 13). T2's quantising and
+  // dequantising moves stay kernels.
+  kCopyEngines,
+};
+// "kernels" or "copy-engines", as `--cuda-copies` spells them.
+[[nodiscard]] constexpr std::string_view cache_copies_name(CacheCopies copies) {
+  return copies == CacheCopies::kCopyEngines ? "copy-engines" : "kernels";
+}
 
 struct TieredCacheOptions {
   // Hard limit of the T0 arena, all layers together; a store or promotion past it throws
@@ -42,6 +58,8 @@ struct TieredCacheOptions {
   // inside a decode step. A tier not reserved is pinned when first used.
   bool reserve_t1 = false;
   bool reserve_t2 = false;
+  // The CUDA backend's copies (the CPU backend copies in host memory either way).
+  CacheCopies copies = CacheCopies::kKernels;
 };
 
 // options.t0_budget_bytes, or when it is 0 the full cache: max_positions * layers * token_bytes

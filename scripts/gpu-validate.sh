@@ -268,23 +268,27 @@ if [ "$built" -eq 1 ]; then
   if run live-trace 90 "$bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 1024 \
     --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
     live_files=()
-    # name|policy|attention kernel|GEMM: the default kernels (split-key attention, cuBLAS), then
-    # the per-head attention kernel and the warp-per-row GEMM each on the full cache and on one
-    # tiered share, to see what each changes in the time per token.
-    for live in "full|full|split-keys|cublas" \
-      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|cublas" \
-      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas" \
-      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|cublas" \
-      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys|cublas" \
-      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|cublas" \
-      "full-per-head|full|per-head|cublas" \
-      "tiered-hbm50-per-head|tiered:hbm=0.5,evict=0,compress=0,$retier|per-head|cublas" \
-      "full-warp-rows|full|split-keys|warp-rows" \
-      "tiered-hbm50-warp-rows|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows"; do
-      IFS='|' read -r name policy attention gemm <<<"$live"
+    # name|policy|attention kernel|GEMM|copies: the default kernels (split-key attention,
+    # cuBLAS, copies by kernels), then the per-head attention kernel, the warp-per-row GEMM and
+    # the copy engines each on the full cache or on tiered shares, to see what each changes in
+    # the time per token.
+    for live in "full|full|split-keys|cublas|kernels" \
+      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|cublas|kernels" \
+      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|kernels" \
+      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|cublas|kernels" \
+      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys|cublas|kernels" \
+      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|cublas|kernels" \
+      "tiered-hbm50-copy-engines|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|copy-engines" \
+      "tiered-hbm25-copy-engines|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|cublas|copy-engines" \
+      "full-per-head|full|per-head|cublas|kernels" \
+      "tiered-hbm50-per-head|tiered:hbm=0.5,evict=0,compress=0,$retier|per-head|cublas|kernels" \
+      "full-warp-rows|full|split-keys|warp-rows|kernels" \
+      "tiered-hbm50-warp-rows|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|kernels"; do
+      IFS='|' read -r name policy attention gemm copies <<<"$live"
       file="$OUT/live-llama2-7b-$name.json"
       if run "live-$name" 75 "$bin/kvtier" live --model random:Llama-2-7B --device cuda \
-        --cuda-attention "$attention" --cuda-gemm "$gemm" --follow-trace "$live_trace" \
+        --cuda-attention "$attention" --cuda-gemm "$gemm" --cuda-copies "$copies" \
+        --follow-trace "$live_trace" \
         --policy "$policy" --no-reference --measure "$file"; then
         live_files+=("$file")
       fi

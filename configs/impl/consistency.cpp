@@ -191,9 +191,10 @@ void check_tiering(const RunSpec& run, const std::string& path, Problems& proble
   }
   if (!run.has_tiering()) {
     if (tiered) {
-      problems.push_back({at(path, "tiering"),
-                          "a policy other than full needs a tiering block (traces or "
-                          "synthetic_pattern, prefetch_lookahead_layers, host_allocation)"});
+      problems.push_back(
+          {at(path, "tiering"),
+           "a policy other than full needs a tiering block (traces or "
+           "synthetic_pattern, prefetch_lookahead_layers, host_allocation, copy_method)"});
     }
     return;
   }

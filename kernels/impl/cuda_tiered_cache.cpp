@@ -85,6 +85,11 @@ class CudaTieredCache final : public LiveKvCache, public DeviceKeyValueStore {
   void write_plan(int layer, const StagePlan& plan);
   void stage(int layer);
   void recode_on_host(const std::vector<TokenMove>& moves);
+  // Copies `count` slot pairs (source slot, target slot) of full precision from `source` to
+  // `target` (host addresses of the host tiers) on the copy engines, as runs of consecutive
+  // slots.
+  void copy_runs(const std::uint32_t* pairs, std::uint64_t count, const std::byte* source,
+                 std::byte* target, cudaStream_t stream);
   [[nodiscard]] std::uint32_t* host_plan(int layer) const {
     return reinterpret_cast<std::uint32_t*>(plans_host_.get()) +
            static_cast<std::size_t>(layer) * plan_stride_;
@@ -120,6 +125,11 @@ class CudaTieredCache final : public LiveKvCache, public DeviceKeyValueStore {
   std::vector<StagePlan> stage_plans_;  // per layer, buffers reused call after call
   std::vector<DevicePlanSize> layer_plans_;
   std::vector<float> recode_values_;
+  CacheCopies copies_;
+  // copy_runs' arrays, reused (the batch call reads them before it returns).
+  std::vector<void*> run_targets_;
+  std::vector<const void*> run_sources_;
+  std::vector<std::size_t> run_bytes_;
   EventPool marks_;
   EventPool timing_events_;
   std::vector<cudaEvent_t> staged_;    // per layer: its staging has landed
@@ -144,6 +154,7 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
       book_(layers_, resolved_t0_budget(options, layers_, slot_bytes_), slot_bytes_,
             quantise::compressed_bytes(kv_heads_, head_dim_), options.prefetch),
       plan_stride_(3 * static_cast<std::size_t>(options.max_positions)),
+      copies_(options.copies),
       marks_(check_, false),
       timing_events_(check_, true),
       copy_stream_(check_, engine.device) {
@@ -291,9 +302,14 @@ void CudaTieredCache::stage(int layer) {
   TieredCacheStats& stats = book_.stats();
   if (plan.t1_copies > 0) {
     timed(stats.h2d_prefetch, [&] {
-      launched(cuda::launch_copy_slots(
-                   make_batch(t1_.device(), staging_.get(), pairs, plan.t1_copies), copy),
-               "tier copy kernel (T1 staging)");
+      if (copies_ == CacheCopies::kCopyEngines) {
+        copy_runs(host_plan(layer) + plan.positions, plan.t1_copies, t1_.get(),
+                  static_cast<std::byte*>(staging_.get()), copy);
+      } else {
+        launched(cuda::launch_copy_slots(
+                     make_batch(t1_.device(), staging_.get(), pairs, plan.t1_copies), copy),
+                 "tier copy kernel (T1 staging)");
+      }
     });
   }
   if (plan.t2_reads > 0) {
@@ -385,6 +401,46 @@ void CudaTieredCache::recode_on_host(const std::vector<TokenMove>& moves) {
   book_.stats().host_recode.seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+void CudaTieredCache::copy_runs(const std::uint32_t* pairs, std::uint64_t count,
+                                const std::byte* source, std::byte* target, cudaStream_t stream) {
+  run_targets_.clear();
+  run_sources_.clear();
+  run_bytes_.clear();
+  for (std::uint64_t i = 0; i < count;) {
+    const std::uint64_t from = pairs[2 * i];
+    const std::uint64_t to = pairs[2 * i + 1];
+    std::uint64_t length = 1;
+    while (i + length < count && pairs[2 * (i + length)] == from + length &&
+           pairs[2 * (i + length) + 1] == to + length) {
+      ++length;
+    }
+    run_sources_.push_back(source + from * slot_bytes_);
+    run_targets_.push_back(target + to * slot_bytes_);
+    run_bytes_.push_back(length * slot_bytes_);
+    i += length;
+  }
+  if (run_bytes_.empty()) {
+    return;
+  }
+#if CUDART_VERSION >= 13000
+  // One attribute for every copy: read the source in stream order (earlier kernels on this
+  // stream write it), and keep off the SMs.
+  cudaMemcpyAttributes attributes{};
+  attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  attributes.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+  std::size_t first = 0;
+  check_(cudaMemcpyBatchAsync(run_targets_.data(), run_sources_.data(), run_bytes_.data(),
+                              run_bytes_.size(), &attributes, &first, 1, stream),
+         "cudaMemcpyBatchAsync (tier copies)");
+#else
+  for (std::size_t r = 0; r < run_bytes_.size(); ++r) {
+    check_(
+        cudaMemcpyAsync(run_targets_[r], run_sources_[r], run_bytes_[r], cudaMemcpyDefault, stream),
+        "cudaMemcpyAsync (tier copies)");
+  }
+#endif
+}
+
 void CudaTieredCache::apply_placement() {
   select_device();
   const MovePlan plan = book_.plan_moves();
@@ -431,9 +487,14 @@ void CudaTieredCache::apply_placement() {
     const std::uint32_t* t1_pairs = place(to_t1);
     const std::uint32_t* t2_pairs = place(to_t2);
     timed(stats.d2h_offload, [&] {
-      launched(cuda::launch_copy_slots(
-                   make_batch(t0_.get(), t1_.device(), t1_pairs, to_t1.size() / 2), copy),
-               "tier copy kernel (T0 to T1)");
+      if (copies_ == CacheCopies::kCopyEngines) {
+        copy_runs(to_t1.data(), to_t1.size() / 2, static_cast<const std::byte*>(t0_.get()),
+                  t1_.get(), copy);
+      } else {
+        launched(cuda::launch_copy_slots(
+                     make_batch(t0_.get(), t1_.device(), t1_pairs, to_t1.size() / 2), copy),
+                 "tier copy kernel (T0 to T1)");
+      }
       launched(cuda::launch_quantise_slots(
                    make_batch(t0_.get(), t2_.device(), t2_pairs, to_t2.size() / 2), copy),
                "tier quantise kernel (T0 to T2)");
@@ -443,9 +504,14 @@ void CudaTieredCache::apply_placement() {
     const std::uint32_t* t1_pairs = place(from_t1);
     const std::uint32_t* t2_pairs = place(from_t2);
     timed(stats.h2d_promote, [&] {
-      launched(cuda::launch_copy_slots(
-                   make_batch(t1_.device(), t0_.get(), t1_pairs, from_t1.size() / 2), copy),
-               "tier copy kernel (T1 to T0)");
+      if (copies_ == CacheCopies::kCopyEngines) {
+        copy_runs(from_t1.data(), from_t1.size() / 2, t1_.get(), static_cast<std::byte*>(t0_.get()),
+                  copy);
+      } else {
+        launched(cuda::launch_copy_slots(
+                     make_batch(t1_.device(), t0_.get(), t1_pairs, from_t1.size() / 2), copy),
+                 "tier copy kernel (T1 to T0)");
+      }
       launched(cuda::launch_dequantise_slots(
                    make_batch(t2_.device(), t0_.get(), t2_pairs, from_t2.size() / 2), copy),
                "tier dequantise kernel (T2 to T0)");

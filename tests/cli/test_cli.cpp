@@ -274,6 +274,7 @@ TEST_CASE("sim --policy and --compare put policies side by side", "[cli]") {
   const auto path = write_file("compare.textproto", kRun);
   const std::string tiering =
       " --set tiering.prefetch_lookahead_layers=1 --set tiering.host_allocation=PINNED"
+      " --set tiering.copy_method=COPY_ENGINES"
       " --set tiering.synthetic_pattern=chat";
   const Result result = run("sim " + path.string() +
                             " --policy tiered:hbm=0.5,evict=0.1 --compare full,h2o:budget=64" +

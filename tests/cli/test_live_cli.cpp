@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 
 #include "kernels/device_info.hpp"
 #include "tests/support/cli_runner.hpp"
@@ -104,18 +105,20 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
                         2, "--device cuda");
   expect_one_line_error(run(live("--policy full --device tpu --measure " + quoted(file))), 2,
                         "tpu");
-  expect_one_line_error(
-      run(live("--policy full --cuda-attention split-keys --measure " + quoted(file))), 2,
-      "--cuda-attention applies to --device cuda");
-  // Checked before the device, so this fails alike with or without a GPU.
-  expect_one_line_error(
-      run(live("--policy full --device cuda --cuda-attention flash --measure " + quoted(file))), 2,
-      "one of split-keys, per-head, not 'flash'");
-  expect_one_line_error(run(live("--policy full --cuda-gemm warp-rows --measure " + quoted(file))),
-                        2, "--cuda-gemm applies to --device cuda");
-  expect_one_line_error(
-      run(live("--policy full --device cuda --cuda-gemm cutlass --measure " + quoted(file))), 2,
-      "one of cublas, warp-rows, not 'cutlass'");
+  // The CUDA engine's and cache's choices: only with --device cuda, and a bad value is checked
+  // before the device, so these fail alike with or without a GPU.
+  for (const auto& [option, good, bad, expected] :
+       {std::tuple{"--cuda-attention", "split-keys", "flash", "one of split-keys, per-head"},
+        std::tuple{"--cuda-gemm", "warp-rows", "cutlass", "one of cublas, warp-rows"},
+        std::tuple{"--cuda-copies", "copy-engines", "dma", "one of kernels, copy-engines"}}) {
+    CAPTURE(option);
+    expect_one_line_error(run(live(std::string("--policy full ") + option + " " + good +
+                                   " --measure " + quoted(file))),
+                          2, std::string(option) + " applies to --device cuda");
+    expect_one_line_error(run(live(std::string("--policy full --device cuda ") + option + " " +
+                                   bad + " --measure " + quoted(file))),
+                          2, std::string(expected) + ", not '" + bad + "'");
+  }
   expect_one_line_error(run(live("--policy nosuch --measure " + quoted(file))), 2, "nosuch");
   expect_one_line_error(run(live("--policy snapkv --measure " + quoted(file))), 2,
                         "cannot run on the live cache");
@@ -302,8 +305,8 @@ CopyVolumes copy_volumes(const fs::path& trace, const std::string& policy,
            "  max_batch_size: 1 prefill_chunk_tokens: 2048 }\n"
            "policy { name: \"full\" }\n"
            "tiering { traces: \""
-        << trace.string()
-        << "\" prefetch_lookahead_layers: 1 host_allocation: PINNED }\n"
+        << trace.string() << "\" prefetch_lookahead_layers: 1 host_allocation: PINNED "
+        << "copy_method: COPY_ENGINES }\n"
            "memory { runtime_reserve_gib: 0 activation_workspace_gib: 0 }\n"
            "engine { iteration_overhead_us: 0 }\nseed: 1\n";
   }

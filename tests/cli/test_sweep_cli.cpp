@@ -39,7 +39,8 @@ base {
   policy { name: "full" }
   tiering { )" +
          traces +
-         R"( synthetic_pattern: "reasoning" prefetch_lookahead_layers: 1 host_allocation: PINNED }
+         R"( synthetic_pattern: "reasoning" prefetch_lookahead_layers: 1 host_allocation: PINNED
+         copy_method: COPY_ENGINES }
   memory { runtime_reserve_gib: 2 activation_workspace_gib: 1 }
   engine { iteration_overhead_us: 1000 }
   seed: 7

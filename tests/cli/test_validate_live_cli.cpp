@@ -316,6 +316,19 @@ TEST_CASE("validate: a CUDA run's engine is calibrated on its full-cache twin",
   CHECK(calibrated["projected"].get<double>() ==
         Approx(uncalibrated["projected"].get<double>() + gap_ms).margin(1e-3));
 
+  // A run whose cache copied with the copy engines: the same engine, so the same twin, and
+  // its copies simulated beside compute rather than taking turns with it.
+  nlohmann::json engines_json = tiered_json;
+  engines_json["provenance"]["device_detail"] =
+      tiered_json["provenance"]["device_detail"].get<std::string>() + ", copy-engines copies";
+  const fs::path engines = write_json("twin-engines.json", engines_json);
+  const Result both =
+      run("validate --format json " + quoted(full) + " " + quoted(tiered) + " " + quoted(engines));
+  const nlohmann::json on_engines = tpot(both, "twin-engines");
+  CHECK_THAT(on_engines["note"].get<std::string>(), Catch::Contains("from twin-full"));
+  CHECK(on_engines["projected"].get<double>() <
+        tpot(both, "twin-tiered")["projected"].get<double>());
+
   // An engine faster than the model is not calibrated (no negative time per step).
   full_json["decode_seconds"] = 1e-9;
   const fs::path fast = write_json("twin-fast.json", full_json);
@@ -445,7 +458,8 @@ TEST_CASE("validate: the H200 live runs have the simulator's byte volumes, times
       "workload { closed_loop { concurrency: 1 num_requests: 1 prompt_tokens { fixed_tokens: 1024 "
       "} output_tokens { fixed_tokens: 513 } } max_batch_size: 1 prefill_chunk_tokens: 2048 }\n"
       "policy { name: \"full\" }\n"
-      "tiering { prefetch_lookahead_layers: 1 host_allocation: PINNED traces: \"" +
+      "tiering { prefetch_lookahead_layers: 1 host_allocation: PINNED copy_method: SM_KERNELS "
+      "traces: \"" +
           trace.string() +
           "\" }\n"
           "memory { runtime_reserve_gib: 0 activation_workspace_gib: 0 }\n"

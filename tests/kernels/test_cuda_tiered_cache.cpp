@@ -77,9 +77,11 @@ std::vector<std::int32_t> tokens(std::uint32_t count, std::int32_t first) {
 }
 
 // A run following synthetic attention, on `engine`.
-kk::LiveResult follow(kk::Engine& engine, const std::string& policy, bool keep_logits = false) {
+kk::LiveResult follow(kk::Engine& engine, const std::string& policy, bool keep_logits = false,
+                      kk::CacheCopies copies = kk::CacheCopies::kKernels) {
   const auto followed = source();
   kk::LiveOptions options;
+  options.copies = copies;
   options.policy = kr::parse_policy_string(policy);
   options.max_new_tokens = kFollowSteps;
   options.follow = followed.get();
@@ -118,6 +120,9 @@ TEST_CASE("the CUDA cache tiers without changing a logit", "[gpu][live]") {
         kk::LiveOptions options;
         options.policy = kr::parse_policy_string(
             tiered("evict=0,compress=0,hbm=" + hbm + ",prefetch=" + prefetch));
+        // Copies by the copy engines on the split-key path, by kernels on the per-head one.
+        options.copies = attention == kk::CudaAttention::kSplitKeys ? kk::CacheCopies::kCopyEngines
+                                                                    : kk::CacheCopies::kKernels;
         options.max_new_tokens = kSteps;
         const kk::LiveResult result = kk::run_live(*engine, reference.get(), prompt(), options);
         REQUIRE(result.identical_logit_steps == static_cast<std::uint64_t>(kSteps));
@@ -152,7 +157,14 @@ TEST_CASE("the CUDA cache makes the CPU cache's moves and copies the same bytes"
     const kk::LiveResult on_cpu = follow(*cpu, policy);
     const kk::LiveResult on_fp32 = follow(*fp32, policy);
     const kk::LiveResult on_bf16 = follow(*bf16, policy);
-    for (const kk::LiveResult* cuda : {&on_fp32, &on_bf16}) {
+    // The copy engines move the same slots: the same moves, bytes and logits as the kernels.
+    const kk::LiveResult on_engines = follow(*fp32, policy, true, kk::CacheCopies::kCopyEngines);
+    const kk::LiveResult on_kernels = follow(*fp32, policy, true);
+    REQUIRE(on_engines.logits == on_kernels.logits);
+    require_same_counts(on_engines.cache.h2d_prefetch, on_kernels.cache.h2d_prefetch);
+    require_same_counts(on_engines.cache.h2d_promote, on_kernels.cache.h2d_promote);
+    require_same_counts(on_engines.cache.d2h_offload, on_kernels.cache.d2h_offload);
+    for (const kk::LiveResult* cuda : {&on_fp32, &on_bf16, &on_engines}) {
       for (std::uint64_t step = 0; step < static_cast<std::uint64_t>(kFollowSteps); ++step) {
         for (std::uint32_t layer = 0; layer < on_cpu.demand.layers(); ++layer) {
           CAPTURE(step, layer);

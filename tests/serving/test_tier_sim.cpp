@@ -22,9 +22,9 @@ using kvtier::sim::Tick;
 
 namespace {
 
-const std::vector<std::string> kTiering = {"tiering.prefetch_lookahead_layers=1",
-                                           "tiering.host_allocation=PINNED",
-                                           "tiering.synthetic_pattern=reasoning"};
+const std::vector<std::string> kTiering = {
+    "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
+    "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning"};
 
 RunSpec tiered_run(const std::string& policy, const std::vector<std::string>& extra = {}) {
   // The test's own settings come last, so they win over the defaults here.

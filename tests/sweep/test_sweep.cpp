@@ -36,7 +36,7 @@ base {
     prefill_chunk_tokens: 512
   }
   policy { name: "full" }
-  tiering { synthetic_pattern: "reasoning" prefetch_lookahead_layers: 1 host_allocation: PINNED }
+  tiering { synthetic_pattern: "reasoning" prefetch_lookahead_layers: 1 host_allocation: PINNED copy_method: COPY_ENGINES }
   memory { runtime_reserve_gib: 2 activation_workspace_gib: 1 }
   engine { iteration_overhead_us: 1000 }
   seed: 7

@@ -62,7 +62,7 @@ workload {
   prefill_chunk_tokens: 2048
 }
 policy { name: "full" }
-tiering { prefetch_lookahead_layers: 1 host_allocation: PINNED }
+tiering { prefetch_lookahead_layers: 1 host_allocation: PINNED copy_method: SM_KERNELS }
 memory { runtime_reserve_gib: 0 activation_workspace_gib: 0 }
 engine { iteration_overhead_us: 0 }
 seed: 1
@@ -157,6 +157,26 @@ std::array<double, kFigures.size()> tolerances(const LiveFile& file) {
   return result;
 }
 
+// The items of device_detail ("sm_90, 132 SMs, driver 13.0, bf16, split-keys attention, ..."),
+// trimmed.
+std::vector<std::string> detail_items(const config::LiveMeasurement& m) {
+  std::vector<std::string> items;
+  std::istringstream text(m.provenance().device_detail());
+  for (std::string item; std::getline(text, item, ',');) {
+    item.erase(0, item.find_first_not_of(' '));
+    item.erase(item.find_last_not_of(' ') + 1);
+    items.push_back(item);
+  }
+  return items;
+}
+
+// How the live cache copied: the copy engines when device_detail says so, else kernels (the
+// only way before `--cuda-copies`).
+bool copied_with_copy_engines(const config::LiveMeasurement& m) {
+  const std::vector<std::string> items = detail_items(m);
+  return std::find(items.begin(), items.end(), "copy-engines copies") != items.end();
+}
+
 // The KV element the live run stored: float32 on the CPU backend, the compute dtype on CUDA
 // (an item of device_detail, e.g. "sm_90, 132 SMs, driver 13.0, bf16, per-head attention";
 // bf16, the engine's default, when it names none).
@@ -164,10 +184,7 @@ std::string kv_dtype(const config::LiveMeasurement& m) {
   if (m.provenance().device() == "cpu") {
     return "FP32";
   }
-  std::istringstream items(m.provenance().device_detail());
-  for (std::string item; std::getline(items, item, ',');) {
-    item.erase(0, item.find_first_not_of(' '));
-    item.erase(item.find_last_not_of(' ') + 1);
+  for (const std::string& item : detail_items(m)) {
     for (const auto& [name, dtype] : {std::pair{"fp32", "FP32"}, std::pair{"fp16", "FP16"}}) {
       if (item == name) {
         return dtype;
@@ -230,8 +247,11 @@ serving::SimulationReport simulate(const LiveFile& file, const std::string& mode
     // The CUDA engine keeps its weights and runs its GEMMs in the compute dtype too.
     overrides.push_back(config::parse_override("model.weight_dtype=" + kv_dtype(m)));
     overrides.push_back(config::parse_override("model.activation_dtype=" + kv_dtype(m)));
-    // The live cache moves its tiers with kernels over mapped host memory (docs/LIVE.md).
-    overrides.push_back(config::parse_override("tiering.copy_method=SM_KERNELS"));
+    // The live cache moves its tiers with kernels over mapped host memory unless it was told
+    // to use the copy engines (docs/LIVE.md).
+    overrides.push_back(config::parse_override(copied_with_copy_engines(m)
+                                                   ? "tiering.copy_method=COPY_ENGINES"
+                                                   : "tiering.copy_method=SM_KERNELS"));
   }
   if (engine_overhead_us > 0.0) {
     overrides.push_back(config::parse_override("engine.iteration_overhead_us=" +
@@ -354,12 +374,19 @@ std::unique_ptr<LiveRun> read_live(const std::string& path, const std::string& t
   return run;
 }
 
-// Runs whose engines are alike: the same GPU and engine settings, model, lengths and trace.
+// Runs whose engines are alike: the same GPU and engine settings (the cache's copies aside: a
+// full cache copies nothing), model, lengths and trace.
 std::string twin_key(const LiveRun& run) {
   const config::LiveMeasurement& m = *run.file;
-  return m.provenance().device_name() + "\n" + m.provenance().device_detail() + "\n" +
-         m.provenance().model_path() + "\n" + std::to_string(m.prompt_tokens()) + "\n" +
-         std::to_string(m.new_tokens()) + "\n" + run.trace;
+  std::string engine;
+  for (const std::string& item : detail_items(m)) {
+    if (!item.ends_with(" copies")) {
+      engine += item + ",";
+    }
+  }
+  return m.provenance().device_name() + "\n" + engine + "\n" + m.provenance().model_path() + "\n" +
+         std::to_string(m.prompt_tokens()) + "\n" + std::to_string(m.new_tokens()) + "\n" +
+         run.trace;
 }
 
 bool times_compared(const LiveRun& run) {
