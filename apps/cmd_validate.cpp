@@ -124,11 +124,11 @@ int run_validate(const Arguments& args, Context& context) {
           "its model preset, KV dtype, policy, lengths and trace (a relative follow_trace is "
           "found from the file's folder), and its PCIe H2D and D2H bytes must equal the "
           "simulation's; a CUDA run also compares time per output token and copy busy times "
-          "(10%), on the node preset of its GPU cut to that one GPU, its copies by SM kernels, "
-          "and its engine calibrated on a `full` run of the same GPU, engine settings, model, "
+          "(10%), on the node preset of its GPU cut to that one GPU, its copies by SM kernels "
+          "(by the copy engines when its device detail says `copy-engines copies`), and its "
+          "engine calibrated on the first `full` run of the same GPU, engine settings, model, "
           "lengths and trace among the files when there is one. The file's `tolerances` replace "
-          "these "
-          "defaults. Free-running runs, models that are no preset and the CPU backend's "
+          "these defaults. Free-running runs, models that are no preset and the CPU backend's "
           "timings are listed as skipped, with the reason. With --published, does the same "
           "for a CSV of published serving measurements (reporting the median error).",
           context.out)) {

@@ -718,12 +718,27 @@ int main(int argc, char** argv) {
       std::cerr << "kvtier_bench_cuda_copy: memcpy_batch left out: " << batch_problem << "\n";
     }
     methods.push_back(Method::kMemcpyPerSlot);
+    // A method that fails its check or its copies is left out, with the reason, rather than
+    // losing the others' figures. (A device fault poisons the context; that still ends it all.)
+    const auto leave_out = [&](Method method, const std::string& why) {
+      unavailable.push_back(std::string(method_name(method)) + ": " + why);
+      std::cerr << "kvtier_bench_cuda_copy: " << method_name(method) << " left out: " << why
+                << "\n";
+      static_cast<void>(cudaGetLastError());
+    };
+    std::vector<Method> checked;
     for (const Method method : methods) {
-      if (method != Method::kMemcpy) {
-        bench.verify(method, Direction::kH2D);
-        bench.verify(method, Direction::kD2H);
+      try {
+        if (method != Method::kMemcpy) {
+          bench.verify(method, Direction::kH2D);
+          bench.verify(method, Direction::kD2H);
+        }
+        checked.push_back(method);
+      } catch (const Failure& failure) {
+        leave_out(method, failure.what());
       }
     }
+    methods = checked;
     const double pass_seconds = bench.pass_seconds();
 
     // Sizes: 16 KiB .. 64 MiB.
@@ -739,28 +754,37 @@ int main(int argc, char** argv) {
       return truncated;
     };
     for (const Method method : methods) {
-      for (const Direction direction : {Direction::kH2D, Direction::kD2H}) {
-        Series idle{method, direction, false, {}};
-        std::map<std::size_t, double> idle_seconds;  // by bytes
-        for (const std::size_t size : sizes) {
-          const std::size_t bytes = bench.point_bytes(method, size);
-          if (bytes == 0 || out_of_time()) {
-            continue;
+      std::vector<Series> series;  // the method's, kept only when all of them ran
+      try {
+        for (const Direction direction : {Direction::kH2D, Direction::kD2H}) {
+          Series idle{method, direction, false, {}};
+          std::map<std::size_t, double> idle_seconds;  // by bytes
+          for (const std::size_t size : sizes) {
+            const std::size_t bytes = bench.point_bytes(method, size);
+            if (bytes == 0 || out_of_time()) {
+              continue;
+            }
+            idle.points.push_back(bench.measure(method, direction, bytes, -1.0));
+            idle_seconds[bytes] = idle.points.back().seconds;
           }
-          idle.points.push_back(bench.measure(method, direction, bytes, -1.0));
-          idle_seconds[bytes] = idle.points.back().seconds;
-        }
-        Series loaded{method, direction, true, {}};
-        for (const std::size_t size : kComputeSizes) {
-          const std::size_t bytes = bench.point_bytes(method, size);
-          const auto idle_time = idle_seconds.find(bytes);
-          if (bytes == 0 || idle_time == idle_seconds.end() || out_of_time()) {
-            continue;
+          Series loaded{method, direction, true, {}};
+          for (const std::size_t size : kComputeSizes) {
+            const std::size_t bytes = bench.point_bytes(method, size);
+            const auto idle_time = idle_seconds.find(bytes);
+            if (bytes == 0 || idle_time == idle_seconds.end() || out_of_time()) {
+              continue;
+            }
+            loaded.points.push_back(bench.measure(method, direction, bytes, idle_time->second));
           }
-          loaded.points.push_back(bench.measure(method, direction, bytes, idle_time->second));
+          series.push_back(std::move(idle));
+          series.push_back(std::move(loaded));
         }
-        all.push_back(std::move(idle));
-        all.push_back(std::move(loaded));
+      } catch (const Failure& failure) {
+        leave_out(method, failure.what());
+        continue;
+      }
+      for (Series& one : series) {
+        all.push_back(std::move(one));
       }
     }
 

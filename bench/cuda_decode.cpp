@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "common/text_output.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/generate.hpp"
@@ -237,17 +238,24 @@ int main(int argc, char** argv) {
       // Greedy tokens decoded as the default engine did before the first difference, fewest over
       // the repeats.
       int agreement = 0;
+      // Why it stopped (an error of its engine), reported instead of its figures so that the
+      // others' are not lost.
+      std::string failure;
     };
     std::vector<Alternative> alternatives;
-    alternatives.push_back({"per_head",
-                            engine_with(kk::ObserverRows::kPerHead, kk::CudaAttention::kPerHead),
-                            {},
-                            steps});
-    alternatives.push_back({"warp_rows",
-                            engine_with(kk::ObserverRows::kPerHead,
-                                        kk::CudaEngineOptions{}.attention, kk::CudaGemm::kWarpRows),
-                            {},
-                            steps});
+    const auto add_alternative = [&](const std::string& name, kk::CudaAttention attention,
+                                     kk::CudaGemm gemm) {
+      Alternative& alternative = alternatives.emplace_back();
+      alternative.name = name;
+      alternative.agreement = steps;
+      try {
+        alternative.engine = engine_with(kk::ObserverRows::kPerHead, attention, gemm);
+      } catch (const std::exception& error) {
+        alternative.failure = error.what();
+      }
+    };
+    add_alternative("per_head", kk::CudaAttention::kPerHead, kk::CudaEngineOptions{}.gemm);
+    add_alternative("warp_rows", kk::CudaEngineOptions{}.attention, kk::CudaGemm::kWarpRows);
     // Prefills, then times `steps` greedy decode steps; the tokens go to `decoded`.
     const auto decode_alone = [&](kk::Engine& on, std::vector<std::int32_t>& decoded) {
       on.reset();
@@ -287,7 +295,15 @@ int main(int argc, char** argv) {
 
       std::vector<std::int32_t> other;
       for (Alternative& alternative : alternatives) {
-        alternative.seconds.push_back(decode_alone(*alternative.engine, other));
+        if (!alternative.failure.empty()) {
+          continue;
+        }
+        try {
+          alternative.seconds.push_back(decode_alone(*alternative.engine, other));
+        } catch (const std::exception& error) {
+          alternative.failure = error.what();
+          continue;
+        }
         const auto differ = std::mismatch(decoded.begin(), decoded.end(), other.begin()).first;
         alternative.agreement =
             std::min(alternative.agreement, static_cast<int>(differ - decoded.begin()));
@@ -325,8 +341,13 @@ int main(int argc, char** argv) {
     const double plain_median = median(plain_seconds);
     std::ostringstream alternative_fields;
     for (const Alternative& alternative : alternatives) {
-      const double rate = steps / median(alternative.seconds);
       const std::string& name = alternative.name;
+      if (!alternative.failure.empty()) {
+        alternative_fields << ",\"" << name
+                           << "_error\":" << kvtier::json_escape(alternative.failure);
+        continue;
+      }
+      const double rate = steps / median(alternative.seconds);
       alternative_fields << ",\"" << name << "_decode_s\":" << json_list(alternative.seconds)
                          << ",\"" << name << "_decode_tokens_per_s\":" << json_number(rate) << ",\""
                          << name

@@ -3,11 +3,11 @@
 # and builds the CUDA targets into build/gpu, runs the tests labelled `gpu` (the CUDA engine
 # against the CPU engine, the tiered cache's CUDA backend against its CPU backend), live runs of
 # the tiered cache on a 7B-shaped model with random weights following a synthetic trace of its
-# shape (full cache and tiered at several HBM shares, with each attention kernel and GEMM)
-# checked by `kvtier validate`, an Nsight Systems profile of one of them where nsys is installed,
-# the CUDA decode and host-link copy benchmarks, a `kvtier trace capture --device cuda` of
-# stories260K next to a CPU capture, and scripts/capture_hf.py against kvtier's capture where
-# PyTorch and transformers are installed. Everything lands in "$OUT" (default ./gpu-results):
+# shape (full cache and tiered at several HBM shares, with each attention kernel, GEMM and way
+# of copying) checked by `kvtier validate`, the CUDA decode and host-link copy benchmarks, an
+# Nsight Systems profile of one live run where nsys is installed, a `kvtier trace capture
+# --device cuda` of stories260K next to a CPU capture, and scripts/capture_hf.py against
+# kvtier's capture where PyTorch and transformers are installed. Everything lands in "$OUT" (default ./gpu-results):
 #
 #   results.jsonl    one JSON line per step: step, status (ok | failed | timeout | skipped |
 #                    info), exit code, seconds, and the provenance (GPU name, driver, memory from
@@ -200,8 +200,14 @@ export KVTIER_REQUIRE_GPU=1
 
 built=0
 if [ -n "$prebuilt" ]; then
-  if [ -x "$bin/kvtier" ] && [ -x "$tests/kvtier_cuda_engine_tests" ] && [ -z "$missing" ]; then
-    record build info null 0 "\"prebuilt\":\"$(json_escape "$(head -n 2 "$prebuilt/BUNDLE.txt" | tail -n 1)")\""
+  # A bundle of another commit would measure other code under this commit's name.
+  bundled="$(sed -n 's/^commit: //p' "$prebuilt/BUNDLE.txt" 2>/dev/null || true)"
+  if [ "$commit" != "unknown" ] && [ "${commit%+uncommitted}" != "$bundled" ]; then
+    record build failed 1 0 "\"reason\":\"the bundle is of commit $(json_escape "$bundled"), this tree of $(json_escape "$commit"): run scripts/gpu-bundle.sh again\""
+  elif [ -x "$bin/kvtier" ] && [ -x "$tests/kvtier_cuda_engine_tests" ] &&
+    [ -x "$tests/kvtier_cuda_live_tests" ] && [ -x "$bin/kvtier_bench_cuda_decode" ] &&
+    [ -x "$bin/kvtier_bench_cuda_copy" ] && [ -z "$missing" ]; then
+    record build info null 0 "\"prebuilt\":\"$(json_escape "$bundled")\""
     built=1
   else
     record build failed 1 0 "\"reason\":\"the bundle's programs are missing or cannot load\""
@@ -298,26 +304,6 @@ if [ "$built" -eq 1 ]; then
       # The same comparison as JSON (validate-live-json.log), for reading it elsewhere.
       run validate-live-json 60 "$bin/kvtier" validate --format json "${live_files[@]}" || true
     fi
-    # Where a step's time goes: an Nsight Systems trace of one tiered run (the engine's kernels
-    # and the cache's copies on their streams), reduced to totals per kernel and per copy kind.
-    nsys="$(command -v nsys || true)"
-    if [ -z "$nsys" ] && [ -x /usr/local/cuda/bin/nsys ]; then
-      nsys=/usr/local/cuda/bin/nsys
-    fi
-    if [ -n "$nsys" ]; then
-      if run profile-live 120 "$nsys" profile --trace=cuda --sample=none --cpuctxsw=none \
-        --force-overwrite=true --output "$OUT/profile-live" "$bin/kvtier" live \
-        --model random:Llama-2-7B --device cuda --follow-trace "$live_trace" \
-        --policy "tiered:hbm=0.5,evict=0,compress=0,$retier" --no-reference \
-        --measure "$OUT/profile-live.json"; then
-        for report in cuda_gpu_kern_sum cuda_gpu_mem_time_sum cuda_api_sum; do
-          run "profile-live-$report" 45 "$nsys" stats --report "$report" --format csv \
-            --output "$OUT/profile-live" "$OUT/profile-live.nsys-rep" || true
-        done
-      fi
-    else
-      record profile-live info null 0 '"reason":"nsys not found"'
-    fi
   fi
 
   bench_args="${KVTIER_BENCH_ARGS:-512 256 3}"
@@ -338,6 +324,28 @@ if [ "$built" -eq 1 ]; then
     if [ -n "$line" ]; then
       printf '{"step":"bench-cuda-copy-result",%s,"result":%s}\n' "$provenance" "$line" \
         >>"$results"
+    fi
+  fi
+
+  # Where a step's time goes: an Nsight Systems trace of one tiered run (the engine's kernels
+  # and the cache's copies on their streams), reduced to totals per kernel, per copy kind and
+  # per CUDA call; after the benchmarks, as its length varies the most.
+  nsys="$(command -v nsys || true)"
+  if [ -z "$nsys" ] && [ -x /usr/local/cuda/bin/nsys ]; then
+    nsys=/usr/local/cuda/bin/nsys
+  fi
+  if [ -z "$nsys" ]; then
+    record profile-live info null 0 '"reason":"nsys not found"'
+  elif [ -f "$live_trace" ]; then
+    if run profile-live 120 "$nsys" profile --trace=cuda --sample=none --cpuctxsw=none \
+      --force-overwrite=true --output "$OUT/profile-live" "$bin/kvtier" live \
+      --model random:Llama-2-7B --device cuda --follow-trace "$live_trace" \
+      --policy "tiered:hbm=0.5,evict=0,compress=0,$retier" --no-reference \
+      --measure "$OUT/profile-live.json"; then
+      # One export to SQLite for the three reports.
+      run profile-live-stats 90 "$nsys" stats --force-export=true --report cuda_gpu_kern_sum \
+        --report cuda_gpu_mem_time_sum --report cuda_api_sum --format csv \
+        --output "$OUT/profile-live" "$OUT/profile-live.nsys-rep" || true
     fi
   fi
 
@@ -369,7 +377,7 @@ if [ "$built" -eq 1 ]; then
   if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
     sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
     run memcheck 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
-      "$tests/kvtier_cuda_engine_tests" "random Qwen2*" || true
+      "$tests/kvtier_cuda_engine_tests" "random Qwen2*,the warp-rows GEMM computes*" || true
     run racecheck 90 "$sanitizer" --tool racecheck --error-exitcode 9 \
       "$tests/kvtier_cuda_engine_tests" "the CUDA engine refuses bad devices*" || true
   else
@@ -378,6 +386,7 @@ if [ "$built" -eq 1 ]; then
 else
   skip ctest-gpu "build failed"
   skip bench-cuda-decode "build failed"
+  skip bench-cuda-copy "build failed"
   skip capture-cuda "build failed"
 fi
 

@@ -22,17 +22,14 @@ namespace kvtier::validation {
 // pcie_h2d_busy_s and pcie_d2h_busy_s, each compared or skipped with the reason (a free-running
 // run, a model that is no preset, timings of the CPU backend or of a GPU no node preset holds).
 // A CUDA run's time per token is projected with its engine calibrated on the first full-cache
-// run among `paths` of the same GPU, engine settings, model, lengths and trace, when that run
-// was slower than the simulator's model (its own figure then marked calibrated;
-// docs/VALIDATION.md). ConfigError when a file cannot be read;
+// run among `paths` of the same GPU, engine settings, model, lengths and trace, unless that run
+// was faster than the simulator's model (the full run's own figure is then marked calibrated;
+// docs/VALIDATION.md). Errors are the first bad file's, in the order of `paths`: ConfigError
+// when a file cannot be read;
 // DataError, naming the file and field, when it is binary, not a LiveMeasurement, lacks what the
 // comparison reads, names a follow_trace that does not exist (a relative one is found from the
 // file's folder) or cannot be simulated as it says.
 [[nodiscard]] std::vector<ReferenceCheck> check_measurement_files(
     const std::vector<std::string>& paths, const config::ConfigLoader& loader);
-
-// check_measurement_files of one file.
-[[nodiscard]] std::vector<ReferenceCheck> check_measurement_file(
-    const std::string& path, const config::ConfigLoader& loader);
 
 }  // namespace kvtier::validation

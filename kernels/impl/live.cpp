@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
 #include <limits>
 #include <map>
@@ -124,28 +125,30 @@ PrefetchMode prefetch_of(const std::string& canonical) {
 }
 
 // The host tiers a live policy can place tokens in (T1, T2), from its canonical string:
-// `tiered` offloads to T1 below hbm=1 and to T2 when compress is not 0; `monarch` pages cold
-// tokens to T2; the others keep or evict.
+// `tiered` offloads below hbm=1, to T2 the compress share and to T1 the rest; `monarch` pages
+// cold tokens to T2; the others keep or evict.
 std::pair<bool, bool> host_tiers_of(const std::string& canonical) {
   const auto colon = canonical.find(':');
   const std::string name = canonical.substr(0, colon);
-  std::map<std::string, std::string, std::less<>> parameters;
+  std::map<std::string, double, std::less<>> parameters;
   if (colon != std::string::npos) {
     std::istringstream items(canonical.substr(colon + 1));
     for (std::string item; std::getline(items, item, ',');) {
       const auto equals = item.find('=');
       if (equals != std::string::npos) {
-        parameters[item.substr(0, equals)] = item.substr(equals + 1);
+        // A value that is not a number reads as 0 (no parameter read here is one).
+        parameters[item.substr(0, equals)] = std::strtod(item.c_str() + equals + 1, nullptr);
       }
     }
   }
-  const auto nonzero = [&](const char* key) {
+  const auto value = [&](const char* key, double otherwise) {
     const auto found = parameters.find(key);
-    return found != parameters.end() && std::stod(found->second) != 0.0;
+    return found == parameters.end() ? otherwise : found->second;
   };
   if (name == "tiered") {
-    const auto hbm = parameters.find("hbm");
-    return {hbm == parameters.end() || std::stod(hbm->second) < 1.0, nonzero("compress")};
+    const bool offloads = value("hbm", 1.0) < 1.0;
+    const double compress = value("compress", 0.0);
+    return {offloads && compress < 1.0, offloads && compress > 0.0};
   }
   return {false, name == "monarch"};
 }

@@ -329,12 +329,45 @@ TEST_CASE("validate: a CUDA run's engine is calibrated on its full-cache twin",
   CHECK(on_engines["projected"].get<double>() <
         tpot(both, "twin-tiered")["projected"].get<double>());
 
-  // An engine faster than the model is not calibrated (no negative time per step).
+  // The twin may come after the runs it calibrates.
+  const Result after = run("validate --format json " + quoted(tiered) + " " + quoted(full));
+  CHECK(tpot(after, "twin-tiered")["projected"] == calibrated["projected"]);
+
+  // A second full run of the engine, of the same name in another folder, is calibrated on the
+  // first rather than calibrating.
+  nlohmann::json copy_json = full_json;
+  copy_json["decode_seconds"] = 2 * full_json["decode_seconds"].get<double>();
+  copy_json["follow_trace"] = "../" + full_json["follow_trace"].get<std::string>();
+  fs::create_directories(scratch_dir() / "elsewhere");
+  const fs::path copy = write_json("elsewhere/twin-full.json", copy_json);
+  const nlohmann::json rows = nlohmann::json::parse(
+      run("validate --format json " + quoted(full) + " " + quoted(copy)).out)["references"];
+  std::vector<bool> marked;
+  for (const auto& row : rows) {
+    if (row["metric"] == "tpot_mean_ms") {
+      marked.push_back(row["calibrated"].get<bool>());
+    }
+  }
+  CHECK(marked == std::vector<bool>{true, false});
+
+  // An engine faster than the model is not calibrated (no negative time per step), and the
+  // first full run of an engine decides, whatever full runs follow it.
   full_json["decode_seconds"] = 1e-9;
   const fs::path fast = write_json("twin-fast.json", full_json);
-  const Result faster = run("validate --format json " + quoted(fast) + " " + quoted(tiered));
+  const Result faster =
+      run("validate --format json " + quoted(fast) + " " + quoted(tiered) + " " + quoted(full));
   CHECK_FALSE(tpot(faster, "twin-fast").contains("note"));
   CHECK_FALSE(tpot(faster, "twin-tiered").contains("note"));
+  CHECK_FALSE(tpot(faster, "twin-full").contains("note"));
+
+  // A time that is no time is the file's error, named; of several bad files, the first one's
+  // error is reported, though live files are all read first.
+  full_json["decode_seconds"] = -1.0;
+  const fs::path negative = write_json("twin-negative.json", full_json);
+  expect_one_line_error(run("validate " + quoted(negative)), 3, "decode_seconds");
+  const fs::path bad_reference = write_text("bad-reference.textproto", "no_such_field: 1\n");
+  expect_one_line_error(run("validate " + quoted(bad_reference) + " " + quoted(negative)), 2,
+                        "no_such_field");
 
   // Another engine (another attention kernel here) is not calibrated on it.
   tiered_json["provenance"]["device_detail"] =
@@ -436,7 +469,10 @@ TEST_CASE("validate: the H200 live runs have the simulator's byte volumes, times
       // Each run's engine calibrated on the full-cache run of the same attention kernel, the
       // simulator projects what tiering adds to a step within the 10% target.
       CHECK(row["within"] == true);
-      CHECK(row["note"].get<std::string>().find("from live-llama2-7b-full") != std::string::npos);
+      const std::string id = row["id"];
+      const std::string twin =
+          id.ends_with("split-keys") ? "live-llama2-7b-full-split-keys" : "live-llama2-7b-full";
+      CHECK(row["note"].get<std::string>().ends_with("from " + twin));
       const bool full = row["policy"] == "full";
       CHECK(row["calibrated"] == full);
     } else {

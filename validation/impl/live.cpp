@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
@@ -120,6 +122,13 @@ void check_fields(const LiveFile& file) {
         std::pair{m.has_d2h(), "d2h"}}) {
     if (!present) {
       file.fail("missing or zero, and the comparison needs it", field);
+    }
+  }
+  for (const auto& [seconds, field] :
+       {std::pair{m.decode_seconds(), "decode_seconds"},
+        std::pair{m.h2d().seconds(), "h2d.seconds"}, std::pair{m.d2h().seconds(), "d2h.seconds"}}) {
+    if (!std::isfinite(seconds) || seconds < 0.0) {
+      file.fail("a time is a finite number of seconds, 0 or more", field);
     }
   }
 }
@@ -276,6 +285,9 @@ serving::SimulationReport simulate(const LiveFile& file, const std::string& mode
   } catch (const ConfigError& error) {
     throw DataError("cannot be simulated: " + std::string(error.what()),
                     error.where().empty() ? file.path() : file.path() + "; " + error.where());
+  } catch (const std::overflow_error& error) {
+    // Times far outside a run's (a calibration from an absurd measured time).
+    throw DataError("cannot be simulated: " + std::string(error.what()), file.path());
   }
 }
 
@@ -401,11 +413,13 @@ std::string id_of(const LiveRun& run) {
 // its engine costs that the model does not count (kernels short of the achievable fractions,
 // launches, host work), taken as a fixed time per iteration for the runs of the same engine.
 struct EngineCalibration {
-  std::string id;  // the full-cache run's
+  std::size_t file = 0;  // the full-cache run's index among the files
+  std::string id;        // and its name
   double overhead_us = 0.0;
 };
 
-std::vector<ReferenceCheck> live_checks(const LiveRun& run, const EngineCalibration* calibration,
+std::vector<ReferenceCheck> live_checks(const LiveRun& run, std::size_t index,
+                                        const EngineCalibration* calibration,
                                         const config::ConfigLoader& loader) {
   const config::LiveMeasurement& m = *run.file;
   std::optional<serving::SimulationReport> report;
@@ -439,7 +453,7 @@ std::vector<ReferenceCheck> live_checks(const LiveRun& run, const EngineCalibrat
     check.projected = *value;
     check.relative_error = relative_error(check.projected, check.measured);
     if (figure.metric == "tpot_mean_ms" && calibration != nullptr) {
-      check.calibrated = calibration->id == id;
+      check.calibrated = calibration->file == index;
       check.note = "engine +" + format_fixed(calibration->overhead_us / 1e3, 3) +
                    " ms per step, from " + calibration->id;
     }
@@ -478,50 +492,63 @@ bool is_live_measurement(std::string_view text) {
 
 std::vector<ReferenceCheck> check_measurement_files(const std::vector<std::string>& paths,
                                                     const config::ConfigLoader& loader) {
+  // Every file is read before any is compared, but a file's error is reported in file order:
+  // the first bad file's, as when they were read one by one.
   std::vector<std::unique_ptr<LiveRun>> live(paths.size());
+  std::vector<std::exception_ptr> failed(paths.size());
   for (std::size_t i = 0; i < paths.size(); ++i) {
-    const std::string text = read_measurement(paths[i]);
-    if (is_live_measurement(text)) {
-      live[i] = read_live(paths[i], text, loader);
+    try {
+      const std::string text = read_measurement(paths[i]);
+      if (is_live_measurement(text)) {
+        live[i] = read_live(paths[i], text, loader);
+      }
+    } catch (...) {
+      failed[i] = std::current_exception();
     }
   }
-  // Each engine's calibration, from the first full-cache run of it whose times are compared.
-  std::map<std::string, EngineCalibration> calibrations;
-  for (const auto& run : live) {
-    if (run == nullptr || !times_compared(*run) || run->file->policy() != "full" ||
+  // Each engine's calibration, from its first full-cache run whose times are compared (none
+  // when that run was faster than the model: a step cannot take negative time).
+  std::map<std::string, std::optional<EngineCalibration>> calibrations;
+  for (std::size_t i = 0; i < paths.size(); ++i) {
+    const LiveRun* run = live[i].get();
+    if (run == nullptr || !times_compared(*run) || (*run->file).policy() != "full" ||
         calibrations.contains(twin_key(*run))) {
       continue;
     }
-    const serving::SimulationReport report =
-        simulate(run->file, run->model, run->trace, *run->node, 0.0, loader);
-    const std::optional<double> model_ms = projected(report, "tpot_mean_ms");
-    // An engine faster than the model is left uncalibrated: a step cannot take negative time.
-    const double gap_us = model_ms ? (measured(*run->file, "tpot_mean_ms") - *model_ms) * 1e3 : 0.0;
-    if (gap_us > 0.0) {
-      calibrations[twin_key(*run)] = EngineCalibration{id_of(*run), gap_us};
+    std::optional<EngineCalibration>& calibration = calibrations[twin_key(*run)];
+    try {
+      const serving::SimulationReport report =
+          simulate(run->file, run->model, run->trace, run->node.value(), 0.0, loader);
+      const std::optional<double> model_ms = projected(report, "tpot_mean_ms");
+      const double gap_us =
+          model_ms ? (measured(*run->file, "tpot_mean_ms") - *model_ms) * 1e3 : 0.0;
+      if (gap_us > 0.0) {
+        calibration = EngineCalibration{i, id_of(*run), gap_us};
+      }
+    } catch (...) {
+      failed[i] = std::current_exception();
     }
   }
   std::vector<ReferenceCheck> checks;
   for (std::size_t i = 0; i < paths.size(); ++i) {
+    if (failed[i]) {
+      std::rethrow_exception(failed[i]);
+    }
     std::vector<ReferenceCheck> file_checks;
     if (live[i] == nullptr) {
       file_checks = check_reference(paths[i], loader);
     } else {
       const auto found =
           times_compared(*live[i]) ? calibrations.find(twin_key(*live[i])) : calibrations.end();
-      file_checks =
-          live_checks(*live[i], found == calibrations.end() ? nullptr : &found->second, loader);
+      const EngineCalibration* calibration =
+          found == calibrations.end() || !found->second ? nullptr : &*found->second;
+      file_checks = live_checks(*live[i], i, calibration, loader);
     }
     for (ReferenceCheck& check : file_checks) {
       checks.push_back(std::move(check));
     }
   }
   return checks;
-}
-
-std::vector<ReferenceCheck> check_measurement_file(const std::string& path,
-                                                   const config::ConfigLoader& loader) {
-  return check_measurement_files({path}, loader);
 }
 
 }  // namespace kvtier::validation
