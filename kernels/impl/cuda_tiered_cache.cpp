@@ -81,6 +81,8 @@ class CudaTieredCache final : public LiveKvCache, public DeviceKeyValueStore {
   void timed(CopyCounter& counter, Enqueue&& enqueue);
   void launched(cudaError_t status, const char* kernel) const;
   void ensure_host_tiers();
+  // Pins T1 and/or T2 where asked and not yet pinned.
+  void pin_host_tiers(bool t1, bool t2);
   void ensure_staging(std::uint64_t persistent, std::uint64_t region);
   void write_plan(int layer, const StagePlan& plan);
   void stage(int layer);
@@ -177,12 +179,7 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
   plans_host_ = PinnedMemory(static_cast<std::size_t>(layers_) * plan_stride_ * 4, check_);
   plans_device_ = DeviceMemory(static_cast<std::size_t>(layers_) * plan_stride_ * 4, check_);
   moves_ = PinnedMemory(static_cast<std::size_t>(2 * token_layers) * 4, check_, kMappedHost);
-  if (options.reserve_t1) {
-    t1_ = PinnedMemory(token_layers * slot_bytes_, check_, kMappedHost);
-  }
-  if (options.reserve_t2) {
-    t2_ = PinnedMemory(token_layers * book_.compressed_token_bytes(), check_, kMappedHost);
-  }
+  pin_host_tiers(options.reserve_t1, options.reserve_t2);
   stage_plans_.resize(static_cast<std::size_t>(layers_));
   layer_plans_.resize(static_cast<std::size_t>(layers_));
   for (int l = 0; l < layers_; ++l) {
@@ -235,15 +232,20 @@ cuda::SlotBatch CudaTieredCache::make_batch(const void* source, void* target,
 }
 
 void CudaTieredCache::ensure_host_tiers() {
-  // Sized once for every token-layer of the run: a host tier never moves while copies use it.
   const std::uint64_t slots = max_positions_ * static_cast<std::uint64_t>(layers_);
   if (book_.t1_capacity() > slots || book_.t2_capacity() > slots) {
     throw std::logic_error("CUDA tiered cache: more host slots than token-layers");
   }
-  if (book_.t1_capacity() > 0 && t1_.get() == nullptr) {
+  pin_host_tiers(book_.t1_capacity() > 0, book_.t2_capacity() > 0);
+}
+
+void CudaTieredCache::pin_host_tiers(bool t1, bool t2) {
+  // Sized once for every token-layer of the run: a host tier never moves while copies use it.
+  const std::uint64_t slots = max_positions_ * static_cast<std::uint64_t>(layers_);
+  if (t1 && t1_.get() == nullptr) {
     t1_ = PinnedMemory(slots * slot_bytes_, check_, kMappedHost);
   }
-  if (book_.t2_capacity() > 0 && t2_.get() == nullptr) {
+  if (t2 && t2_.get() == nullptr) {
     t2_ = PinnedMemory(slots * book_.compressed_token_bytes(), check_, kMappedHost);
   }
 }

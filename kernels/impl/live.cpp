@@ -4,18 +4,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <exception>
 #include <limits>
-#include <map>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
 
 #include "common/errors.hpp"
 #include "replay/engine.hpp"
+#include "replay/parameters.hpp"
 #include "replay/policy.hpp"
 #include "replay/registry.hpp"
 
@@ -128,29 +126,23 @@ PrefetchMode prefetch_of(const std::string& canonical) {
 // `tiered` offloads below hbm=1, to T2 the compress share and to T1 the rest; `monarch` pages
 // cold tokens to T2; the others keep or evict.
 std::pair<bool, bool> host_tiers_of(const std::string& canonical) {
-  const auto colon = canonical.find(':');
-  const std::string name = canonical.substr(0, colon);
-  std::map<std::string, double, std::less<>> parameters;
-  if (colon != std::string::npos) {
-    std::istringstream items(canonical.substr(colon + 1));
-    for (std::string item; std::getline(items, item, ',');) {
-      const auto equals = item.find('=');
-      if (equals != std::string::npos) {
-        // A value that is not a number reads as 0 (no parameter read here is one).
-        parameters[item.substr(0, equals)] = std::strtod(item.c_str() + equals + 1, nullptr);
+  const config::PolicySpec policy = replay::parse_policy_string(canonical);
+  const auto value = [&](const char* key, double otherwise) {
+    for (const config::PolicyParam& param : policy.param()) {
+      if (param.name() == key) {
+        return param.has_integer()  ? static_cast<double>(param.integer())
+               : param.has_number() ? param.number()
+                                    : otherwise;
       }
     }
-  }
-  const auto value = [&](const char* key, double otherwise) {
-    const auto found = parameters.find(key);
-    return found == parameters.end() ? otherwise : found->second;
+    return otherwise;
   };
-  if (name == "tiered") {
+  if (policy.name() == "tiered") {
     const bool offloads = value("hbm", 1.0) < 1.0;
     const double compress = value("compress", 0.0);
     return {offloads && compress < 1.0, offloads && compress > 0.0};
   }
-  return {false, name == "monarch"};
+  return {false, policy.name() == "monarch"};
 }
 
 }  // namespace

@@ -240,6 +240,19 @@ std::vector<std::int32_t> observed_run(kk::Engine& engine, std::span<const std::
   return tokens;
 }
 
+// Teacher-forced through `tokens` (another engine's run), observed: prefills the first
+// `prompt` tokens and decodes the rest, so that both engines see the same positions.
+void forced_observed_run(kk::Engine& engine, std::span<const std::int32_t> tokens,
+                         std::size_t prompt, kk::ForwardObserver& observer) {
+  engine.reset();
+  engine.set_observer(&observer);
+  static_cast<void>(engine.prefill(tokens.first(prompt)));
+  for (std::size_t i = prompt; i < tokens.size(); ++i) {
+    static_cast<void>(engine.decode(tokens[i]));
+  }
+  engine.set_observer(nullptr);
+}
+
 std::vector<std::int32_t> greedy(kk::Engine& engine, std::span<const std::int32_t> prompt,
                                  int new_tokens) {
   kk::GenerationOptions generation;
@@ -295,14 +308,7 @@ TEST_CASE("stories260K in BF16 and FP16 stays close to the CPU engine", "[kernel
   Recording cpu_calls;
   Recording cuda_calls;
   const std::vector<std::int32_t> tokens = observed_run(*cpu, stories_prompt(), 4, cpu_calls);
-  // Teacher-forced through the same tokens so that both see the same positions.
-  bf16->reset();
-  bf16->set_observer(&cuda_calls);
-  static_cast<void>(bf16->prefill(std::span<const std::int32_t>(tokens).first(tokens.size() - 4)));
-  for (std::size_t i = tokens.size() - 4; i < tokens.size(); ++i) {
-    static_cast<void>(bf16->decode(tokens[i]));
-  }
-  bf16->set_observer(nullptr);
+  forced_observed_run(*bf16, tokens, tokens.size() - 4, cuda_calls);
   check_observations(cpu_calls, cuda_calls, 0.05, 0.05, false);
 }
 
@@ -563,14 +569,7 @@ TEST_CASE("the split-key attention path gives the CPU engine's tokens, logits an
     Recording cpu_calls;
     Recording cuda_calls;
     const std::vector<std::int32_t> tokens = observed_run(*cpu, stories_prompt(), 70, cpu_calls);
-    bf16->reset();
-    bf16->set_observer(&cuda_calls);
-    static_cast<void>(
-        bf16->prefill(std::span<const std::int32_t>(tokens).first(stories_prompt().size())));
-    for (std::size_t i = stories_prompt().size(); i < tokens.size(); ++i) {
-      static_cast<void>(bf16->decode(tokens[i]));
-    }
-    bf16->set_observer(nullptr);
+    forced_observed_run(*bf16, tokens, stories_prompt().size(), cuda_calls);
     check_observations(cpu_calls, cuda_calls, 0.05, 0.05, false);
   }
 }
