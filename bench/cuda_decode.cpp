@@ -21,11 +21,12 @@
 // - alternatives: the decode steps alone again on engines that differ from the default in one
 //   kernel, timed right after the default engine's in every repeat so that load affects all
 //   alike: `per_head_*` with the per-head attention kernel (CudaAttention::kPerHead),
-//   `warp_rows_*` with the warp-per-row GEMM (CudaGemm::kWarpRows); for each, how many greedy
-//   tokens it decodes as the default engine before they first differ (BF16 rounding may flip a
-//   near tie of random weights' flat logits; a difference from the first step would point at a
-//   bug). Every other figure is the default engine's (its kernels named by `attention` and
-//   `gemm`).
+//   `warp_rows_*` with the warp-per-row GEMM (CudaGemm::kWarpRows), `graphs_*` with decode
+//   steps replayed from a CUDA graph (CudaGraphs::kDecode), `graphs_warp_rows_*` with both;
+//   for each, how many greedy tokens it decodes as the default engine before they first differ
+//   (BF16 rounding may flip a near tie of random weights' flat logits; a difference from the
+//   first step would point at a bug). Every other figure is
+//   the default engine's (its kernels named by `attention`, `gemm` and `graphs`).
 // The roofline is tokens/s = bandwidth / (weight bytes + mean KV bytes read per step), for the
 // HBM's peak bandwidth (from the device's memory clock and bus width) and for the bandwidth a
 // large device-to-device copy reaches. Prints one JSON line.
@@ -194,15 +195,11 @@ int main(int argc, char** argv) {
     auto start = Clock::now();
     const auto weights = std::make_shared<const kk::ModelWeights>(random_7b(layers));
     const double build_seconds = seconds_since(start);
-    const auto engine_with = [&](kk::ObserverRows rows,
-                                 kk::CudaAttention attention = kk::CudaEngineOptions{}.attention,
-                                 kk::CudaGemm gemm = kk::CudaEngineOptions{}.gemm) {
-      kk::CudaEngineOptions options;
+    // The default engine's options but for `options`' kernels and graphs.
+    const auto engine_with = [&](kk::ObserverRows rows, kk::CudaEngineOptions options = {}) {
       options.device = device;
       options.dtype = kk::CudaComputeDtype::kBF16;
       options.observer_rows = rows;
-      options.attention = attention;
-      options.gemm = gemm;
       return kk::make_cuda_engine(weights, options);
     };
     start = Clock::now();
@@ -243,19 +240,28 @@ int main(int argc, char** argv) {
       std::string failure;
     };
     std::vector<Alternative> alternatives;
-    const auto add_alternative = [&](const std::string& name, kk::CudaAttention attention,
-                                     kk::CudaGemm gemm) {
+    const auto add_alternative = [&](const std::string& name,
+                                     const kk::CudaEngineOptions& options) {
       Alternative& alternative = alternatives.emplace_back();
       alternative.name = name;
       alternative.agreement = steps;
       try {
-        alternative.engine = engine_with(kk::ObserverRows::kPerHead, attention, gemm);
+        alternative.engine = engine_with(kk::ObserverRows::kPerHead, options);
       } catch (const std::exception& error) {
         alternative.failure = error.what();
       }
     };
-    add_alternative("per_head", kk::CudaAttention::kPerHead, kk::CudaEngineOptions{}.gemm);
-    add_alternative("warp_rows", kk::CudaEngineOptions{}.attention, kk::CudaGemm::kWarpRows);
+    kk::CudaEngineOptions per_head;
+    per_head.attention = kk::CudaAttention::kPerHead;
+    add_alternative("per_head", per_head);
+    kk::CudaEngineOptions warp_rows;
+    warp_rows.gemm = kk::CudaGemm::kWarpRows;
+    add_alternative("warp_rows", warp_rows);
+    kk::CudaEngineOptions graphs;
+    graphs.graphs = kk::CudaGraphs::kDecode;
+    add_alternative("graphs", graphs);
+    graphs.gemm = kk::CudaGemm::kWarpRows;
+    add_alternative("graphs_warp_rows", graphs);
     // Prefills, then times `steps` greedy decode steps; the tokens go to `decoded`.
     const auto decode_alone = [&](kk::Engine& on, std::vector<std::int32_t>& decoded) {
       on.reset();
@@ -359,7 +365,8 @@ int main(int argc, char** argv) {
     std::cout << "{\"bench\":\"cuda_decode\",\"model\":\"" << weights->spec.name()
               << "\",\"layers\":" << layers << ",\"dtype\":\"bf16\",\"attention\":\""
               << kk::cuda_attention_name(kk::CudaEngineOptions{}.attention) << "\",\"gemm\":\""
-              << kk::cuda_gemm_name(kk::CudaEngineOptions{}.gemm) << "\",\"device\":\""
+              << kk::cuda_gemm_name(kk::CudaEngineOptions{}.gemm) << "\",\"graphs\":\""
+              << kk::cuda_graphs_name(kk::CudaEngineOptions{}.graphs) << "\",\"device\":\""
               << properties.name << "\",\"prompt_tokens\":" << prompt_tokens
               << ",\"steps\":" << steps << ",\"repeats\":" << repeats
               << ",\"weight_bytes\":" << weight_bytes << ",\"mean_kv_bytes_per_step\":" << kv_bytes

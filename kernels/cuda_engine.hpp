@@ -73,6 +73,17 @@ enum class CudaGemm {
 };
 inline constexpr int kCudaWarpRowsMaxRows = 8;
 
+// Whether decode steps are replayed from a CUDA graph (docs/ENGINE.md, "Decode graphs").
+enum class CudaGraphs {
+  // Every kernel launched from the host, every call.
+  kOff,
+  // A decode step (one token) with no observer and no device KV store is captured once into a
+  // graph and replayed, its token and position read from device memory, until a buffer it
+  // uses is reallocated (the KV cache grows geometrically); then it is captured again. Other
+  // calls launch as kOff. The same kernels, launches and results as kOff.
+  kDecode,
+};
+
 struct CudaEngineOptions {
   int device = 0;  // CUDA device index
   CudaComputeDtype dtype = CudaComputeDtype::kBF16;
@@ -83,6 +94,8 @@ struct CudaEngineOptions {
   CudaAttention attention = CudaAttention::kSplitKeys;
   // cuBLAS by default until the warp-per-row kernel has run on a GPU.
   CudaGemm gemm = CudaGemm::kCublas;
+  // Off by default until decode graphs have run on a GPU.
+  CudaGraphs graphs = CudaGraphs::kOff;
   // Pinned host memory the observed rows are staged in; a larger ring lets the observer fall
   // further behind before decoding waits for it. Grown when one layer's rows need more.
   std::size_t observer_ring_bytes = std::size_t{256} << 20U;
@@ -97,6 +110,11 @@ struct CudaEngineOptions {
 // "cublas" or "warp-rows", as `--cuda-gemm` spells them.
 [[nodiscard]] constexpr std::string_view cuda_gemm_name(CudaGemm gemm) {
   return gemm == CudaGemm::kWarpRows ? "warp-rows" : "cublas";
+}
+
+// "off" or "decode", as `--cuda-graphs` spells them.
+[[nodiscard]] constexpr std::string_view cuda_graphs_name(CudaGraphs graphs) {
+  return graphs == CudaGraphs::kDecode ? "decode" : "off";
 }
 
 // Uploads `weights` to the device and returns an engine (backend() "cuda"). Throws ConfigError

@@ -308,7 +308,7 @@ if [ "$built" -eq 1 ]; then
 
   bench_args="${KVTIER_BENCH_ARGS:-512 256 3}"
   # shellcheck disable=SC2086  # the arguments are words
-  if run bench-cuda-decode 170 "$bin/kvtier_bench_cuda_decode" $bench_args "$OUT"; then
+  if run bench-cuda-decode 200 "$bin/kvtier_bench_cuda_decode" $bench_args "$OUT"; then
     line="$(grep -E '^\{"bench"' "$OUT/bench-cuda-decode.log" | tail -n 1 || true)"
     if [ -n "$line" ]; then
       printf '{"step":"bench-cuda-decode-result",%s,"result":%s}\n' "$provenance" "$line" \

@@ -49,12 +49,15 @@ struct ServingTotals {
   double hbm_bytes = 0.0;           // per GPU
   double interconnect_bytes = 0.0;  // per GPU, sent
   // With a tier policy (per GPU): bytes prefetched host -> GPU and offloaded GPU -> host,
-  // busy time of each copy engine, and time layers waited for their prefetch.
+  // busy time of each copy engine, time layers waited for their prefetch, and all the time
+  // iterations spent on copies beyond their compute: that stall plus offloads that outlast the
+  // layers (copy engines) or follow them (SM kernels).
   double h2d_bytes = 0.0;
   double d2h_bytes = 0.0;
   sim::Tick h2d_busy;
   sim::Tick d2h_busy;
   sim::Tick prefetch_stall;
+  sim::Tick copy_wait;
 };
 
 class ServingEngine {

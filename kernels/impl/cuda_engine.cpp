@@ -10,9 +10,9 @@
 //   gate/up GEMM → SwiGLU → down GEMM (+residual) → final RMSNorm of the last row → LM head.
 // GEMMs are cublasGemmEx in the compute dtype with float32 accumulation and float32 outputs (or,
 // with CudaGemm::kWarpRows, calls of at most kCudaWarpRowsMaxRows rows run impl/cuda_gemv.cu).
-// With an observer, each layer's keys/values, queries and probabilities (per head, or their head
-// mean reduced on the device) are copied asynchronously into a pinned host ring, and a delivery
-// thread calls the observer once each copy's event has completed (observer_delivery.hpp).
+// With an observer, what it is shown is copied out as the pass runs (impl/cuda_engine_observe.cpp).
+// With CudaGraphs::kDecode, a decode step without observer or device store is replayed from a
+// CUDA graph (impl/cuda_graph.hpp), its token and position read from device memory.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -30,17 +30,11 @@
 
 #include "common/errors.hpp"
 #include "kernels/cuda_engine.hpp"
-#include "kernels/impl/cuda_handles.hpp"
-#include "kernels/impl/cuda_kernels.cuh"
-#include "kernels/impl/observer_delivery.hpp"
+#include "kernels/impl/cuda_engine_impl.hpp"
 #include "kernels/rotary.hpp"
 
-namespace kvtier::kernels {
+namespace kvtier::kernels::detail {
 namespace {
-
-using cuda::device_dtype;
-using cuda::Dtype;
-using cuda::dtype_bytes;
 
 // Floats of attention probabilities a call keeps on the device at once without an observer
 // (128 MiB); longer prompts run their attention in chunks of query rows.
@@ -48,14 +42,6 @@ constexpr std::int64_t kAttentionScratchFloats = std::int64_t{32} << 20U;
 // Floats converted per upload step (64 MiB of float32 staging on the device).
 constexpr std::int64_t kUploadStagingFloats = std::int64_t{16} << 20U;
 constexpr int kMaxHeadDim = 1024;
-
-using cuda::Checker;
-using cuda::Cublas;
-using cuda::DeviceMemory;
-using cuda::EventPool;
-using cuda::PinnedMemory;
-using cuda::size_text;
-using cuda::Stream;
 
 cudaDataType cublas_type(Dtype dtype) {
   switch (dtype) {
@@ -77,143 +63,19 @@ void require_shape(const WeightTensor& weight, std::int64_t rows, std::int64_t c
   }
 }
 
-// A run of query rows whose attention is computed (and observed) together.
-struct Chunk {
-  int first_row = 0;
-  int rows = 0;
-  std::int64_t keys = 0;  // sum of the rows' key counts
-};
+// cuBLAS's workspace under graph capture, which must not allocate: NVIDIA's recommended size
+// on Hopper (the cuBLAS documentation, cublasSetWorkspace).
+constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20U;
 
-class CudaEngine final : public Engine {
- public:
-  CudaEngine(std::shared_ptr<const ModelWeights> weights, const CudaEngineOptions& options);
-  CudaEngine(const CudaEngine&) = delete;
-  CudaEngine& operator=(const CudaEngine&) = delete;
-  CudaEngine(CudaEngine&&) = delete;
-  CudaEngine& operator=(CudaEngine&&) = delete;
-  ~CudaEngine() override;
-
-  [[nodiscard]] const config::ModelSpec& spec() const override { return spec_; }
-  [[nodiscard]] std::string_view backend() const override { return "cuda"; }
-  [[nodiscard]] int position() const override { return position_; }
-
-  std::span<const float> prefill(std::span<const std::int32_t> tokens) override {
-    return run(tokens, true);
+// Replaces `memory` by at least `bytes` (at least twice its size: grown geometrically, as
+// cudaFree synchronises) when it holds fewer.
+void grow(DeviceMemory& memory, std::size_t bytes, const Checker& check) {
+  if (bytes > memory.bytes()) {
+    memory = DeviceMemory(std::max(bytes, 2 * memory.bytes()), check);
   }
-  std::span<const float> decode(std::int32_t token) override { return run({&token, 1}, false); }
-  void reset() override;
-  void reserve(int positions) override;
-  void set_observer(ForwardObserver* observer) override;
-  void set_device_kv_store(DeviceKeyValueStore* store) override {
-    select_device();
-    device_store_ = store;
-  }
-  [[nodiscard]] const CudaEngineOptions& options() const { return options_; }
-  [[nodiscard]] std::uint64_t weight_bytes() const { return weight_bytes_; }
+}
 
- private:
-  struct Layer {
-    DeviceMemory attention_norm;  // float32 [hidden]
-    DeviceMemory qkv;             // [q_width + 2 kv_width, hidden]: wq, wk, wv
-    DeviceMemory qkv_bias;        // float32 [qkv_width] (Qwen2) or empty
-    DeviceMemory q_norm;          // float32 [head_dim] (Qwen3) or empty
-    DeviceMemory k_norm;
-    DeviceMemory wo;        // [hidden, q_width]
-    DeviceMemory mlp_norm;  // float32 [hidden]
-    DeviceMemory gate_up;   // [2 intermediate, hidden]: w_gate, w_up
-    DeviceMemory down;      // [hidden, intermediate]
-    DeviceMemory keys;      // KV cache [capacity][kv_width]
-    DeviceMemory values;
-  };
-
-  void select_device() const { check_(cudaSetDevice(device_), "cudaSetDevice"); }
-  // Checks a kernel launch (or cuBLAS call) named `what`; with KVTIER_CUDA_CHECK_KERNELS set in the
-  // environment also waits for it, so that a fault is reported by the kernel that caused it
-  // rather than by the next synchronisation (for diagnosis; slow).
-  void launched(cudaError_t status, const std::string& what) const;
-  void upload_weights();
-  DeviceMemory upload_vector(const WeightTensor& weight, std::int64_t size);
-  void upload_matrix(const WeightTensor& weight, std::int64_t rows, std::int64_t cols,
-                     void* destination, DeviceMemory& staging);
-
-  std::span<const float> run(std::span<const std::int32_t> tokens, bool prefill);
-  std::span<const float> forward(std::span<const std::int32_t> tokens, bool prefill);
-  void check_input(std::span<const std::int32_t> tokens) const;
-  void report_observer_failure();
-  void abandon_deliveries() noexcept;
-  void ensure_cache(int positions);
-  void ensure_rows(int rows);
-  [[nodiscard]] std::vector<Chunk> plan_chunks(int rows, bool observed) const;
-  [[nodiscard]] bool splits_keys(const Chunk& chunk) const {
-    return options_.attention == CudaAttention::kSplitKeys && chunk.rows <= kCudaSplitKeysMaxRows;
-  }
-  void ensure_ring(std::size_t bytes);
-
-  void gemm(const void* weight, int out_features, int in_features, const void* input, int rows,
-            float* output, bool accumulate);
-  void observe_key_values(ForwardObserver* observer, int layer, int rows);
-  void observe_attention(ForwardObserver* observer, int layer, const Chunk& chunk, bool prefill);
-  [[nodiscard]] std::byte* stage(std::size_t bytes, std::size_t& offset);
-  void push_record(cudaEvent_t event, std::function<void()> deliver);
-
-  std::shared_ptr<const ModelWeights> weights_;
-  const config::ModelSpec& spec_;
-  CudaEngineOptions options_;
-  int device_;
-  Checker check_;
-  Dtype dtype_;
-  int hidden_;
-  int heads_;
-  int kv_heads_;
-  int head_dim_;
-  int q_width_;    // heads * head_dim
-  int kv_width_;   // kv_heads * head_dim
-  int qkv_width_;  // q_width + 2 kv_width
-  int intermediate_;
-  int vocab_;
-  int layers_count_;
-  int max_positions_;
-  int window_;
-  float eps_;
-  float scale_;
-  bool tied_;
-  bool check_kernels_;  // KVTIER_CUDA_CHECK_KERNELS
-
-  std::uint64_t weight_bytes_ = 0;  // weight matrices and embeddings on the device
-  ForwardObserver* observer_ = nullptr;
-  DeviceKeyValueStore* device_store_ = nullptr;  // the live tiered cache, when attached
-  int position_ = 0;
-  int capacity_ = 0;  // KV cache positions
-  int row_capacity_ = 0;
-
-  // Declared in teardown order: the delivery queue (last) stops before anything it uses goes.
-  Stream stream_;
-  Cublas cublas_;
-  std::vector<Layer> layers_;
-  DeviceMemory embedding_;
-  DeviceMemory lm_head_;  // empty when tied to the embedding
-  DeviceMemory final_norm_;
-  DeviceMemory inverse_frequency_;
-  // Scratch for the rows of one call.
-  DeviceMemory tokens_;
-  DeviceMemory x_;              // float32 [rows][hidden], the residual stream
-  DeviceMemory normed_;         // [rows][hidden]
-  DeviceMemory qkv_;            // float32 [rows][qkv_width]
-  DeviceMemory attention_out_;  // [rows][q_width]
-  DeviceMemory gate_up_;        // float32 [rows][2 intermediate]
-  DeviceMemory activation_;     // [rows][intermediate]
-  DeviceMemory probabilities_;  // float32, packed per head (cuda_kernels.cuh)
-  DeviceMemory mean_;           // float32, packed head means
-  DeviceMemory split_scratch_;  // float32 chunk records of the split-key attention path
-  DeviceMemory logits_;         // float32 [vocab]
-  PinnedMemory tokens_host_;
-  PinnedMemory logits_host_;
-  EventPool events_;
-  PinnedMemory ring_memory_;
-  detail::StagingRing ring_{0};
-  std::vector<float> broadcast_;  // the delivery thread's head-mean rows, one per head
-  std::unique_ptr<detail::DeliveryQueue> delivery_;
-};
+}  // namespace
 
 CudaEngine::CudaEngine(std::shared_ptr<const ModelWeights> weights,
                        const CudaEngineOptions& options)
@@ -254,6 +116,13 @@ CudaEngine::CudaEngine(std::shared_ptr<const ModelWeights> weights,
                     weights_->source);
   }
   upload_weights();
+  if (options_.graphs == CudaGraphs::kDecode) {
+    cublas_workspace_ = DeviceMemory(kCublasWorkspaceBytes, check_);
+    check_(cublasSetWorkspace(cublas_.get(), cublas_workspace_.get(), cublas_workspace_.bytes()),
+           "cublasSetWorkspace");
+    step_ = DeviceMemory(2 * sizeof(std::int32_t), check_);
+    step_host_ = PinnedMemory(2 * sizeof(std::int32_t), check_);
+  }
   logits_ = DeviceMemory(static_cast<std::size_t>(vocab_) * sizeof(float), check_);
   logits_host_ = PinnedMemory(static_cast<std::size_t>(vocab_) * sizeof(float), check_);
   check_(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (weight upload)");
@@ -418,24 +287,6 @@ void CudaEngine::check_input(std::span<const std::int32_t> tokens) const {
   }
 }
 
-void CudaEngine::report_observer_failure() {
-  if (delivery_->failed()) {
-    // Nothing more reaches the observer once its failure leaves the engine.
-    delivery_->discard_pending();
-    delivery_->rethrow_if_failed();
-  }
-}
-
-void CudaEngine::abandon_deliveries() noexcept {
-  try {
-    delivery_->discard_pending();
-    // A record staged but never queued (a copy failed) still holds its range.
-    ring_.clear();
-  } catch (...) {
-    // Only reachable through a broken invariant; the exception being thrown says more.
-  }
-}
-
 void CudaEngine::reset() {
   select_device();
   position_ = 0;
@@ -445,19 +296,6 @@ void CudaEngine::reset() {
 void CudaEngine::reserve(int positions) {
   select_device();
   ensure_cache(std::min(positions, max_positions_));
-}
-
-void CudaEngine::set_observer(ForwardObserver* observer) {
-  select_device();
-  observer_ = observer;
-  if (std::uncaught_exceptions() > 0) {
-    // Detaching while an exception unwinds (capture_trace's scope guard): the observer may be
-    // gone already, so nothing pending is delivered, and nothing is thrown.
-    delivery_->discard_pending();
-    delivery_->forget_failure();
-    return;
-  }
-  delivery_->flush();
 }
 
 void CudaEngine::ensure_cache(int positions) {
@@ -531,162 +369,6 @@ std::vector<Chunk> CudaEngine::plan_chunks(int rows, bool observed) const {
   return chunks;
 }
 
-void CudaEngine::ensure_ring(std::size_t bytes) {
-  if (ring_memory_.get() != nullptr && bytes <= ring_memory_.bytes()) {
-    return;
-  }
-  // Only while nothing is in flight: records point into the old memory.
-  delivery_->wait_idle();
-  const std::size_t capacity =
-      std::max({bytes, options_.observer_ring_bytes, 2 * ring_.capacity()});
-  ring_memory_ = PinnedMemory();
-  ring_memory_ = PinnedMemory(capacity, check_);
-  ring_.resize(capacity);
-}
-
-std::byte* CudaEngine::stage(std::size_t bytes, std::size_t& offset) {
-  if (bytes > ring_.capacity()) {
-    ensure_ring(bytes);
-  }
-  offset = ring_.acquire(bytes);
-  return ring_memory_.get() + offset;
-}
-
-void CudaEngine::push_record(cudaEvent_t event, std::function<void()> deliver) {
-  detail::DeliveryQueue::Job job;
-  const Checker check = check_;
-  job.wait = [event, check] { check(cudaEventSynchronize(event), "cudaEventSynchronize"); };
-  job.deliver = std::move(deliver);
-  job.release = [this, event]() noexcept {
-    try {
-      ring_.release();
-    } catch (...) {  // NOLINT(bugprone-empty-catch): only after ring_.clear(); nothing to free
-    }
-    events_.give_back(event);
-  };
-  delivery_->push(std::move(job));
-}
-
-void CudaEngine::observe_key_values(ForwardObserver* observer, int layer, int rows) {
-  const std::size_t row_bytes = 2 * static_cast<std::size_t>(kv_width_) * sizeof(float);
-  const int per_record =
-      static_cast<int>(std::max<std::size_t>(1, (ring_.capacity() / 4) / row_bytes));
-  for (int first = 0; first < rows; first += per_record) {
-    const int count = std::min(per_record, rows - first);
-    std::size_t offset = 0;
-    auto* host =
-        reinterpret_cast<float*>(stage(row_bytes * static_cast<std::size_t>(count), offset));
-    const std::size_t width = static_cast<std::size_t>(kv_width_) * sizeof(float);
-    const float* source =
-        qkv_.floats() + static_cast<std::ptrdiff_t>(first) * qkv_width_ + q_width_;
-    const cudaEvent_t event = events_.take();
-    try {
-      check_(
-          cudaMemcpy2DAsync(host, width, source, static_cast<std::size_t>(qkv_width_) * 4, width,
-                            static_cast<std::size_t>(count), cudaMemcpyDeviceToHost, stream_.get()),
-          "cudaMemcpy2DAsync (observed keys)");
-      check_(
-          cudaMemcpy2DAsync(host + static_cast<std::ptrdiff_t>(count) * kv_width_, width,
-                            source + kv_width_, static_cast<std::size_t>(qkv_width_) * 4, width,
-                            static_cast<std::size_t>(count), cudaMemcpyDeviceToHost, stream_.get()),
-          "cudaMemcpy2DAsync (observed values)");
-      check_(cudaEventRecord(event, stream_.get()), "cudaEventRecord");
-    } catch (...) {
-      events_.give_back(event);
-      throw;
-    }
-    const int first_position = position_ + first;
-    const int kv_heads = kv_heads_;
-    const int head_dim = head_dim_;
-    const int kv_width = kv_width_;
-    push_record(event, [=] {
-      const auto width_floats = static_cast<std::size_t>(kv_width);
-      for (int row = 0; row < count; ++row) {
-        const float* keys = host + static_cast<std::ptrdiff_t>(row) * kv_width;
-        const float* values = keys + static_cast<std::ptrdiff_t>(count) * kv_width;
-        observer->on_key_value({layer,
-                                first_position + row,
-                                kv_heads,
-                                head_dim,
-                                {keys, width_floats},
-                                {values, width_floats}});
-      }
-    });
-  }
-}
-
-void CudaEngine::observe_attention(ForwardObserver* observer, int layer, const Chunk& chunk,
-                                   bool prefill) {
-  const bool mean = options_.observer_rows == ObserverRows::kHeadMean;
-  const int first_position = position_ + chunk.first_row;
-  const std::size_t query_floats = static_cast<std::size_t>(chunk.rows) * q_width_;
-  const std::size_t probability_floats =
-      static_cast<std::size_t>(chunk.keys) * (mean ? 1U : static_cast<std::size_t>(heads_));
-  if (mean) {
-    launched(cuda::launch_head_mean(probabilities_.floats(), mean_.floats(), chunk.rows, heads_,
-                                    first_position, window_, stream_.get()),
-             "head mean kernel");
-  }
-  std::size_t offset = 0;
-  auto* host = reinterpret_cast<float*>(stage((query_floats + probability_floats) * 4, offset));
-  const cudaEvent_t event = events_.take();
-  try {
-    const std::size_t width = static_cast<std::size_t>(q_width_) * 4;
-    check_(
-        cudaMemcpy2DAsync(
-            host, width, qkv_.floats() + static_cast<std::ptrdiff_t>(chunk.first_row) * qkv_width_,
-            static_cast<std::size_t>(qkv_width_) * 4, width, static_cast<std::size_t>(chunk.rows),
-            cudaMemcpyDeviceToHost, stream_.get()),
-        "cudaMemcpy2DAsync (observed queries)");
-    check_(cudaMemcpyAsync(host + query_floats, mean ? mean_.get() : probabilities_.get(),
-                           probability_floats * 4, cudaMemcpyDeviceToHost, stream_.get()),
-           "cudaMemcpyAsync (observed probabilities)");
-    check_(cudaEventRecord(event, stream_.get()), "cudaEventRecord");
-  } catch (...) {
-    events_.give_back(event);
-    throw;
-  }
-  const int rows = chunk.rows;
-  const int heads = heads_;
-  const int kv_heads = kv_heads_;
-  const int head_dim = head_dim_;
-  const int q_width = q_width_;
-  const int window = window_;
-  push_record(event, [=, this] {
-    const float* probabilities = host + query_floats;
-    for (int row = 0; row < rows; ++row) {
-      const int position = first_position + row;
-      AttentionStep step;
-      step.layer = layer;
-      step.query_position = position;
-      step.prefill = prefill;
-      step.first_key_position = cuda::first_key(position, window);
-      step.key_count = position - step.first_key_position + 1;
-      step.query_heads = heads;
-      step.kv_heads = kv_heads;
-      step.head_dim = head_dim;
-      step.queries = {host + static_cast<std::ptrdiff_t>(row) * q_width,
-                      static_cast<std::size_t>(q_width)};
-      const auto keys = static_cast<std::size_t>(step.key_count);
-      const std::int64_t before = cuda::keys_before_row(row, first_position, window);
-      if (mean) {
-        // Every head's row is the mean (ObserverRows::kHeadMean).
-        const float* row_mean = probabilities + before;
-        broadcast_.resize(static_cast<std::size_t>(heads) * keys);
-        for (int head = 0; head < heads; ++head) {
-          std::copy_n(row_mean, keys,
-                      broadcast_.begin() + static_cast<std::ptrdiff_t>(head * keys));
-        }
-        step.probabilities = broadcast_;
-      } else {
-        step.probabilities = {probabilities + static_cast<std::ptrdiff_t>(heads) * before,
-                              static_cast<std::size_t>(heads) * keys};
-      }
-      observer->on_attention(step);
-    }
-  });
-}
-
 void CudaEngine::gemm(const void* weight, int out_features, int in_features, const void* input,
                       int rows, float* output, bool accumulate) {
   // Row-major output [rows, out] = X [rows, in] x W^T, W row-major [out, in]. Column-major cuBLAS
@@ -730,14 +412,18 @@ std::span<const float> CudaEngine::run(std::span<const std::int32_t> tokens, boo
 }
 
 std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens, bool prefill) {
-  cudaStream_t stream = stream_.get();
   const int rows = static_cast<int>(tokens.size());
   ForwardObserver* observer = observer_;
   DeviceKeyValueStore* store = device_store_;
+  // KVTIER_CUDA_CHECK_KERNELS waits after each launch, which a capture cannot.
+  if (options_.graphs == CudaGraphs::kDecode && rows == 1 && observer == nullptr &&
+      store == nullptr && !check_kernels_) {
+    return decode_graphed(tokens.front());
+  }
   if (store == nullptr) {
     ensure_cache(position_ + rows);
   } else {
-    store->begin_forward(position_, rows, stream);
+    store->begin_forward(position_, rows, stream_.get());
   }
   ensure_rows(rows);
   if (observer != nullptr) {
@@ -748,11 +434,8 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
   for (const Chunk& chunk : chunks) {
     most_keys = std::max(most_keys, chunk.keys);
   }
-  const auto probability_bytes = static_cast<std::size_t>(most_keys) * heads_ * 4;
-  // Decode steps need one key more each time: grown geometrically, as cudaFree synchronises.
-  if (probability_bytes > probabilities_.bytes()) {
-    probabilities_ = DeviceMemory(std::max(probability_bytes, 2 * probabilities_.bytes()), check_);
-  }
+  // Decode steps need one key more each time: grown geometrically.
+  grow(probabilities_, static_cast<std::size_t>(most_keys) * heads_ * 4, check_);
   std::int64_t split_floats = 0;
   for (const Chunk& chunk : chunks) {
     if (splits_keys(chunk)) {
@@ -761,26 +444,89 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
                                                              position_ + chunk.first_row, window_));
     }
   }
-  const auto split_bytes = static_cast<std::size_t>(split_floats) * 4;
-  if (split_bytes > split_scratch_.bytes()) {
-    split_scratch_ = DeviceMemory(std::max(split_bytes, 2 * split_scratch_.bytes()), check_);
+  grow(split_scratch_, static_cast<std::size_t>(split_floats) * 4, check_);
+  if (options_.observer_rows == ObserverRows::kHeadMean && observer != nullptr) {
+    grow(mean_, static_cast<std::size_t>(most_keys) * 4, check_);
   }
-  if (options_.observer_rows == ObserverRows::kHeadMean && observer != nullptr &&
-      static_cast<std::size_t>(most_keys) * 4 > mean_.bytes()) {
-    mean_ =
-        DeviceMemory(std::max(static_cast<std::size_t>(most_keys) * 4, 2 * mean_.bytes()), check_);
-  }
-
-  const std::size_t element = dtype_bytes(dtype_);
   std::memcpy(tokens_host_.get(), tokens.data(), tokens.size_bytes());
-  check_(cudaMemcpyAsync(tokens_.get(), tokens_host_.get(), tokens.size_bytes(),
-                         cudaMemcpyHostToDevice, stream),
-         "cudaMemcpyAsync (tokens)");
-  launched(
-      cuda::launch_embedding(embedding_.get(), dtype_, static_cast<std::int32_t*>(tokens_.get()),
-                             rows, hidden_, x_.floats(), stream),
-      "embedding kernel");
+  enqueue_forward(rows, chunks, prefill, observer, store,
+                  {tokens_host_.get(), tokens.size_bytes(),
+                   static_cast<std::int32_t*>(tokens_.get()), nullptr, position_});
+  return finish_forward(rows);
+}
 
+std::span<const float> CudaEngine::finish_forward(int rows) {
+  check_(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (forward pass)");
+  position_ += rows;
+  return {reinterpret_cast<const float*>(logits_host_.get()), static_cast<std::size_t>(vocab_)};
+}
+
+std::span<const float> CudaEngine::decode_graphed(std::int32_t token) {
+  ensure_cache(position_ + 1);
+  ensure_rows(1);
+  // Sized for the cache's last position, so that every replay until the cache grows uses the
+  // same buffers and the same launches.
+  const int last = capacity_ - 1;
+  const Chunk chunk{0, 1, cuda::key_count(last, window_)};
+  grow(probabilities_, static_cast<std::size_t>(chunk.keys) * heads_ * 4, check_);
+  if (splits_keys(chunk)) {
+    grow(split_scratch_,
+         static_cast<std::size_t>(
+             cuda::split_key_scratch_floats(1, heads_, head_dim_, last, window_)) *
+             4,
+         check_);
+  }
+  cuda::StreamGraph::Key key = graph_key();
+  if (!graph_.holds(key)) {
+    const ForwardInputs inputs{step_host_.get(), step_host_.bytes(),
+                               static_cast<std::int32_t*>(step_.get()),
+                               static_cast<const int*>(step_.get()) + 1, last};
+    graph_.capture(stream_.get(), check_, std::move(key),
+                   [&] { enqueue_forward(1, {chunk}, false, nullptr, nullptr, inputs); });
+  }
+  // The previous replay has finished (finish_forward): its inputs can be overwritten.
+  auto* step = reinterpret_cast<std::int32_t*>(step_host_.get());
+  step[0] = token;
+  step[1] = position_;
+  graph_.launch(stream_.get(), check_);
+  return finish_forward(1);
+}
+
+cuda::StreamGraph::Key CudaEngine::graph_key() const {
+  const auto address = [](const auto& memory) {
+    return reinterpret_cast<std::uintptr_t>(memory.get());
+  };
+  cuda::StreamGraph::Key key{static_cast<std::uintptr_t>(capacity_),
+                             address(probabilities_),
+                             address(split_scratch_),
+                             address(x_),
+                             address(normed_),
+                             address(qkv_),
+                             address(attention_out_),
+                             address(gate_up_),
+                             address(activation_),
+                             address(logits_),
+                             address(logits_host_),
+                             address(step_),
+                             address(step_host_)};
+  for (const Layer& layer : layers_) {
+    key.push_back(address(layer.keys));
+    key.push_back(address(layer.values));
+  }
+  return key;
+}
+
+void CudaEngine::enqueue_forward(int rows, const std::vector<Chunk>& chunks, bool prefill,
+                                 ForwardObserver* observer, DeviceKeyValueStore* store,
+                                 const ForwardInputs& inputs) {
+  cudaStream_t stream = stream_.get();
+  const std::size_t element = dtype_bytes(dtype_);
+  check_(cudaMemcpyAsync(inputs.tokens, inputs.host, inputs.host_bytes, cudaMemcpyHostToDevice,
+                         stream),
+         "cudaMemcpyAsync (tokens)");
+  launched(cuda::launch_embedding(embedding_.get(), dtype_, inputs.tokens, rows, hidden_,
+                                  x_.floats(), stream),
+           "embedding kernel");
   for (int index = 0; index < layers_count_; ++index) {
     Layer& layer = layers_[static_cast<std::size_t>(index)];
     const DeviceLayerSlots slots =
@@ -796,7 +542,8 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
     epilogue.heads = heads_;
     epilogue.kv_heads = kv_heads_;
     epilogue.head_dim = head_dim_;
-    epilogue.first_position = position_;
+    epilogue.first_position = inputs.first_position;
+    epilogue.position_at = inputs.position_at;
     epilogue.bias = layer.qkv_bias.floats();
     epilogue.q_gain = layer.q_norm.floats();
     epilogue.k_gain = layer.k_norm.floats();
@@ -829,7 +576,8 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
       attention.heads = heads_;
       attention.kv_heads = kv_heads_;
       attention.head_dim = head_dim_;
-      attention.first_position = position_ + chunk.first_row;
+      attention.first_position = inputs.first_position + chunk.first_row;
+      attention.position_at = inputs.position_at;
       attention.window = window_;
       attention.scale = scale_;
       if (splits_keys(chunk)) {
@@ -864,16 +612,16 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
       "rms_norm kernel (final norm)");
   gemm(tied_ ? embedding_.get() : lm_head_.get(), vocab_, hidden_, normed_.get(), 1,
        logits_.floats(), false);
-  auto* logits = reinterpret_cast<float*>(logits_host_.get());
-  check_(cudaMemcpyAsync(logits, logits_.get(), static_cast<std::size_t>(vocab_) * 4,
+  check_(cudaMemcpyAsync(logits_host_.get(), logits_.get(), static_cast<std::size_t>(vocab_) * 4,
                          cudaMemcpyDeviceToHost, stream),
          "cudaMemcpyAsync (logits)");
-  check_(cudaStreamSynchronize(stream), "cudaStreamSynchronize (forward pass)");
-  position_ += rows;
-  return {logits, static_cast<std::size_t>(vocab_)};
 }
 
-}  // namespace
+}  // namespace kvtier::kernels::detail
+
+namespace kvtier::kernels {
+
+using detail::CudaEngine;
 
 std::string_view cuda_compute_dtype_name(CudaComputeDtype dtype) {
   switch (dtype) {

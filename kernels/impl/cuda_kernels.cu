@@ -138,6 +138,13 @@ __global__ void rms_norm_kernel(const float* x, const float* gain, int cols, flo
   }
 }
 
+// Row 0's position: from device memory in a CUDA graph's replay (position_at), else the
+// launch's.
+template <typename Args>
+__device__ __forceinline__ int first_position_of(const Args& a) {
+  return a.position_at != nullptr ? *a.position_at : a.first_position;
+}
+
 // One block per (row, head slot); slots are the query heads, then the KV heads' keys, then their
 // values, which is also their order inside a row of qkv. Rows are the grid's x dimension, which
 // has no 65,535 limit.
@@ -148,7 +155,7 @@ __global__ void qkv_epilogue_kernel(QkvEpilogue a) {
   float* scratch = shared + a.head_dim;  // 32
   const int row = static_cast<int>(blockIdx.x);
   const int slot = static_cast<int>(blockIdx.y);
-  const int position = a.first_position + row;
+  const int position = first_position_of(a) + row;
   const int tid = static_cast<int>(threadIdx.x);
   const int threads = static_cast<int>(blockDim.x);
   const bool is_query = slot < a.heads;
@@ -229,10 +236,10 @@ __device__ __forceinline__ const T* paged_row(const AttentionArgs& a, int positi
 
 // Where the probabilities of (row, head) start: rows packed one after another, each row's
 // heads one after another (cuda_kernels.cuh).
-__device__ __forceinline__ float* probability_row(const AttentionArgs& a, int row, int head,
-                                                  int keys) {
+__device__ __forceinline__ float* probability_row(const AttentionArgs& a, int first_position,
+                                                  int row, int head, int keys) {
   return a.probabilities +
-         static_cast<std::int64_t>(a.heads) * keys_before_row(row, a.first_position, a.window) +
+         static_cast<std::int64_t>(a.heads) * keys_before_row(row, first_position, a.window) +
          static_cast<std::int64_t>(head) * keys;
 }
 
@@ -315,7 +322,8 @@ __global__ void attention_kernel(AttentionArgs a) {
 
   const int row = static_cast<int>(blockIdx.x);
   const int head = static_cast<int>(blockIdx.y);
-  const int position = a.first_position + row;
+  const int first_position = first_position_of(a);
+  const int position = first_position + row;
   const int first = first_key(position, a.window);
   const int keys = position - first + 1;
   const int kv_head = head / (a.heads / a.kv_heads);
@@ -326,7 +334,7 @@ __global__ void attention_kernel(AttentionArgs a) {
       paged ? nullptr : static_cast<const T*>(a.cache_keys) + first * kv_width + head_offset;
   const T* cached_values =
       paged ? nullptr : static_cast<const T*>(a.cache_values) + first * kv_width + head_offset;
-  float* p = probability_row(a, row, head, keys);
+  float* p = probability_row(a, first_position, row, head, keys);
   load_query(a, row, head, query);
 
   // Scores: one warp per key, lanes over the head dimension.
@@ -404,7 +412,8 @@ __global__ void split_key_scores_kernel(AttentionArgs a, float* scratch, int chu
   const int row = static_cast<int>(blockIdx.x);
   const int head = static_cast<int>(blockIdx.y);
   const int chunk = static_cast<int>(blockIdx.z);
-  const int position = a.first_position + row;
+  const int first_position = first_position_of(a);
+  const int position = first_position + row;
   const int first = first_key(position, a.window);
   const int keys = position - first + 1;
   const int chunk_first = chunk * kSplitKeysPerChunk;
@@ -419,7 +428,7 @@ __global__ void split_key_scores_kernel(AttentionArgs a, float* scratch, int chu
   const std::int64_t kv_width = static_cast<std::int64_t>(a.kv_heads) * a.head_dim;
   const std::int64_t head_offset = static_cast<std::int64_t>(kv_head) * a.head_dim;
   const bool paged = a.page_table != nullptr;
-  float* p = probability_row(a, row, head, keys) + chunk_first;
+  float* p = probability_row(a, first_position, row, head, keys) + chunk_first;
   load_query(a, row, head, query);
 
   // Scores: a warp per key, lanes over the head dimension in the per-head kernel's order (so
@@ -511,7 +520,8 @@ __global__ void split_key_combine_kernel(AttentionArgs a, const float* scratch, 
   const int tid = static_cast<int>(threadIdx.x);
   const int row = static_cast<int>(blockIdx.x);
   const int head = static_cast<int>(blockIdx.y);
-  const int position = a.first_position + row;
+  const int first_position = first_position_of(a);
+  const int position = first_position + row;
   const int keys = key_count(position, a.window);
   const int row_chunks = split_key_chunks(keys);
   const std::int64_t record_floats = static_cast<std::int64_t>(a.head_dim) + 2;
@@ -541,7 +551,7 @@ __global__ void split_key_combine_kernel(AttentionArgs a, const float* scratch, 
     }
     out[d] = from_float<T>(any ? sum / total : 0.0F);
   }
-  float* p = probability_row(a, row, head, keys);
+  float* p = probability_row(a, first_position, row, head, keys);
   for (int key = tid; key < keys; key += threads) {
     const float factor = chunk_factor(records[(key / kSplitKeysPerChunk) * record_floats], largest);
     p[key] = any ? p[key] * factor / total : 0.0F;

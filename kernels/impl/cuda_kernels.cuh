@@ -72,6 +72,9 @@ struct QkvEpilogue {
   int kv_heads = 0;
   int head_dim = 0;
   int first_position = 0;
+  // Where a CUDA graph's replay finds row 0's position (device memory), read by the kernel in
+  // place of first_position; nullptr: first_position.
+  const int* position_at = nullptr;
   const float* bias = nullptr;    // [row_stride] or nullptr
   const float* q_gain = nullptr;  // [head_dim] or nullptr (then k_gain is nullptr too)
   const float* k_gain = nullptr;
@@ -112,6 +115,10 @@ struct AttentionArgs {
   int kv_heads = 0;
   int head_dim = 0;
   int first_position = 0;
+  // As QkvEpilogue::position_at, for calls of one row: row 0's position is read from device
+  // memory, and first_position is then the largest it may be (it sizes the split path's grid
+  // and scratch; chunks past a replay's keys return at once).
+  const int* position_at = nullptr;
   int window = 0;  // sliding window in tokens; 0: global
   float scale = 1.0F;
 };

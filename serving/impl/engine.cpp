@@ -250,8 +250,10 @@ void ServingEngine::try_start_iteration() {
   sim::Tick duration = cost.total;
   if (tiers_ != nullptr) {
     const PipelineTiming timing = time_pipeline(cost.layer, layer_copies_, lookahead_, copy_rates_);
-    duration = std::max(timing.layers_end + cost.head, timing.end) + timing.trailing;
+    const sim::Tick computed = timing.layers_end + cost.head;
+    duration = std::max(computed, timing.end) + timing.trailing;
     totals_.prefetch_stall += timing.stall;
+    totals_.copy_wait += timing.stall + (duration - computed);
     totals_.h2d_busy += timing.h2d_busy;
     totals_.d2h_busy += timing.d2h_busy;
     for (const LayerCopies& copies : layer_copies_) {

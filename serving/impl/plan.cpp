@@ -11,8 +11,8 @@
 namespace kvtier::serving {
 namespace {
 
-// Prefetch stall above this share of GPU time makes PCIe, not compute, the bottleneck behind
-// a latency SLO.
+// Waiting for copies (prefetch stalls and offloads beyond compute) above this share of GPU
+// time makes PCIe, not compute, the bottleneck behind a latency SLO.
 constexpr double kPcieBound = 0.25;
 
 double metric(const std::vector<Metric>& metrics, const std::string& name) {
@@ -53,10 +53,10 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
     }
   }
   if (!violated.empty()) {
-    const double stall = metric(metrics, "prefetch_stall_fraction");
-    evaluation.binding = (stall > kPcieBound ? "PCIe (" + format_fixed(100 * stall, 0) +
-                                                   "% of GPU time waits for prefetches): "
-                                             : std::string("compute: ")) +
+    const double wait = metric(metrics, "copy_wait_fraction");
+    evaluation.binding = (wait > kPcieBound ? "PCIe (" + format_fixed(100 * wait, 0) +
+                                                  "% of GPU time waits for copies): "
+                                            : std::string("compute: ")) +
                          violated;
     return evaluation;
   }

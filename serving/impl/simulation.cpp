@@ -51,6 +51,10 @@ void add_tier_metrics(std::vector<Metric>& m, const ServingEngine& engine, doubl
   m.push_back(
       {"prefetch_stall_fraction",
        sim::to_seconds(totals.prefetch_stall) / std::max(sim::to_seconds(totals.busy), 1e-12), 4});
+  m.push_back({"copy_wait_s", sim::to_seconds(totals.copy_wait), 4});
+  m.push_back({"copy_wait_fraction",
+               sim::to_seconds(totals.copy_wait) / std::max(sim::to_seconds(totals.busy), 1e-12),
+               4});
   const TierDemand* tiers = engine.tiers();
   const double kept = tiers != nullptr ? tiers->mean_kept_mass() : 1.0;
   m.push_back({"attention_mass_kept_mean", kept, 4});

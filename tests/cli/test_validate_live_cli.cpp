@@ -333,6 +333,23 @@ TEST_CASE("validate: a CUDA run's engine is calibrated on its full-cache twin",
   const Result after = run("validate --format json " + quoted(tiered) + " " + quoted(full));
   CHECK(tpot(after, "twin-tiered")["projected"] == calibrated["projected"]);
 
+  // The same trace found from a file given by a relative path, or through a link, is the
+  // same twin as the full run's trace, found from its file's absolute path.
+  REQUIRE(fs::path(tiered_json["follow_trace"].get<std::string>()).is_relative());
+  const fs::path relative =
+      fs::relative(write_json("twin-relative.json", tiered_json), fs::current_path());
+  REQUIRE(relative.is_relative());
+  const fs::path link = scratch_dir() / "traces" / "followed-link.h5";
+  fs::remove(link);
+  fs::create_symlink(fs::absolute(trace()), link);
+  nlohmann::json linked_json = tiered_json;
+  linked_json["follow_trace"] = "traces/followed-link.h5";
+  const fs::path linked = write_json("twin-linked.json", linked_json);
+  const Result spelt =
+      run("validate --format json " + quoted(full) + " " + quoted(relative) + " " + quoted(linked));
+  CHECK(tpot(spelt, "twin-relative")["projected"] == calibrated["projected"]);
+  CHECK(tpot(spelt, "twin-linked")["projected"] == calibrated["projected"]);
+
   // A second full run of the engine, of the same name in another folder, is calibrated on the
   // first rather than calibrating.
   nlohmann::json copy_json = full_json;

@@ -651,3 +651,61 @@ TEST_CASE("the warp-rows GEMM gives the CPU engine's tokens and logits", "[kerne
     CHECK(relative_logit_difference(*reference, *half, prompt, decoded) < 0.05);
   }
 }
+
+// Decode steps replayed from a CUDA graph (CudaGraphs::kDecode): the tokens and logits of the
+// engine launching every kernel, with either attention kernel, across the KV cache's growths
+// (each captures again), after a reset (replays at earlier positions), with a sliding window,
+// and with an observer attached (those steps launch as without graphs, observed in full).
+TEST_CASE("decode graphs give the launched engine's tokens, logits and observations",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto with_graphs = [](kk::CudaComputeDtype dtype, kk::CudaAttention attention) {
+    kk::CudaEngineOptions result = options(dtype, attention);
+    result.graphs = kk::CudaGraphs::kDecode;
+    return result;
+  };
+  const auto cpu = kk::make_cpu_engine(stories_model());
+  const std::vector<std::int32_t> expected = greedy(*cpu, stories_prompt(), 200);
+  const std::span<const std::int32_t> forced =
+      std::span<const std::int32_t>(expected).subspan(stories_prompt().size());
+  for (const auto attention : {kk::CudaAttention::kSplitKeys, kk::CudaAttention::kPerHead}) {
+    CAPTURE(kk::cuda_attention_name(attention));
+    const auto launched =
+        kk::make_cuda_engine(stories_model(), options(kk::CudaComputeDtype::kFP32, attention));
+    const auto graphed =
+        kk::make_cuda_engine(stories_model(), with_graphs(kk::CudaComputeDtype::kFP32, attention));
+    CHECK(kk::cuda_engine_options(*graphed).graphs == kk::CudaGraphs::kDecode);
+    // Nothing reserved: the cache grows from the prompt's 8 positions to 256 while decoding,
+    // and each size is captured again.
+    CHECK(relative_logit_difference(*launched, *graphed, stories_prompt(), forced) < 1e-5);
+    CHECK(relative_logit_difference(*cpu, *graphed, stories_prompt(), forced) < 1e-4);
+    CHECK(greedy(*graphed, stories_prompt(), 200) == expected);
+    CHECK(greedy(*graphed, stories_prompt(), 200) == expected);  // after a reset
+
+    Recording cpu_calls;
+    const std::vector<std::int32_t> tokens = observed_run(*cpu, stories_prompt(), 60, cpu_calls);
+    Recording cuda_calls;
+    CHECK(observed_run(*graphed, stories_prompt(), 60, cuda_calls) == tokens);
+    check_observations(cpu_calls, cuda_calls, 1e-4, 1e-5, false);
+    // Replays resume once the observer is gone.
+    CHECK(greedy(*graphed, stories_prompt(), 200) == expected);
+
+    const auto bf16 =
+        kk::make_cuda_engine(stories_model(), with_graphs(kk::CudaComputeDtype::kBF16, attention));
+    CHECK(relative_logit_difference(*cpu, *bf16, stories_prompt(), forced.first(56)) < 0.05);
+  }
+
+  const kk::testing::TempDir temp("cuda-graphs");
+  const std::vector<std::int32_t> prompt = {3, 14, 15, 9, 26, 5, 35, 8};
+  const auto weights = random_model(cfg::MISTRAL, temp.path() / "mistral", 80);
+  const auto reference = kk::make_cpu_engine(weights);
+  const std::vector<std::int32_t> tokens = greedy(*reference, prompt, 112);
+  const auto graphed = kk::make_cuda_engine(
+      weights, with_graphs(kk::CudaComputeDtype::kFP32, kk::CudaAttention::kSplitKeys));
+  CHECK(greedy(*graphed, prompt, 112) == tokens);
+  CHECK(relative_logit_difference(*reference, *graphed, prompt,
+                                  std::span<const std::int32_t>(tokens).subspan(prompt.size())) <
+        1e-4);
+}

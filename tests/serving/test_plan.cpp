@@ -87,6 +87,42 @@ TEST_CASE("a loose SLO plans up to the batch cap or the memory limit", "[plan]")
   CHECK(memory.binding == "HBM");
 }
 
+TEST_CASE("an SLO missed while the GPU waits for its copies is PCIe-bound", "[plan]") {
+  // A long reasoning chain, all but its last 16 generated tokens in host memory and staged
+  // every step by SM kernels, which take turns with compute: the copies take over a third of
+  // the GPU's time.
+  RunSpec tiered =
+      small_run({"workload.closed_loop.prompt_tokens.fixed_tokens=64",
+                 "workload.closed_loop.output_tokens.fixed_tokens=1024",
+                 "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
+                 "tiering.copy_method=SM_KERNELS", "tiering.synthetic_pattern=reasoning"});
+  tiered.mutable_policy()->set_name("tiered");
+  const auto param = [&tiered](const char* name) {
+    auto* added = tiered.mutable_policy()->add_param();
+    added->set_name(name);
+    return added;
+  };
+  param("hbm")->set_number(0.05);
+  param("evict")->set_number(0.0);
+  param("recent")->set_integer(16);
+  param("delta")->set_integer(8);
+  const auto measured = at_batch(tiered, 1, 1);
+  REQUIRE(measured.at("copy_wait_fraction") > 0.25);
+  PlanOptions options;
+  options.rounds = 1;
+  options.slos = {{"tpot_p99_ms", measured.at("tpot_p99_ms") / 2}};
+  const auto result = plan_capacity(tiered, options);
+  CHECK(result.max_batch == 0);
+  CHECK_THAT(result.binding, Catch::StartsWith("PCIe (") &&
+                                 Catch::Contains("% of GPU time waits for copies): tpot_p99_ms"));
+  // The same SLO missed by the full cache, which copies nothing, is compute-bound.
+  RunSpec full = tiered;
+  full.mutable_policy()->Clear();
+  full.mutable_policy()->set_name("full");
+  options.slos = {{"tpot_p99_ms", at_batch(full, 1, 1).at("tpot_p99_ms") / 2}};
+  CHECK_THAT(plan_capacity(full, options).binding, Catch::StartsWith("compute: tpot_p99_ms"));
+}
+
 TEST_CASE("planning needs a closed loop", "[plan]") {
   RunSpec run = small_run();
   run.mutable_workload()->clear_closed_loop();

@@ -174,6 +174,13 @@ TEST_CASE("an iteration of SM-kernel copies lasts its copies longer than on copy
   CHECK(offloads > 0.0);
   CHECK(on_kernels.at("duration_s") ==
         Approx(on_full.at("duration_s") + busy_kernels + offloads).epsilon(1e-6));
+  // The GPU waits for all of it: the staging and the offloads after the layers.
+  CHECK(on_kernels.at("copy_wait_s") == Approx(busy_kernels + offloads).epsilon(1e-6));
+  // On the copy engines the offloads run beside the layers; only the prefetch stall and
+  // offloads outlasting the layers wait.
+  CHECK(on_engines.at("copy_wait_s") >= on_engines.at("prefetch_stall_s"));
+  CHECK(on_engines.at("copy_wait_s") < on_kernels.at("copy_wait_s"));
+  CHECK(on_full.at("copy_wait_s") == 0.0);
 }
 
 TEST_CASE("the copy rate a GPU sees falls when GPUs behind one switch copy together", "[tiers]") {

@@ -387,9 +387,15 @@ std::unique_ptr<LiveRun> read_live(const std::string& path, const std::string& t
 }
 
 // Runs whose engines are alike: the same GPU and engine settings (the cache's copies aside: a
-// full cache copies nothing), model, lengths and trace.
+// full cache copies nothing), model, lengths and trace (the same file however its path is
+// spelt: absolute or relative, through links).
 std::string twin_key(const LiveRun& run) {
   const config::LiveMeasurement& m = *run.file;
+  std::error_code error;
+  fs::path trace = fs::weakly_canonical(run.trace, error);
+  if (error) {
+    trace = run.trace;  // unreadable on the way: the path as found
+  }
   std::string engine;
   for (const std::string& item : detail_items(m)) {
     if (!item.ends_with(" copies")) {
@@ -398,7 +404,7 @@ std::string twin_key(const LiveRun& run) {
   }
   return m.provenance().device_name() + "\n" + engine + "\n" + m.provenance().model_path() + "\n" +
          std::to_string(m.prompt_tokens()) + "\n" + std::to_string(m.new_tokens()) + "\n" +
-         run.trace;
+         trace.string();
 }
 
 bool times_compared(const LiveRun& run) {
