@@ -26,7 +26,9 @@
 //   for each, how many greedy tokens it decodes as the default engine before they first differ
 //   (BF16 rounding may flip a near tie of random weights' flat logits; a difference from the
 //   first step would point at a bug). Every other figure is
-//   the default engine's (its kernels named by `attention`, `gemm` and `graphs`).
+//   the default engine's (its kernels named by `attention`, `gemm` and `graphs`). Six engines
+//   hold the 7B's weights at once (about 80 GB): on a smaller GPU the last alternatives report
+//   `*_error` (cudaMalloc).
 // The roofline is tokens/s = bandwidth / (weight bytes + mean KV bytes read per step), for the
 // HBM's peak bandwidth (from the device's memory clock and bus width) and for the bandwidth a
 // large device-to-device copy reaches. Prints one JSON line.

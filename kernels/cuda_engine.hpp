@@ -77,10 +77,14 @@ inline constexpr int kCudaWarpRowsMaxRows = 8;
 enum class CudaGraphs {
   // Every kernel launched from the host, every call.
   kOff,
-  // A decode step (one token) with no observer and no device KV store is captured once into a
-  // graph and replayed, its token and position read from device memory, until a buffer it
-  // uses is reallocated (the KV cache grows geometrically); then it is captured again. Other
-  // calls launch as kOff. The same kernels, launches and results as kOff.
+  // A decode step (one token, not a prefill) with no observer and no device KV store is
+  // captured into a graph and replayed, its token and position read from device memory. A
+  // graph serves positions up to a power of two (at least 256) within the KV cache and is kept
+  // while every buffer it uses stays where it was: captured again when the position passes
+  // that bound or a buffer is reallocated (the cache grows geometrically), O(log n) times in
+  // a decode. Other calls launch as kOff. The same kernels as kOff, the split path's grid sized
+  // for the graph's bound (its extra chunks return at once); cuBLAS runs with a workspace of
+  // its own, so its results may differ from kOff's by rounding.
   kDecode,
 };
 
@@ -112,7 +116,7 @@ struct CudaEngineOptions {
   return gemm == CudaGemm::kWarpRows ? "warp-rows" : "cublas";
 }
 
-// "off" or "decode", as `--cuda-graphs` spells them.
+// "off" or "decode" (the decode benchmark's `graphs` field).
 [[nodiscard]] constexpr std::string_view cuda_graphs_name(CudaGraphs graphs) {
   return graphs == CudaGraphs::kDecode ? "decode" : "off";
 }
@@ -125,6 +129,13 @@ struct CudaEngineOptions {
 [[nodiscard]] CudaEngineOptions cuda_engine_options(const Engine& engine);
 // Device bytes of its weight matrices and embeddings; ConfigError when it is not a CUDA engine.
 [[nodiscard]] std::uint64_t cuda_engine_weight_bytes(const Engine& engine);
+// Decode steps of a CudaGraphs::kDecode engine since it was made: graphs captured, and steps
+// run from a graph (each step of a capture included); ConfigError when it is not a CUDA engine.
+struct CudaGraphCounts {
+  std::uint64_t captures = 0;
+  std::uint64_t replays = 0;
+};
+[[nodiscard]] CudaGraphCounts cuda_engine_graph_counts(const Engine& engine);
 
 [[nodiscard]] std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,
                                                        CudaEngineOptions options = {});

@@ -378,6 +378,9 @@ if [ "$built" -eq 1 ]; then
     sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
     run memcheck 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
       "$tests/kvtier_cuda_engine_tests" "random Qwen2*,the warp-rows GEMM computes*" || true
+    # Decode graphs apart: KVTIER_CUDA_CHECK_KERNELS (the checked reruns) launches without them.
+    run memcheck-graphs 90 "$sanitizer" --tool memcheck --error-exitcode 9 \
+      "$tests/kvtier_cuda_engine_tests" "decode graphs*" || true
     run racecheck 90 "$sanitizer" --tool racecheck --error-exitcode 9 \
       "$tests/kvtier_cuda_engine_tests" "the CUDA engine refuses bad devices*" || true
   else

@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -62,6 +63,10 @@ void require_shape(const WeightTensor& weight, std::int64_t rows, std::int64_t c
                     where);
   }
 }
+
+// Decode graphs serve positions up to a power of two, at least this one: short decodes
+// capture once.
+constexpr int kGraphMinPositions = 256;
 
 // cuBLAS's workspace under graph capture, which must not allocate: NVIDIA's recommended size
 // on Hopper (the cuBLAS documentation, cublasSetWorkspace).
@@ -416,7 +421,7 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
   ForwardObserver* observer = observer_;
   DeviceKeyValueStore* store = device_store_;
   // KVTIER_CUDA_CHECK_KERNELS waits after each launch, which a capture cannot.
-  if (options_.graphs == CudaGraphs::kDecode && rows == 1 && observer == nullptr &&
+  if (options_.graphs == CudaGraphs::kDecode && !prefill && rows == 1 && observer == nullptr &&
       store == nullptr && !check_kernels_) {
     return decode_graphed(tokens.front());
   }
@@ -464,9 +469,13 @@ std::span<const float> CudaEngine::finish_forward(int rows) {
 std::span<const float> CudaEngine::decode_graphed(std::int32_t token) {
   ensure_cache(position_ + 1);
   ensure_rows(1);
-  // Sized for the cache's last position, so that every replay until the cache grows uses the
-  // same buffers and the same launches.
-  const int last = capacity_ - 1;
+  // The graph serves positions below `bound`: a power of two, so that the split path's grid,
+  // sized for it, launches at most about twice the blocks a step needs, and a decode captures
+  // O(log n) times.
+  const int bound = std::min(
+      capacity_, std::max(kGraphMinPositions,
+                          static_cast<int>(std::bit_ceil(static_cast<unsigned>(position_ + 1)))));
+  const int last = bound - 1;
   const Chunk chunk{0, 1, cuda::key_count(last, window_)};
   grow(probabilities_, static_cast<std::size_t>(chunk.keys) * heads_ * 4, check_);
   if (splits_keys(chunk)) {
@@ -476,27 +485,29 @@ std::span<const float> CudaEngine::decode_graphed(std::int32_t token) {
              4,
          check_);
   }
-  cuda::StreamGraph::Key key = graph_key();
+  cuda::StreamGraph::Key key = graph_key(bound);
   if (!graph_.holds(key)) {
     const ForwardInputs inputs{step_host_.get(), step_host_.bytes(),
                                static_cast<std::int32_t*>(step_.get()),
                                static_cast<const int*>(step_.get()) + 1, last};
     graph_.capture(stream_.get(), check_, std::move(key),
                    [&] { enqueue_forward(1, {chunk}, false, nullptr, nullptr, inputs); });
+    ++graph_counts_.captures;
   }
   // The previous replay has finished (finish_forward): its inputs can be overwritten.
   auto* step = reinterpret_cast<std::int32_t*>(step_host_.get());
   step[0] = token;
   step[1] = position_;
   graph_.launch(stream_.get(), check_);
+  ++graph_counts_.replays;
   return finish_forward(1);
 }
 
-cuda::StreamGraph::Key CudaEngine::graph_key() const {
+cuda::StreamGraph::Key CudaEngine::graph_key(int bound) const {
   const auto address = [](const auto& memory) {
     return reinterpret_cast<std::uintptr_t>(memory.get());
   };
-  cuda::StreamGraph::Key key{static_cast<std::uintptr_t>(capacity_),
+  cuda::StreamGraph::Key key{static_cast<std::uintptr_t>(bound),
                              address(probabilities_),
                              address(split_scratch_),
                              address(x_),
@@ -646,6 +657,14 @@ std::uint64_t cuda_engine_weight_bytes(const Engine& engine) {
     throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
   }
   return cuda->weight_bytes();
+}
+
+CudaGraphCounts cuda_engine_graph_counts(const Engine& engine) {
+  const auto* cuda = dynamic_cast<const CudaEngine*>(&engine);
+  if (cuda == nullptr) {
+    throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
+  }
+  return cuda->graph_counts();
 }
 
 std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,

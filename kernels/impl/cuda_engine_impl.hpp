@@ -77,6 +77,7 @@ class CudaEngine final : public Engine {
   }
   [[nodiscard]] const CudaEngineOptions& options() const { return options_; }
   [[nodiscard]] std::uint64_t weight_bytes() const { return weight_bytes_; }
+  [[nodiscard]] CudaGraphCounts graph_counts() const { return graph_counts_; }
 
  private:
   struct Layer {
@@ -108,7 +109,7 @@ class CudaEngine final : public Engine {
   // A decode step replayed from graph_ (CudaGraphs::kDecode), captured first when it is not
   // held for the buffers of this step.
   std::span<const float> decode_graphed(std::int32_t token);
-  [[nodiscard]] cuda::StreamGraph::Key graph_key() const;
+  [[nodiscard]] cuda::StreamGraph::Key graph_key(int bound) const;
   // Everything of one forward pass from the token copy to the logits copy, on stream_.
   void enqueue_forward(int rows, const std::vector<Chunk>& chunks, bool prefill,
                        ForwardObserver* observer, DeviceKeyValueStore* store,
@@ -190,6 +191,7 @@ class CudaEngine final : public Engine {
   PinnedMemory step_host_;
   DeviceMemory step_;
   cuda::StreamGraph graph_;
+  CudaGraphCounts graph_counts_;
   EventPool events_;
   PinnedMemory ring_memory_;
   detail::StagingRing ring_{0};

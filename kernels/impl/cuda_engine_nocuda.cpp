@@ -23,6 +23,10 @@ std::uint64_t cuda_engine_weight_bytes(const Engine& engine) {
   throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
 }
 
+CudaGraphCounts cuda_engine_graph_counts(const Engine& engine) {
+  throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
+}
+
 std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,
                                          CudaEngineOptions options) {
   weights.reset();  // nothing to run them on

@@ -47,18 +47,18 @@ class StreamGraph {
       throw;
     }
     cudaGraph_t graph = nullptr;
-    check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+    checked(check, cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
     const cudaError_t instantiated = cudaGraphInstantiate(&exec_, graph, 0);
     static_cast<void>(cudaGraphDestroy(graph));  // the executable graph is a copy
     if (instantiated != cudaSuccess) {
       exec_ = nullptr;
-      check(instantiated, "cudaGraphInstantiate");
+      checked(check, instantiated, "cudaGraphInstantiate");
     }
     key_ = std::move(key);
   }
 
   void launch(cudaStream_t stream, const Checker& check) const {
-    check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+    checked(check, cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
   }
 
   void clear() noexcept {
@@ -70,6 +70,15 @@ class StreamGraph {
   }
 
  private:
+  // Throws for a failed graph call, its error cleared first: the kernel launchers report
+  // cudaGetLastError(), which must not name this failure again.
+  static void checked(const Checker& check, cudaError_t status, const char* call) {
+    if (status != cudaSuccess) {
+      static_cast<void>(cudaGetLastError());
+      check(status, call);
+    }
+  }
+
   cudaGraphExec_t exec_ = nullptr;
   Key key_;
 };

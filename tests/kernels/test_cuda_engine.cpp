@@ -653,9 +653,10 @@ TEST_CASE("the warp-rows GEMM gives the CPU engine's tokens and logits", "[kerne
 }
 
 // Decode steps replayed from a CUDA graph (CudaGraphs::kDecode): the tokens and logits of the
-// engine launching every kernel, with either attention kernel, across the KV cache's growths
-// (each captures again), after a reset (replays at earlier positions), with a sliding window,
-// and with an observer attached (those steps launch as without graphs, observed in full).
+// engine launching every kernel, with either attention kernel and GEMM; captured once per size
+// of the growing KV cache and again when a longer prefill moves the scratch buffers, not after
+// a reset (replays at earlier positions); from a one-token prompt; with a sliding window; and
+// with an observer attached (those steps launch as without graphs, observed in full).
 TEST_CASE("decode graphs give the launched engine's tokens, logits and observations",
           "[kernels][cuda][gpu]") {
   if (!gpu_present()) {
@@ -677,35 +678,73 @@ TEST_CASE("decode graphs give the launched engine's tokens, logits and observati
     const auto graphed =
         kk::make_cuda_engine(stories_model(), with_graphs(kk::CudaComputeDtype::kFP32, attention));
     CHECK(kk::cuda_engine_options(*graphed).graphs == kk::CudaGraphs::kDecode);
-    // Nothing reserved: the cache grows from the prompt's 8 positions to 256 while decoding,
-    // and each size is captured again.
+    CHECK(kk::cuda_engine_graph_counts(*launched).replays == 0);
+    // Nothing reserved: the 8-position cache of the prompt grows to 16, 32, 64, 128 and 256 as
+    // the 200 steps decode, and each size is captured once.
     CHECK(relative_logit_difference(*launched, *graphed, stories_prompt(), forced) < 1e-5);
+    kk::CudaGraphCounts counts = kk::cuda_engine_graph_counts(*graphed);
+    CHECK(counts.captures == 5);
+    CHECK(counts.replays == forced.size());
+    // After a reset the same graph replays from the start.
     CHECK(relative_logit_difference(*cpu, *graphed, stories_prompt(), forced) < 1e-4);
     CHECK(greedy(*graphed, stories_prompt(), 200) == expected);
-    CHECK(greedy(*graphed, stories_prompt(), 200) == expected);  // after a reset
+    CHECK(kk::cuda_engine_graph_counts(*graphed).captures == counts.captures);
+    CHECK(kk::cuda_engine_graph_counts(*graphed).replays > counts.replays + forced.size());
+
+    // A 40-token prefill reallocates the per-row buffers: the next step captures again.
+    const std::span<const std::int32_t> long_prompt =
+        std::span<const std::int32_t>(expected).first(40);
+    const std::span<const std::int32_t> after = std::span<const std::int32_t>(expected).subspan(40);
+    counts = kk::cuda_engine_graph_counts(*graphed);
+    CHECK(relative_logit_difference(*launched, *graphed, long_prompt, after) < 1e-5);
+    CHECK(kk::cuda_engine_graph_counts(*graphed).captures == counts.captures + 1);
 
     Recording cpu_calls;
     const std::vector<std::int32_t> tokens = observed_run(*cpu, stories_prompt(), 60, cpu_calls);
     Recording cuda_calls;
+    counts = kk::cuda_engine_graph_counts(*graphed);
     CHECK(observed_run(*graphed, stories_prompt(), 60, cuda_calls) == tokens);
+    CHECK(kk::cuda_engine_graph_counts(*graphed).replays == counts.replays);
     check_observations(cpu_calls, cuda_calls, 1e-4, 1e-5, false);
     // Replays resume once the observer is gone.
     CHECK(greedy(*graphed, stories_prompt(), 200) == expected);
+    CHECK(kk::cuda_engine_graph_counts(*graphed).replays > counts.replays);
+
+    // The first capture right after a one-token prefill, on a fresh engine.
+    const std::vector<std::int32_t> bos = {1};
+    const auto fresh =
+        kk::make_cuda_engine(stories_model(), with_graphs(kk::CudaComputeDtype::kFP32, attention));
+    CHECK(greedy(*fresh, bos, 60) == greedy(*cpu, bos, 60));
+    CHECK(kk::cuda_engine_graph_counts(*fresh).captures == 1);
 
     const auto bf16 =
         kk::make_cuda_engine(stories_model(), with_graphs(kk::CudaComputeDtype::kBF16, attention));
     CHECK(relative_logit_difference(*cpu, *bf16, stories_prompt(), forced.first(56)) < 0.05);
   }
+  {
+    kk::CudaEngineOptions warp_rows =
+        with_graphs(kk::CudaComputeDtype::kFP32, kk::CudaAttention::kSplitKeys);
+    warp_rows.gemm = kk::CudaGemm::kWarpRows;
+    const auto graphed = kk::make_cuda_engine(stories_model(), warp_rows);
+    CHECK(greedy(*graphed, stories_prompt(), 200) == expected);
+    CHECK(relative_logit_difference(*cpu, *graphed, stories_prompt(), forced) < 1e-4);
+    CHECK(kk::cuda_engine_graph_counts(*graphed).replays > 0);
+  }
 
+  // An 80-token sliding window, the cache growing past it, with both attention kernels.
   const kk::testing::TempDir temp("cuda-graphs");
   const std::vector<std::int32_t> prompt = {3, 14, 15, 9, 26, 5, 35, 8};
   const auto weights = random_model(cfg::MISTRAL, temp.path() / "mistral", 80);
   const auto reference = kk::make_cpu_engine(weights);
   const std::vector<std::int32_t> tokens = greedy(*reference, prompt, 112);
-  const auto graphed = kk::make_cuda_engine(
-      weights, with_graphs(kk::CudaComputeDtype::kFP32, kk::CudaAttention::kSplitKeys));
-  CHECK(greedy(*graphed, prompt, 112) == tokens);
-  CHECK(relative_logit_difference(*reference, *graphed, prompt,
-                                  std::span<const std::int32_t>(tokens).subspan(prompt.size())) <
-        1e-4);
+  const std::span<const std::int32_t> decoded =
+      std::span<const std::int32_t>(tokens).subspan(prompt.size());
+  for (const auto attention : {kk::CudaAttention::kSplitKeys, kk::CudaAttention::kPerHead}) {
+    CAPTURE(kk::cuda_attention_name(attention));
+    const auto graphed =
+        kk::make_cuda_engine(weights, with_graphs(kk::CudaComputeDtype::kFP32, attention));
+    CHECK(relative_logit_difference(*reference, *graphed, prompt, decoded) < 1e-4);
+    CHECK(kk::cuda_engine_graph_counts(*graphed).captures == 4);  // 16, 32, 64 and 128
+    CHECK(greedy(*graphed, prompt, 112) == tokens);
+  }
 }
