@@ -363,6 +363,12 @@ int main(int argc, char** argv) {
                          << ",\"" << name
                          << "_fraction_of_copy_roofline\":" << json_number(rate / roofline_copy)
                          << ",\"" << name << "_agreement_tokens\":" << alternative.agreement;
+      if (kk::cuda_engine_options(*alternative.engine).graphs == kk::CudaGraphs::kDecode) {
+        // Whether its steps did replay graphs, and how often they were captured.
+        const kk::CudaGraphCounts counts = kk::cuda_engine_graph_counts(*alternative.engine);
+        alternative_fields << ",\"" << name << "_graph_captures\":" << counts.captures << ",\""
+                           << name << "_graph_replays\":" << counts.replays;
+      }
     }
     std::cout << "{\"bench\":\"cuda_decode\",\"model\":\"" << weights->spec.name()
               << "\",\"layers\":" << layers << ",\"dtype\":\"bf16\",\"attention\":\""
