@@ -41,12 +41,19 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
                          return a.content.size() > b.content.size();
                        });
     }
-    text_of_id_.resize(static_cast<std::size_t>(largest) + 1);
+    // Ids need not be dense (the file may skip some), so their texts are kept by id rather than
+    // in a table as long as the largest id: a stray id of 2^31 - 2 must not cost 64 GB.
+    vocab_size_ = largest + 1;  // the file's ids are below 2^31 - 1 (tokenizer_json.cpp)
     for (const auto& [text, id] : definition_.vocabulary) {
-      text_of_id_[static_cast<std::size_t>(id)] = byte_level_to_bytes(text);
+      text_of_id_[id] = byte_level_to_bytes(text);
     }
     for (const AddedToken& token : definition_.added_tokens) {
-      text_of_id_[static_cast<std::size_t>(token.id)] = token.content;
+      text_of_id_[token.id] = token.content;
+    }
+    if (definition_.bos && !text_of_id_.contains(*definition_.bos)) {
+      throw DataError("post_processor's BOS id " + std::to_string(*definition_.bos) +
+                          " is not a token of the vocabulary",
+                      definition_.where);
     }
     for (std::size_t rank = 0; rank < definition_.merges.size(); ++rank) {
       const auto& [left, right] = definition_.merges[rank];
@@ -91,14 +98,14 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   [[nodiscard]] std::string decode(std::span<const std::int32_t> ids) const override {
     std::string text;
     for (const std::int32_t id : ids) {
-      if (id >= 0 && static_cast<std::size_t>(id) < text_of_id_.size()) {
-        text += text_of_id_[static_cast<std::size_t>(id)];
+      if (const auto found = text_of_id_.find(id); found != text_of_id_.end()) {
+        text += found->second;
       }
     }
     return text;
   }
 
-  [[nodiscard]] int vocab_size() const override { return static_cast<int>(text_of_id_.size()); }
+  [[nodiscard]] int vocab_size() const override { return vocab_size_; }
   [[nodiscard]] std::optional<std::int32_t> bos_id() const override { return definition_.bos; }
   [[nodiscard]] std::optional<std::int32_t> eos_id() const override { return definition_.eos; }
   [[nodiscard]] std::string_view kind() const override { return "byte-level-bpe"; }
@@ -218,7 +225,8 @@ class ByteLevelBpeTokenizer final : public Tokenizer {
   std::unordered_map<std::string, std::int32_t, TransparentStringHash, std::equal_to<>> ids_;
   std::unordered_map<std::uint64_t, Merge> merges_;
   std::array<std::vector<AddedToken>, 256> added_by_first_byte_;
-  std::vector<std::string> text_of_id_;  // decoded bytes of every id
+  std::unordered_map<std::int32_t, std::string> text_of_id_;  // decoded bytes of every id
+  std::int32_t vocab_size_ = 0;                               // the largest id + 1
   std::vector<RegexSplitter> splitters_;
 };
 

@@ -128,9 +128,16 @@ void read_rope_scaling(const Json& json, const ConfigReader& reader, config::Mod
         reader.number(scaling, "high_freq_factor", "rope_scaling.high_freq_factor"));
   }
   if (scaling.contains("original_max_position_embeddings")) {
-    out.set_original_max_position_embeddings(
-        static_cast<std::uint32_t>(reader.number(scaling, "original_max_position_embeddings",
-                                                 "rope_scaling.original_max_position_embeddings")));
+    const double positions = reader.number(scaling, "original_max_position_embeddings",
+                                           "rope_scaling.original_max_position_embeddings");
+    // Range-checked before the conversion, which is undefined for a value out of range.
+    if (!(positions >= 1.0 && positions <= 4294967295.0)) {
+      throw DataError(
+          "config.json field 'rope_scaling.original_max_position_embeddings' must be a positive "
+          "integer below 2^32",
+          reader.where());
+    }
+    out.set_original_max_position_embeddings(static_cast<std::uint32_t>(positions));
   }
 }
 

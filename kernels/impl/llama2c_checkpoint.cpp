@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -65,8 +66,11 @@ void check_header(const Llama2cHeader& header, const std::string& where) {
                       where);
     }
   }
-  if (header.vocab_size == 0) {
-    throw DataError("llama2.c header field vocab_size is 0", where);
+  // Negative marks a separate classifier; its magnitude is the vocabulary, so INT32_MIN, whose
+  // magnitude no int32 holds, is refused with 0.
+  if (header.vocab_size == 0 || header.vocab_size == std::numeric_limits<std::int32_t>::min()) {
+    throw DataError("llama2.c header field vocab_size is " + std::to_string(header.vocab_size),
+                    where);
   }
   if (header.dim % header.n_heads != 0) {
     throw DataError("llama2.c header: dim " + std::to_string(header.dim) +

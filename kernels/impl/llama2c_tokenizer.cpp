@@ -53,6 +53,13 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::filesystem::path& p
       max_token_length <= 0) {
     throw DataError("not a llama2.c tokenizer: bad max_token_length header", where);
   }
+  // A length is checked against the bytes left in the file before its piece is allocated: a
+  // damaged length field must cost an error, not gigabytes.
+  std::error_code size_error;
+  const std::uintmax_t file_bytes = std::filesystem::file_size(path, size_error);
+  if (size_error) {
+    throw DataError("cannot read the tokenizer's size: " + size_error.message(), where);
+  }
   ScoredVocabulary vocabulary;
   while (in.peek() != std::ifstream::traits_type::eof()) {
     float score = 0.0F;
@@ -62,6 +69,13 @@ std::unique_ptr<Tokenizer> load_llama2c_tokenizer(const std::filesystem::path& p
     if (!in || length < 0 || length > max_token_length) {
       throw DataError("token " + std::to_string(vocabulary.size()) +
                           " has a bad length or the file is truncated",
+                      where);
+    }
+    const auto remaining = file_bytes - static_cast<std::uintmax_t>(in.tellg());
+    if (static_cast<std::uintmax_t>(length) > remaining) {
+      throw DataError("token " + std::to_string(vocabulary.size()) + " has length " +
+                          std::to_string(length) + " but the file has " +
+                          std::to_string(remaining) + " bytes left",
                       where);
     }
     std::string piece(static_cast<std::size_t>(length), '\0');

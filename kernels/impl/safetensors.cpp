@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/errors.hpp"
@@ -31,6 +32,29 @@ std::size_t dtype_size_or_zero(const std::string& dtype) {
     return 1;
   }
   return 0;
+}
+
+// A header list of non-negative integers (shape, data_offsets). nlohmann's get<> would convert
+// a float such as 1e30 or a negative number out of range (undefined or wrapped), so each item
+// is checked first.
+std::vector<std::uint64_t> natural_numbers(const Json& list, const char* field,
+                                           const std::string& tensor, const std::string& where) {
+  const auto refuse = [&] {
+    return DataError(
+        "tensor '" + tensor + "' field '" + field + "' must be a list of non-negative integers",
+        where);
+  };
+  if (!list.is_array()) {
+    throw refuse();
+  }
+  std::vector<std::uint64_t> numbers;
+  for (const Json& item : list) {
+    if (!item.is_number_unsigned()) {  // the parser stores every integer >= 0 as unsigned
+      throw refuse();
+    }
+    numbers.push_back(item.get<std::uint64_t>());
+  }
+  return numbers;
 }
 
 }  // namespace
@@ -69,28 +93,33 @@ SafetensorsFile::SafetensorsFile(const std::filesystem::path& path)
     try {
       Entry entry;
       entry.dtype = description.at("dtype").get<std::string>();
-      entry.shape = description.at("shape").get<std::vector<std::int64_t>>();
-      const auto offsets = description.at("data_offsets").get<std::vector<std::size_t>>();
+      const auto offsets =
+          natural_numbers(description.at("data_offsets"), "data_offsets", name, where);
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] > data_bytes) {
         throw DataError("tensor '" + name + "' has data_offsets outside the file's data", where);
       }
       entry.begin = offsets[0];
       entry.end = offsets[1];
-      std::size_t count = 1;
-      for (const std::int64_t extent : entry.shape) {
-        if (extent < 0) {
-          throw DataError("tensor '" + name + "' has a negative dimension", where);
-        }
-        count *= static_cast<std::size_t>(extent);
-      }
       const std::size_t element = dtype_size_or_zero(entry.dtype);
       if (element == 0) {
         throw DataError("tensor '" + name + "' has unknown dtype '" + entry.dtype + "'", where);
       }
-      if (count * element != entry.end - entry.begin) {
+      // The byte count is multiplied out without wrapping: a wrapped product could equal the
+      // span and pass a shape of 2^64 elements as a tensor of none.
+      std::size_t tensor_bytes = element;
+      for (const std::uint64_t extent :
+           natural_numbers(description.at("shape"), "shape", name, where)) {
+        if (extent > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) ||
+            (extent != 0 && tensor_bytes > std::numeric_limits<std::size_t>::max() / extent)) {
+          throw DataError("tensor '" + name + "' has a shape too large to address", where);
+        }
+        tensor_bytes *= extent;
+        entry.shape.push_back(static_cast<std::int64_t>(extent));
+      }
+      if (tensor_bytes != entry.end - entry.begin) {
         throw DataError("tensor '" + name + "' spans " + std::to_string(entry.end - entry.begin) +
                             " bytes; " + entry.dtype + " " + shape_text(entry.shape) + " needs " +
-                            std::to_string(count * element),
+                            std::to_string(tensor_bytes),
                         where);
       }
       entries_.emplace(name, std::move(entry));
@@ -150,8 +179,13 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open_directory(
     }
     std::map<std::string, std::size_t> shard_of_name;
     for (const auto& [tensor, shard] : index_json["weight_map"].items()) {
-      if (!shard.is_string()) {
-        throw DataError("weight_map entry '" + tensor + "' is not a file name", index.string());
+      // A shard is a file of the model's folder: a path could read files outside it.
+      if (!shard.is_string() || shard.get<std::string>().empty() ||
+          std::filesystem::path(shard.get<std::string>()).filename() != shard.get<std::string>() ||
+          shard.get<std::string>() == "." || shard.get<std::string>() == "..") {
+        throw DataError(
+            "weight_map entry '" + tensor + "' is not a file name of the model's folder",
+            index.string());
       }
       const auto [it, inserted] =
           shard_of_name.emplace(shard.get<std::string>(), shard_names.size());

@@ -1,7 +1,7 @@
 #include "kernels/impl/score_bpe.hpp"
 
 #include <algorithm>
-#include <cstdio>
+#include <charconv>
 #include <queue>
 
 namespace kvtier::kernels {
@@ -64,11 +64,12 @@ void ScoredVocabulary::finish(std::int32_t unknown_id) {
   byte_ids_.fill(-1);
   byte_value_.assign(pieces_.size(), -1);
   for (std::size_t id = 0; id < pieces_.size(); ++id) {
-    unsigned int value = 0;
-    char tail = 0;
+    // Exactly two hex digits: sscanf's %2X also took a sign or a space ("<0x-8>" read as
+    // 4294967288, an index far outside byte_ids_), and from_chars takes neither.
     const std::string& piece = pieces_[id];
-    if (piece.size() == 6 && std::sscanf(piece.c_str(), "<0x%2X%c", &value, &tail) == 2 &&
-        tail == '>') {
+    unsigned int value = 0;
+    if (piece.size() == 6 && piece.starts_with("<0x") && piece.back() == '>' &&
+        std::from_chars(piece.data() + 3, piece.data() + 5, value, 16).ptr == piece.data() + 5) {
       byte_value_[id] = static_cast<int>(value);
       if (byte_ids_[value] < 0) {
         byte_ids_[value] = static_cast<std::int32_t>(id);

@@ -128,7 +128,7 @@ std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path&
   }
   ScoredVocabulary vocabulary;
   std::vector<std::int32_t> control_ids;
-  std::int32_t unknown_id = 0;
+  std::optional<std::int32_t> unknown_id;
   for (int id = 0; id < model.pieces_size(); ++id) {
     const auto& piece = model.pieces(id);
     using Piece = spm::ModelProto::SentencePiece;
@@ -141,7 +141,12 @@ std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path&
       unknown_id = id;
     }
   }
-  vocabulary.finish(unknown_id);
+  // Text the pieces cannot spell encodes as <unk>; without one that would be id 0 of a
+  // vocabulary that may not have it (libsentencepiece refuses such a model too).
+  if (!unknown_id) {
+    throw DataError("sentencepiece model has no <unk> piece (a piece of type UNKNOWN)", where);
+  }
+  vocabulary.finish(*unknown_id);
   const NormalizerSettings normalizer{spec.add_dummy_prefix(), spec.remove_extra_whitespaces(),
                                       spec.escape_whitespaces()};
   const int size = model.pieces_size();

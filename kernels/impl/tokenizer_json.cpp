@@ -1,6 +1,7 @@
 // tokenizer.json → ByteLevelBpeDefinition. Only what byte-level BPE models (Llama 3, Qwen2/2.5/3,
 // DeepSeek-R1-Distill) use is accepted; anything else is refused by name rather than guessed.
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "common/errors.hpp"
@@ -17,6 +18,23 @@ std::string type_of(const Json& object) {
   return object.is_object() && object.contains("type") && object["type"].is_string()
              ? object["type"].get<std::string>()
              : std::string();
+}
+
+// A value as JSON on one line, for messages (strings quoted, invalid UTF-8 replaced).
+std::string one_line(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// A token id as the file states it. nlohmann's get<std::int32_t> would convert a float such as
+// 1e30 out of range (undefined) and wrap a large integer, so the value is checked first.
+std::int32_t token_id(const Json& value, const std::string& what, const std::string& where) {
+  // Below 2^31 - 1, so that the vocabulary size (the largest id + 1) is an int32 too.
+  if (!value.is_number_integer() || value.get<std::int64_t>() < 0 ||
+      value.get<std::int64_t>() >= std::numeric_limits<std::int32_t>::max()) {
+    throw DataError(what + " has id " + one_line(value) + "; ids are integers from 0 to 2^31 - 2",
+                    where);
+  }
+  return static_cast<std::int32_t>(value.get<std::int64_t>());
 }
 
 // Returns whether a ByteLevel step was seen.
@@ -55,11 +73,11 @@ bool read_pre_tokenizer(const Json& node, ByteLevelBpeDefinition& out) {
 }
 
 // The BOS a TemplateProcessing post-processor puts before a single sequence, if any.
-std::optional<std::int32_t> template_bos(const Json& node) {
+std::optional<std::int32_t> template_bos(const Json& node, const std::string& where) {
   const std::string type = type_of(node);
   if (type == "Sequence") {
     for (const Json& step : node.at("processors")) {
-      if (auto bos = template_bos(step)) {
+      if (auto bos = template_bos(step, where)) {
         return bos;
       }
     }
@@ -73,7 +91,8 @@ std::optional<std::int32_t> template_bos(const Json& node) {
     return std::nullopt;
   }
   const auto name = first["SpecialToken"].at("id").get<std::string>();
-  return node.at("special_tokens").at(name).at("ids").at(0).get<std::int32_t>();
+  return token_id(node.at("special_tokens").at(name).at("ids").at(0),
+                  "post_processor special token " + one_line(name), where);
 }
 
 std::optional<std::int32_t> id_of(const ByteLevelBpeDefinition& definition,
@@ -101,7 +120,7 @@ void read_model(const Json& model, ByteLevelBpeDefinition& out) {
   }
   out.ignore_merges = model.value("ignore_merges", false);
   for (const auto& [text, id] : model.at("vocab").items()) {
-    out.vocabulary.emplace_back(text, id.get<std::int32_t>());
+    out.vocabulary.emplace_back(text, token_id(id, "vocab token " + one_line(text), out.where));
   }
   for (const Json& merge : model.at("merges")) {
     if (merge.is_array() && merge.size() == 2) {  // newer files: ["a", "b"]
@@ -127,9 +146,15 @@ ByteLevelBpeDefinition read_tokenizer_json(const std::filesystem::path& path) {
     read_model(json.at("model"), definition);
     if (json.contains("added_tokens")) {
       for (const Json& token : json["added_tokens"]) {
-        definition.added_tokens.push_back({token.at("id").get<std::int32_t>(),
-                                           token.at("content").get<std::string>(),
-                                           token.value("special", false)});
+        auto content = token.at("content").get<std::string>();
+        // An empty added token would match everywhere and never advance the encoder.
+        if (content.empty()) {
+          throw DataError("added token " + one_line(token.at("id")) + " has empty content",
+                          definition.where);
+        }
+        definition.added_tokens.push_back(
+            {token_id(token.at("id"), "added token " + one_line(content), definition.where),
+             std::move(content), token.value("special", false)});
       }
     }
     const std::string normalizer = json.contains("normalizer") ? type_of(json["normalizer"]) : "";
@@ -143,7 +168,7 @@ ByteLevelBpeDefinition read_tokenizer_json(const std::filesystem::path& path) {
                       definition.where);
     }
     if (json.contains("post_processor") && !json["post_processor"].is_null()) {
-      definition.bos = template_bos(json["post_processor"]);
+      definition.bos = template_bos(json["post_processor"], definition.where);
     }
   } catch (const Json::exception& error) {
     throw DataError(std::string("malformed tokenizer.json: ") + error.what(), definition.where);
@@ -156,6 +181,12 @@ ByteLevelBpeDefinition read_tokenizer_json(const std::filesystem::path& path) {
       if (eos.is_string()) {
         definition.eos = id_of(definition, eos.get<std::string>());
       } else if (eos.is_object() && eos.contains("content")) {
+        // Checked here: this file is read outside the try block that turns JSON errors into
+        // DataErrors, so get<std::string> on a number would escape as nlohmann's type_error.
+        if (!eos["content"].is_string()) {
+          throw DataError("tokenizer_config.json field 'eos_token.content' must be a string",
+                          config.string());
+        }
         definition.eos = id_of(definition, eos["content"].get<std::string>());
       }
     }

@@ -174,3 +174,55 @@ TEST_CASE("tokenizer.json features outside byte-level BPE are refused by name",
   json["model"]["merges"].push_back("x zz");
   CHECK_THROWS_WITH(write_and_load(temp, json), Catch::Contains("merge 'x zz' (rank 1)"));
 }
+
+TEST_CASE("damaged token ids and added tokens in tokenizer.json are refused by name",
+          "[kernels][bpe][errors]") {
+  // From fuzzing the loaders (docs/FUZZING.md): a negative or float id indexed the id table out of
+  // bounds, a large id sized it (2^31 - 1 strings: 64 GB), an empty added token matched
+  // everywhere without advancing, a BOS id outside the vocabulary was handed to prompts, and a
+  // non-string EOS content in tokenizer_config.json escaped as nlohmann's type_error.
+  const kk::testing::TempDir temp("bpe-damaged");
+  const auto refused = [&](const Json& json, const std::string& message) {
+    try {
+      static_cast<void>(write_and_load(temp, json));
+      FAIL("expected a DataError");
+    } catch (const kvtier::DataError& error) {
+      CHECK(std::string(error.what()) == message);
+      CHECK(error.where() == (temp.path() / "tokenizer.json").string());
+    }
+  };
+  Json json = tokenizer_json({{"h", "e"}}, false);
+  json["model"]["vocab"]["zz"] = -5;
+  refused(json, R"(vocab token "zz" has id -5; ids are integers from 0 to 2^31 - 2)");
+  json["model"]["vocab"]["zz"] = 1e30;
+  refused(json, R"(vocab token "zz" has id 1e+30; ids are integers from 0 to 2^31 - 2)");
+  json = tokenizer_json({{"h", "e"}}, false);
+  json["added_tokens"][1]["id"] = 2147483647;
+  refused(json, R"(added token "<|eot|>" has id 2147483647; ids are integers from 0 to 2^31 - 2)");
+  json = tokenizer_json({{"h", "e"}}, false);
+  json["added_tokens"].push_back({{"id", 1002}, {"content", ""}, {"special", true}});
+  refused(json, "added token 1002 has empty content");
+  json = tokenizer_json({{"h", "e"}}, false);
+  json["post_processor"]["special_tokens"]["<|begin_of_text|>"]["ids"] = {5000};
+  refused(json, "post_processor's BOS id 5000 is not a token of the vocabulary");
+
+  json = tokenizer_json({{"h", "e"}}, false);
+  std::ofstream(temp.path() / "tokenizer.json") << json.dump();
+  std::ofstream(temp.path() / "tokenizer_config.json") << R"({"eos_token": {"content": 5}})";
+  try {
+    static_cast<void>(kk::load_tokenizer(temp.path()));
+    FAIL("expected a DataError");
+  } catch (const kvtier::DataError& error) {
+    CHECK(std::string(error.what()) ==
+          "tokenizer_config.json field 'eos_token.content' must be a string");
+    CHECK(error.where() == (temp.path() / "tokenizer_config.json").string());
+  }
+
+  // Ids need not be dense: the largest allowed id costs one entry, not a table up to it.
+  json = tokenizer_json({{"h", "e"}}, false);
+  json["added_tokens"][1]["id"] = 2147483646;
+  const auto sparse = write_and_load(temp, json);
+  CHECK(sparse->vocab_size() == 2147483647);
+  CHECK(sparse->eos_id() == 2147483646);
+  CHECK(sparse->decode(std::vector<std::int32_t>{'h', 2147483646, 7000}) == "h<|eot|>");
+}

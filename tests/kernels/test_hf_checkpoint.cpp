@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 
 #include "common/errors.hpp"
@@ -11,6 +12,7 @@
 #include "kernels/generate.hpp"
 #include "kernels/hf_checkpoint.hpp"
 #include "kernels/llama2c_checkpoint.hpp"
+#include "kernels/safetensors.hpp"
 #include "tests/kernels/support/model_files.hpp"
 
 namespace kk = kvtier::kernels;
@@ -167,6 +169,49 @@ TEST_CASE("broken Hugging Face directories name the field or tensor at fault",
     out.close();
     CHECK_THROWS_WITH(kk::load_model(directory),
                       Catch::Contains("tensor 'model.embed_tokens.weight' has dtype I32"));
+  }
+  // From fuzzing the loaders (docs/FUZZING.md): a float in a shape was converted to int64 unchecked
+  // (undefined), and a shape of 2^64 elements wrapped to none and passed as an empty tensor.
+  const auto write_header = [&](const std::string& header) {
+    const std::uint64_t length = header.size();
+    std::ofstream out(directory / "model.safetensors", std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(&length), 8);
+    out << header;
+  };
+  SECTION("a shape that is not a list of non-negative integers") {
+    for (const std::string shape : {"[1e30]", "[-1]", "[2.5]", "\"8\""}) {
+      CAPTURE(shape);
+      write_header(R"({"model.norm.weight":{"dtype":"F32","shape":)" + shape +
+                   R"(,"data_offsets":[0,0]}})");
+      CHECK_THROWS_WITH(kk::load_model(directory),
+                        "tensor 'model.norm.weight' field 'shape' must be a list of non-negative "
+                        "integers");
+    }
+    write_header(R"({"model.norm.weight":{"dtype":"F32","shape":[0],"data_offsets":[0,1e30]}})");
+    CHECK_THROWS_WITH(kk::load_model(directory), Catch::Contains("field 'data_offsets'"));
+  }
+  SECTION("a shape whose size wraps around") {
+    write_header(R"({"model.norm.weight":{"dtype":"F32","shape":[4294967296,4294967296],)"
+                 R"("data_offsets":[0,0]}})");
+    try {
+      const kk::SafetensorsFile file(directory / "model.safetensors");
+      FAIL("expected a DataError");
+    } catch (const kvtier::DataError& error) {
+      CHECK(std::string(error.what()) ==
+            "tensor 'model.norm.weight' has a shape too large to address");
+      CHECK(error.where() == (directory / "model.safetensors").string());
+    }
+  }
+  SECTION("a shard index naming a file outside the model's folder") {
+    std::filesystem::remove(directory / "model.safetensors");
+    for (const std::string shard : {"../model.safetensors", "/etc/passwd", "", ".."}) {
+      CAPTURE(shard);
+      std::ofstream(directory / "model.safetensors.index.json", std::ios::trunc)
+          << R"({"weight_map": {"model.norm.weight": ")" << shard << R"("}})";
+      CHECK_THROWS_WITH(kk::load_model(directory),
+                        "weight_map entry 'model.norm.weight' is not a file name of the model's "
+                        "folder");
+    }
   }
   SECTION("a safetensors header that runs past the file") {
     const std::uint64_t length = 1000;

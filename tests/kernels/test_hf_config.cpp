@@ -77,3 +77,30 @@ TEST_CASE("Qwen2, Qwen3 and Mistral specifics", "[kernels][hf]") {
                     Catch::Contains("'num_attention_heads' must be a positive integer"));
   CHECK_THROWS_AS(read(temp, "{not json"), kvtier::DataError);
 }
+
+TEST_CASE("an out-of-range original_max_position_embeddings is refused by name",
+          "[kernels][hf][errors]") {
+  // From fuzzing the loaders (docs/FUZZING.md): 1e20 was converted to uint32 unchecked (undefined).
+  const kk::testing::TempDir temp("config-rope-positions");
+  const auto config = [](const std::string& positions) {
+    return R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+        "intermediate_size": 128, "max_position_embeddings": 4096, "num_attention_heads": 4,
+        "num_hidden_layers": 2, "vocab_size": 256, "rms_norm_eps": 1e-6,
+        "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0, "original_max_position_embeddings": )" +
+           positions + "}}";
+  };
+  for (const std::string positions : {"1e20", "-1", "0"}) {
+    CAPTURE(positions);
+    try {
+      static_cast<void>(read(temp, config(positions)));
+      FAIL("expected a DataError");
+    } catch (const kvtier::DataError& error) {
+      CHECK(std::string(error.what()) ==
+            "config.json field 'rope_scaling.original_max_position_embeddings' must be a "
+            "positive integer below 2^32");
+      CHECK(error.where() == (temp.path() / "config.json").string());
+    }
+  }
+  CHECK(read(temp, config("8192.0")).rope_scaling().original_max_position_embeddings() == 8192);
+}

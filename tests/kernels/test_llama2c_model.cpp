@@ -2,8 +2,10 @@
 // golden text that llama2.c's run.c produces.
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "common/errors.hpp"
@@ -141,6 +143,14 @@ TEST_CASE("a truncated llama2.c checkpoint names the tensor it ends in",
   std::ofstream(path, std::ios::binary) << bytes << "extra";
   CHECK_THROWS_WITH(kk::load_llama2c_checkpoint(path), Catch::Contains("bytes follow"));
   CHECK_THROWS_AS(kk::load_llama2c_checkpoint(temp.path() / "absent.bin"), kvtier::DataError);
+  // vocab_size (the sixth header field) INT32_MIN: negative marks a separate classifier, and
+  // this one's magnitude is no int32.
+  std::string header = bytes;
+  const std::int32_t smallest = std::numeric_limits<std::int32_t>::min();
+  std::memcpy(header.data() + 5 * sizeof(std::int32_t), &smallest, sizeof smallest);
+  std::ofstream(path, std::ios::binary) << header;
+  CHECK_THROWS_WITH(kk::load_llama2c_checkpoint(path),
+                    "llama2.c header field vocab_size is -2147483648");
 }
 
 TEST_CASE("the stories260K model preset describes the real checkpoint", "[kernels][llama2c]") {

@@ -60,3 +60,45 @@ TEST_CASE("a damaged tokenizer.bin is refused", "[kernels][tokenizer][errors]") 
   CHECK_THROWS_AS(kk::load_llama2c_tokenizer(path), kvtier::DataError);
   CHECK_THROWS_AS(kk::load_tokenizer(temp.path() / "tokenizer.txt"), kvtier::DataError);
 }
+
+TEST_CASE("a token length past the end of tokenizer.bin is refused before allocating it",
+          "[kernels][tokenizer][errors]") {
+  // Found by fuzzing (docs/FUZZING.md): a 12-byte file whose header allows tokens of almost 2 GB
+  // and whose first token claims 1.75 GB made the loader allocate that much before reading.
+  const kk::testing::TempDir temp("huge-token");
+  const auto path = temp.path() / "tokenizer.bin";
+  const std::string huge_length("\xF0\xFF\xFF\x7F\x00\x00\x80\x3f\x00\x00\x00\x70", 12);
+  std::ofstream(path, std::ios::binary) << huge_length;
+  try {
+    static_cast<void>(kk::load_llama2c_tokenizer(path));
+    FAIL("expected a DataError");
+  } catch (const kvtier::DataError& error) {
+    CHECK(std::string(error.what()) ==
+          "token 0 has length 1879048192 but the file has 0 bytes left");
+    CHECK(error.where() == path.string());
+    CHECK(error.exit_code() == kvtier::ExitCode::kBadData);
+  }
+}
+
+TEST_CASE("only <0xNN> with two hex digits is a byte piece", "[kernels][tokenizer][errors]") {
+  // Found by fuzzing (docs/FUZZING.md): the byte-piece parser (shared with sentencepiece models)
+  // read "<0x-8>" as byte 4294967288 and indexed its 256-entry table with it, and read "<0x 8>"
+  // as byte 8.
+  const kk::testing::TempDir temp("byte-pieces");
+  const auto path = temp.path() / "tokenizer.bin";
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::int32_t max_token_length = 8;
+    out.write(reinterpret_cast<const char*>(&max_token_length), sizeof(max_token_length));
+    for (const std::string piece : {"<unk>", "<s>", "</s>", "<0x 8>", "<0x-8>", "<0x41>"}) {
+      const float score = 0.0F;
+      const auto length = static_cast<std::int32_t>(piece.size());
+      out.write(reinterpret_cast<const char*>(&score), sizeof(score));
+      out.write(reinterpret_cast<const char*>(&length), sizeof(length));
+      out << piece;
+    }
+  }
+  const auto tokenizer = kk::load_llama2c_tokenizer(path);
+  const std::vector<std::int32_t> ids = {3, 4, 5};
+  CHECK(tokenizer->decode(ids) == "<0x 8><0x-8>A");
+}

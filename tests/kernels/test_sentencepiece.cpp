@@ -120,3 +120,24 @@ TEST_CASE("sentencepiece models this reader does not implement are refused by na
   std::ofstream(temp.path() / "junk.model") << "not a protobuf \xFF\xFF\xFF";
   CHECK_THROWS_AS(kk::load_tokenizer(temp.path() / "junk.model"), kvtier::DataError);
 }
+
+TEST_CASE("a sentencepiece model without an <unk> piece is refused",
+          "[kernels][tokenizer][sentencepiece][errors]") {
+  // From fuzzing the loaders (docs/FUZZING.md): such a model loaded and encoded unknown text as id
+  // 0, outside its vocabulary. Serialised by hand: one normal piece "a", model_type BPE.
+  const kk::testing::TempDir temp("sentencepiece-no-unk");
+  const auto path = temp.path() / "tokenizer.model";
+  std::ofstream(path, std::ios::binary) << std::string(
+      "\x0A\x03\x0A\x01"
+      "a"
+      "\x12\x02\x18\x02",
+      9);
+  try {
+    static_cast<void>(kk::load_sentencepiece_model(path));
+    FAIL("expected a DataError");
+  } catch (const kvtier::DataError& error) {
+    CHECK(std::string(error.what()) ==
+          "sentencepiece model has no <unk> piece (a piece of type UNKNOWN)");
+    CHECK(error.where() == path.string());
+  }
+}
