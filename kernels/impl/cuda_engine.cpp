@@ -643,28 +643,29 @@ std::string_view cuda_compute_dtype_name(CudaComputeDtype dtype) {
   return "unknown";
 }
 
-CudaEngineOptions cuda_engine_options(const Engine& engine) {
+namespace {
+
+// `engine` as the CUDA engine it must be; ConfigError when it is another.
+const CudaEngine& as_cuda(const Engine& engine) {
   const auto* cuda = dynamic_cast<const CudaEngine*>(&engine);
   if (cuda == nullptr) {
     throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
   }
-  return cuda->options();
+  return *cuda;
+}
+
+}  // namespace
+
+CudaEngineOptions cuda_engine_options(const Engine& engine) {
+  return as_cuda(engine).options();
 }
 
 std::uint64_t cuda_engine_weight_bytes(const Engine& engine) {
-  const auto* cuda = dynamic_cast<const CudaEngine*>(&engine);
-  if (cuda == nullptr) {
-    throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
-  }
-  return cuda->weight_bytes();
+  return as_cuda(engine).weight_bytes();
 }
 
 CudaGraphCounts cuda_engine_graph_counts(const Engine& engine) {
-  const auto* cuda = dynamic_cast<const CudaEngine*>(&engine);
-  if (cuda == nullptr) {
-    throw ConfigError("the " + std::string(engine.backend()) + " engine is not a CUDA engine");
-  }
-  return cuda->graph_counts();
+  return as_cuda(engine).graph_counts();
 }
 
 std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const ModelWeights> weights,

@@ -180,15 +180,14 @@ SafetensorsCheckpoint SafetensorsCheckpoint::open_directory(
     std::map<std::string, std::size_t> shard_of_name;
     for (const auto& [tensor, shard] : index_json["weight_map"].items()) {
       // A shard is a file of the model's folder: a path could read files outside it.
-      if (!shard.is_string() || shard.get<std::string>().empty() ||
-          std::filesystem::path(shard.get<std::string>()).filename() != shard.get<std::string>() ||
-          shard.get<std::string>() == "." || shard.get<std::string>() == "..") {
+      const std::string name = shard.is_string() ? shard.get<std::string>() : std::string();
+      if (name.empty() || name == "." || name == ".." ||
+          std::filesystem::path(name).filename() != name) {
         throw DataError(
             "weight_map entry '" + tensor + "' is not a file name of the model's folder",
             index.string());
       }
-      const auto [it, inserted] =
-          shard_of_name.emplace(shard.get<std::string>(), shard_names.size());
+      const auto [it, inserted] = shard_of_name.emplace(name, shard_names.size());
       if (inserted) {
         shard_names.push_back(it->first);
       }
