@@ -17,6 +17,9 @@ namespace kvtier::app {
 
 namespace po = boost::program_options;
 
+// More threads than any CPU has cores would only contend; the bound catches typos like 1000000.
+constexpr int kMaxEngineThreads = 1024;
+
 std::vector<config::PolicySpec> parse_policy_list(const std::string& text) {
   std::vector<std::string> policies;
   std::size_t begin = 0;
@@ -42,12 +45,51 @@ std::vector<config::PolicySpec> parse_policy_list(const std::string& text) {
   return specs;
 }
 
+namespace {
+
+template <typename T>
+bool is_typed(const po::value_semantic* semantic) {
+  return dynamic_cast<const po::typed_value<T>*>(semantic) != nullptr ||
+         dynamic_cast<const po::typed_value<std::vector<T>>*>(semantic) != nullptr;
+}
+
+// Boost reads "-1" for an unsigned option as 2^32 - 1 or 2^64 - 1 (lexical_cast wraps negative
+// numbers round), so a negative value of any unsigned option is refused here, for every command.
+void refuse_negative_unsigned(const po::parsed_options& parsed,
+                              const po::options_description& options) {
+  for (const po::option& option : parsed.options) {
+    const po::option_description* description = options.find_nothrow(option.string_key, false);
+    if (description == nullptr) {
+      continue;
+    }
+    const po::value_semantic* semantic = description->semantic().get();
+    if (!is_typed<unsigned>(semantic) && !is_typed<unsigned long>(semantic) &&
+        !is_typed<unsigned long long>(semantic)) {
+      continue;
+    }
+    for (const std::string& value : option.value) {
+      const std::size_t first = value.find_first_not_of(" \t");
+      if (first != std::string::npos && value[first] == '-') {
+        throw ConfigError("--" + option.string_key + " " + value + ": must not be negative");
+      }
+    }
+  }
+}
+
+}  // namespace
+
 bool parse_arguments(const Arguments& args, const po::options_description& options,
                      const po::positional_options_description& positional,
                      po::variables_map& values, const std::string& usage, std::ostream& out) {
   po::options_description with_help(options);
   with_help.add_options()("help,h", "show this help");
-  po::store(po::command_line_parser(args).options(with_help).positional(positional).run(), values);
+  // Without allow_guessing: an abbreviated option (--form for --format) is an error, not a
+  // silent match that a later option of the same prefix would change.
+  const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+  const po::parsed_options parsed =
+      po::command_line_parser(args).options(with_help).positional(positional).style(style).run();
+  refuse_negative_unsigned(parsed, with_help);
+  po::store(parsed, values);
   if (values.count("help") != 0U) {
     out << usage << "\n\n" << options;
     return false;
@@ -95,11 +137,18 @@ std::string version_line() {
 }
 
 std::string read_prompt_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw ConfigError("--prompt-file names a folder, not a file", path);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw DataError("cannot read the prompt file", path);
   }
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) {
+    throw DataError("cannot read the prompt file", path);
+  }
   // One final line break is the file's, not the prompt's (as with the shell's $(cat FILE)).
   if (!text.empty() && text.back() == '\n') {
     text.pop_back();
@@ -159,6 +208,31 @@ kernels::DeviceInfo check_engine_device(const std::string& device) {
     throw ConfigError("the CUDA engine is not available: " + status + "; use --device cpu");
   }
   return std::move(devices.front());
+}
+
+boost::program_options::options_description cpu_engine_options() {
+  boost::program_options::options_description options("CPU engine options");
+  options.add_options()("threads", boost::program_options::value<int>(),
+                        "--device cpu: threads running the engine's products and attention "
+                        "heads (default 1); results are the same for every count");
+  return options;
+}
+
+kernels::CpuEngineOptions cpu_engine_option(const boost::program_options::variables_map& values,
+                                            const std::string& device) {
+  kernels::CpuEngineOptions options;
+  if (values.count("threads") == 0U) {
+    return options;
+  }
+  if (device != "cpu") {
+    throw ConfigError("--threads applies to --device cpu (the CUDA engine runs on the GPU)");
+  }
+  options.threads = values["threads"].as<int>();
+  if (options.threads < 1 || options.threads > kMaxEngineThreads) {
+    throw ConfigError("--threads " + std::to_string(options.threads) + ": from 1 to " +
+                      std::to_string(kMaxEngineThreads));
+  }
+  return options;
 }
 
 boost::program_options::options_description cuda_engine_options() {
@@ -229,6 +303,25 @@ kernels::CudaComputeDtype cuda_compute_dtype_option(
                      {kernels::CudaComputeDtype::kBF16, kernels::CudaComputeDtype::kFP16,
                       kernels::CudaComputeDtype::kFP32},
                      &kernels::cuda_compute_dtype_name, " (the CPU engine is float32)");
+}
+
+std::unique_ptr<kernels::Tokenizer> load_model_tokenizer(const std::filesystem::path& path,
+                                                         const config::ModelSpec& spec) {
+  std::unique_ptr<kernels::Tokenizer> tokenizer = kernels::load_tokenizer(path);
+  const auto tokens = static_cast<std::uint32_t>(tokenizer->vocab_size());
+  if (tokens > spec.vocab_size()) {
+    throw DataError("the tokenizer's " + std::to_string(tokens) +
+                        " tokens do not fit the model's vocabulary of " +
+                        std::to_string(spec.vocab_size()),
+                    path.string());
+  }
+  if (tokenizer->kind() == "llama2.c" && tokens != spec.vocab_size()) {
+    throw DataError("the tokenizer holds " + std::to_string(tokens) +
+                        " tokens where the model has " + std::to_string(spec.vocab_size()) +
+                        " (a llama2.c tokenizer has one entry per token id: truncated?)",
+                    path.string());
+  }
+  return tokenizer;
 }
 
 std::filesystem::path find_tokenizer(const std::filesystem::path& model) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "kernels/device_info.hpp"
 #include "kernels/model_weights.hpp"
 #include "kernels/tiered_cache.hpp"
+#include "kernels/tokenizer.hpp"
 
 namespace kvtier::kernels {
 struct TraceContents;
@@ -88,12 +90,22 @@ int run_replay_search_budgets(const Arguments& args, Context& context);
 // The tokenizer of a model (`--tokenizer` not given): a Hugging Face directory's own, or beside
 // a llama2.c checkpoint tokenizer.bin or else the only tok*.bin; ConfigError otherwise.
 [[nodiscard]] std::filesystem::path find_tokenizer(const std::filesystem::path& model);
+// The tokenizer at `path` for a model of `spec`: DataError when its tokens do not fit the model's
+// vocabulary, or when a llama2.c tokenizer.bin (one entry per token id) holds fewer entries
+// than the model has tokens, as a truncated file does.
+[[nodiscard]] std::unique_ptr<kernels::Tokenizer> load_model_tokenizer(
+    const std::filesystem::path& path, const config::ModelSpec& spec);
 
 // --device of trace capture and live runs: cpu, or cuda where this build has the CUDA targets and
 // a CUDA device is present; ConfigError (naming why) otherwise. Checked before a model loads.
 // Returns the device the engine runs on (the host CPU, or CUDA device 0), for provenance.
 kernels::DeviceInfo check_engine_device(const std::string& device);
 
+// The option --threads N (the CPU engine's threads, docs/ENGINE.md) for commands that run an
+// engine, and its value: 1 when not given; ConfigError below 1 or with a device other than cpu.
+[[nodiscard]] boost::program_options::options_description cpu_engine_options();
+[[nodiscard]] kernels::CpuEngineOptions cpu_engine_option(
+    const boost::program_options::variables_map& values, const std::string& device);
 // The options --cuda-attention split-keys|per-head and --cuda-gemm cublas|warp-rows (the CUDA
 // engine's attention kernel and small-call GEMM, docs/ENGINE.md), for commands that run an
 // engine.

@@ -4,8 +4,6 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
-#include <chrono>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -26,20 +24,12 @@
 #include "kernels/tokenizer.hpp"
 #include "replay/parameters.hpp"
 #include "replay/trace_source.hpp"
+#include "traces/writer.hpp"
 
 namespace kvtier::app {
 namespace {
 
 namespace po = boost::program_options;
-
-std::string utc_now() {
-  const std::time_t now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm parts{};
-  gmtime_r(&now, &parts);
-  char text[32];
-  const std::size_t length = std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &parts);
-  return {text, length};
-}
 
 void fill(config::CopyMeasurement& out, const kernels::CopyCounter& counter) {
   out.set_bytes(counter.bytes);
@@ -123,16 +113,18 @@ int run_live(const Arguments& args, Context& context) {
       "hard limit of the T0 arena, e.g. 2MiB (default: the full cache of prompt + new tokens)")(
       "no-reference", "skip the full-cache run (no divergence figures)")(
       "measure", po::value<std::string>(), "write the measurement file (JSON) here");
+  options.add(cpu_engine_options());
   options.add(cuda_engine_options());
   po::variables_map values;
   if (!parse_arguments(
           args, options, {}, values,
           "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE |\n"
           "                   --follow-trace TRACE) [--max-new-tokens N]\n"
-          "                   [--device cpu|cuda [--compute-dtype bf16|fp16|fp32]\n"
-          "                                      [--cuda-attention split-keys|per-head]\n"
-          "                                      [--cuda-gemm cublas|warp-rows]\n"
-          "                                      [--cuda-copies kernels|copy-engines]]\n"
+          "                   [--device cpu [--threads N] |\n"
+          "                    --device cuda [--compute-dtype bf16|fp16|fp32]\n"
+          "                                  [--cuda-attention split-keys|per-head]\n"
+          "                                  [--cuda-gemm cublas|warp-rows]\n"
+          "                                  [--cuda-copies kernels|copy-engines]]\n"
           "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
           "Decodes greedily with the real tiered KV cache (T0 arena, T1 host staged before each\n"
           "layer's attention, T2 8-bit, T3 dropped), placed step by step by the replay's policy,\n"
@@ -147,6 +139,7 @@ int run_live(const Arguments& args, Context& context) {
   const kernels::CudaGemm gemm = cuda_gemm_option(values, device);
   const kernels::CacheCopies copies = cuda_copies_option(values, device);
   const kernels::CudaComputeDtype compute_dtype = cuda_compute_dtype_option(values, device);
+  const kernels::CpuEngineOptions cpu_options = cpu_engine_option(values, device);
   kernels::DeviceInfo ran_on = check_engine_device(device);
   const bool follow = values.count("follow-trace") != 0U;
   const int prompt_sources = static_cast<int>(values.count("prompt") != 0U) +
@@ -168,8 +161,9 @@ int run_live(const Arguments& args, Context& context) {
   if (values.count("t0-budget") != 0U) {
     const double bytes =
         units::convert(values["t0-budget"].as<std::string>(), "B", true, "--t0-budget");
-    if (!(bytes >= 1.0)) {
-      throw ConfigError("--t0-budget must be at least one byte");
+    // 2^62 bytes (4 EiB) is more than any machine holds and converts to an integer exactly.
+    if (!(bytes >= 1.0 && bytes <= 0x1p62)) {
+      throw ConfigError("--t0-budget must be from one byte to 4 EiB");
     }
     live_options.t0_budget_bytes = static_cast<std::uint64_t>(bytes);
   }
@@ -196,13 +190,7 @@ int run_live(const Arguments& args, Context& context) {
         values.count("tokenizer") != 0U
             ? std::filesystem::path(values["tokenizer"].as<std::string>())
             : find_tokenizer(model_path);
-    tokenizer = kernels::load_tokenizer(tokenizer_path);
-    if (static_cast<std::uint32_t>(tokenizer->vocab_size()) > weights->spec.vocab_size()) {
-      throw DataError("the tokenizer's " + std::to_string(tokenizer->vocab_size()) +
-                          " tokens do not fit the model's vocabulary of " +
-                          std::to_string(weights->spec.vocab_size()),
-                      tokenizer_path.string());
-    }
+    tokenizer = load_model_tokenizer(tokenizer_path, weights->spec);
   }
   RunTokens tokens;
   if (follow) {
@@ -236,9 +224,9 @@ int run_live(const Arguments& args, Context& context) {
       reference = kernels::make_cuda_engine(weights, cuda);
     }
   } else {
-    engine = kernels::make_cpu_engine(weights);
+    engine = kernels::make_cpu_engine(weights, cpu_options);
     if (with_reference) {
-      reference = kernels::make_cpu_engine(weights);
+      reference = kernels::make_cpu_engine(weights, cpu_options);
     }
   }
   const kernels::LiveResult result =
@@ -265,7 +253,7 @@ int run_live(const Arguments& args, Context& context) {
   provenance.set_device_name(ran_on.name);
   provenance.set_device_detail(ran_on.detail);
   provenance.set_cpu_model(cpu.name);
-  provenance.set_date_utc(utc_now());
+  provenance.set_date_utc(traces::current_utc_time());
   provenance.set_model(weights->spec.name());
   provenance.set_model_path(model_path.string());
   std::string command = "kvtier live";

@@ -1,6 +1,7 @@
 // `kvtier plan RUN --slo ... [--policy P] [--compare ...] [--target-tokens-per-s X]`: capacity
 // planning with the simulator (serving/plan.hpp).
 
+#include <cmath>
 #include <filesystem>
 
 #include "apps/cli.hpp"
@@ -26,7 +27,9 @@ std::string json_result(const serving::PlanResult& result, bool with_target) {
       ", \"output_tokens_per_s_per_gpu\": " + format_double(result.output_tokens_per_s_per_gpu) +
       ", \"output_tokens_per_s_per_node\": " + format_double(result.output_tokens_per_s_per_node) +
       ", \"evaluations\": " + std::to_string(result.evaluations);
-  if (with_target) {
+  if (with_target && result.max_batch == 0) {  // no engine meets the SLOs: none serves the target
+    json += R"(, "engines": null, "gpus": null, "nodes": null)";
+  } else if (with_target) {
     json += ", \"engines\": " + std::to_string(result.engines) +
             ", \"gpus\": " + std::to_string(result.gpus) +
             ", \"nodes\": " + std::to_string(result.nodes);
@@ -89,8 +92,9 @@ int run_plan(const Arguments& args, Context& context) {
   plan.rounds = values["rounds"].as<std::uint32_t>();
   if (values.count("target-tokens-per-s") != 0U) {
     plan.target_output_tokens_per_s = values["target-tokens-per-s"].as<double>();
-    if (!(*plan.target_output_tokens_per_s > 0)) {
-      throw ConfigError("--target-tokens-per-s must be positive");
+    if (!(*plan.target_output_tokens_per_s > 0) ||
+        !std::isfinite(*plan.target_output_tokens_per_s)) {
+      throw ConfigError("--target-tokens-per-s must be a positive finite number");
     }
   }
   std::vector<config::PolicySpec> policies{run.policy()};
@@ -128,7 +132,9 @@ int run_plan(const Arguments& args, Context& context) {
                                  format_fixed(result.output_tokens_per_s_per_engine, 1),
                                  format_fixed(result.output_tokens_per_s_per_gpu, 1),
                                  format_fixed(result.output_tokens_per_s_per_node, 1)};
-    if (with_target) {
+    if (with_target && result.max_batch == 0) {
+      row.insert(row.end(), {"-", "-", "-"});
+    } else if (with_target) {
       row.insert(row.end(), {std::to_string(result.engines), std::to_string(result.gpus),
                              std::to_string(result.nodes)});
     }

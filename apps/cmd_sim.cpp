@@ -99,7 +99,8 @@ int run_sim(const Arguments& args, Context& context) {
                         "RunSpec file (default: configs/examples/quickstart.textproto)")(
       "out", po::value<std::string>(),
       "also write report.json, metrics.csv and (with outputs.timeseries_interval_us) "
-      "timeseries.csv into this folder");
+      "timeseries.csv into this folder, replacing them together (an earlier run's "
+      "timeseries.csv is removed when this run has none)");
   options.add_options()("format", po::value<std::string>()->default_value("table"),
                         "output: table, json or csv");
   options.add_options()("policy", po::value<std::string>(),
@@ -158,10 +159,20 @@ int run_sim(const Arguments& args, Context& context) {
   const std::string json = serving::report_json(reports, run, version_line());
   if (values.count("out") != 0U) {
     const std::filesystem::path folder = values["out"].as<std::string>();
-    write_file_atomically(folder / "report.json", json);
-    write_file_atomically(folder / "metrics.csv", serving::report_csv(reports));
+    const std::string metrics = serving::report_csv(reports);
+    const std::string series = report.series.empty() ? "" : serving::series_csv(report);
+    std::vector<OutputFile> files{{folder / "report.json", json},
+                                  {folder / "metrics.csv", metrics}};
     if (!report.series.empty()) {
-      write_file_atomically(folder / "timeseries.csv", serving::series_csv(report));
+      files.push_back({folder / "timeseries.csv", series});
+    }
+    write_files_atomically(files);
+    // An earlier run's time series would pass for this run's.
+    if (report.series.empty()) {
+      std::error_code error;
+      if (std::filesystem::is_regular_file(folder / "timeseries.csv", error)) {
+        std::filesystem::remove(folder / "timeseries.csv", error);
+      }
     }
   }
   if (format == "json") {

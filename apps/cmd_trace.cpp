@@ -14,6 +14,7 @@
 
 #include "apps/cli.hpp"
 #include "common/errors.hpp"
+#include "common/text_output.hpp"
 #include "configs/locations.hpp"
 #include "configs/schema/model.pb.h"
 #include "kernels/cuda_engine.hpp"
@@ -107,7 +108,8 @@ int info(const Arguments& args, Context& context) {
   positional.add("file", 1);
   po::variables_map values;
   if (!parse_arguments(args, options, positional, values,
-                       "usage: kvtier trace info FILE [--sample-steps N] [--format text|json]\n\n"
+                       "usage: kvtier trace info FILE [--sample-steps N] [--sink-tokens N] "
+                       "[--threshold W] [--format text|json]\n\n"
                        "What a trace holds and per-layer attention statistics: sink mass, mass "
                        "within the last 128 tokens, far mass, entropy, recency decay and how far "
                        "back attention reaches.",
@@ -120,6 +122,10 @@ int info(const Arguments& args, Context& context) {
   stats_options.sample_steps = values["sample-steps"].as<std::uint32_t>();
   stats_options.sink_tokens = values["sink-tokens"].as<std::uint32_t>();
   stats_options.reach_threshold = values["threshold"].as<double>();
+  if (!(stats_options.reach_threshold > 0.0 && stats_options.reach_threshold <= 1.0)) {
+    throw ConfigError("--threshold " + format_double(stats_options.reach_threshold) +
+                      ": an attention weight, above 0 and at most 1");
+  }
   const traces::TraceStats stats = traces::compute_stats(reader, stats_options);
   const traces::TraceSummary summary = traces::summarize(reader);
   context.out << (format == Format::kJson
@@ -203,6 +209,16 @@ int synth(const Arguments& args, Context& context) {
   }
   synth.heads = values.count("heads") != 0U;
   synth.prefill_window = values["prefill-window"].as<std::uint32_t>();
+  // Usage errors, not a /meta the writer refuses: a window is some of the prompt's queries.
+  if (synth.prefill_window > synth.prompt_tokens) {
+    throw ConfigError("--prefill-window " + std::to_string(synth.prefill_window) +
+                      " is longer than the prompt (" + std::to_string(synth.prompt_tokens) +
+                      " tokens)");
+  }
+  if (synth.top_k > traces::kMaxTopK) {
+    throw ConfigError("--top-k " + std::to_string(synth.top_k) + " is more than " +
+                      std::to_string(traces::kMaxTopK));
+  }
   synth.key_norms = values.count("key-norms") != 0U;
   synth.dtype = trace_dtype(values);
   synth.writer = writer_options(values, "trace synth");
@@ -391,13 +407,15 @@ int capture(const Arguments& args, Context& context) {
       "device", po::value<std::string>()->default_value("cpu"), "engine: cpu or cuda")(
       "out", po::value<std::string>()->required(), "output trace file");
   add_writer_options(options);
+  options.add(cpu_engine_options());
   options.add(cuda_engine_options());
   po::variables_map values;
   if (!parse_arguments(
           args, options, {}, values,
           "usage: kvtier trace capture --model PATH (--prompt TEXT | --prompt-file FILE) "
           "[--max-new-tokens N] [--granularity mean|heads|topk:K] [--window W] [--key-norms] "
-          "[--temperature T --top-p P --seed S] [--device cpu|cuda [--cuda-attention KERNEL] "
+          "[--temperature T --top-p P --seed S] [--device cpu [--threads N] | --device cuda "
+          "[--cuda-attention KERNEL] "
           "[--cuda-gemm GEMM]] "
           "--out FILE\n\n"
           "Runs a model on the prompt and writes the attention of every decode step: step t "
@@ -412,6 +430,7 @@ int capture(const Arguments& args, Context& context) {
   const std::string device = values["device"].as<std::string>();
   const kernels::CudaAttention attention = cuda_attention_option(values, device);
   const kernels::CudaGemm gemm = cuda_gemm_option(values, device);
+  const kernels::CpuEngineOptions cpu_options = cpu_engine_option(values, device);
   check_engine_device(device);
   if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
     throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
@@ -440,13 +459,7 @@ int capture(const Arguments& args, Context& context) {
   const std::filesystem::path tokenizer_path =
       values.count("tokenizer") != 0U ? std::filesystem::path(values["tokenizer"].as<std::string>())
                                       : find_tokenizer(model_path);
-  const auto tokenizer = kernels::load_tokenizer(tokenizer_path);
-  if (static_cast<std::uint32_t>(tokenizer->vocab_size()) > weights->spec.vocab_size()) {
-    throw DataError("the tokenizer's " + std::to_string(tokenizer->vocab_size()) +
-                        " tokens do not fit the model's vocabulary of " +
-                        std::to_string(weights->spec.vocab_size()),
-                    tokenizer_path.string());
-  }
+  const auto tokenizer = load_model_tokenizer(tokenizer_path, weights->spec);
   if (values.count("no-stop") == 0U) {
     if (const auto eos = tokenizer->eos_id()) {
       generation.stop_tokens.push_back(*eos);
@@ -483,7 +496,7 @@ int capture(const Arguments& args, Context& context) {
     cuda.gemm = gemm;
     engine = kernels::make_cuda_engine(weights, cuda);
   } else {
-    engine = kernels::make_cpu_engine(weights);
+    engine = kernels::make_cpu_engine(weights, cpu_options);
   }
   const std::string out = values["out"].as<std::string>();
   const kernels::CaptureResult result =

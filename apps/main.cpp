@@ -55,10 +55,18 @@ void print_usage(std::ostream& out) {
 }
 
 int run(int argc, char** argv) {
-  const std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args.front() == "--help" || args.front() == "-h" || args.front() == "help") {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {  // a usage error: the usage goes to stderr, as errors do
+    print_usage(std::cerr);
+    return static_cast<int>(ExitCode::kUsageOrConfig);
+  }
+  // `kvtier help COMMAND` is `kvtier COMMAND --help`.
+  if (args.size() == 2 && args.front() == "help") {
+    args = {args[1], "--help"};
+  }
+  if (args.front() == "--help" || args.front() == "-h" || args.front() == "help") {
     print_usage(std::cout);
-    return args.empty() ? static_cast<int>(ExitCode::kUsageOrConfig) : 0;
+    return 0;
   }
   if (args.front() == "--version") {
     std::cout << kvtier::app::version_line() << "\n";

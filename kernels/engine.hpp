@@ -126,7 +126,14 @@ class Engine {
   }
 };
 
-// The CPU reference engine: float32, single-threaded, deterministic.
-[[nodiscard]] std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ModelWeights> weights);
+struct CpuEngineOptions {
+  // Threads that run the products and attention heads, the caller's included (at least 1).
+  // Work is cut by the model's shape, not by this count, so results do not depend on it.
+  int threads = 1;
+};
+
+// The CPU reference engine: float32, deterministic whatever the thread count.
+[[nodiscard]] std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ModelWeights> weights,
+                                                      const CpuEngineOptions& options = {});
 
 }  // namespace kvtier::kernels

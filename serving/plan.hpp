@@ -30,9 +30,12 @@ struct Slo {
 
 struct PlanOptions {
   std::vector<Slo> slos;
-  std::uint32_t rounds = 3;
+  std::uint32_t rounds = 3;  // 1 .. kMaxRounds
   std::optional<double> target_output_tokens_per_s;
 };
+
+// More rounds than this only lengthen every evaluation: the staggered arrivals settle in a few.
+inline constexpr std::uint32_t kMaxRounds = 1000;
 
 struct PlanResult {
   std::string policy;           // canonical

@@ -59,6 +59,10 @@ struct LayerRange {
 };
 
 // Every dimension of a trace, derived from its `/meta`.
+// The largest top-k row: beyond the longest context of any model (Llama 3.1's 128k, Qwen's 1M),
+// where a dense row is the smaller choice anyway. It keeps a row's HDF5 chunk at a few MB.
+inline constexpr std::uint32_t kMaxTopK = std::uint32_t{1} << 20;
+
 struct TraceShape {
   std::uint32_t prompt_tokens = 0;
   std::uint32_t steps = 0;

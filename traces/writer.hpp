@@ -36,7 +36,8 @@ struct WriterOptions {
 };
 
 // Now, as "2026-11-29T10:06:19Z"; `SOURCE_DATE_EPOCH` (reproducible builds' convention), when
-// set to seconds since 1970, replaces the clock so that runs can produce identical files.
+// set to seconds since 1970, replaces the clock so that runs can produce identical files;
+// ConfigError when it is set to anything else.
 [[nodiscard]] std::string current_utc_time();
 
 class TraceWriter {

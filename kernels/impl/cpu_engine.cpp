@@ -1,7 +1,8 @@
-// The CPU reference forward pass: Llama-family decoder layers in float32 with Eigen, one thread.
-// Every token of a call goes through each layer together, so a prompt's projections and MLP are
-// matrix-matrix products; a decode step is the same code with one row (Eigen turns it into
-// matrix-vector products).
+// The CPU reference forward pass: Llama-family decoder layers in float32 with Eigen. Every token
+// of a call goes through each layer together, so a prompt's projections and MLP are matrix-matrix
+// products; a decode step is the same code with one row (one dot product per output feature).
+// The products and attention heads are spread over a WorkerPool in chunks fixed by the model's
+// shape, so the thread count never changes a result.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -10,6 +11,7 @@
 #include "common/errors.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/impl/dense.hpp"
+#include "kernels/impl/worker_pool.hpp"
 #include "kernels/rotary.hpp"
 
 namespace kvtier::kernels {
@@ -20,7 +22,7 @@ using Eigen::VectorXf;
 
 class CpuEngine final : public Engine {
  public:
-  explicit CpuEngine(std::shared_ptr<const ModelWeights> weights)
+  CpuEngine(std::shared_ptr<const ModelWeights> weights, const CpuEngineOptions& options)
       : weights_(std::move(weights)),
         spec_(weights_->spec),
         hidden_(static_cast<int>(spec_.hidden_size())),
@@ -32,7 +34,8 @@ class CpuEngine final : public Engine {
         window_(spec_.has_sliding_window() ? static_cast<int>(spec_.sliding_window()) : 0),
         eps_(static_cast<float>(spec_.rms_norm_eps())),
         rotary_(spec_, weights_->rope_layout),
-        cache_(static_cast<std::size_t>(spec_.num_hidden_layers()) * kv_heads_) {
+        cache_(static_cast<std::size_t>(spec_.num_hidden_layers()) * kv_heads_),
+        pool_(options.threads) {
     check_engine_spec(spec_, weights_->source);
   }
 
@@ -66,7 +69,13 @@ class CpuEngine final : public Engine {
   void rms_norm_rows(const WeightTensor& weight);
   void head_rms_norm(float* vectors, int heads, const WeightTensor& weight) const;
   void attention_block(int layer, int rows, bool prefill);
-  void attend(int layer, int row, int position, bool prefill);
+  void attention_rows(int layer, int rows, bool prefill);
+  void attend(int layer, int row, int position, int query_head, float* probabilities);
+  void observe_attention(int layer, int row, int position, bool prefill,
+                         std::span<const float> probabilities);
+  [[nodiscard]] int first_key(int position) const {
+    return window_ > 0 ? std::max(0, position - window_ + 1) : 0;
+  }
   void mlp_block(int layer);
 
   std::shared_ptr<const ModelWeights> weights_;
@@ -86,10 +95,11 @@ class CpuEngine final : public Engine {
   int position_ = 0;
   int capacity_ = 0;
   std::vector<HeadCache> cache_;  // [layer * kv_heads + kv_head]
+  WorkerPool pool_;
 
   // Scratch, one row per token of the current call; reused across calls.
   RowMajorMatrix x_, normed_, q_, k_, v_, attention_out_, gate_, up_;
-  std::vector<float> probabilities_;
+  std::vector<float> probabilities_;  // [row of a block][query head][key]
   VectorXf normed_last_;
   VectorXf logits_;
 };
@@ -152,7 +162,7 @@ std::span<const float> CpuEngine::run(std::span<const std::int32_t> tokens, bool
       1.0F / std::sqrt(last.squaredNorm() / static_cast<float>(hidden_) + eps_);
   normed_last_ = (last.transpose() * inverse_rms).cwiseProduct(weights_->final_norm.vector());
   logits_.resize(weights_->lm_head.rows);
-  matrix_vector(weights_->lm_head, normed_last_.data(), logits_.data());
+  matrix_vector(weights_->lm_head, normed_last_.data(), logits_.data(), pool_);
   return {logits_.data(), static_cast<std::size_t>(logits_.size())};
 }
 
@@ -179,9 +189,9 @@ void CpuEngine::head_rms_norm(float* vectors, int heads, const WeightTensor& wei
 void CpuEngine::attention_block(int layer, int rows, bool prefill) {
   const LayerWeights& weights = weights_->layers[static_cast<std::size_t>(layer)];
   rms_norm_rows(weights.attention_norm);
-  q_.noalias() = normed_ * weights.wq.matrix().transpose();
-  k_.noalias() = normed_ * weights.wk.matrix().transpose();
-  v_.noalias() = normed_ * weights.wv.matrix().transpose();
+  multiply_transposed(normed_, weights.wq, q_, Product::kAssign, pool_);
+  multiply_transposed(normed_, weights.wk, k_, Product::kAssign, pool_);
+  multiply_transposed(normed_, weights.wv, v_, Product::kAssign, pool_);
   if (weights.q_bias.present()) {
     q_.rowwise() += weights.q_bias.vector().transpose();
     k_.rowwise() += weights.k_bias.vector().transpose();
@@ -218,87 +228,119 @@ void CpuEngine::attention_block(int layer, int rows, bool prefill) {
   if (kv_store_ != nullptr) {
     layer_kv_ = kv_store_->load(layer, position_ + rows);
   }
-  attention_out_.resize(rows, static_cast<Eigen::Index>(heads_) * head_dim_);
-  for (int row = 0; row < rows; ++row) {
-    attend(layer, row, position_ + row, prefill);
-  }
-  x_.noalias() += attention_out_ * weights.wo.matrix().transpose();
+  attention_rows(layer, rows, prefill);
+  multiply_transposed(attention_out_, weights.wo, x_, Product::kAccumulate, pool_);
 }
 
-void CpuEngine::attend(int layer, int row, int position, bool prefill) {
-  const int first = window_ > 0 ? std::max(0, position - window_ + 1) : 0;
+// Rows go through attention in blocks; within a block every (row, query head) pair is a chunk of
+// its own. A block's probabilities are kept until the observer has seen each of its rows, in
+// order, so a block is as many rows as fit kProbabilityBudget floats (at least one).
+void CpuEngine::attention_rows(int layer, int rows, bool prefill) {
+  constexpr std::size_t kProbabilityBudget = std::size_t{1} << 22;
+  constexpr int kMaxBlockRows = 64;
+  // Sliding-window or not, the last row sees the most keys.
+  const int last_position = position_ + rows - 1;
+  const auto row_stride =
+      static_cast<std::size_t>(heads_) * (last_position - first_key(last_position) + 1);
+  const int block_rows = static_cast<int>(std::clamp<std::size_t>(
+      kProbabilityBudget / row_stride, 1, static_cast<std::size_t>(std::min(rows, kMaxBlockRows))));
+  probabilities_.resize(row_stride * static_cast<std::size_t>(block_rows));
+  attention_out_.resize(rows, static_cast<Eigen::Index>(heads_) * head_dim_);
+  for (int block = 0; block < rows; block += block_rows) {
+    const int count = std::min(block_rows, rows - block);
+    const std::int64_t work =
+        std::int64_t{2} * count * static_cast<std::int64_t>(row_stride) * head_dim_;
+    pool_.for_each_chunk(count * heads_, work, [&](int chunk) {
+      const int row = block + chunk / heads_;
+      const int query_head = chunk % heads_;
+      const int position = position_ + row;
+      const int keys = position - first_key(position) + 1;
+      float* row_probabilities = probabilities_.data() + row_stride * (row - block);
+      attend(layer, row, position, query_head,
+             row_probabilities + static_cast<std::ptrdiff_t>(query_head) * keys);
+    });
+    for (int row = block; observer_ != nullptr && row < block + count; ++row) {
+      const int position = position_ + row;
+      const auto keys = static_cast<std::size_t>(position - first_key(position)) + 1;
+      observe_attention(layer, row, position, prefill,
+                        {probabilities_.data() + row_stride * (row - block), heads_ * keys});
+    }
+  }
+}
+
+// One query head of one row: softmax(q·Kᵀ/√d) into `probabilities` ([keys]), then V-weighted
+// into the row's output for that head.
+void CpuEngine::attend(int layer, int row, int position, int query_head, float* probabilities) {
+  const int first = first_key(position);
   const int keys = position - first + 1;
-  probabilities_.resize(static_cast<std::size_t>(heads_) * keys);
+  const int kv_head = query_head / group_;
   const float scale = 1.0F / std::sqrt(static_cast<float>(head_dim_));
-  for (int kv_head = 0; kv_head < kv_heads_; ++kv_head) {
-    const auto start = static_cast<std::ptrdiff_t>(first) * head_dim_;
-    const float* key_base = nullptr;
-    const float* value_base = nullptr;
-    if (kv_store_ == nullptr) {
-      const HeadCache& head = cache_[static_cast<std::size_t>(layer) * kv_heads_ + kv_head];
-      key_base = head.keys.data();
-      value_base = head.values.data();
-    } else {
-      key_base = layer_kv_.keys[static_cast<std::size_t>(kv_head)];
-      value_base = layer_kv_.values[static_cast<std::size_t>(kv_head)];
-    }
-    const ConstMatrixMap cached_keys(key_base + start, keys, head_dim_);
-    const ConstMatrixMap cached_values(value_base + start, keys, head_dim_);
-    for (int member = 0; member < group_; ++member) {
-      const int query_head = kv_head * group_ + member;
-      const auto head_offset = static_cast<std::ptrdiff_t>(query_head) * head_dim_;
-      const ConstVectorMap query(q_.row(row).data() + head_offset, head_dim_);
-      Map<VectorXf> weights(probabilities_.data() + static_cast<std::ptrdiff_t>(query_head) * keys,
-                            keys);
-      weights.noalias() = cached_keys * query;
-      weights *= scale;
-      if (!layer_kv_.readable.empty() && kv_store_ != nullptr) {
-        // Evicted tokens are left out of the softmax (their weight is exactly 0).
-        const std::span<const std::uint8_t> readable =
-            layer_kv_.readable.subspan(static_cast<std::size_t>(first));
-        for (int key = 0; key < keys; ++key) {
-          if (readable[static_cast<std::size_t>(key)] == 0) {
-            weights[key] = -std::numeric_limits<float>::infinity();
-          }
-        }
+  const auto start = static_cast<std::ptrdiff_t>(first) * head_dim_;
+  const float* key_base = nullptr;
+  const float* value_base = nullptr;
+  if (kv_store_ == nullptr) {
+    const HeadCache& head = cache_[static_cast<std::size_t>(layer) * kv_heads_ + kv_head];
+    key_base = head.keys.data();
+    value_base = head.values.data();
+  } else {
+    key_base = layer_kv_.keys[static_cast<std::size_t>(kv_head)];
+    value_base = layer_kv_.values[static_cast<std::size_t>(kv_head)];
+  }
+  const ConstMatrixMap cached_keys(key_base + start, keys, head_dim_);
+  const ConstMatrixMap cached_values(value_base + start, keys, head_dim_);
+  const auto head_offset = static_cast<std::ptrdiff_t>(query_head) * head_dim_;
+  const ConstVectorMap query(q_.row(row).data() + head_offset, head_dim_);
+  Map<VectorXf> weights(probabilities, keys);
+  weights.noalias() = cached_keys * query;
+  weights *= scale;
+  if (!layer_kv_.readable.empty() && kv_store_ != nullptr) {
+    // Evicted tokens are left out of the softmax (their weight is exactly 0).
+    const std::span<const std::uint8_t> readable =
+        layer_kv_.readable.subspan(static_cast<std::size_t>(first));
+    for (int key = 0; key < keys; ++key) {
+      if (readable[static_cast<std::size_t>(key)] == 0) {
+        weights[key] = -std::numeric_limits<float>::infinity();
       }
-      const float max_score = weights.maxCoeff();
-      weights = (weights.array() - max_score).exp();
-      weights /= weights.sum();
-      Map<VectorXf> out(attention_out_.row(row).data() + head_offset, head_dim_);
-      out.noalias() = cached_values.transpose() * weights;
     }
   }
-  if (observer_ != nullptr) {
-    AttentionStep step;
-    step.layer = layer;
-    step.query_position = position;
-    step.prefill = prefill;
-    step.first_key_position = first;
-    step.key_count = keys;
-    step.query_heads = heads_;
-    step.kv_heads = kv_heads_;
-    step.head_dim = head_dim_;
-    step.queries = {q_.row(row).data(), static_cast<std::size_t>(heads_) * head_dim_};
-    step.probabilities = probabilities_;
-    observer_->on_attention(step);
-  }
+  const float max_score = weights.maxCoeff();
+  weights = (weights.array() - max_score).exp();
+  weights /= weights.sum();
+  Map<VectorXf> out(attention_out_.row(row).data() + head_offset, head_dim_);
+  out.noalias() = cached_values.transpose() * weights;
+}
+
+void CpuEngine::observe_attention(int layer, int row, int position, bool prefill,
+                                  std::span<const float> probabilities) {
+  AttentionStep step;
+  step.layer = layer;
+  step.query_position = position;
+  step.prefill = prefill;
+  step.first_key_position = first_key(position);
+  step.key_count = position - step.first_key_position + 1;
+  step.query_heads = heads_;
+  step.kv_heads = kv_heads_;
+  step.head_dim = head_dim_;
+  step.queries = {q_.row(row).data(), static_cast<std::size_t>(heads_) * head_dim_};
+  step.probabilities = probabilities;
+  observer_->on_attention(step);
 }
 
 void CpuEngine::mlp_block(int layer) {
   const LayerWeights& weights = weights_->layers[static_cast<std::size_t>(layer)];
   rms_norm_rows(weights.mlp_norm);
-  gate_.noalias() = normed_ * weights.w_gate.matrix().transpose();
-  up_.noalias() = normed_ * weights.w_up.matrix().transpose();
+  multiply_transposed(normed_, weights.w_gate, gate_, Product::kAssign, pool_);
+  multiply_transposed(normed_, weights.w_up, up_, Product::kAssign, pool_);
   // SwiGLU: silu(gate) * up.
   gate_.array() = gate_.array() / (1.0F + (-gate_.array()).exp()) * up_.array();
-  x_.noalias() += gate_ * weights.w_down.matrix().transpose();
+  multiply_transposed(gate_, weights.w_down, x_, Product::kAccumulate, pool_);
 }
 
 }  // namespace
 
-std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ModelWeights> weights) {
-  return std::make_unique<CpuEngine>(std::move(weights));
+std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const ModelWeights> weights,
+                                        const CpuEngineOptions& options) {
+  return std::make_unique<CpuEngine>(std::move(weights), options);
 }
 
 }  // namespace kvtier::kernels

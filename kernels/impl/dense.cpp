@@ -1,13 +1,68 @@
 #include "kernels/impl/dense.hpp"
 
-namespace kvtier::kernels {
+#include <algorithm>
 
-void matrix_vector(const WeightTensor& weight, const float* x, float* y) {
+namespace kvtier::kernels {
+namespace {
+
+// Output features per chunk: a single row's chunk reads 64 weight rows (a 256 KB block of a
+// 1,024-wide matrix); a matrix product's chunk is wide enough for Eigen's GEMM to block well.
+constexpr Eigen::Index kVectorBlock = 64;
+constexpr Eigen::Index kMatrixBlock = 256;
+int chunk_count(Eigen::Index features, Eigen::Index block) {
+  return static_cast<int>((features + block - 1) / block);
+}
+
+void for_each_block(Eigen::Index features, Eigen::Index block, Eigen::Index work, WorkerPool& pool,
+                    const std::function<void(Eigen::Index, Eigen::Index)>& run) {
+  pool.for_each_chunk(chunk_count(features, block), work, [&](int chunk) {
+    const Eigen::Index first = static_cast<Eigen::Index>(chunk) * block;
+    run(first, std::min(block, features - first));
+  });
+}
+
+}  // namespace
+
+void matrix_vector(const WeightTensor& weight, const float* x, float* y, WorkerPool& pool) {
   const ConstMatrixMap matrix = weight.matrix();
   const ConstVectorMap input(x, weight.cols);
-  for (Eigen::Index row = 0; row < weight.rows; ++row) {
-    y[row] = matrix.row(row).dot(input.transpose());
+  for_each_block(weight.rows, kVectorBlock, weight.rows * weight.cols, pool,
+                 [&](Eigen::Index first, Eigen::Index count) {
+                   for (Eigen::Index row = first; row < first + count; ++row) {
+                     y[row] = matrix.row(row).dot(input.transpose());
+                   }
+                 });
+}
+
+void multiply_transposed(const RowMajorMatrix& x, const WeightTensor& weight, RowMajorMatrix& y,
+                         Product product, WorkerPool& pool) {
+  const ConstMatrixMap matrix = weight.matrix();
+  if (product == Product::kAssign) {
+    y.resize(x.rows(), weight.rows);
   }
+  const Eigen::Index work = x.rows() * weight.rows * weight.cols;
+  if (x.rows() == 1) {
+    const ConstVectorMap input(x.data(), weight.cols);
+    float* out = y.data();
+    for_each_block(weight.rows, kVectorBlock, work, pool,
+                   [&](Eigen::Index first, Eigen::Index count) {
+                     for (Eigen::Index row = first; row < first + count; ++row) {
+                       const float dot = matrix.row(row).dot(input.transpose());
+                       out[row] = product == Product::kAssign ? dot : out[row] + dot;
+                     }
+                   });
+    return;
+  }
+  for_each_block(weight.rows, kMatrixBlock, work, pool,
+                 [&](Eigen::Index first, Eigen::Index count) {
+                   auto block = y.middleCols(first, count);
+                   const auto weights = matrix.middleRows(first, count).transpose();
+                   if (product == Product::kAssign) {
+                     block.noalias() = x * weights;
+                   } else {
+                     block.noalias() += x * weights;
+                   }
+                 });
 }
 
 }  // namespace kvtier::kernels

@@ -1,14 +1,25 @@
 #pragma once
-// Internal: y = W x for a row-major weight [out, in], as one dot product per row. Eigen's GEMV
-// kernel is avoided here because clang's static analyzer reports uninitialised reads inside it
-// (GeneralMatrixVector.h) that cannot happen; the row-wise dot products are vectorised by Eigen
-// as well and cost about the same for the output projection this is used for.
+// Internal: the CPU engine's dense products against row-major weights [out, in]. A single input
+// row is one dot product per output feature; several rows are an Eigen matrix product per block
+// of output features. Eigen's GEMV kernel is avoided because clang's static analyzer reports
+// uninitialised reads inside it (GeneralMatrixVector.h) that cannot happen; the row-wise dot
+// products are vectorised by Eigen as well and cost about the same.
+//
+// Work is cut into blocks of output features whose bounds depend on the weight's shape alone, so
+// the same inputs give the same bits whatever the pool's thread count.
 
+#include "kernels/impl/worker_pool.hpp"
 #include "kernels/tensor.hpp"
 
 namespace kvtier::kernels {
 
 // `x` holds weight.cols values, `y` receives weight.rows.
-void matrix_vector(const WeightTensor& weight, const float* x, float* y);
+void matrix_vector(const WeightTensor& weight, const float* x, float* y, WorkerPool& pool);
+
+enum class Product { kAssign, kAccumulate };
+
+// y = x · weightᵀ (kAssign; y is resized) or y += x · weightᵀ (kAccumulate; y has its shape).
+void multiply_transposed(const RowMajorMatrix& x, const WeightTensor& weight, RowMajorMatrix& y,
+                         Product product, WorkerPool& pool);
 
 }  // namespace kvtier::kernels

@@ -84,6 +84,10 @@ config::TraceMeta capture_meta(const config::ModelSpec& model, std::uint32_t pro
   if (contents.dtype != config::FP16 && contents.dtype != config::FP32) {
     throw ConfigError("attention weights are stored as FP16 or FP32");
   }
+  if (contents.top_k > traces::kMaxTopK) {
+    throw ConfigError("top-k rows of " + std::to_string(contents.top_k) + " entries: at most " +
+                      std::to_string(traces::kMaxTopK));
+  }
   if (contents.prefill_window > prompt_tokens) {
     throw ConfigError("a prefill window of " + std::to_string(contents.prefill_window) +
                       " queries is longer than the " + std::to_string(prompt_tokens) +

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "common/errors.hpp"
@@ -35,7 +36,14 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
   config::RunSpec run = base;
   auto& loop = *run.mutable_workload()->mutable_closed_loop();
   loop.set_concurrency(batch);
-  loop.set_num_requests(batch * options.rounds);
+  // plan_capacity bounds rounds, so batch x rounds stays far inside 64 bits; the proto's field
+  // is 32-bit.
+  const std::uint64_t requests = std::uint64_t{batch} * options.rounds;
+  if (requests > std::numeric_limits<std::uint32_t>::max()) {
+    throw ConfigError("a batch of " + std::to_string(batch) + " over " +
+                      std::to_string(options.rounds) + " rounds is more than 2^32 requests");
+  }
+  loop.set_num_requests(static_cast<std::uint32_t>(requests));
   Evaluation evaluation{false, {}, simulate(run, memo)};
   const auto& metrics = evaluation.report.metrics;
   if (metric(metrics, "max_running_requests") < batch) {
@@ -68,8 +76,8 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
 
 std::vector<Slo> parse_slos(const std::string& text) {
   std::vector<Slo> slos;
-  std::size_t begin = 0;
-  while (begin < text.size()) {
+  // Every comma separates two pieces: "a=1ms," has an empty second one, which is refused.
+  for (std::size_t begin = 0; begin <= text.size() && !text.empty();) {
     const std::size_t comma = std::min(text.find(',', begin), text.size());
     const std::string piece = text.substr(begin, comma - begin);
     begin = comma + 1;
@@ -85,7 +93,7 @@ std::vector<Slo> parse_slos(const std::string& text) {
     static const std::map<std::string, double> kToMs = {{"ms", 1.0}, {"s", 1e3}, {"us", 1e-3}};
     const auto scale = kToMs.find(unit);
     if (parsed.ec != std::errc() || parsed.ptr == value.data() || scale == kToMs.end() ||
-        !(number > 0)) {
+        !(number > 0) || !std::isfinite(number)) {
       std::string message = "--slo " + name;
       message += " needs a positive time with a unit (ms, s or us), got '" + value;
       throw ConfigError(message + "'");
@@ -105,6 +113,11 @@ std::vector<Slo> parse_slos(const std::string& text) {
                         "' (ttft, tpot, e2e_latency, queue_wait or iteration, with _p50, _p90, "
                         "_p99 or _mean)");
     }
+    for (const Slo& earlier : slos) {
+      if (earlier.metric == name + "_ms") {
+        throw ConfigError("--slo names " + name + " twice");
+      }
+    }
     slos.push_back({name + "_ms", number * scale->second});
   }
   if (slos.empty()) {
@@ -119,8 +132,9 @@ PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
         "plan searches the number of requests in flight, so it needs a closed_loop "
         "workload (its prompt and output lengths are used)");
   }
-  if (options.rounds == 0) {
-    throw ConfigError("--rounds must be at least 1");
+  if (options.rounds == 0 || options.rounds > kMaxRounds) {
+    throw ConfigError("--rounds " + std::to_string(options.rounds) + ": from 1 to " +
+                      std::to_string(kMaxRounds));
   }
   PlanResult result;
   const std::uint32_t cap = run.workload().max_batch_size();
@@ -167,8 +181,17 @@ PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
   result.output_tokens_per_s_per_gpu = result.output_tokens_per_s_per_engine / tp;
   result.output_tokens_per_s_per_node = result.output_tokens_per_s_per_engine * engines_per_node;
   if (options.target_output_tokens_per_s) {
-    result.engines = static_cast<std::uint64_t>(
-        std::ceil(*options.target_output_tokens_per_s / result.output_tokens_per_s_per_engine));
+    const double engines =
+        std::ceil(*options.target_output_tokens_per_s / result.output_tokens_per_s_per_engine);
+    // 2^53: every count below is exact in a double, and no plan needs more.
+    if (!(engines <= 0x1p53)) {
+      throw ConfigError("--target-tokens-per-s " +
+                        std::to_string(*options.target_output_tokens_per_s) + " needs " +
+                        (std::isfinite(engines) ? "more than 2^53" : "infinitely many") +
+                        " engines of " + std::to_string(result.output_tokens_per_s_per_engine) +
+                        " output tokens/s");
+    }
+    result.engines = static_cast<std::uint64_t>(engines);
     result.gpus = result.engines * static_cast<std::uint64_t>(tp);
     result.nodes = static_cast<std::uint64_t>(
         std::ceil(static_cast<double>(result.gpus) / run.hardware().node().gpus_per_node()));

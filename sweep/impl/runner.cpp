@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
@@ -385,26 +386,21 @@ std::string kvtier_version() {
 }
 
 Shard parse_shard(const std::string& text) {
+  // Digits only: std::stoull would take "-1" as 2^64 - 1 and skip leading blanks.
+  const auto natural = [&text](std::string_view digits, std::uint64_t& value) {
+    const auto parsed = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (digits.empty() || parsed.ec != std::errc() || parsed.ptr != digits.data() + digits.size()) {
+      throw ConfigError("--shard '" + text + "': expected K/N, e.g. 0/4");
+    }
+  };
   const std::size_t slash = text.find('/');
-  Shard shard;
-  try {
-    if (slash == std::string::npos) {
-      throw std::invalid_argument("no slash");
-    }
-    std::size_t used = 0;
-    const std::string index = text.substr(0, slash);
-    const std::string count = text.substr(slash + 1);
-    shard.index = std::stoull(index, &used);
-    if (used != index.size()) {
-      throw std::invalid_argument("index");
-    }
-    shard.count = std::stoull(count, &used);
-    if (used != count.size()) {
-      throw std::invalid_argument("count");
-    }
-  } catch (const std::logic_error&) {
+  if (slash == std::string::npos) {
     throw ConfigError("--shard '" + text + "': expected K/N, e.g. 0/4");
   }
+  Shard shard;
+  const std::string_view whole = text;
+  natural(whole.substr(0, slash), shard.index);
+  natural(whole.substr(slash + 1), shard.count);
   if (shard.count == 0 || shard.index >= shard.count) {
     throw ConfigError("--shard '" + text + "': K must be below N (0/4 ... 3/4)");
   }

@@ -315,6 +315,22 @@ TEST_CASE("sim --out writes the report files whole", "[cli]") {
   for (const auto& entry : fs::directory_iterator(out)) {
     CHECK_THAT(entry.path().filename().string(), !Catch::Contains(".tmp"));
   }
+  // A run without a time series removes the earlier run's, which would pass for its own.
+  const Result plain = run("sim " + path.string() + " --out " + out.string() + " --set seed=5");
+  CHECK(plain.exit_code == 0);
+  CHECK(fs::exists(out / "report.json"));
+  CHECK_FALSE(fs::exists(out / "timeseries.csv"));
+  // A folder in the way of one file fails the run before any file is replaced.
+  const std::string before = slurp(out / "report.json");
+  fs::remove(out / "metrics.csv");
+  fs::create_directory(out / "metrics.csv");
+  const Result blocked = run("sim " + path.string() + " --out " + out.string() + " --set seed=6");
+  CHECK(blocked.exit_code == 1);
+  CHECK_THAT(blocked.err, Catch::Contains("metrics.csv"));
+  CHECK(slurp(out / "report.json") == before);
+  for (const auto& entry : fs::directory_iterator(out)) {
+    CHECK_THAT(entry.path().filename().string(), !Catch::Contains(".tmp"));
+  }
 }
 
 TEST_CASE("sim refuses configs where nothing can run, and tier policies without tiering", "[cli]") {
@@ -339,6 +355,31 @@ TEST_CASE("plan finds the largest batch per policy and the GPUs a target needs",
   CHECK_THAT(table.out, Catch::Contains("max batch") && Catch::Contains("bound by"));
   expect_config_error(run("plan " + path.string() + " --slo tpot=1s"), "unknown metric");
   expect_config_error(run("plan " + path.string()), "slo");
+  // A negative count was read as 2^32 - 1 rounds and never finished.
+  expect_config_error(run("plan " + path.string() + " --slo tpot_p99=1s --rounds=-1"),
+                      "--rounds -1: must not be negative");
+  expect_config_error(run("plan " + path.string() + " --slo tpot_p99=1s --rounds 1000000"),
+                      "--rounds 1000000: from 1 to 1000");
+  expect_config_error(run("plan " + path.string() + " --slo tpot_p99=1s --target-tokens-per-s inf"),
+                      "positive finite");
+  // No batch meets a 1 us TPOT: no number of engines serves the target.
+  const Result none =
+      run("plan " + path.string() + " --slo tpot_p99=1us --target-tokens-per-s 1000 --format json");
+  CHECK(none.exit_code == 0);
+  CHECK_THAT(none.out, Catch::Contains("\"max_batch\": 0") &&
+                           Catch::Contains(R"("engines": null, "gpus": null, "nodes": null)"));
+}
+
+TEST_CASE("usage errors: no command, abbreviated options, kvtier help COMMAND", "[cli]") {
+  const Result none = run("");
+  CHECK(none.exit_code == 2);
+  CHECK(none.out.empty());
+  CHECK_THAT(none.err, Catch::StartsWith("usage: kvtier"));
+  const Result help = run("help plan");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Catch::StartsWith("usage: kvtier plan"));
+  // Boost would take --form for --format; an abbreviation is an unknown option here.
+  expect_config_error(run("presets list --form json"), "--form");
 }
 
 TEST_CASE("validate checks every measured reference against its tolerance", "[cli]") {

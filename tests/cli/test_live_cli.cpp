@@ -128,6 +128,20 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
                         "max_position_embeddings");
   expect_one_line_error(run(live("--policy full --t0-budget 1KiB --measure " + quoted(file))), 2,
                         "T0 budget");
+  // 1e30 bytes was converted past the integer's range and ran with the default budget.
+  expect_one_line_error(run(live("--policy full --t0-budget 1e30B --measure " + quoted(file))), 2,
+                        "--t0-budget must be from one byte to 4 EiB");
+  expect_one_line_error(run(live("--policy full --threads 0 --measure " + quoted(file))), 2,
+                        "--threads 0");
+  // A tokenizer.bin cut at a token boundary reads as a smaller vocabulary.
+  const fs::path truncated = scratch_dir() / "truncated_tok.bin";
+  {
+    const std::string bytes = slurp(stories_dir() / "tok512.bin");
+    std::ofstream(truncated, std::ios::binary) << bytes.substr(0, 100);
+  }
+  expect_one_line_error(
+      run(live("--policy full --tokenizer " + quoted(truncated) + " --measure " + quoted(file))), 3,
+      "the tokenizer holds 7 tokens where the model has 512");
   expect_one_line_error(
       run("live --model " + quoted(scratch_dir() / "missing.bin") + " --policy full --prompt x"), 3,
       "missing.bin");

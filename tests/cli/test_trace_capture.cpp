@@ -136,6 +136,16 @@ TEST_CASE("the same capture gives the same bytes", "[cli][trace][capture]") {
               "SOURCE_DATE_EPOCH=0")
               .exit_code == 0);
   CHECK(slurp(a) != slurp(c));  // another seed samples other tokens
+  // More engine threads: the same tokens and keys (the command line in /meta differs).
+  const fs::path threaded = scratch_dir() / "same_threads.h5";
+  REQUIRE(run(capture("--threads 3 " + args + quoted(threaded)), "SOURCE_DATE_EPOCH=0").exit_code ==
+          0);
+  const kvtier::traces::TraceReader one(a);
+  const kvtier::traces::TraceReader three(threaded);
+  CHECK(one.read_tokens() == three.read_tokens());
+  for (std::uint32_t layer = 0; layer < 5; ++layer) {
+    CHECK(one.read_key_norms(layer) == three.read_key_norms(layer));
+  }
 }
 
 TEST_CASE("the tokenizer beside a checkpoint, or --tokenizer", "[cli][trace][capture]") {
@@ -196,6 +206,10 @@ TEST_CASE("bad capture requests: one line, the documented exit code, no file",
       {capture(out), 2, "exactly one"},
       {capture("--prompt x"), 2, "--out"},
       {capture("--prompt x --deflate 12" + out), 2, "--deflate"},
+      {capture("--prompt x --granularity topk:2000000" + out), 2, "at most 1048576"},
+      {capture("--prompt x --threads 0" + out), 2, "--threads 0: from 1 to 1024"},
+      {capture("--prompt x --device cuda --threads 2" + out), 2, "applies to --device cpu"},
+      {capture("--prompt-file " + quoted(scratch_dir()) + out), 2, "names a folder"},
   };
   for (const Case& c : cases) {
     INFO(c.args);

@@ -100,6 +100,15 @@ TEST_CASE("convert", "[cli][trace]") {
   expect_one_line_error(
       run("trace convert '" + topk + "' --top-k 4 --out '" + path_of("never.h5") + "'"), 2,
       "dense");
+  expect_one_line_error(
+      run("trace convert '" + file + "' --top-k 2000000 --out '" + path_of("never.h5") + "'"), 2,
+      "more than 1048576");
+  // --threshold is an attention weight; NaN would have reached the JSON output as `nan`.
+  for (const char* threshold : {"nan", "inf", "0", "-1", "2"}) {
+    CAPTURE(threshold);
+    expect_one_line_error(run("trace info --format json '" + file + "' --threshold " + threshold),
+                          2, "--threshold");
+  }
   CHECK_FALSE(fs::exists(path_of("never.h5")));
 }
 
@@ -148,6 +157,19 @@ TEST_CASE("bad synth arguments exit 2", "[cli][trace]") {
                             "--no-mean --out '" +
                             out + "'"),
                         2, "--top-k");
+  // Usage errors, not a /meta the writer refuses (exit 3) or an HDF5 failure (exit 1).
+  const std::string small = "trace synth --model stories260K --prompt-tokens 16 --steps 8 ";
+  expect_one_line_error(run(small + "--prefill-window 17 --out '" + out + "'"), 2,
+                        "--prefill-window 17 is longer than the prompt (16 tokens)");
+  expect_one_line_error(run(small + "--top-k 4000000000 --out '" + out + "'"), 2,
+                        "--top-k 4000000000 is more than 1048576");
+  // A negative count was read as 2^32 - 1.
+  expect_one_line_error(run(small + "--steps=-1 --out '" + out + "'"), 2,
+                        "--steps -1: must not be negative");
+  expect_one_line_error(run(small + "--out '" + out + "'", "SOURCE_DATE_EPOCH=yesterday"), 2,
+                        "SOURCE_DATE_EPOCH 'yesterday'");
+  expect_one_line_error(run(small + "--out '" + out + "'", "SOURCE_DATE_EPOCH=999999999999999"), 2,
+                        "SOURCE_DATE_EPOCH");
   CHECK_FALSE(fs::exists(out));
   const Result with_set =
       run("trace synth --model stories260K --prompt-tokens 32 --steps 40 "

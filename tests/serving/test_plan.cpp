@@ -47,6 +47,21 @@ TEST_CASE("SLOs are read with their units", "[plan]") {
   CHECK_THROWS_AS(parse_slos("tpot_p98=50ms"), kvtier::ConfigError);
   CHECK_THROWS_AS(parse_slos("tpot_p99=-5ms"), kvtier::ConfigError);
   CHECK_THROWS_AS(parse_slos(""), kvtier::ConfigError);
+  CHECK_THROWS_AS(parse_slos("tpot_p99=50ms,"), kvtier::ConfigError);
+  CHECK_THROWS_AS(parse_slos("tpot_p99=50ms,tpot_p99=40ms"), kvtier::ConfigError);
+  CHECK_THROWS_AS(parse_slos("tpot_p99=infms"), kvtier::ConfigError);
+}
+
+TEST_CASE("rounds and targets outside what a plan can use are refused", "[plan]") {
+  PlanOptions options;
+  options.slos = {{"tpot_p99_ms", 1e9}};
+  options.rounds = kvtier::serving::kMaxRounds + 1;
+  CHECK_THROWS_AS(plan_capacity(small_run(), options), kvtier::ConfigError);
+  options.rounds = 0;
+  CHECK_THROWS_AS(plan_capacity(small_run(), options), kvtier::ConfigError);
+  options.rounds = 1;
+  options.target_output_tokens_per_s = 1e300;  // more engines than 2^53
+  CHECK_THROWS_WITH(plan_capacity(small_run(), options), Catch::Contains("more than 2^53"));
 }
 
 TEST_CASE("the planned batch meets the SLO and one more request does not", "[plan]") {

@@ -447,7 +447,8 @@ TEST_CASE("sweep: shards merged equal the unsharded sweep; gaps and strangers ar
 TEST_CASE("sweep: shards parse as K/N", "[sweep]") {
   CHECK(kvtier::sweep::parse_shard("2/5").index == 2);
   CHECK(kvtier::sweep::parse_shard("2/5").count == 5);
-  for (const char* bad : {"5/5", "1", "a/2", "1/0", "-1/3", "1/2x", ""}) {
+  for (const char* bad : {"5/5", "1", "a/2", "1/0", "-1/3", "1/2x", "", "1/-1", " 1/2", "1/ 2",
+                          "/2", "1/", "1/99999999999999999999"}) {
     INFO(bad);
     CHECK_THROWS_AS(kvtier::sweep::parse_shard(bad), kvtier::ConfigError);
   }

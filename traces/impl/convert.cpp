@@ -40,6 +40,11 @@ Plan make_plan(const TraceShape& in, const ConvertOptions& options, const std::s
   if (options.heads_to_mean && !in.has_heads) {
     throw ConfigError("the trace has no per-head rows to average", file);
   }
+  if (options.top_k > kMaxTopK) {
+    throw ConfigError(
+        "--top-k " + std::to_string(options.top_k) + " is more than " + std::to_string(kMaxTopK),
+        file);
+  }
   if (options.top_k > 0 && !in.has_dense()) {
     throw ConfigError("top-k rows can only be computed from dense (mean or per-head) rows", file);
   }

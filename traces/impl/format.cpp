@@ -113,6 +113,10 @@ TraceShape shape_from_meta(const config::TraceMeta& meta, const std::string& whe
   if (shape.has_topk != meta.has_top_k() || (shape.has_topk && meta.top_k() == 0)) {
     fail("/meta top_k must be given, and at least 1, exactly when the topk granularity is");
   }
+  if (shape.has_topk && meta.top_k() > kMaxTopK) {
+    fail("/meta top_k " + std::to_string(meta.top_k()) + " is more than " +
+         std::to_string(kMaxTopK));
+  }
   shape.top_k = shape.has_topk ? meta.top_k() : 0;
   if (shape.has_prefill != meta.has_prefill_window() ||
       (shape.has_prefill &&

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -14,6 +16,23 @@
 namespace kvtier::kernels::testing {
 
 using Json = nlohmann::json;
+
+float prefill_decode_gap(Engine& batched, Engine& stepwise, std::span<const std::int32_t> prompt) {
+  const std::span<const float> batched_logits = batched.prefill(prompt);
+  const std::vector<float> expected(batched_logits.begin(), batched_logits.end());
+  std::span<const float> logits;
+  for (const std::int32_t token : prompt) {
+    logits = stepwise.decode(token);
+  }
+  if (logits.size() != expected.size()) {
+    return std::numeric_limits<float>::infinity();
+  }
+  float gap = 0.0F;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    gap = std::max(gap, std::abs(logits[i] - expected[i]));
+  }
+  return gap;
+}
 
 std::shared_ptr<const ModelWeights> stories_model() {
   static const auto weights = std::make_shared<const ModelWeights>(

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "configs/schema/model.pb.h"
+#include "kernels/engine.hpp"
 #include "kernels/model_weights.hpp"
 #include "kernels/tensor.hpp"
 #include "tests/support/fixtures.hpp"
@@ -22,6 +24,11 @@ using ::kvtier::test::stories_dir;
 [[nodiscard]] std::shared_ptr<const ModelWeights> stories_model();
 // `text` encoded with the fixture's tokenizer as a prompt (BOS first).
 [[nodiscard]] std::vector<std::int32_t> stories_prompt(const std::string& text);
+
+// The largest difference between the logits of `batched` after one prefill of `prompt` and those
+// of `stepwise` after decoding it token by token (both engines fresh, of the same weights).
+[[nodiscard]] float prefill_decode_gap(Engine& batched, Engine& stepwise,
+                                       std::span<const std::int32_t> prompt);
 
 // A fresh folder under the system temporary folder, removed with everything in it at scope end.
 class TempDir {
