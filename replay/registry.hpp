@@ -31,6 +31,9 @@ class PolicyRegistry {
   [[nodiscard]] std::span<const PolicyInfo> all() const noexcept { return policies_; }
   // nullptr when unknown.
   [[nodiscard]] const PolicyInfo* find(const std::string& name) const;
+  // The name and parameters of `spec`, without a trace's shape (budgets against its layers are
+  // checked by create); ConfigError for unknown names or parameters and bad values.
+  void check(const config::PolicySpec& spec) const;
   // Checks the parameters and builds the policy; ConfigError for unknown names or parameters.
   // `canonical` receives "name:param=value,..." with every parameter (defaults included).
   [[nodiscard]] std::unique_ptr<Policy> create(const config::PolicySpec& spec,
@@ -38,6 +41,8 @@ class PolicyRegistry {
                                                std::string* canonical = nullptr) const;
 
  private:
+  [[nodiscard]] const PolicyInfo& known(const std::string& name) const;
+
   std::vector<PolicyInfo> policies_;
 };
 

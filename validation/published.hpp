@@ -25,9 +25,11 @@ struct PublishedPoint {
   std::string metric;  // tpot_ms, ttft_ms, decode_tokens_per_s_total, e2e_latency_ms
   double value = 0.0;
   std::string engine;
+  std::string where;  // "FILE:LINE" of its row, for errors found when it is projected
 };
 
-// Reads the CSV (RFC 4180 quoting). A malformed row is a DataError naming file and line.
+// Reads the CSV (RFC 4180 quoting). A malformed row, a value that is not a positive finite
+// number, a count below 1, or a file without rows is a DataError naming file (and line).
 [[nodiscard]] std::vector<PublishedPoint> read_published(const std::string& path);
 
 struct Projection {

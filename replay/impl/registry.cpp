@@ -164,17 +164,27 @@ const PolicyInfo* PolicyRegistry::find(const std::string& name) const {
   return nullptr;
 }
 
+const PolicyInfo& PolicyRegistry::known(const std::string& name) const {
+  const PolicyInfo* info = find(name);
+  if (info == nullptr) {
+    std::string names;
+    for (const auto& policy : policies_) {
+      names += (names.empty() ? "" : ", ") + policy.name;
+    }
+    throw ConfigError("unknown policy '" + name + "' (policies: " + names + ")");
+  }
+  return *info;
+}
+
+void PolicyRegistry::check(const config::PolicySpec& spec) const {
+  const PolicyInfo& info = known(spec.name());
+  (void)PolicyParameters(info.name, info.params, spec);
+}
+
 std::unique_ptr<Policy> PolicyRegistry::create(const config::PolicySpec& spec,
                                                const ReplayShape& shape,
                                                std::string* canonical) const {
-  const PolicyInfo* info = find(spec.name());
-  if (info == nullptr) {
-    std::string names;
-    for (const auto& known : policies_) {
-      names += (names.empty() ? "" : ", ") + known.name;
-    }
-    throw ConfigError("unknown policy '" + spec.name() + "' (policies: " + names + ")");
-  }
+  const PolicyInfo* info = &known(spec.name());
   PolicyParameters params(info->name, info->params, spec);
   for (const auto& param : info->params) {
     if (param.name == "allocation") {

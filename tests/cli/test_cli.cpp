@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "tests/support/cli_runner.hpp"
 
@@ -140,6 +141,13 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
     CHECK_THAT(run("config check " + nested_path.string()).err,
                Catch::Contains("unknown field 'colour' in ModelSpec") &&
                    Catch::Contains("nested.textproto:3:3, field model.colour"));
+  }
+  SECTION("a policy sim would refuse") {
+    const std::string tiered =
+        std::string("config check '") + KVTIER_SOURCE_DIR +
+        "/configs/examples/llama70b-tp4-tiered.textproto' --set policy.name=nosuch";
+    expect_config_error(run(tiered), "unknown policy 'nosuch'");
+    CHECK_THAT(run(tiered).err, Catch::Contains("llama70b-tp4-tiered.textproto, field policy)"));
   }
   SECTION("missing required field") {
     std::string text = kRun;
@@ -432,6 +440,39 @@ TEST_CASE("validate compares the simulator with the published measurements", "[c
   const Result broken = run("validate --published " + bad.string());
   CHECK(broken.exit_code == 3);
   CHECK_THAT(broken.err, Catch::Contains("bad.csv:2"));
+  // Rows whose values cannot be right, and files without rows: exit 3 naming file and line,
+  // never a report of 0 points or a `nan` in the JSON.
+  const std::string header =
+      "id,gpu,tensor_parallel,model,batch_size,prompt_tokens,output_tokens,metric,value\n";
+  const auto row = [&header](const std::string& tp, const std::string& model,
+                             const std::string& batch, const std::string& value) {
+    return header + "p1,H100-SXM," + tp + "," + model + "," + batch + ",128,128,tpot_ms," + value +
+           "\n";
+  };
+  for (const auto& [name, content, expected] :
+       {std::tuple{"nan.csv", row("1", "Llama-3.1-8B", "1", "nan"), "not a positive finite"},
+        std::tuple{"negative.csv", row("1", "Llama-3.1-8B", "1", "-5"), "not a positive finite"},
+        std::tuple{"batch0.csv", row("1", "Llama-3.1-8B", "0", "10"), "at least 1"},
+        std::tuple{"nomodel.csv", row("1", "NoModel", "1", "10"),
+                   "row p1 cannot be simulated: unknown model preset 'NoModel'"},
+        std::tuple{"tp3.csv", row("3", "Llama-3.1-8B", "1", "10"), "does not divide"}}) {
+    CAPTURE(name);
+    const Result rejected = run("validate --published " + write_file(name, content).string());
+    CHECK(rejected.exit_code == 3);
+    CHECK(rejected.out.empty());
+    CHECK_THAT(rejected.err,
+               Catch::Contains(expected) && Catch::Contains(std::string(name) + ":2"));
+  }
+  const Result empty = run("validate --published " + write_file("empty.csv", "").string());
+  CHECK(empty.exit_code == 3);
+  CHECK_THAT(empty.err, Catch::Contains("no measurements"));
+  const Result only_header =
+      run("validate --published " + write_file("header.csv", header).string());
+  CHECK(only_header.exit_code == 3);
+  CHECK_THAT(only_header.err, Catch::Contains("a header and no measurements"));
+  const Result folder = run("validate --published " + scratch_dir().string());
+  CHECK(folder.exit_code == 3);
+  CHECK_THAT(folder.err, Catch::Contains("a folder"));
 }
 
 TEST_CASE("sim replays a request file named relative to its config", "[cli]") {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <span>
@@ -154,6 +156,10 @@ std::optional<GpuNode> node_for_gpu(std::string_view gpu) {
 }
 
 std::vector<PublishedPoint> read_published(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw DataError("a folder, not a published-measurements CSV file", path);
+  }
   std::ifstream in(path);
   if (!in) {
     throw DataError("cannot open published-measurements file", path);
@@ -204,6 +210,9 @@ std::vector<PublishedPoint> read_published(const std::string& path) {
         parse_number<std::uint32_t>(row["tensor_parallel"], "tensor_parallel", where);
     point.model = row["model"];
     point.batch_size = parse_number<std::uint32_t>(row["batch_size"], "batch_size", where);
+    if (point.tensor_parallel == 0 || point.batch_size == 0) {
+      throw DataError("columns tensor_parallel and batch_size must be at least 1", where);
+    }
     if (!row["prompt_tokens"].empty()) {
       point.prompt_tokens =
           parse_number<std::uint64_t>(row["prompt_tokens"], "prompt_tokens", where);
@@ -214,11 +223,26 @@ std::vector<PublishedPoint> read_published(const std::string& path) {
     }
     point.metric = row["metric"];
     point.value = parse_number<double>(row["value"], "value", where);
+    // A measured time or rate: NaN, infinities and signs would reach the report as errors of
+    // no meaning (and `nan` into its JSON).
+    if (!(point.value > 0.0) || !std::isfinite(point.value)) {
+      throw DataError("column value: '" + row["value"] + "' is not a positive finite number",
+                      where);
+    }
     point.engine = row["engine"];
+    point.where = where;
     points.push_back(std::move(point));
   }
   if (open_quote) {
     throw DataError("unterminated quoted field", path + ":" + std::to_string(record_line));
+  }
+  if (in.bad()) {
+    throw DataError("cannot read published-measurements file", path);
+  }
+  if (points.empty()) {
+    throw DataError(header.empty() ? "empty: no header and no measurements"
+                                   : "holds a header and no measurements",
+                    path);
   }
   return points;
 }
@@ -265,7 +289,13 @@ Projection project(const PublishedPoint& point, const config::ConfigLoader& load
     overrides.push_back(config::parse_override("hardware.node.gpu.preset=" + node->gpu));
   }
   config::RunSpec run;
-  (void)loader.load_text(kBaseRun, "validation/published", run, overrides);
+  try {
+    (void)loader.load_text(kBaseRun, "validation/published", run, overrides);
+  } catch (const Error& error) {
+    // The row's values, not the overrides made of them, are what the user can mend.
+    throw DataError("row " + point.id + " cannot be simulated: " + std::string(error.what()),
+                    point.where);
+  }
   const serving::SimulationReport report = serving::simulate(run);
   for (const auto& entry : report.metrics) {
     if (entry.name == projection.simulator_metric) {
