@@ -1,6 +1,7 @@
 // `kvtier replay run`: policies over one attention trace file, with the demand cache
 // (docs/REPLAY.md, "kvtier replay run").
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "replay/demand_cache.hpp"
+#include "replay/engine.hpp"
 #include "replay/parameters.hpp"
 #include "replay/registry.hpp"
 #include "replay/trace_source.hpp"
@@ -163,13 +165,20 @@ int run_replay_run(const Arguments& args, Context& context) {
   // Every policy is checked before anything is replayed, so a typo in the last one does not
   // cost the replays of the others.
   const std::string trace_path = values["trace"].as<std::string>();
-  const replay::TraceAttention trace(trace_path);
+  replay::TraceAttention trace(trace_path);
   const replay::ReplayShape shape{trace.layers(), trace.prompt_tokens(), trace.steps()};
   const replay::PolicyRegistry registry = replay::builtin_policies();
   std::vector<config::PolicySpec> specs;
+  // Every policy is checked against the trace before any is replayed (and cached), and a problem
+  // names the policy it belongs to.
   for (const std::string& text : policies) {
     specs.push_back(replay::parse_policy_string(text));
-    (void)registry.create(specs.back(), shape);
+    const std::unique_ptr<replay::Policy> policy = registry.create(specs.back(), shape);
+    try {
+      replay::check_inputs(trace, *policy);
+    } catch (const DataError& error) {
+      throw DataError("--policy " + text + ": " + error.what(), error.where());
+    }
   }
 
   std::vector<PolicyRun> runs;

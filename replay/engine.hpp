@@ -110,6 +110,10 @@ class ReplayStepper {
   std::vector<double> total_;
 };
 
+// DataError naming `source` when it lacks an input `policy` reads (per-head rows, the prefill
+// window, key norms); replay() checks this first, callers may check several policies up front.
+void check_inputs(AttentionSource& source, const Policy& policy);
+
 // Replays every step of `source` through `policy`.
 [[nodiscard]] ReplayDemand replay(AttentionSource& source, Policy& policy);
 

@@ -184,15 +184,21 @@ void ReplayStepper::step(std::uint64_t step, const std::vector<std::vector<float
   }
 }
 
-ReplayDemand replay(AttentionSource& source, Policy& policy) {
-  const ReplayShape shape{source.layers(), source.prompt_tokens(), source.steps()};
-  const std::vector<PolicyInput> inputs = policy.inputs();
-  bool wants_heads = false;
-  for (const PolicyInput input : inputs) {
+void check_inputs(AttentionSource& source, const Policy& policy) {
+  for (const PolicyInput input : policy.inputs()) {
     if (!source_has(source, input)) {
       throw DataError(source.name() + ": the policy reads " + std::string(describe(input)) +
                       ", which this trace does not hold");
     }
+  }
+}
+
+ReplayDemand replay(AttentionSource& source, Policy& policy) {
+  const ReplayShape shape{source.layers(), source.prompt_tokens(), source.steps()};
+  check_inputs(source, policy);
+  const std::vector<PolicyInput> inputs = policy.inputs();
+  bool wants_heads = false;
+  for (const PolicyInput input : inputs) {
     wants_heads = wants_heads || input == PolicyInput::kHeadRows;
   }
   if (!inputs.empty()) {

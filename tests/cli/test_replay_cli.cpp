@@ -199,4 +199,11 @@ TEST_CASE("replay run errors", "[cli][replay]") {
   } else {
     WARN("policy knorm not registered: missing-data exit code not checked");
   }
+  // Of several policies, the one whose input is missing is named, and none was replayed and
+  // cached before the error.
+  const fs::path cache = scratch_dir() / "never-cache";
+  expect_one_line_error(
+      run(with_trace + "--policy h2o --policy snapkv --cache-dir '" + cache.string() + "'"), 3,
+      "--policy snapkv: ");
+  CHECK_FALSE(fs::exists(cache));
 }
