@@ -4,8 +4,12 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
 #include <cctype>
+#include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/errors.hpp"
 #include "configs/parse.hpp"
@@ -257,6 +261,34 @@ std::string strip_comment_lines(std::string_view text) {
   return kept;
 }
 
+// Protobuf reports a JSON syntax error as its message, a line break, a snippet of the parsed
+// text around the error (line breaks included), another break and a caret under the error's
+// offset in the snippet. The diagnostic keeps the message and, where the snippet occurs once in
+// `parsed`, names the line and column the caret points at (else the file alone).
+std::pair<std::string, std::string> syntax_error(const std::string& what, std::string_view parsed,
+                                                 const std::string& file_name) {
+  const std::size_t first_break = what.find('\n');
+  const std::size_t last_break = what.rfind('\n');
+  std::string where = file_name;
+  if (first_break != last_break) {
+    const std::string snippet = what.substr(first_break + 1, last_break - first_break - 1);
+    const std::size_t caret = what.find('^', last_break);
+    const std::size_t at = snippet.empty() ? std::string_view::npos : parsed.find(snippet);
+    if (caret != std::string::npos && caret - last_break - 1 <= snippet.size() &&
+        at != std::string_view::npos && parsed.find(snippet, at + 1) == std::string_view::npos) {
+      const std::size_t offset = at + (caret - last_break - 1);
+      const auto before = parsed.substr(0, offset);
+      const std::size_t line =
+          1 + static_cast<std::size_t>(std::count(before.begin(), before.end(), '\n'));
+      const std::size_t line_start = before.rfind('\n');
+      const std::size_t column =
+          line_start == std::string_view::npos ? offset + 1 : offset - line_start;
+      where += ":" + std::to_string(line) + ":" + std::to_string(column);
+    }
+  }
+  return {what.substr(0, first_break), where};
+}
+
 }  // namespace
 
 namespace detail {
@@ -268,9 +300,14 @@ void parse_json(std::string_view text, const std::string& file_name, pb::Message
   message.Clear();
   pb::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;
-  const auto status = pb::util::JsonStringToMessage(strip_comment_lines(text), &message, options);
+  const std::string parsed = strip_comment_lines(text);
+  const auto status = pb::util::JsonStringToMessage(parsed, &message, options);
   if (!status.ok()) {
     auto [path, what] = split_protobuf_error(std::string(status.message()));
+    if (what.find('\n') != std::string::npos) {
+      auto [first_line, where] = syntax_error(what, parsed, file_name);
+      throw ConfigError(first_line, where);
+    }
     if (what == "Cannot find field.") {
       what = "unknown field '" + path.substr(path.find_last_of('.') + 1) + "'";
     }

@@ -7,6 +7,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -270,6 +271,10 @@ void parse_config(std::string_view text, const std::string& file_name, pb::Messa
 }
 
 std::string read_config_file(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw ConfigError("a folder, not a config file", path);
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw ConfigError("cannot open config file", path);

@@ -142,6 +142,17 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
                Catch::Contains("unknown field 'colour' in ModelSpec") &&
                    Catch::Contains("nested.textproto:3:3, field model.colour"));
   }
+  SECTION("JSON that protobuf cannot read, and a folder") {
+    // Protobuf's three-line message (text snippet, caret) becomes one line with the position.
+    const auto huge = write_file("huge.json", "{\n  \"seed\": 4501e999, \"model\": {}\n}\n");
+    expect_config_error(run("config check " + huge.string()),
+                        "Number exceeds the range of double. (" + huge.string() + ":2:11)");
+    const auto token = write_file("token.json", "# comment\n{\n  \"seed\": z89\n}\n");
+    expect_config_error(run("config check " + token.string()), token.string() + ":3:11)");
+    // A folder read as an empty file gave eight "missing required field" lines.
+    expect_config_error(run("config check " + scratch_dir().string()), "a folder, not a config");
+    expect_config_error(run("sim " + scratch_dir().string()), "a folder, not a config");
+  }
   SECTION("a policy sim would refuse") {
     const std::string tiered =
         std::string("config check '") + KVTIER_SOURCE_DIR +
