@@ -2,6 +2,7 @@
 
 #include <string>
 #include <system_error>
+#include <utility>
 
 #include "common/errors.hpp"
 
@@ -60,12 +61,23 @@ void WorkerPool::for_each_chunk(int chunks, std::int64_t work,
   std::unique_lock lock(mutex_);
   done_.wait(lock, [this] { return busy_workers_ == 0; });
   body_ = nullptr;
+  if (failure_) {
+    std::rethrow_exception(std::exchange(failure_, nullptr));
+  }
 }
 
 void WorkerPool::run_chunks() {
-  for (int chunk = next_chunk_.fetch_add(1, std::memory_order_relaxed); chunk < chunks_;
-       chunk = next_chunk_.fetch_add(1, std::memory_order_relaxed)) {
-    (*body_)(chunk);
+  try {
+    for (int chunk = next_chunk_.fetch_add(1, std::memory_order_relaxed); chunk < chunks_;
+         chunk = next_chunk_.fetch_add(1, std::memory_order_relaxed)) {
+      (*body_)(chunk);
+    }
+  } catch (...) {
+    next_chunk_.store(chunks_, std::memory_order_relaxed);  // no thread starts another chunk
+    const std::lock_guard lock(mutex_);
+    if (!failure_) {
+      failure_ = std::current_exception();
+    }
   }
 }
 

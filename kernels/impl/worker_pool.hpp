@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -26,8 +27,9 @@ class WorkerPool {
 
   // Runs body(chunk) for every chunk in [0, chunks), in any order and on any of the threads.
   // `work` is the loop's multiply-adds: below kParallelWork it runs on the calling thread alone,
-  // as waking the workers would cost more than they save. `body` must not throw (the engine's
-  // chunks are arithmetic on buffers sized beforehand).
+  // as waking the workers would cost more than they save. When a chunk throws (an allocation
+  // inside Eigen failing), the chunks not yet started are skipped and the first exception is
+  // rethrown here once every thread has left the loop.
   void for_each_chunk(int chunks, std::int64_t work, const std::function<void(int)>& body);
 
   static constexpr std::int64_t kParallelWork = std::int64_t{1} << 16;
@@ -43,6 +45,7 @@ class WorkerPool {
   const std::function<void(int)>* body_ = nullptr;
   int chunks_ = 0;
   std::atomic<int> next_chunk_{0};
+  std::exception_ptr failure_;  // the loop's first exception, guarded by mutex_
   int busy_workers_ = 0;
   std::uint64_t loop_ = 0;  // bumped for every parallel loop; workers wait for a new value
   bool stopping_ = false;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -126,6 +127,22 @@ TEST_CASE("a pool of two runs two chunks at once", "[kernels][threads]") {
     }
   });
   CHECK(met.load());
+}
+
+TEST_CASE("a chunk's exception reaches the caller after every thread has left the loop",
+          "[kernels][threads]") {
+  kk::WorkerPool pool(3);
+  CHECK_THROWS_WITH(pool.for_each_chunk(1000, kParallel,
+                                        [&](int chunk) {
+                                          if (chunk == 10) {
+                                            throw std::runtime_error("chunk 10 failed");
+                                          }
+                                        }),
+                    "chunk 10 failed");
+  // The pool is whole afterwards.
+  std::atomic<int> next{0};
+  pool.for_each_chunk(64, kParallel, [&](int) { next.fetch_add(1); });
+  CHECK(next.load() == 64);
 }
 
 TEST_CASE("small loops and pools of one run on the calling thread", "[kernels][threads]") {
