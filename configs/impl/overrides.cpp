@@ -3,6 +3,7 @@
 #include <google/protobuf/descriptor.h>
 
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -40,7 +41,12 @@ std::vector<Segment> split_path(const Override& override_) {
             "index '" + digits + "' in path '" + override_.path + "' is not a non-negative integer",
             "--set " + override_.argument);
       }
-      segment.index = std::stoi(digits);
+      const auto [end, error] =
+          std::from_chars(digits.data(), digits.data() + digits.size(), segment.index);
+      if (error != std::errc() || end != digits.data() + digits.size()) {
+        throw ConfigError("index '" + digits + "' in path '" + override_.path + "' is too large",
+                          "--set " + override_.argument);
+      }
       part = part.substr(0, open);
     }
     if (part.empty()) {
@@ -232,7 +238,7 @@ class Setter {
         break;
       }
       default: {
-        check(0, 1.8446744073709552e19);
+        check(0, 18446744073709549568.0);  // the largest double below 2^64
         const auto v = static_cast<uint64_t>(value);
         repeated ? reflection->SetRepeatedUInt64(&message, field_, index, v)
                  : reflection->SetUInt64(&message, field_, v);

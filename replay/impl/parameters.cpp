@@ -240,7 +240,9 @@ config::PolicySpec parse_policy_string(const std::string& text) {
     if (value == "true" || value == "false") {
       param->set_flag(value == "true");
     } else if (parse_double(value, number)) {
-      if (std::floor(number) == number && value.find_first_of(".eE") == std::string::npos) {
+      // A whole number int64 cannot hold stays a number, which the range check then refuses.
+      if (std::floor(number) == number && value.find_first_of(".eE") == std::string::npos &&
+          std::fabs(number) < 9223372036854775808.0) {
         param->set_integer(static_cast<std::int64_t>(number));
       } else {
         param->set_number(number);

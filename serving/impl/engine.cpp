@@ -12,6 +12,9 @@ namespace {
 
 // Below the time-series sampler (kLastPriority), above everything else.
 constexpr sim::Priority kStartPriority = sim::kLastPriority - 1;
+// Samples a time series may hold: an interval far below the run's length would otherwise sample
+// without end (a 1 ps interval over seconds of serving).
+constexpr std::size_t kMaxSeriesSamples = 1'000'000;
 
 const config::LinkSpec* gpu_link_of(const config::RunSpec& run) {
   const auto& node = run.hardware().node();
@@ -79,10 +82,17 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     }
   }
   if (run.has_outputs() && run.outputs().has_timeseries_interval_us()) {
-    const sim::Tick interval =
-        sim::from_microseconds(run.outputs().timeseries_interval_us(), sim::Rounding::kUp);
-    kv_series_ =
-        std::make_unique<sim::TimeSeries>(simulator_, interval, [this] { return kv_in_use(); });
+    const double interval_us = run.outputs().timeseries_interval_us();
+    const sim::Tick interval = sim::from_microseconds(interval_us, sim::Rounding::kUp);
+    kv_series_ = std::make_unique<sim::TimeSeries>(simulator_, interval, [this, interval_us] {
+      if (kv_series_->values().size() == kMaxSeriesSamples) {
+        throw ConfigError("outputs.timeseries_interval_us " + format_double(interval_us) +
+                              " takes more than " + std::to_string(kMaxSeriesSamples) +
+                              " samples of this run: choose a longer interval",
+                          "field outputs.timeseries_interval_us");
+      }
+      return kv_in_use();
+    });
     running_series_ = std::make_unique<sim::TimeSeries>(
         simulator_, interval, [this] { return static_cast<double>(running_.size()); });
   }

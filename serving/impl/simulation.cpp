@@ -5,7 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
+#include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "hwmodels/link_math.hpp"
 #include "serving/engine.hpp"
@@ -89,9 +92,7 @@ BatchLimits largest_batch(const ServingEngine& engine) {
   return limits;
 }
 
-}  // namespace
-
-SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo) {
+SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo) {
   sim::Simulator simulator;
   Workload workload = make_workload(run.workload(), run.seed());
   std::unique_ptr<TierDemand> tiers;
@@ -202,6 +203,21 @@ SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo) {
     report.series.push_back({"running_requests", interval, engine.running_series()->values()});
   }
   return report;
+}
+
+}  // namespace
+
+SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo) {
+  try {
+    return simulate_policy(run, memo);
+  } catch (const std::overflow_error& error) {
+    // Picosecond ticks end at about 106 days: a run whose rates, bandwidths or overheads are so
+    // far out of scale that its times pass that is a config problem, not an internal error.
+    throw ConfigError(std::string(error.what()) +
+                          ": the run's rates, bandwidths, sizes or overheads put its simulated "
+                          "time out of range",
+                      "simulating policy " + run.policy().name());
+  }
 }
 
 std::string report_json(const std::vector<SimulationReport>& reports, const config::RunSpec& run,

@@ -6,8 +6,10 @@
 #include <fstream>
 #include <numbers>
 #include <sstream>
+#include <stdexcept>
 
 #include "common/errors.hpp"
+#include "common/text_output.hpp"
 
 namespace kvtier::serving {
 namespace {
@@ -179,8 +181,14 @@ std::vector<RequestSpec> parse_request_file(const std::string& text, const std::
     if (!output || *output == 0) {
       fail("output token count '" + std::string(trim(fields[2])) + "' is not a positive integer");
     }
-    requests.push_back(RequestSpec{
-        *prompt, *output, sim::from_seconds(seconds * time_scale, sim::Rounding::kNearest)});
+    sim::Tick arrival;
+    try {
+      arrival = sim::from_seconds(seconds * time_scale, sim::Rounding::kNearest);
+    } catch (const std::overflow_error&) {
+      fail("arrival " + format_double(seconds) + " s (times time_scale " +
+           format_double(time_scale) + ") is beyond the simulator's 106 days");
+    }
+    requests.push_back(RequestSpec{*prompt, *output, arrival});
   }
   if (requests.empty()) {
     throw DataError("request file has no requests", file_name);

@@ -197,6 +197,16 @@ Sweep load_sweep_text(std::string_view text, const std::string& file_name,
       }
     }
   }
+  // GRID points are numbered in 64 bits: a product of axis lengths past that would wrap.
+  std::uint64_t points = 1;
+  for (int a = 0; a < spec.axis_size() && spec.mode() != config::ZIP; ++a) {
+    if (__builtin_mul_overflow(points, static_cast<std::uint64_t>(spec.axis(a).values_size()),
+                               &points)) {
+      problems.push_back(
+          {axis_path(a) + ".values", "the GRID's axes multiply to more than 2^64 - 1 points"});
+      break;
+    }
+  }
   if (!problems.empty()) {
     throw config::InvalidConfig(problems, locations);
   }

@@ -92,6 +92,8 @@ TEST_CASE("bad overrides say what is wrong and name the override", "[loader]") {
   check("model.hidden_size=wide", "is not a number");
   check("model.hidden_size=1.5", "not a whole number");
   check("model.hidden_size=-3", "does not fit");
+  check("seed=18446744073709551616", "does not fit");
+  check("hardware.node.gpu.compute[99999999999].dense_tflops=1", "is too large");
   check("model.kv_dtype=BF17", "is not one of");
   check("model.tie_word_embeddings=maybe", "not a boolean");
   check("hardware.node.gpu.memory_capacity=80", "needs a unit");

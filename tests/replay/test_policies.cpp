@@ -199,6 +199,7 @@ TEST_CASE("policy strings are checked against each policy's declared parameters"
   fails("tiered:beta=0.5", "has no parameter 'beta'");
   fails("tiered:hbm=1.5", "out of range");
   fails("tiered:delta=2.5", "not an integer");
+  fails("tiered:delta=99999999999999999999", "value 1e+20 is out of range");  // past int64
   fails("tiered:prefetch=sometimes", "not one of full, differential");
   fails("tiered:hbm=0.5,hbm=0.4", "given twice");
   fails("full:budget=3", "it takes none");

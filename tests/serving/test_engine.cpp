@@ -156,3 +156,26 @@ TEST_CASE("the same config and seed give byte-identical reports", "[serving]") {
   CHECK(kvtier::serving::report_json({kvtier::serving::simulate(reseeded)}, reseeded, "v") !=
         first);
 }
+
+TEST_CASE("times out of the simulator's range and endless time series are config errors",
+          "[serving]") {
+  const auto config_error = [](const std::string& set) -> std::string {
+    try {
+      (void)kvtier::serving::simulate(run_with({set}));
+    } catch (const kvtier::ConfigError& error) {
+      return error.what();
+    }
+    return "no config error";
+  };
+  // An overhead or a bandwidth that puts simulated time past the picosecond clock's ~106 days.
+  for (const std::string set : {"engine.iteration_overhead_us=1e20",
+                                "hardware.node.gpu.memory_bandwidth_gb_per_s=1e-300"}) {
+    INFO(set);
+    CHECK_THAT(config_error(set),
+               Catch::Contains("beyond ±106 days") && Catch::Contains("out of range"));
+  }
+  // 0.75 us over the run's second of serving is 1.25 million samples (a 1 ps interval would
+  // sample without end); a series stops at a million.
+  CHECK_THAT(config_error("outputs.timeseries_interval_us=0.75"),
+             Catch::Contains("timeseries_interval_us 0.75 takes more than 1000000 samples"));
+}

@@ -63,6 +63,7 @@ TEST_CASE("malformed request files name the file and line", "[workload]") {
   fails("arrival_s,prompt_tokens,output_tokens\n1,0,3\n", "prompt token count");
   fails("arrival_s,prompt_tokens,output_tokens\n2,5,3\n1,5,3\n", "must not decrease");
   fails("arrival_s,prompt_tokens,output_tokens\n", "no requests");
+  fails("arrival_s,prompt_tokens,output_tokens\n1e300,2,3\n", "beyond the simulator's 106 days");
   try {
     (void)kvtier::serving::parse_request_file("arrival_s,prompt_tokens,output_tokens\n1,2,x\n",
                                               "r.csv", kvtier::config::KVTIER_CSV, 1.0);

@@ -158,6 +158,21 @@ TEST_CASE("sweep: a point's run is the base with its values applied as --set wou
   }
 }
 
+TEST_CASE("sweep: a GRID of more than 2^64 - 1 points is refused, not wrapped", "[sweep]") {
+  std::vector<std::string> values;
+  for (int v = 1; v <= 600; ++v) {
+    values.push_back(std::to_string(v));
+  }
+  std::string axes;
+  for (const char* path : {"seed", "engine.iteration_overhead_us", "memory.runtime_reserve_gib",
+                           "memory.activation_workspace_gib", "workload.max_batch_size",
+                           "workload.prefill_chunk_tokens", "workload.closed_loop.num_requests"}) {
+    axes += axis(path, values);  // 600^7 points
+  }
+  CHECK_THAT(joined(problems(spec_text(axes))),
+             Catch::Contains("more than 2^64 - 1 points") && Catch::Contains("axis[6].values"));
+}
+
 TEST_CASE("sweep: ZIP points take the i-th value of every axis; lengths must agree", "[sweep]") {
   const Sweep sweep = load(spec_text(
       axis("workload.closed_loop.concurrency", {"1", "2", "4"}) + axis("seed", {"5", "6", "7"}),
