@@ -1,9 +1,8 @@
 #pragma once
-// Internal: the CPU engine's dense products against row-major weights [out, in]. A single input
-// row is one dot product per output feature; several rows are an Eigen matrix product per block
-// of output features. Eigen's GEMV kernel is avoided because clang's static analyzer reports
-// uninitialised reads inside it (GeneralMatrixVector.h) that cannot happen; the row-wise dot
-// products are vectorised by Eigen as well and cost about the same.
+// Internal: the CPU engine's dense products against row-major weights [out, in], as Eigen
+// products per block of output features. matrix_vector (the LM head) takes one dot product per
+// row instead: clang's static analyzer reports uninitialised reads inside Eigen's GEMV
+// (GeneralMatrixVector.h) for it that cannot happen.
 //
 // Work is cut into blocks of output features whose bounds depend on the weight's shape alone, so
 // the same inputs give the same bits whatever the pool's thread count.
