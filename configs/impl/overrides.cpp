@@ -6,6 +6,8 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <string>
 
 #include "common/errors.hpp"
 #include "configs/loader.hpp"
@@ -203,7 +205,47 @@ class Setter {
                           "--set " + request_.argument + ", field " + request_.path);
   }
 
+  // Plain digits (with a sign for signed fields) into a 64-bit field, read exactly: through a
+  // double, integers past 2^53 would be rounded. nullopt for any other text.
+  [[nodiscard]] std::optional<std::string> exact_digits(const std::string& text) const {
+    const bool is64 = field_->cpp_type() == pb::FieldDescriptor::CPPTYPE_INT64 ||
+                      field_->cpp_type() == pb::FieldDescriptor::CPPTYPE_UINT64;
+    const std::size_t first = !text.empty() && text.front() == '-' ? 1 : 0;
+    if (!is64 || !exact_ || text.size() == first ||
+        text.find_first_not_of("0123456789", first) != std::string::npos) {
+      return std::nullopt;
+    }
+    return text;
+  }
+
+  void set_exact_integer(pb::Message& message, const std::string& digits, int index) const {
+    const pb::Reflection* reflection = message.GetReflection();
+    const bool repeated = index >= 0;
+    const char* end = digits.data() + digits.size();
+    if (field_->cpp_type() == pb::FieldDescriptor::CPPTYPE_INT64) {
+      std::int64_t v = 0;
+      const auto parsed = std::from_chars(digits.data(), end, v);
+      if (parsed.ec != std::errc() || parsed.ptr != end) {
+        fail("'" + digits + "' does not fit field type int64");
+      }
+      repeated ? reflection->SetRepeatedInt64(&message, field_, index, v)
+               : reflection->SetInt64(&message, field_, v);
+      return;
+    }
+    std::uint64_t v = 0;
+    const auto parsed = std::from_chars(digits.data(), end, v);
+    if (digits.front() == '-' || parsed.ec != std::errc() || parsed.ptr != end) {
+      fail("'" + digits + "' does not fit field type uint64");
+    }
+    repeated ? reflection->SetRepeatedUInt64(&message, field_, index, v)
+             : reflection->SetUInt64(&message, field_, v);
+  }
+
   void set_integer(pb::Message& message, const std::string& text, int index) const {
+    if (const auto digits = exact_digits(text)) {
+      set_exact_integer(message, *digits, index);
+      return;
+    }
     const double value = number(text);
     if (std::floor(value) != value) {
       fail("'" + text + "' is not a whole number");
@@ -211,6 +253,10 @@ class Setter {
     const pb::Reflection* reflection = message.GetReflection();
     const bool repeated = index >= 0;
     auto check = [&](double low, double high) {
+      if (high == 0x1p53 && std::fabs(value) > high && std::fabs(value) < 0x1p64) {
+        fail("'" + text + "' is past 2^53, where a unit or exponent is not exact: write the " +
+             "number in plain digits");
+      }
       if (value < low || value > high) {
         fail("'" + text + "' does not fit field type " + std::string(field_->cpp_type_name()));
       }
@@ -224,7 +270,7 @@ class Setter {
         break;
       }
       case pb::FieldDescriptor::CPPTYPE_INT64: {
-        check(-9.007199254740992e15, 9.007199254740992e15);
+        check(-0x1p53, 0x1p53);
         const auto v = static_cast<int64_t>(value);
         repeated ? reflection->SetRepeatedInt64(&message, field_, index, v)
                  : reflection->SetInt64(&message, field_, v);
@@ -238,7 +284,9 @@ class Setter {
         break;
       }
       default: {
-        check(0, 18446744073709549568.0);  // the largest double below 2^64
+        // Plain digits were read exactly above; a unit or an exponent comes through a double,
+        // whose whole numbers are exact up to 2^53.
+        check(0, 0x1p53);
         const auto v = static_cast<uint64_t>(value);
         repeated ? reflection->SetRepeatedUInt64(&message, field_, index, v)
                  : reflection->SetUInt64(&message, field_, v);

@@ -62,6 +62,21 @@ TEST_CASE("overrides convert units and apply after presets", "[loader]") {
   CHECK(run.hardware().node().gpu().compute(0).dense_tflops() == 900);
 }
 
+TEST_CASE("64-bit overrides in plain digits are exact up to the type's limit", "[loader]") {
+  // Through a double, 2^64 - 1 wrapped to 0 and 2^53 + 1 became 2^53.
+  for (const std::uint64_t seed :
+       {std::uint64_t{18446744073709551615U}, std::uint64_t{9007199254740993U}}) {
+    CAPTURE(seed);
+    const RunSpec run = load_spec<RunSpec>(quickstart_run(), {"seed=" + std::to_string(seed)});
+    CHECK(run.seed() == seed);
+  }
+  CHECK(load_spec<RunSpec>(quickstart_run(), {"seed=1e3"}).seed() == 1000);
+  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"seed=2e16"})),
+             Catch::Contains("past 2^53") && Catch::Contains("plain digits"));
+  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"seed=-1"})),
+             Catch::Contains("does not fit"));
+}
+
 TEST_CASE("overriding a preset field swaps the whole sub-config, later overrides apply on top",
           "[loader]") {
   const RunSpec run = load_spec<RunSpec>(
