@@ -45,6 +45,7 @@
 #include "configs/schema/run.pb.h"
 #include "configs/schema/sweep.pb.h"
 #include "configs/validate.hpp"
+#include "fuzz/fuzz_support.hpp"
 #include "replay/parameters.hpp"
 #include "replay/registry.hpp"
 #include "serving/demand_memo.hpp"
@@ -119,15 +120,8 @@ outputs { timeseries_interval_us: 500 }
 seed: 3
 )";
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& path, std::string_view content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(content.data(), static_cast<std::streamsize>(content.size()));
-}
+using kvtier::fuzz::read_file;
+using kvtier::fuzz::write_file;
 
 fs::path source_dir() {
   return KVTIER_SOURCE_DIR;
@@ -633,25 +627,10 @@ void write_seeds(const fs::path& folder) {
                  "arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,200,5\n1.25,64,20\n");
 }
 
-void print_errors(const kvtier::Error& error) {
-  if (std::getenv("KVTIER_FUZZ_PRINT_ERRORS") != nullptr) {
-    for (const std::string& line : error.lines()) {
-      std::fprintf(stderr, "%s\n", line.c_str());
-    }
-  }
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  constexpr std::string_view kSeedsFlag = "-write_seeds=";
-  for (int i = 1; i < *argc; ++i) {
-    const std::string_view argument = (*argv)[i];
-    if (argument.starts_with(kSeedsFlag)) {
-      write_seeds(fs::path(argument.substr(kSeedsFlag.size())));
-      std::exit(0);
-    }
-  }
+  kvtier::fuzz::write_seeds_if_asked(*argc, *argv, write_seeds);
   static_cast<void>(scratch());
   return 0;
 }
@@ -677,7 +656,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   } catch (const kvtier::Error& error) {
     // A refused input (exit 2 or 3 at the CLI): the expected outcome. Any other exit code means
     // the tool failed on its own, which no text input should cause.
-    print_errors(error);
+    kvtier::fuzz::print_error_if_asked(error);
     if (error.exit_code() != kvtier::ExitCode::kUsageOrConfig &&
         error.exit_code() != kvtier::ExitCode::kBadData) {
       std::fprintf(stderr, "kvtier::Error with exit code %d\n",

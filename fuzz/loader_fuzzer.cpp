@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "fuzz/fuzz_support.hpp"
 #include "kernels/byte_level.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/hf_checkpoint.hpp"
@@ -84,15 +85,8 @@ kvtier::config::ModelSpec tiny_spec() {
   return spec;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-void write_file(const fs::path& path, std::string_view content) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(content.data(), static_cast<std::streamsize>(content.size()));
-}
+using kvtier::fuzz::read_file;
+using kvtier::fuzz::write_file;
 
 // llama2.c's legacy export of a tiny model: the header, then every tensor in run.c's order,
 // filled with small deterministic values. A negative vocab_size stores the classifier apart.
@@ -442,14 +436,7 @@ void write_seeds(const fs::path& folder) {
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
-  constexpr std::string_view kSeedsFlag = "-write_seeds=";
-  for (int i = 1; i < *argc; ++i) {
-    const std::string_view argument = (*argv)[i];
-    if (argument.starts_with(kSeedsFlag)) {
-      write_seeds(fs::path(argument.substr(kSeedsFlag.size())));
-      std::exit(0);
-    }
-  }
+  kvtier::fuzz::write_seeds_if_asked(*argc, *argv, write_seeds);
   static_cast<void>(scratch());
   return 0;
 }
@@ -474,13 +461,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       case Target::kCount: break;
     }
   } catch (const kvtier::Error& error) {
-    // A refused file: the expected outcome. KVTIER_FUZZ_PRINT_ERRORS shows why (to check that
-    // the seeds load, or to read what a minimised input does).
-    if (std::getenv("KVTIER_FUZZ_PRINT_ERRORS") != nullptr) {
-      for (const std::string& line : error.lines()) {
-        std::fprintf(stderr, "%s\n", line.c_str());
-      }
-    }
+    // A refused file: the expected outcome.
+    kvtier::fuzz::print_error_if_asked(error);
   }
   return 0;
 }
