@@ -140,20 +140,9 @@ int run_sim(const Arguments& args, Context& context) {
   if (const auto problems = config::validate(run, context.loader, locations); !problems.empty()) {
     throw config::InvalidConfig(problems, locations);
   }
-  // A request file is found relative to the config that names it.
-  if (run.workload().has_request_file()) {
-    const std::filesystem::path named = run.workload().request_file().path();
-    if (named.is_relative()) {
-      run.mutable_workload()->mutable_request_file()->set_path(
-          (std::filesystem::path(file).parent_path() / named).lexically_normal().string());
-    }
-  }
-  // Traces are found relative to the config that names them, like request files.
-  for (std::string& trace : *run.mutable_tiering()->mutable_traces()) {
-    if (values.count("trace") == 0U && std::filesystem::path(trace).is_relative()) {
-      trace = (std::filesystem::path(file).parent_path() / trace).lexically_normal().string();
-    }
-  }
+  // A request file and traces are found relative to the config that names them (traces given
+  // with --trace relative to the working directory).
+  config::resolve_run_paths(run, file, values.count("trace") == 0U);
   const std::vector<serving::SimulationReport> reports = serving::simulate_all(run);
   const serving::SimulationReport& report = reports.front();
   const std::string json = serving::report_json(reports, run, version_line());

@@ -3,6 +3,7 @@
 #include <google/protobuf/descriptor.h>
 
 #include <array>
+#include <filesystem>
 
 #include "common/errors.hpp"
 #include "configs/parse.hpp"
@@ -301,6 +302,24 @@ LocationMap ConfigLoader::load_file(const std::string& path, pb::Message& messag
 LocationMap ConfigLoader::load_preset(const PresetFile& preset, pb::Message& message,
                                       std::span<const Override> overrides) const {
   return load_text(preset.text, std::string(preset.path), message, overrides);
+}
+
+void resolve_run_paths(RunSpec& run, const std::string& config_file, bool traces) {
+  const std::filesystem::path folder = std::filesystem::path(config_file).parent_path();
+  const auto resolved = [&folder](const std::string& named) {
+    const std::filesystem::path path = named;
+    return path.is_relative() ? (folder / path).lexically_normal().string() : named;
+  };
+  if (run.workload().has_request_file()) {
+    auto& request_file = *run.mutable_workload()->mutable_request_file();
+    request_file.set_path(resolved(request_file.path()));
+  }
+  // mutable_tiering() would add an (invalid, empty) block to a run that has none.
+  if (traces && run.has_tiering()) {
+    for (std::string& trace : *run.mutable_tiering()->mutable_traces()) {
+      trace = resolved(trace);
+    }
+  }
 }
 
 }  // namespace kvtier::config

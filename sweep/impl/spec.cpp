@@ -73,12 +73,6 @@ std::string axis_column(const std::string& path) {
   return path == "point" || path == "policy" || path == "error" ? path + "_axis" : path;
 }
 
-// A path in the spec's folder unless absolute, as `kvtier sim` finds them beside its RUN.
-std::string beside(const std::filesystem::path& spec_file, const std::string& named) {
-  const std::filesystem::path path(named);
-  return path.is_relative() ? (spec_file.parent_path() / path).lexically_normal().string() : named;
-}
-
 std::string error_text(const Error& error) {
   constexpr std::string_view kPrefix = "kvtier: error: ";
   std::string text;
@@ -269,16 +263,10 @@ config::RunSpec point_run(const Sweep& sweep, std::uint64_t point,
   if (const auto problems = config::validate(run, loader, locations); !problems.empty()) {
     throw config::InvalidConfig(problems, locations);
   }
-  if (run.workload().has_request_file()) {
-    auto* file = run.mutable_workload()->mutable_request_file();
-    file->set_path(beside(sweep.file, file->path()));
-  }
+  config::resolve_run_paths(run, sweep.file.string());
   // mutable_tiering() would add an (invalid, empty) block to a run that has none.
   if (run.has_tiering()) {
     config::TieringSpec& tiering = *run.mutable_tiering();
-    for (std::string& trace : *tiering.mutable_traces()) {
-      trace = beside(sweep.file, trace);
-    }
     if (!tiering.has_demand_cache_directory() && !demand_cache.empty()) {
       tiering.set_demand_cache_directory(demand_cache.string());
     }

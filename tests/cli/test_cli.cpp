@@ -486,6 +486,23 @@ TEST_CASE("validate compares the simulator with the published measurements", "[c
   CHECK_THAT(folder.err, Catch::Contains("a folder"));
 }
 
+TEST_CASE("a reference's run finds its request file beside the run's file", "[cli]") {
+  // The request file of configs/examples/request-file.textproto is named relative to that file;
+  // a reference naming the run from another folder must find it there, as sim does.
+  fs::create_directories(scratch_dir() / "references");
+  const auto reference = write_file("references/request-file-reference.textproto",
+                                    std::string("id: \"request-file\"\ncitation: \"test\"\n"
+                                                "run_file: \"") +
+                                        KVTIER_SOURCE_DIR +
+                                        "/configs/examples/request-file.textproto\"\n"
+                                        "metric { policy_index: 0 metric: \"requests_completed\" "
+                                        "measured: 8 tolerance: 0.001 }\n");
+  const Result result = run("validate " + reference.string());
+  INFO(result.err);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("requests_completed"));
+}
+
 TEST_CASE("sim replays a request file named relative to its config", "[cli]") {
   const Result result = run(std::string("sim '") + KVTIER_SOURCE_DIR +
                             "/configs/examples/request-file.textproto' --format json");

@@ -25,11 +25,13 @@ std::vector<ReferenceCheck> check_reference(const std::string& path,
         path);
   }
   config::RunSpec run = reference.run();
+  std::string run_path = path;
   if (reference.has_run_file()) {
-    const std::filesystem::path file =
+    run_path =
         (std::filesystem::path(path).parent_path() / reference.run_file()).lexically_normal();
-    (void)loader.load_file(file.string(), run, {});
+    (void)loader.load_file(run_path, run, {});
   }
+  config::resolve_run_paths(run, run_path);
   const std::vector<serving::SimulationReport> reports = serving::simulate_all(run);
   std::vector<ReferenceCheck> checks;
   for (int i = 0; i < reference.metric_size(); ++i) {
