@@ -219,14 +219,11 @@ bool small_run(kc::RunSpec& run, const fs::path& file) {
              max_tokens(poisson.output_tokens()) <= kMaxOutput;
     }
     case kc::WorkloadSpec::kRequestFile: {
-      fs::path named = workload.request_file().path();
-      if (named.is_relative()) {
-        named = (file.parent_path() / named).lexically_normal();
-      }
+      kc::resolve_run_paths(run, file.string());
+      const fs::path named = workload.request_file().path();
       if (!in_scratch(named)) {
         return false;
       }
-      run.mutable_workload()->mutable_request_file()->set_path(named.string());
       // The file's requests are checked after reading it.
       const auto requests = kvtier::serving::parse_request_file(
           read_file(named), named.string(), workload.request_file().format(),
@@ -436,14 +433,15 @@ void exercise_reference(std::string_view text) {
   kc::ReferenceMeasurement reference;
   static_cast<void>(loader.load_file(path.string(), reference, {}));
   kc::RunSpec run = reference.run();
+  fs::path run_path = path;  // where the run's relative paths start, as check_reference has it
   if (reference.has_run_file()) {
-    const fs::path file = (path.parent_path() / reference.run_file()).lexically_normal();
-    if (!in_scratch(file)) {
+    run_path = (path.parent_path() / reference.run_file()).lexically_normal();
+    if (!in_scratch(run_path)) {
       return;  // a file outside the scratch tree
     }
-    static_cast<void>(loader.load_file(file.string(), run, {}));
+    static_cast<void>(loader.load_file(run_path.string(), run, {}));
   }
-  if (!small_run(run, path)) {
+  if (!small_run(run, run_path)) {
     return;
   }
   static_cast<void>(
