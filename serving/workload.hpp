@@ -20,6 +20,8 @@ struct RequestSpec {
   // Arrival time for open-loop workloads; empty in a closed loop, where a request arrives when
   // an earlier one finishes.
   std::optional<sim::Tick> arrival;
+  // The request file's line this request was read from; 0 for generated requests.
+  std::uint64_t file_line = 0;
 };
 
 struct Workload {
@@ -27,7 +29,13 @@ struct Workload {
   // Closed loop: requests kept in flight (the first `concurrency` arrive at time zero).
   std::optional<std::uint32_t> closed_loop_concurrency;
   std::string description;
+  // The request file the requests were read from; empty for generated workloads.
+  std::string request_file;
 };
+
+// Where request `index` of `workload` came from, for errors: "request file F:LINE", or
+// "request INDEX" when it was generated.
+[[nodiscard]] std::string describe_request(const Workload& workload, std::size_t index);
 
 // Draws one length from a TokenCount distribution.
 [[nodiscard]] std::uint64_t sample_tokens(const config::TokenCount& count,

@@ -4,11 +4,15 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -132,23 +136,123 @@ std::string path_at(std::string_view text, int line, int column, const pb::Descr
   return pending_path.empty() ? stack.back().path : pending_path;
 }
 
+// Protobuf's parser records one position for a list written in brackets (`values: ["a", "b"]`),
+// its field name's, where the entries written one by one get one each. This finds where each
+// element of such a list starts, so that a diagnostic about values[2] points at that value.
+class BracketedLists {
+ public:
+  explicit BracketedLists(std::string_view text) : text_(text) {}
+
+  // The starts (0-based line and column, counted as protobuf counts them) of the elements of
+  // the bracketed list whose field name is at `name`; just `name` when no list starts there.
+  std::vector<pb::TextFormat::ParseLocation> elements(pb::TextFormat::ParseLocation name) {
+    const std::vector<Token>& tokens = all_tokens();
+    auto at = std::lower_bound(tokens.begin(), tokens.end(), name, [](const Token& token, auto l) {
+      return token.line < l.line || (token.line == l.line && token.column < l.column);
+    });
+    if (at == tokens.end() || at->line != name.line || at->column != name.column) {
+      return {name};
+    }
+    ++at;
+    if (at != tokens.end() && at->symbol == ':') {
+      ++at;
+    }
+    if (at == tokens.end() || at->symbol != '[') {
+      return {name};
+    }
+    std::vector<pb::TextFormat::ParseLocation> starts;
+    bool element_starts = true;
+    int depth = 0;
+    for (++at; at != tokens.end(); ++at) {
+      if (depth == 0 && at->symbol == ']') {
+        break;
+      }
+      if (element_starts) {
+        starts.emplace_back(at->line, at->column);
+        element_starts = false;
+      }
+      if (at->symbol == '{' || at->symbol == '<' || at->symbol == '[') {
+        ++depth;
+      } else if (at->symbol == '}' || at->symbol == '>' || at->symbol == ']') {
+        --depth;
+      } else if (depth == 0 && at->symbol == ',') {
+        element_starts = true;
+      }
+    }
+    return starts;
+  }
+
+ private:
+  struct Token {
+    int line = 0;
+    int column = 0;
+    char symbol = 0;  // a one-character symbol token, else 0
+  };
+
+  class IgnoreErrors : public pb::io::ErrorCollector {
+    void AddError(int /*line*/, int /*column*/, const std::string& /*message*/) override {}
+  };
+
+  // The text is tokenized once, as protobuf's text parser does, and only when a list needs it.
+  const std::vector<Token>& all_tokens() {
+    if (tokens_) {
+      return *tokens_;
+    }
+    tokens_.emplace();
+    if (text_.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+      return *tokens_;
+    }
+    pb::io::ArrayInputStream input(text_.data(), static_cast<int>(text_.size()));
+    IgnoreErrors ignore;
+    pb::io::Tokenizer tokenizer(&input, &ignore);
+    tokenizer.set_comment_style(pb::io::Tokenizer::SH_COMMENT_STYLE);
+    tokenizer.set_allow_f_after_float(true);
+    tokenizer.set_require_space_after_number(false);
+    tokenizer.set_allow_multiline_strings(true);
+    while (tokenizer.Next()) {
+      const pb::io::Tokenizer::Token& token = tokenizer.current();
+      const bool symbol = token.type == pb::io::Tokenizer::TYPE_SYMBOL && token.text.size() == 1;
+      tokens_->push_back(Token{token.line, token.column, symbol ? token.text[0] : char{0}});
+    }
+    return *tokens_;
+  }
+
+  std::string_view text_;
+  std::optional<std::vector<Token>> tokens_;
+};
+
 // Records the position of every field present in `message`, using the parser's info tree.
 void record_positions(const pb::Message& message, const pb::TextFormat::ParseInfoTree& tree,
-                      const std::string& prefix, const std::string& file, LocationMap& locations) {
+                      const std::string& prefix, const std::string& file, BracketedLists& lists,
+                      LocationMap& locations) {
   std::vector<const pb::FieldDescriptor*> fields;
   message.GetReflection()->ListFields(message, &fields);
   const pb::Reflection* reflection = message.GetReflection();
   for (const pb::FieldDescriptor* field : fields) {
     const int count = field->is_repeated() ? reflection->FieldSize(message, field) : 1;
+    // A repeated field's recorded positions, one per entry or bracketed list, in order.
+    std::vector<pb::TextFormat::ParseLocation> starts;
+    if (field->is_repeated()) {
+      for (int recorded = 0; static_cast<int>(starts.size()) < count; ++recorded) {
+        const auto location = tree.GetLocation(field, recorded);
+        if (location.line < 0) {
+          break;
+        }
+        for (const auto& start : lists.elements(location)) {
+          starts.push_back(start);
+        }
+      }
+    } else {
+      starts.push_back(tree.GetLocation(field, -1));
+    }
     for (int index = 0; index < count; ++index) {
       const int tree_index = field->is_repeated() ? index : -1;
       std::string path = join_path(prefix, field->name());
       if (field->is_repeated()) {
         path += "[" + std::to_string(index) + "]";
       }
-      const auto location = tree.GetLocation(field, tree_index);
-      if (location.line >= 0) {
-        locations.set(path, SourcePosition{file, location.line + 1, location.column + 1});
+      if (index < static_cast<int>(starts.size()) && starts[index].line >= 0) {
+        locations.set(path, SourcePosition{file, starts[index].line + 1, starts[index].column + 1});
       }
       if (field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
         const pb::TextFormat::ParseInfoTree* nested = tree.GetTreeForNested(field, tree_index);
@@ -156,7 +260,7 @@ void record_positions(const pb::Message& message, const pb::TextFormat::ParseInf
           const pb::Message& child = field->is_repeated()
                                          ? reflection->GetRepeatedMessage(message, field, index)
                                          : reflection->GetMessage(message, field);
-          record_positions(child, *nested, path, file, locations);
+          record_positions(child, *nested, path, file, lists, locations);
         }
       }
     }
@@ -239,7 +343,8 @@ void parse_text_format(std::string_view text, const std::string& file_name, pb::
     }
     throw ConfigError(explain(first.message, message.GetDescriptor()), where);
   }
-  record_positions(message, tree, "", file_name, locations);
+  BracketedLists lists(text);
+  record_positions(message, tree, "", file_name, lists, locations);
 }
 
 }  // namespace detail

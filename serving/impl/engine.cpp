@@ -60,21 +60,21 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     const RequestSpec& spec = workload_.requests[i];
     const std::uint64_t tokens = spec.prompt_tokens + spec.output_tokens;
     if (tokens > max_positions) {
-      throw ConfigError("request " + std::to_string(i) + " has " + std::to_string(tokens) +
+      throw ConfigError(describe_request(workload_, i) + " has " + std::to_string(tokens) +
                         " tokens, more than " + run.model().name() + "'s " +
                         std::to_string(max_positions) + " positions");
     }
     requests_.push_back(Request{spec, {}, {}, {}, 0, 0, 0.0, 0.0});
     const auto id = static_cast<std::uint32_t>(i);
     if (hbm_reservation(id) > plan_.kv_capacity_bytes) {
-      throw ConfigError("request " + std::to_string(i) + " (" + std::to_string(tokens) +
+      throw ConfigError(describe_request(workload_, i) + " (" + std::to_string(tokens) +
                         " tokens) needs " + format_fixed(hbm_reservation(id) / (1 << 30), 2) +
                         " GiB of KV per GPU, but only " +
                         format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
                         " GiB are left after " + plan_.breakdown());
     }
     if (host_reservation(id) > plan_.host_kv_capacity_bytes) {
-      throw ConfigError("request " + std::to_string(i) + " needs " +
+      throw ConfigError(describe_request(workload_, i) + " needs " +
                         format_fixed(host_reservation(id) / (1 << 30), 2) +
                         " GiB of host memory for its T1/T2 KV, but this engine's share of the "
                         "node's DDR is " +

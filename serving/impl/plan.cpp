@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <limits>
 #include <map>
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "configs/schema/options.pb.h"
+#include "configs/schema/workload.pb.h"
 
 namespace kvtier::serving {
 namespace {
@@ -15,6 +16,12 @@ namespace {
 // Waiting for copies (prefetch stalls and offloads beyond compute) above this share of GPU
 // time makes PCIe, not compute, the bottleneck behind a latency SLO.
 constexpr double kPcieBound = 0.25;
+
+// The schema's cap on workload.closed_loop.num_requests, which every evaluation sets.
+std::uint64_t max_generated_requests() {
+  const auto* field = config::ClosedLoop::descriptor()->FindFieldByName("num_requests");
+  return static_cast<std::uint64_t>(field->options().GetExtension(config::max_value));
+}
 
 double metric(const std::vector<Metric>& metrics, const std::string& name) {
   for (const Metric& m : metrics) {
@@ -36,12 +43,13 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
   config::RunSpec run = base;
   auto& loop = *run.mutable_workload()->mutable_closed_loop();
   loop.set_concurrency(batch);
-  // plan_capacity bounds rounds, so batch x rounds stays far inside 64 bits; the proto's field
-  // is 32-bit.
+  // plan_capacity bounds rounds, so batch x rounds stays far inside 64 bits.
   const std::uint64_t requests = std::uint64_t{batch} * options.rounds;
-  if (requests > std::numeric_limits<std::uint32_t>::max()) {
+  if (requests > max_generated_requests()) {
     throw ConfigError("a batch of " + std::to_string(batch) + " over " +
-                      std::to_string(options.rounds) + " rounds is more than 2^32 requests");
+                      std::to_string(options.rounds) + " rounds is " + std::to_string(requests) +
+                      " requests, more than the " + std::to_string(max_generated_requests()) +
+                      " a generated workload may hold: use fewer --rounds");
   }
   loop.set_num_requests(static_cast<std::uint32_t>(requests));
   Evaluation evaluation{false, {}, simulate(run, memo)};

@@ -121,7 +121,7 @@ TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& pol
     decode_steps += request.output_tokens > 0 ? request.output_tokens - 1 : 0;
     if (context > covered) {
       if (!tiering.extend_synthetic()) {
-        throw ConfigError("request " + std::to_string(i) + " attends up to " +
+        throw ConfigError(describe_request(workload, i) + " attends up to " +
                           std::to_string(context) + " tokens but its trace " + replayed.source +
                           " covers " + std::to_string(covered) +
                           " (prompt + steps); use a longer trace or set "

@@ -121,7 +121,7 @@ std::vector<RequestSpec> parse_request_file(const std::string& text, const std::
   std::vector<RequestSpec> requests;
   std::istringstream lines(text);
   std::string line;
-  int number = 0;
+  std::uint64_t number = 0;
   std::optional<double> origin;
   double previous = -1.0;
   bool header_seen = false;
@@ -188,12 +188,20 @@ std::vector<RequestSpec> parse_request_file(const std::string& text, const std::
       fail("arrival " + format_double(seconds) + " s (times time_scale " +
            format_double(time_scale) + ") is beyond the simulator's 106 days");
     }
-    requests.push_back(RequestSpec{*prompt, *output, arrival});
+    requests.push_back(RequestSpec{*prompt, *output, arrival, number});
   }
   if (requests.empty()) {
     throw DataError("request file has no requests", file_name);
   }
   return requests;
+}
+
+std::string describe_request(const Workload& workload, std::size_t index) {
+  const RequestSpec& spec = workload.requests.at(index);
+  if (workload.request_file.empty() || spec.file_line == 0) {
+    return "request " + std::to_string(index);
+  }
+  return "the request at " + workload.request_file + ":" + std::to_string(spec.file_line);
 }
 
 Workload make_workload(const config::WorkloadSpec& spec, std::uint64_t seed) {
@@ -241,6 +249,7 @@ Workload make_workload(const config::WorkloadSpec& spec, std::uint64_t seed) {
       if (file.has_max_requests() && workload.requests.size() > file.max_requests()) {
         workload.requests.resize(file.max_requests());
       }
+      workload.request_file = file.path();
       workload.description = "request file " + file.path() + ", " +
                              std::to_string(workload.requests.size()) + " requests";
       break;

@@ -146,6 +146,16 @@ TEST_CASE("values out of range name the range and the value's position", "[loade
              Catch::Contains("not a finite number"));
 }
 
+TEST_CASE("a generated workload holds at most ten million requests", "[loader]") {
+  CHECK(
+      problems<RunSpec>(quickstart_run(), {"workload.closed_loop.num_requests=10000000"}).empty());
+  CHECK_THAT(
+      joined(problems<RunSpec>(quickstart_run(), {"workload.closed_loop.num_requests=4000000000"})),
+      Catch::Contains(
+          "value 4000000000 requests is out of range: expected in [1, 10000000] requests") &&
+          Catch::Contains("field workload.closed_loop.num_requests"));
+}
+
 TEST_CASE("inconsistent combinations are reported", "[loader]") {
   SECTION("kv heads must divide attention heads") {
     CHECK_THAT(joined(problems<ModelSpec>("preset: \"Llama-3.1-8B\" num_key_value_heads: 5")),

@@ -6,6 +6,7 @@
 #include "common/errors.hpp"
 #include "configs/parse.hpp"
 #include "configs/schema/run.pb.h"
+#include "configs/schema/sweep.pb.h"
 
 using kvtier::ConfigError;
 using kvtier::config::LocationMap;
@@ -38,6 +39,40 @@ TEST_CASE("text format records the line and column of nested values", "[parse]")
   CHECK(position.column == 3);
   // A path with no value of its own falls back to its closest ancestor.
   CHECK(locations.nearest("model.vocab_size").line == 2);
+}
+
+TEST_CASE("each element of a bracketed list has its own position", "[parse]") {
+  kvtier::config::SweepSpec sweep;
+  LocationMap locations("sweep.textproto");
+  parse_config(
+      "name: \"s\"\n"
+      "axis {\n"
+      "  path: \"seed\"\n"
+      "  values: [\"1\",\n"
+      "           \"22\", \"333\"]  # a comma, ] or [ in a comment is no separator\n"
+      "  values: \"4\"\n"
+      "  values: []\n"
+      "  values: [\"5\"]\n"
+      "}\n"
+      "axis [{ path: \"a\" values: \"x,y\" }, { path: \"b\" values: [ \"x\", \"]\"] }]\n",
+      "sweep.textproto", sweep, locations);
+  REQUIRE(sweep.axis_size() == 3);
+  REQUIRE(sweep.axis(0).values_size() == 5);
+  auto at = [&](const std::string& path) {
+    const auto position = locations.nearest(path);
+    return std::to_string(position.line) + ":" + std::to_string(position.column);
+  };
+  CHECK(at("axis[0].values[0]") == "4:12");
+  CHECK(at("axis[0].values[1]") == "5:12");
+  CHECK(at("axis[0].values[2]") == "5:18");
+  CHECK(at("axis[0].values[3]") == "6:3");  // written on its own: its field name
+  CHECK(at("axis[0].values[4]") == "8:12");
+  CHECK(at("axis[1]") == "10:7");
+  CHECK(at("axis[1].values[0]") == "10:19");
+  CHECK(at("axis[2]") == "10:36");
+  CHECK(at("axis[2].path") == "10:38");
+  CHECK(at("axis[2].values[0]") == "10:58");
+  CHECK(at("axis[2].values[1]") == "10:63");
 }
 
 TEST_CASE("text format errors name the file, line:column and field path", "[parse]") {

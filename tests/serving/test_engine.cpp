@@ -9,6 +9,7 @@
 #include "hwmodels/iteration_cost.hpp"
 #include "serving/engine.hpp"
 #include "serving/simulation.hpp"
+#include "serving/workload.hpp"
 #include "sim/simulator.hpp"
 #include "tests/support/config_fixture.hpp"
 
@@ -123,6 +124,23 @@ TEST_CASE("weights that do not fit are a config error with the memory breakdown"
   CHECK_THROWS_WITH(kvtier::serving::simulate(
                         run_with({"workload.closed_loop.prompt_tokens.fixed_tokens=200000"})),
                     Catch::Contains("positions"));
+}
+
+TEST_CASE("a request too long for the model is named by its request file's line", "[serving]") {
+  const RunSpec run = run_with({});
+  kvtier::serving::Workload workload;
+  workload.request_file = "requests.csv";
+  workload.requests = kvtier::serving::parse_request_file(
+      "arrival_s,prompt_tokens,output_tokens\n0,100,10\n# a long one\n1,200000,10\n",
+      workload.request_file, kvtier::config::KVTIER_CSV, 1.0);
+  kvtier::sim::Simulator simulator;
+  CHECK_THROWS_WITH(kvtier::serving::ServingEngine(simulator, run, workload),
+                    Catch::Contains("the request at requests.csv:4 has 200010 tokens") &&
+                        Catch::Contains("positions"));
+  // Generated requests have no line: they are named by their index.
+  workload.request_file.clear();
+  CHECK_THROWS_WITH(kvtier::serving::ServingEngine(simulator, run, workload),
+                    Catch::StartsWith("request 1 has 200010 tokens"));
 }
 
 TEST_CASE("tensor parallelism splits the weights and speeds up decoding", "[serving]") {
