@@ -210,6 +210,24 @@ kernels::DeviceInfo check_engine_device(const std::string& device) {
   return std::move(devices.front());
 }
 
+boost::program_options::options_description sampling_options() {
+  namespace po = boost::program_options;
+  po::options_description options("sampling options");
+  options.add_options()("temperature", po::value<float>()->default_value(0.0F),
+                        "sampling temperature (0: greedy)")(
+      "top-p", po::value<float>()->default_value(1.0F), "nucleus sampling mass, (0, 1]")(
+      "seed", po::value<std::uint64_t>()->default_value(1), "sampling seed");
+  return options;
+}
+
+kernels::SamplingOptions sampling_option(const boost::program_options::variables_map& values) {
+  const kernels::SamplingOptions options = kernels::SamplingOptions::nucleus(
+      values["temperature"].as<float>(), values["top-p"].as<float>(),
+      values["seed"].as<std::uint64_t>());
+  const kernels::Sampler check(options);  // ConfigError for bad values
+  return options;
+}
+
 boost::program_options::options_description cpu_engine_options() {
   boost::program_options::options_description options("CPU engine options");
   options.add_options()("threads", boost::program_options::value<int>(),

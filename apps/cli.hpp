@@ -17,6 +17,7 @@
 #include "kernels/cuda_engine.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/model_weights.hpp"
+#include "kernels/sampler.hpp"
 #include "kernels/tiered_cache.hpp"
 #include "kernels/tokenizer.hpp"
 
@@ -100,6 +101,13 @@ int run_replay_search_budgets(const Arguments& args, Context& context);
 // a CUDA device is present; ConfigError (naming why) otherwise. Checked before a model loads.
 // Returns the device the engine runs on (the host CPU, or CUDA device 0), for provenance.
 kernels::DeviceInfo check_engine_device(const std::string& device);
+
+// The options --temperature T, --top-p P and --seed S of commands that generate tokens, and
+// their value: greedy when --temperature is 0 (its default); ConfigError for a negative or
+// non-finite temperature or a top-p outside (0, 1].
+[[nodiscard]] boost::program_options::options_description sampling_options();
+[[nodiscard]] kernels::SamplingOptions sampling_option(
+    const boost::program_options::variables_map& values);
 
 // The option --threads N (the CPU engine's threads, docs/ENGINE.md) for commands that run an
 // engine, and its value: 1 when not given; ConfigError below 1 or with a device other than cpu.

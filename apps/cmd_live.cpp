@@ -100,7 +100,7 @@ int run_live(const Arguments& args, Context& context) {
       "follow-trace", po::value<std::string>(),
       "trace-driven mode: run this trace's tokens and place them by its attention (no prompt)")(
       "max-new-tokens", po::value<int>()->default_value(128),
-      "tokens to generate (greedy); with --follow-trace default: the trace's steps")(
+      "tokens to generate; with --follow-trace default: the trace's steps")(
       "device", po::value<std::string>()->default_value("cpu"),
       "engine and cache backend: cpu or cuda")(
       "compute-dtype", po::value<std::string>(),
@@ -113,6 +113,7 @@ int run_live(const Arguments& args, Context& context) {
       "hard limit of the T0 arena, e.g. 2MiB (default: the full cache of prompt + new tokens)")(
       "no-reference", "skip the full-cache run (no divergence figures)")(
       "measure", po::value<std::string>(), "write the measurement file (JSON) here");
+  options.add(sampling_options());
   options.add(cpu_engine_options());
   options.add(cuda_engine_options());
   po::variables_map values;
@@ -120,15 +121,17 @@ int run_live(const Arguments& args, Context& context) {
           args, options, {}, values,
           "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE |\n"
           "                   --follow-trace TRACE) [--max-new-tokens N]\n"
+          "                   [--temperature T --top-p P --seed S]\n"
           "                   [--device cpu [--threads N] |\n"
           "                    --device cuda [--compute-dtype bf16|fp16|fp32]\n"
           "                                  [--cuda-attention split-keys|per-head]\n"
           "                                  [--cuda-gemm cublas|warp-rows]\n"
           "                                  [--cuda-copies kernels|copy-engines]]\n"
           "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
-          "Decodes greedily with the real tiered KV cache (T0 arena, T1 host staged before each\n"
-          "layer's attention, T2 8-bit, T3 dropped), placed step by step by the replay's policy,\n"
-          "and compares it with the full cache on the same tokens (docs/LIVE.md). With\n"
+          "Decodes (greedy, or sampled with a seed) with the real tiered KV cache (T0 arena, T1\n"
+          "host staged before each layer's attention, T2 8-bit, T3 dropped), placed step by step\n"
+          "by the replay's policy, and compares it with the full cache on the same tokens\n"
+          "(docs/LIVE.md). All --max-new-tokens steps run, past EOS. With\n"
           "--follow-trace the cache follows the trace's attention (the replay's placement of\n"
           "that trace) and the engine runs the trace's tokens: timing of any model shape.",
           context.out)) {
@@ -155,6 +158,10 @@ int run_live(const Arguments& args, Context& context) {
   live_options.max_new_tokens = values["max-new-tokens"].as<int>();
   if (live_options.max_new_tokens < 1) {
     throw ConfigError("--max-new-tokens must be at least 1");
+  }
+  live_options.sampling = sampling_option(values);
+  if (follow && live_options.sampling.temperature != 0.0F) {
+    throw ConfigError("--temperature applies to a live run: a followed trace's tokens are forced");
   }
   live_options.policy = replay::parse_policy_string(values["policy"].as<std::string>());
   kernels::check_live_policy(live_options.policy.name());
@@ -262,6 +269,7 @@ int run_live(const Arguments& args, Context& context) {
   }
   provenance.set_command(command);
   measurement.set_policy(result.policy);
+  *measurement.mutable_sampling() = kernels::sampling_record(live_options.sampling);
   measurement.set_prefetch(result.prefetch == kernels::PrefetchMode::kFull ? "full"
                                                                            : "differential");
   measurement.set_prompt_tokens(result.prompt_tokens);
@@ -326,7 +334,7 @@ int run_live(const Arguments& args, Context& context) {
   }
   config::Divergence& divergence = *measurement.mutable_divergence();
   divergence.set_measured(result.has_reference);
-  divergence.set_greedy_agreement_tokens(result.greedy_agreement);
+  divergence.set_greedy_agreement_tokens(result.agreement);
   divergence.set_mean_kl_nats(result.mean_kl);
   divergence.set_max_kl_nats(result.max_kl);
   divergence.set_identical_logit_steps(result.identical_logit_steps);
@@ -373,8 +381,8 @@ int run_live(const Arguments& args, Context& context) {
                             format_fixed(result.cache.d2h_offload.seconds * 1e3, 3) + " ms"});
   table.add_row({"evicted token-layers", std::to_string(result.final_tier_tokens[3])});
   if (result.has_reference) {
-    table.add_row({"greedy agreement", std::to_string(result.greedy_agreement) + " / " +
-                                           std::to_string(result.tokens.size())});
+    table.add_row({live_options.sampling.temperature == 0.0F ? "greedy agreement" : "agreement",
+                   std::to_string(result.agreement) + " / " + std::to_string(result.tokens.size())});
     table.add_row({"mean KL (nats)", format_double(result.mean_kl)});
   }
   table.render(context.out);

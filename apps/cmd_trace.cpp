@@ -399,14 +399,12 @@ int capture(const Arguments& args, Context& context) {
       "window", po::value<std::uint32_t>()->default_value(0),
       "also record the attention of the last W prompt queries (prefill window)")(
       "key-norms", "also record the L2 norm of every cached key")(
-      "temperature", po::value<float>()->default_value(0.0F), "sampling temperature (0: greedy)")(
-      "top-p", po::value<float>()->default_value(1.0F), "nucleus sampling mass, (0, 1]")(
-      "seed", po::value<std::uint64_t>()->default_value(1), "sampling seed")(
       "no-stop", "run all --max-new-tokens steps, past EOS (one pass instead of two)")(
       "dtype", po::value<std::string>()->default_value("fp16"), "attention storage: fp16 or fp32")(
       "device", po::value<std::string>()->default_value("cpu"), "engine: cpu or cuda")(
       "out", po::value<std::string>()->required(), "output trace file");
   add_writer_options(options);
+  options.add(sampling_options());
   options.add(cpu_engine_options());
   options.add(cuda_engine_options());
   po::variables_map values;
@@ -443,10 +441,7 @@ int capture(const Arguments& args, Context& context) {
   if (generation.max_new_tokens < 1) {
     throw ConfigError("--max-new-tokens must be at least 1");
   }
-  generation.sampling = kernels::SamplingOptions::nucleus(values["temperature"].as<float>(),
-                                                          values["top-p"].as<float>(),
-                                                          values["seed"].as<std::uint64_t>());
-  const kernels::Sampler check_sampling(generation.sampling);  // ConfigError for bad values
+  generation.sampling = sampling_option(values);
   capture_options.writer = writer_options(values, "trace capture");
   capture_options.tool = version_line() + " trace capture";
 

@@ -1,6 +1,7 @@
 #pragma once
-// A live run with the tiered KV cache (docs/LIVE.md): the engine decodes greedily with its keys
-// and values in the live cache of its backend (make_live_cache), and after every decode step
+// A live run with the tiered KV cache (docs/LIVE.md): the engine decodes (greedy, or sampled with
+// a seed) with its keys and values in the live cache of its backend (make_live_cache), and after
+// every decode step
 // the replay's policy object sees the step's attention (the head mean over query heads of the
 // probabilities the engine used, per layer, over positions 0 .. n-1) and moves tokens between
 // tiers; the cache moves the data.
@@ -20,6 +21,7 @@
 
 #include "configs/schema/policy.pb.h"
 #include "kernels/engine.hpp"
+#include "kernels/sampler.hpp"
 #include "kernels/tiered_cache.hpp"
 #include "replay/attention.hpp"
 #include "replay/engine.hpp"
@@ -29,6 +31,10 @@ namespace kvtier::kernels {
 struct LiveOptions {
   config::PolicySpec policy;
   int max_new_tokens = 0;
+  // How each token is chosen from the tiered run's logits; the full-cache reference applies a
+  // sampler of the same seed to its own logits for the agreement figure. Greedy in follow mode
+  // (its tokens are forced).
+  SamplingOptions sampling;
   // Hard limit of the T0 arena; 0: the full cache of prompt + max_new_tokens in every layer.
   std::uint64_t t0_budget_bytes = 0;
   // What moves the CUDA backend's full-precision slots (TieredCacheOptions::copies).
@@ -38,7 +44,7 @@ struct LiveOptions {
   // Trace-driven mode: model layer l reads the source's layer replay::project_layers(source
   // layers, model layers)[l], positions 1:1; the prompt passed to run_live must hold the
   // source's prompt_tokens() tokens, max_new_tokens ≤ its steps(), and decode step t runs
-  // forced_tokens[t] (max_new_tokens of them) instead of the greedy token. Not owned.
+  // forced_tokens[t] (max_new_tokens of them) instead of the sampled token. Not owned.
   replay::AttentionSource* follow = nullptr;
   std::vector<std::int32_t> forced_tokens;
 };
@@ -77,8 +83,10 @@ struct LiveResult {
   std::array<std::uint64_t, replay::kTierCount> final_tier_tokens{};
   // Against the full cache (when a reference engine ran).
   bool has_reference = false;
-  // Leading generated tokens equal to the full cache's greedy tokens.
-  std::uint64_t greedy_agreement = 0;
+  // Leading generated tokens that the full cache, choosing with the same sampler and seed from
+  // its own logits, chooses too: how long a full-cache run would have produced the same text
+  // (greedy: the same argmax). In follow mode, the two caches' greedy choices.
+  std::uint64_t agreement = 0;
   // KL(full || tiered) of the next-token distributions, nats, over the decode steps (the
   // prefill's distribution is the same for both); both read the same context (teacher-forced).
   double mean_kl = 0.0;
@@ -95,8 +103,9 @@ void check_live_policy(const std::string& name);
 // `engine` is a CPU engine (the cache's CPU backend) or a CUDA engine (its CUDA backend, which
 // needs the engine's observer delivery synchronous unless the run follows a source); `reference`
 // (optional, not the same engine) runs the full cache. Errors: ConfigError for a bad policy,
-// max_new_tokens < 1 or a run past max_position_embeddings, a T0 budget too small, or a followed
-// source that does not fit (prompt length, steps, forced tokens); DataError for bad tokens.
+// max_new_tokens < 1 or a run past max_position_embeddings, a T0 budget too small, bad sampling
+// options or sampling in follow mode, or a followed source that does not fit (prompt length,
+// steps, forced tokens); DataError for bad tokens.
 [[nodiscard]] LiveResult run_live(Engine& engine, Engine* reference,
                                   std::span<const std::int32_t> prompt, const LiveOptions& options);
 

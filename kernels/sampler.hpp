@@ -7,6 +7,8 @@
 #include <span>
 #include <vector>
 
+#include "configs/schema/trace.pb.h"
+
 namespace kvtier::kernels {
 
 struct SamplingOptions {
@@ -38,6 +40,9 @@ class Sampler {
   std::vector<float> probabilities_;
   std::vector<std::int32_t> order_;
 };
+
+// The options as trace files and live measurements record them (TraceSampling).
+[[nodiscard]] config::TraceSampling sampling_record(const SamplingOptions& options);
 
 // Index of the largest logit (the lowest index among equal maxima).
 [[nodiscard]] std::int32_t argmax(std::span<const float> logits);

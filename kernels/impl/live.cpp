@@ -81,11 +81,6 @@ class Attachment {
   LiveKvCache& cache_;
 };
 
-std::int32_t greedy(std::span<const float> logits) {
-  // The lowest id among equal maxima, as the sampler's greedy mode.
-  return static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-}
-
 std::vector<double> log_softmax(std::span<const float> logits) {
   double top = -std::numeric_limits<double>::infinity();
   for (const float value : logits) {
@@ -172,6 +167,9 @@ namespace {
 // The follow mode's checks: the source and forced tokens must fit the run.
 void check_follow(const LiveOptions& options, std::span<const std::int32_t> prompt) {
   const replay::AttentionSource& source = *options.follow;
+  if (options.sampling.temperature != 0.0F) {
+    throw ConfigError("a followed trace's tokens are forced: sampling does not apply to it");
+  }
   if (prompt.size() != source.prompt_tokens()) {
     throw ConfigError(source.name() + " holds " + std::to_string(source.prompt_tokens()) +
                       " prompt tokens; the followed run was given " +
@@ -212,6 +210,8 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   if (options.follow != nullptr) {
     check_follow(options, prompt);
   }
+  Sampler sampler(options.sampling);
+  Sampler reference_sampler(options.sampling);
   check_live_policy(options.policy.name());
   const auto layers = static_cast<std::uint32_t>(spec.num_hidden_layers());
   const replay::ReplayShape shape{layers, prompt.size(),
@@ -270,7 +270,9 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
 
   const auto prefill_start = Clock::now();
   std::span<const float> logits = engine.prefill(prompt);
-  std::int32_t token = options.follow != nullptr ? options.forced_tokens.front() : greedy(logits);
+  // The tiered run's own choice: the token it runs next, unless it follows a trace.
+  std::int32_t choice = sampler.sample(logits);
+  std::int32_t token = options.follow != nullptr ? options.forced_tokens.front() : choice;
   policy->start(shape, cache.placement());
   result.demand.record_start(cache.placement());
   cache.apply_placement();
@@ -280,9 +282,9 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
     reference_logits = reference->prefill(prompt);
     result.has_reference = true;
   }
-  bool agreeing = reference == nullptr || greedy(reference_logits) == greedy(logits);
+  bool agreeing = reference == nullptr || reference_sampler.sample(reference_logits) == choice;
   if (agreeing && reference != nullptr) {
-    result.greedy_agreement = 1;
+    result.agreement = 1;
   }
 
   replay::ReplayStepper stepper(*policy, layers);
@@ -320,9 +322,10 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
     }
     figures.kept_mass /= static_cast<double>(layers);
 
+    choice = sampler.sample(logits);
     const std::int32_t next = options.follow != nullptr && step + 1 < options.max_new_tokens
                                   ? options.forced_tokens[static_cast<std::size_t>(step) + 1]
-                                  : greedy(logits);
+                                  : choice;
     if (options.keep_logits) {
       result.logits.emplace_back(logits.begin(), logits.end());
     }
@@ -335,10 +338,11 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
                      reference_logits.end())) {
         ++result.identical_logit_steps;
       }
-      // The greedy choice after step + 1 agrees while every earlier one did.
-      agreeing = agreeing && greedy(reference_logits) == greedy(logits);
+      // The choice after step + 1 agrees while every earlier one did; until then both samplers
+      // have drawn the same numbers.
+      agreeing = agreeing && reference_sampler.sample(reference_logits) == choice;
       if (agreeing && step + 1 < options.max_new_tokens) {
-        ++result.greedy_agreement;
+        ++result.agreement;
       }
     }
     token = next;

@@ -76,4 +76,12 @@ std::int32_t Sampler::sample(std::span<const float> logits) {
   return order_[kept - 1];  // rounding left the target at the very end
 }
 
+config::TraceSampling sampling_record(const SamplingOptions& options) {
+  config::TraceSampling record;
+  record.set_temperature(options.temperature);
+  record.set_top_p(options.top_p);
+  record.set_seed(options.seed);
+  return record;
+}
+
 }  // namespace kvtier::kernels

@@ -117,10 +117,7 @@ config::TraceMeta capture_meta(const config::ModelSpec& model, std::uint32_t pro
     meta.add_granularities(config::GRANULARITY_KEY_NORMS);
   }
   meta.set_attention_dtype(contents.dtype);
-  config::TraceSampling& sampling = *meta.mutable_sampling();
-  sampling.set_temperature(provenance.sampling.temperature);
-  sampling.set_top_p(provenance.sampling.top_p);
-  sampling.set_seed(provenance.sampling.seed);
+  *meta.mutable_sampling() = sampling_record(provenance.sampling);
   config::TraceSource& source = *meta.mutable_source();
   source.set_kind(config::SOURCE_CAPTURED);
   source.set_tool(provenance.tool);

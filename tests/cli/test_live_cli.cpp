@@ -85,7 +85,39 @@ TEST_CASE("kvtier live writes a measurement file", "[cli][live]") {
   CHECK(json["divergence"]["greedy_agreement_tokens"] == "120");
   CHECK(json["divergence"]["mean_kl_nats"].get<double>() == 0.0);
   CHECK(json["divergence"]["identical_logit_steps"] == "120");
+  CHECK(json["sampling"]["temperature"].get<double>() == 0.0);  // greedy
   CHECK_FALSE(fs::exists(file.string() + ".tmp"));
+}
+
+TEST_CASE("kvtier live samples with --temperature, --top-p and --seed, and records them",
+          "[cli][live]") {
+  const fs::path file = scratch_dir() / "sampled.json";
+  const std::string policy = "--policy tiered:hbm=0.5,evict=0.5,delta=8,recent=16,sinks=4 ";
+  const Result result = run(live(policy + "--max-new-tokens 150 --temperature 0.8 --top-p 0.9 "
+                                          "--seed 7 --measure " +
+                                 quoted(file)));
+  INFO("stderr: " << result.err);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("agreement") && !Catch::Contains("greedy agreement"));
+  const nlohmann::json json = nlohmann::json::parse(slurp(file));
+  CHECK(json["sampling"]["temperature"].get<double>() == Approx(0.8));
+  CHECK(json["sampling"]["top_p"].get<double>() == Approx(0.9));
+  CHECK(json["sampling"]["seed"] == "7");
+  // Same seed, same tokens; the greedy run's are others.
+  const fs::path again = scratch_dir() / "sampled-again.json";
+  REQUIRE(run(live(policy + "--max-new-tokens 150 --temperature 0.8 --top-p 0.9 --seed 7 "
+                            "--measure " +
+                   quoted(again)))
+              .exit_code == 0);
+  const fs::path greedy = scratch_dir() / "greedy.json";
+  REQUIRE(run(live(policy + "--max-new-tokens 150 --measure " + quoted(greedy))).exit_code == 0);
+  const auto tokens = [](const fs::path& path) {
+    return nlohmann::json::parse(slurp(path))["generated_tokens"];
+  };
+  CHECK(tokens(file) == tokens(again));
+  CHECK(tokens(file) != tokens(greedy));
+  expect_one_line_error(run(live("--policy full --temperature -1")), 2, "temperature");
+  expect_one_line_error(run(live("--policy full --temperature 0.8 --top-p 0")), 2, "top_p");
 }
 
 TEST_CASE("kvtier live with eviction reports divergence", "[cli][live]") {
@@ -233,6 +265,10 @@ TEST_CASE("kvtier live --follow-trace runs the trace's tokens and makes the repl
                             " --policy full --follow-trace " +
                             quoted(scratch_dir() / "no-such.h5") + " --measure " + quoted(bad)),
                         3, "no-such.h5");
+  expect_one_line_error(run("live --model " + quoted(stories_dir() / "stories260K.bin") +
+                            " --policy full --temperature 0.8 --follow-trace " + quoted(trace) +
+                            " --measure " + quoted(bad)),
+                        2, "tokens are forced");
   CHECK_FALSE(fs::exists(bad));
 }
 

@@ -129,7 +129,7 @@ TEST_CASE("the CUDA cache tiers without changing a logit", "[gpu][live]") {
           const kk::LiveResult result = kk::run_live(*engine, reference.get(), prompt(), options);
           CHECK(result.identical_logit_steps == static_cast<std::uint64_t>(kSteps));
           CHECK(result.mean_kl == 0.0);
-          CHECK(result.greedy_agreement == static_cast<std::uint64_t>(kSteps));
+          CHECK(result.agreement == static_cast<std::uint64_t>(kSteps));
           if (hbm != "1") {
             // T1 really holds tokens and attention really reads them from staging.
             CHECK(result.cache.h2d_prefetch.tokens > 0);

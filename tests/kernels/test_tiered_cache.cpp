@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "common/errors.hpp"
 #include "kernels/engine.hpp"
+#include "kernels/generate.hpp"
 #include "kernels/live.hpp"
 #include "kernels/llama2c_checkpoint.hpp"
 #include "kernels/tokenizer.hpp"
@@ -28,7 +30,8 @@ std::vector<std::int32_t> prompt() {
 }
 
 kk::LiveResult live(const std::string& policy, int steps, std::uint64_t budget = 0,
-                    bool keep_logits = false) {
+                    bool keep_logits = false,
+                    const kk::SamplingOptions& sampling = kk::SamplingOptions::greedy()) {
   const auto engine = kk::make_cpu_engine(stories_model());
   const auto reference = kk::make_cpu_engine(stories_model());
   kk::LiveOptions options;
@@ -36,6 +39,7 @@ kk::LiveResult live(const std::string& policy, int steps, std::uint64_t budget =
   options.max_new_tokens = steps;
   options.t0_budget_bytes = budget;
   options.keep_logits = keep_logits;
+  options.sampling = sampling;
   return kk::run_live(*engine, reference.get(), prompt(), options);
 }
 
@@ -83,7 +87,7 @@ TEST_CASE("tiering without eviction or compression is bit-identical to the full 
       CHECK(result.tokens == golden);
       CHECK(result.identical_logit_steps == static_cast<std::uint64_t>(kSteps));
       CHECK(result.mean_kl == 0.0);
-      CHECK(result.greedy_agreement == static_cast<std::uint64_t>(kSteps));
+      CHECK(result.agreement == static_cast<std::uint64_t>(kSteps));
       CHECK(result.final_tier_tokens[3] == 0);
       CHECK(result.cache.t0_peak_bytes <= result.t0_budget_bytes);
       if (hbm != "1") {
@@ -134,7 +138,7 @@ TEST_CASE("eviction makes the model diverge, more with a higher eviction ratio",
   for (const std::string evict : {"0", "0.25", "0.5", "0.9"}) {
     const kk::LiveResult result = live(tiered("hbm=0.5,evict=") + evict, kSteps);
     INFO("evict " << evict << ": mean KL " << result.mean_kl << ", agreement "
-                  << result.greedy_agreement << ", evicted " << result.final_tier_tokens[3]);
+                  << result.agreement << ", evicted " << result.final_tier_tokens[3]);
     CHECK(std::isfinite(result.mean_kl));
     if (evict != "0") {
       CHECK(result.final_tier_tokens[3] > 0);
@@ -172,6 +176,41 @@ TEST_CASE("live runs are deterministic", "[kernels][live]") {
   CHECK(first.cache.d2h_offload.bytes == second.cache.d2h_offload.bytes);
   CHECK(first.cache.t0_peak_bytes == second.cache.t0_peak_bytes);
   CHECK(first.final_tier_tokens == second.final_tier_tokens);
+}
+
+TEST_CASE("a sampled live run: agreement is how long the full cache would sample the same",
+          "[kernels][live]") {
+  const kk::SamplingOptions sampling = kk::SamplingOptions::nucleus(0.8F, 0.9F, 7);
+  const auto engine = kk::make_cpu_engine(stories_model());
+  kk::GenerationOptions generation;
+  generation.max_new_tokens = kSteps;
+  generation.sampling = sampling;
+  const kk::GenerationResult full_run = kk::generate(*engine, prompt(), generation);
+  const std::vector<std::int32_t> full(full_run.generated().begin(), full_run.generated().end());
+  REQUIRE(full.size() == static_cast<std::size_t>(kSteps));
+  REQUIRE(full != full_greedy(kSteps));  // the sampler really samples
+
+  // Without eviction the tiered cache samples exactly the full cache's tokens.
+  const kk::LiveResult exact = live(tiered("evict=0,hbm=0.3"), kSteps, 0, false, sampling);
+  CHECK(exact.tokens == full);
+  CHECK(exact.agreement == static_cast<std::uint64_t>(kSteps));
+
+  // With eviction, the agreement is the common prefix with the full cache's sampled run.
+  for (const std::string evict : {"0.3", "0.6"}) {
+    INFO("evict " << evict);
+    const kk::LiveResult evicting =
+        live(tiered("hbm=0.5,evict=") + evict, kSteps, 0, false, sampling);
+    const auto diverged = std::mismatch(evicting.tokens.begin(), evicting.tokens.end(), full.begin());
+    const auto common = static_cast<std::uint64_t>(diverged.first - evicting.tokens.begin());
+    CHECK(common < static_cast<std::uint64_t>(kSteps));
+    CHECK(evicting.agreement == common);
+    // Another seed samples other tokens.
+    const kk::LiveResult reseeded = live(tiered("hbm=0.5,evict=") + evict, kSteps, 0, false,
+                                         kk::SamplingOptions::nucleus(0.8F, 0.9F, 8));
+    CHECK(reseeded.tokens != evicting.tokens);
+  }
+  CHECK_THROWS_AS(live("full", 10, 0, false, kk::SamplingOptions::nucleus(-1.0F, 0.9F, 7)),
+                  kvtier::ConfigError);
 }
 
 TEST_CASE("the replay's eviction policies drive the live cache", "[kernels][live]") {
