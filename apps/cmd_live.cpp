@@ -381,8 +381,9 @@ int run_live(const Arguments& args, Context& context) {
                             format_fixed(result.cache.d2h_offload.seconds * 1e3, 3) + " ms"});
   table.add_row({"evicted token-layers", std::to_string(result.final_tier_tokens[3])});
   if (result.has_reference) {
-    table.add_row({live_options.sampling.temperature == 0.0F ? "greedy agreement" : "agreement",
-                   std::to_string(result.agreement) + " / " + std::to_string(result.tokens.size())});
+    table.add_row(
+        {live_options.sampling.temperature == 0.0F ? "greedy agreement" : "agreement",
+         std::to_string(result.agreement) + " / " + std::to_string(result.tokens.size())});
     table.add_row({"mean KL (nats)", format_double(result.mean_kl)});
   }
   table.render(context.out);

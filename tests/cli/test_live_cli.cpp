@@ -93,8 +93,9 @@ TEST_CASE("kvtier live samples with --temperature, --top-p and --seed, and recor
           "[cli][live]") {
   const fs::path file = scratch_dir() / "sampled.json";
   const std::string policy = "--policy tiered:hbm=0.5,evict=0.5,delta=8,recent=16,sinks=4 ";
-  const Result result = run(live(policy + "--max-new-tokens 150 --temperature 0.8 --top-p 0.9 "
-                                          "--seed 7 --measure " +
+  const Result result = run(live(policy +
+                                 "--max-new-tokens 150 --temperature 0.8 --top-p 0.9 "
+                                 "--seed 7 --measure " +
                                  quoted(file)));
   INFO("stderr: " << result.err);
   REQUIRE(result.exit_code == 0);
@@ -105,8 +106,9 @@ TEST_CASE("kvtier live samples with --temperature, --top-p and --seed, and recor
   CHECK(json["sampling"]["seed"] == "7");
   // Same seed, same tokens; the greedy run's are others.
   const fs::path again = scratch_dir() / "sampled-again.json";
-  REQUIRE(run(live(policy + "--max-new-tokens 150 --temperature 0.8 --top-p 0.9 --seed 7 "
-                            "--measure " +
+  REQUIRE(run(live(policy +
+                   "--max-new-tokens 150 --temperature 0.8 --top-p 0.9 --seed 7 "
+                   "--measure " +
                    quoted(again)))
               .exit_code == 0);
   const fs::path greedy = scratch_dir() / "greedy.json";

@@ -137,8 +137,8 @@ TEST_CASE("eviction makes the model diverge, more with a higher eviction ratio",
   std::vector<double> kl;
   for (const std::string evict : {"0", "0.25", "0.5", "0.9"}) {
     const kk::LiveResult result = live(tiered("hbm=0.5,evict=") + evict, kSteps);
-    INFO("evict " << evict << ": mean KL " << result.mean_kl << ", agreement "
-                  << result.agreement << ", evicted " << result.final_tier_tokens[3]);
+    INFO("evict " << evict << ": mean KL " << result.mean_kl << ", agreement " << result.agreement
+                  << ", evicted " << result.final_tier_tokens[3]);
     CHECK(std::isfinite(result.mean_kl));
     if (evict != "0") {
       CHECK(result.final_tier_tokens[3] > 0);
@@ -200,7 +200,8 @@ TEST_CASE("a sampled live run: agreement is how long the full cache would sample
     INFO("evict " << evict);
     const kk::LiveResult evicting =
         live(tiered("hbm=0.5,evict=") + evict, kSteps, 0, false, sampling);
-    const auto diverged = std::mismatch(evicting.tokens.begin(), evicting.tokens.end(), full.begin());
+    const auto diverged =
+        std::mismatch(evicting.tokens.begin(), evicting.tokens.end(), full.begin());
     const auto common = static_cast<std::uint64_t>(diverged.first - evicting.tokens.begin());
     CHECK(common < static_cast<std::uint64_t>(kSteps));
     CHECK(evicting.agreement == common);
