@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "common/errors.hpp"
+#include "common/input_file.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/hf_checkpoint.hpp"
 #include "kernels/random_model.hpp"
@@ -137,18 +138,18 @@ std::string version_line() {
 }
 
 std::string read_prompt_file(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    throw ConfigError("--prompt-file names a folder, not a file", path);
+  InputText input = read_input_file(path, kTextInputLimitBytes);
+  switch (input.status) {
+    case InputText::Status::kRead: break;
+    case InputText::Status::kFolder:
+      throw ConfigError("--prompt-file names a folder, not a file", path);
+    case InputText::Status::kTooLarge:
+      throw DataError("the prompt file is larger than " + input_limit_text(kTextInputLimitBytes),
+                      path);
+    case InputText::Status::kCannotOpen:
+    case InputText::Status::kReadError: throw DataError("cannot read the prompt file", path);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw DataError("cannot read the prompt file", path);
-  }
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    throw DataError("cannot read the prompt file", path);
-  }
+  std::string text = std::move(input.text);
   // One final line break is the file's, not the prompt's (as with the shell's $(cat FILE)).
   if (!text.empty() && text.back() == '\n') {
     text.pop_back();
@@ -208,6 +209,62 @@ kernels::DeviceInfo check_engine_device(const std::string& device) {
     throw ConfigError("the CUDA engine is not available: " + status + "; use --device cpu");
   }
   return std::move(devices.front());
+}
+
+std::string command_line(std::string command, const Arguments& args,
+                         std::initializer_list<std::string_view> dropped) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    const auto is_dropped = [&](std::string_view option) {
+      return arg == option || (arg.size() > option.size() &&
+                               arg.substr(0, option.size()) == option && arg[option.size()] == '=');
+    };
+    if (std::any_of(dropped.begin(), dropped.end(), is_dropped)) {
+      i += arg.find('=') == std::string_view::npos ? 1 : 0;  // and its value
+      continue;
+    }
+    if (!arg.empty() &&
+        arg.find_first_of(" \t\n'\"\\$`*?[]{}()<>|&;#~!") == std::string_view::npos) {
+      command += " " + args[i];
+      continue;
+    }
+    // Single quotes keep everything but a single quote, which is closed, escaped and reopened.
+    command += " '";
+    for (const char c : arg) {
+      command += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    }
+    command += "'";
+  }
+  return command;
+}
+
+void check_output_file(const std::string& option, const std::filesystem::path& path,
+                       const std::vector<std::filesystem::path>& inputs) {
+  if (path.empty()) {
+    throw ConfigError(option + " needs a file name");
+  }
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    throw ConfigError(option + " is a folder: name a file", path.string());
+  }
+  for (const std::filesystem::path& input : inputs) {
+    if (!input.empty() && std::filesystem::equivalent(path, input, error)) {
+      throw ConfigError(
+          option + " would overwrite " +
+              (input == path ? std::string("an input file") : "the input " + input.string()),
+          path.string());
+    }
+  }
+}
+
+void check_output_folder(const std::string& option, const std::filesystem::path& path) {
+  if (path.empty()) {
+    throw ConfigError(option + " needs a folder name");
+  }
+  std::error_code error;
+  if (std::filesystem::exists(path, error) && !std::filesystem::is_directory(path, error)) {
+    throw ConfigError(option + " is a file: name a folder", path.string());
+  }
 }
 
 boost::program_options::options_description sampling_options() {

@@ -97,6 +97,22 @@ int run_replay_search_budgets(const Arguments& args, Context& context);
 [[nodiscard]] std::unique_ptr<kernels::Tokenizer> load_model_tokenizer(
     const std::filesystem::path& path, const config::ModelSpec& spec);
 
+// A command line as a file records it (a trace's /meta, a measurement's provenance): `command`
+// then the arguments, quoted for a POSIX shell where they need it, less the options in `dropped`
+// and their values. A trace drops --out (its name is not its content) and --threads
+// (the attention is the same bits for every count), so the same trace is the same bytes.
+[[nodiscard]] std::string command_line(std::string command, const Arguments& args,
+                                       std::initializer_list<std::string_view> dropped = {});
+
+// Output paths are checked before any work, so a long capture or live run does not end in an
+// error it could have given at once. An output file (`option`, e.g. "--out"): refused (exit 2)
+// when empty, when a folder has its name, or when it is one of `inputs` — the same file by
+// device and inode, so "./t.h5" and "t.h5" are one — which writing it would destroy.
+void check_output_file(const std::string& option, const std::filesystem::path& path,
+                       const std::vector<std::filesystem::path>& inputs = {});
+// An output folder: refused when empty or when a file has its name.
+void check_output_folder(const std::string& option, const std::filesystem::path& path);
+
 // --device of trace capture and live runs: cpu, or cuda where this build has the CUDA targets and
 // a CUDA device is present; ConfigError (naming why) otherwise. Checked before a model loads.
 // Returns the device the engine runs on (the host CPU, or CUDA device 0), for provenance.

@@ -153,6 +153,15 @@ int run_live(const Arguments& args, Context& context) {
         "give exactly one of --prompt, --prompt-file and --follow-trace (a followed trace "
         "brings its own prompt)");
   }
+  if (values.count("measure") != 0U) {
+    std::vector<std::filesystem::path> inputs{values["model"].as<std::string>()};
+    for (const char* option : {"tokenizer", "prompt-file", "follow-trace"}) {
+      if (values.count(option) != 0U) {
+        inputs.emplace_back(values[option].as<std::string>());
+      }
+    }
+    check_output_file("--measure", values["measure"].as<std::string>(), inputs);
+  }
   kernels::LiveOptions live_options;
   live_options.copies = copies;
   live_options.max_new_tokens = values["max-new-tokens"].as<int>();
@@ -263,11 +272,7 @@ int run_live(const Arguments& args, Context& context) {
   provenance.set_date_utc(traces::current_utc_time());
   provenance.set_model(weights->spec.name());
   provenance.set_model_path(model_path.string());
-  std::string command = "kvtier live";
-  for (const std::string& arg : args) {
-    command += " " + arg;
-  }
-  provenance.set_command(command);
+  provenance.set_command(command_line("kvtier live", args));
   measurement.set_policy(result.policy);
   *measurement.mutable_sampling() = kernels::sampling_record(live_options.sampling);
   measurement.set_prefetch(result.prefetch == kernels::PrefetchMode::kFull ? "full"

@@ -158,8 +158,11 @@ int run_replay_run(const Arguments& args, Context& context) {
     throw ConfigError("--out takes the demand of one policy; " + std::to_string(policies.size()) +
                       " were given (use --cache-dir to keep several)");
   }
-  if (values.count("out") != 0U && out_file.empty()) {
-    throw ConfigError("--out needs a file name");
+  if (values.count("out") != 0U) {
+    check_output_file("--out", out_file, {values["trace"].as<std::string>()});
+  }
+  if (values.count("cache-dir") != 0U) {
+    check_output_folder("--cache-dir", cache_dir);
   }
 
   // Every policy is checked before anything is replayed, so a typo in the last one does not

@@ -337,8 +337,16 @@ int run_replay_search_budgets(const Arguments& args, Context& context) {
   search.jobs = values["jobs"].as<unsigned>();
   search.winner_max_mean = values["winner-max-mean"].as<std::uint64_t>();
   const std::string out_file = values.count("out") != 0U ? values["out"].as<std::string>() : "";
-  if (values.count("out") != 0U && out_file.empty()) {
-    throw ConfigError("--out needs a file name");
+  if (values.count("out") != 0U) {
+    std::vector<std::filesystem::path> traces;
+    for (const char* option : {"traces", "held-out"}) {
+      if (values.count(option) != 0U) {
+        for (const std::string& trace : values[option].as<std::vector<std::string>>()) {
+          traces.emplace_back(trace);
+        }
+      }
+    }
+    check_output_file("--out", out_file, traces);
   }
   std::vector<std::uint64_t> targets;
   if (values.count("target-mean") != 0U) {

@@ -132,6 +132,12 @@ int run_sim(const Arguments& args, Context& context) {
   if (format != "table" && format != "json" && format != "csv") {
     throw ConfigError("unknown --format '" + format + "': expected table, json or csv");
   }
+  if (values.count("out") != 0U) {
+    check_output_folder("--out", values["out"].as<std::string>());
+  }
+  if (values.count("cache-dir") != 0U) {
+    check_output_folder("--cache-dir", values["cache-dir"].as<std::string>());
+  }
   const std::string file =
       values.count("run") != 0U ? values["run"].as<std::string>() : default_run_file();
   config::RunSpec run;

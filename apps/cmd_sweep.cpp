@@ -143,6 +143,7 @@ int run_merge(const Arguments& args, Context& context) {
     folders.emplace_back(folder);
   }
   const std::filesystem::path out = values["out"].as<std::string>();
+  check_output_folder("--out", out);
   const sweep::ResultTable table = sweep::merge_sweeps(folders, out);
   std::cerr << "kvtier sweep merge: " << folders.size() << " folder(s), " << table.rows.size()
             << " rows -> " << (out / "results.csv").string() << "\n";
@@ -194,6 +195,7 @@ int run_sweep(const Arguments& args, Context& context) {
   sweep::RunOptions run;
   run.out =
       values.count("out") != 0U ? values["out"].as<std::string>() : "sweep-" + spec.spec.name();
+  check_output_folder("--out", run.out);
   run.jobs = static_cast<unsigned>(jobs);
   if (values.count("shard") != 0U) {
     run.shard = sweep::parse_shard(values["shard"].as<std::string>());

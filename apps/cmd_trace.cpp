@@ -61,20 +61,6 @@ traces::WriterOptions writer_options(const po::variables_map& values, const std:
   return options;
 }
 
-// How a trace was made, for its /meta: the command line without the output name, so that the
-// same command gives the same file wherever it is written. Arguments with spaces are quoted.
-std::string command_without_output(std::string command, const Arguments& args) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--out") {
-      ++i;
-    } else if (args[i].rfind("--out=", 0) != 0) {
-      const bool quote = args[i].find_first_of(" \t\n'\"") != std::string::npos;
-      command += quote ? " '" + args[i] + "'" : " " + args[i];
-    }
-  }
-  return command;
-}
-
 // "A:B" is the half-open range [A, B); "A" alone is [A, A + 1).
 std::pair<std::uint32_t, std::uint32_t> parse_range(const std::string& text, const char* option) {
   const auto colon = text.find(':');
@@ -184,6 +170,7 @@ int synth(const Arguments& args, Context& context) {
                        context.out)) {
     return 0;
   }
+  check_output_file("--out", values["out"].as<std::string>());
   traces::SynthOptions synth;
   const std::string model_name = values["model"].as<std::string>();
   const config::PresetFile* preset = context.presets.find("model", model_name);
@@ -222,7 +209,7 @@ int synth(const Arguments& args, Context& context) {
   synth.key_norms = values.count("key-norms") != 0U;
   synth.dtype = trace_dtype(values);
   synth.writer = writer_options(values, "trace synth");
-  synth.description = command_without_output("kvtier trace synth", args);
+  synth.description = command_line("kvtier trace synth", args, {"--out"});
   const std::string out = values["out"].as<std::string>();
   traces::write_synthetic_trace(out, synth);
   context.out << "wrote " << out << "\n";
@@ -250,6 +237,7 @@ int convert(const Arguments& args, Context& context) {
                        context.out)) {
     return 0;
   }
+  check_output_file("--out", values["out"].as<std::string>(), {values["file"].as<std::string>()});
   traces::ConvertOptions convert_options;
   convert_options.heads_to_mean = values.count("to-mean") != 0U;
   convert_options.top_k = values["top-k"].as<std::uint32_t>();
@@ -433,6 +421,15 @@ int capture(const Arguments& args, Context& context) {
   if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
     throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
   }
+  {
+    std::vector<std::filesystem::path> inputs{values["model"].as<std::string>()};
+    for (const char* option : {"tokenizer", "prompt-file"}) {
+      if (values.count(option) != 0U) {
+        inputs.emplace_back(values[option].as<std::string>());
+      }
+    }
+    check_output_file("--out", values["out"].as<std::string>(), inputs);
+  }
   kernels::CaptureOptions capture_options;
   capture_options.contents = parse_trace_contents(values);
   const kernels::TraceContents& contents = capture_options.contents;
@@ -469,7 +466,7 @@ int capture(const Arguments& args, Context& context) {
     throw ConfigError("the prompt is empty and the tokenizer has no BOS to start from");
   }
   capture_options.description =
-      command_without_output("kvtier trace capture", args) +
+      command_line("kvtier trace capture", args, {"--out", "--threads"}) +
       "; prompt: " + std::to_string(prompt.size()) + " tokens from " +
       (values.count("prompt") != 0U ? std::string("--prompt")
                                     : "the file " + values["prompt-file"].as<std::string>());

@@ -8,6 +8,7 @@
 
 #include "apps/cli.hpp"
 #include "common/errors.hpp"
+#include "common/temporary_file.hpp"
 
 namespace {
 
@@ -85,6 +86,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvtier::install_interrupt_cleanup();
   try {
     const int code = run(argc, argv);
     std::cout.flush();

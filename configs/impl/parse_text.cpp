@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "common/input_file.hpp"
 #include "configs/parse.hpp"
 
 namespace kvtier::config {
@@ -376,20 +377,17 @@ void parse_config(std::string_view text, const std::string& file_name, pb::Messa
 }
 
 std::string read_config_file(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    throw ConfigError("a folder, not a config file", path);
+  InputText input = read_input_file(path, kTextInputLimitBytes);
+  switch (input.status) {
+    case InputText::Status::kRead: break;
+    case InputText::Status::kFolder: throw ConfigError("a folder, not a config file", path);
+    case InputText::Status::kCannotOpen: throw ConfigError("cannot open config file", path);
+    case InputText::Status::kTooLarge:
+      throw ConfigError(
+          "larger than " + input_limit_text(kTextInputLimitBytes) + ": not a config file", path);
+    case InputText::Status::kReadError: throw ConfigError("cannot read config file", path);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw ConfigError("cannot open config file", path);
-  }
-  std::ostringstream content;
-  content << in.rdbuf();
-  if (in.bad()) {
-    throw ConfigError("cannot read config file", path);
-  }
-  return content.str();
+  return std::move(input.text);
 }
 
 }  // namespace kvtier::config

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "common/temporary_file.hpp"
 #include "traces/impl/h5.hpp"
-#include "traces/impl/temporary_file.hpp"
 
 #ifndef KVTIER_VERSION
 #define KVTIER_VERSION "unknown"
@@ -181,7 +181,7 @@ void write_demand_file(const std::filesystem::path& path, const ReplayDemand& de
   if (path.has_parent_path()) {
     std::filesystem::create_directories(path.parent_path(), ignored);
   }
-  traces::TemporaryFile temporary(path);
+  TemporaryFile temporary(path);
   {
     const char* what = "cannot create the demand file";
     // No timestamps, so that the same demand gives the same bytes.
@@ -194,7 +194,7 @@ void write_demand_file(const std::filesystem::path& path, const ReplayDemand& de
               what, name);
     Handle file = h5::checked(
         H5Fcreate(temporary.path().c_str(), H5F_ACC_TRUNC, creation.get(), access.get()), H5Fclose,
-        Blame::kOutput, what, temporary.path().string());
+        Blame::kOutput, what, name);
     const std::string root_where = name + ", root attributes";
     {
       const Handle root = h5::checked(H5Oopen(file.get(), "/", H5P_DEFAULT), H5Oclose,
@@ -262,8 +262,7 @@ void write_demand_file(const std::filesystem::path& path, const ReplayDemand& de
     write_dataset(file.get(), kStartMoves, H5T_STD_U32LE, H5T_NATIVE_UINT32, 4,
                   {demand.layers(), kMoves.size()}, start_moves.data(), name);
     if (!file.reset()) {
-      h5::raise(Blame::kOutput, "cannot close the demand file (disk full?)",
-                temporary.path().string());
+      h5::raise(Blame::kOutput, "cannot close the demand file (disk full?)", name);
     }
   }
   std::error_code error;

@@ -127,7 +127,8 @@ TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& pol
                           " (prompt + steps); use a longer trace or set "
                           "tiering.extend_synthetic (--extend synthetic)");
       }
-      tail_steps += context - covered;
+      // The decode steps whose context passes the trace: all of them when the prompt alone does.
+      tail_steps += std::min(context - covered, request.output_tokens - 1);
       tail_prompt = std::min(tail_prompt, replayed.prompt_tokens);
     }
   }

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "common/errors.hpp"
+#include "common/input_file.hpp"
 #include "common/text_output.hpp"
 
 namespace kvtier::serving {
@@ -238,14 +239,17 @@ Workload make_workload(const config::WorkloadSpec& spec, std::uint64_t seed) {
     }
     case config::WorkloadSpec::kRequestFile: {
       const auto& file = spec.request_file();
-      std::ifstream in(file.path(), std::ios::binary);
-      if (!in) {
+      const InputText input = read_input_file(file.path(), kRequestFileLimitBytes);
+      if (input.status == InputText::Status::kTooLarge) {
+        throw DataError("larger than " + input_limit_text(kRequestFileLimitBytes) +
+                            ": split the request file, or keep its first requests",
+                        file.path());
+      }
+      if (input.status != InputText::Status::kRead) {
         throw DataError("cannot open request file", file.path());
       }
-      std::ostringstream text;
-      text << in.rdbuf();
       workload.requests =
-          parse_request_file(text.str(), file.path(), file.format(), file.time_scale());
+          parse_request_file(input.text, file.path(), file.format(), file.time_scale());
       if (file.has_max_requests() && workload.requests.size() > file.max_requests()) {
         workload.requests.resize(file.max_requests());
       }

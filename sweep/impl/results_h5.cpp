@@ -11,10 +11,10 @@
 #include <system_error>
 
 #include "common/errors.hpp"
+#include "common/temporary_file.hpp"
 #include "serving/demand_memo.hpp"
 #include "sweep/sweep.hpp"
 #include "traces/impl/h5.hpp"
-#include "traces/impl/temporary_file.hpp"
 
 namespace kvtier::sweep {
 namespace {
@@ -158,7 +158,7 @@ void write_results_h5(const std::filesystem::path& path, const ResultTable& tabl
   if (path.has_parent_path()) {
     std::filesystem::create_directories(path.parent_path(), ignored);
   }
-  traces::TemporaryFile temporary(path);
+  TemporaryFile temporary(path);
   {
     const char* what = "cannot create the results file";
     const Handle creation =
@@ -170,11 +170,10 @@ void write_results_h5(const std::filesystem::path& path, const ResultTable& tabl
               what, name);
     Handle file = h5::checked(
         H5Fcreate(temporary.path().c_str(), H5F_ACC_TRUNC, creation.get(), access.get()), H5Fclose,
-        Blame::kOutput, what, temporary.path().string());
+        Blame::kOutput, what, name);
     write_table(file.get(), table, name);
     if (!file.reset()) {
-      h5::raise(Blame::kOutput, "cannot close the results file (disk full?)",
-                temporary.path().string());
+      h5::raise(Blame::kOutput, "cannot close the results file (disk full?)", name);
     }
   }
   std::error_code error;

@@ -1,18 +1,21 @@
 // Running a sweep into its folder on threads, resuming it, and merging shard folders.
 
 #include <google/protobuf/text_format.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -407,11 +410,36 @@ Shard parse_shard(const std::string& text) {
   return shard;
 }
 
+// Removes the scratch folders (OUT/.tmp/PID-THREAD) of sweeps killed before they could: those
+// whose process is gone. A live process's folders, another sweep's writing into the same
+// folder, are left alone.
+void remove_stale_scratch(const fs::path& out) {
+  std::error_code error;
+  const fs::path root = out / kScratch;
+  for (fs::directory_iterator entry(root, error), end; !error && entry != end;
+       entry.increment(error)) {
+    const std::string name = entry->path().filename().string();
+    long pid = 0;
+    const auto parsed = std::from_chars(name.data(), name.data() + name.size(), pid);
+    if (parsed.ec != std::errc() || parsed.ptr == name.data() + name.size() || *parsed.ptr != '-' ||
+        pid <= 0 || pid > std::numeric_limits<pid_t>::max()) {
+      continue;
+    }
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::error_code ignored;
+      fs::remove_all(entry->path(), ignored);
+    }
+  }
+  std::error_code ignored;
+  fs::remove(root, ignored);  // only when empty
+}
+
 RunSummary run_sweep(const Sweep& sweep, const config::ConfigLoader& loader,
                      const RunOptions& options) {
   const Clock::time_point start = Clock::now();
   const Manifest manifest = manifest_of(sweep);
   claim_folder(options.out, manifest);
+  remove_stale_scratch(options.out);
   std::error_code error;
   fs::create_directories(options.out / kPoints, error);
   if (error) {
@@ -459,6 +487,13 @@ ResultTable merge_sweeps(std::span<const fs::path> folders, const fs::path& out)
                             last.name + "' (spec hash " + last.spec_hash + ", kvtier " +
                             last.kvtier_version + ")",
                         (folder / kManifest).string());
+    }
+  }
+  for (const fs::path& folder : folders) {
+    std::error_code error;
+    if (fs::equivalent(folder, out, error)) {
+      throw ConfigError("--out is one of the folders being merged: merge into a folder of its own",
+                        out.string());
     }
   }
   const Manifest& manifest = manifests.front();

@@ -503,6 +503,31 @@ TEST_CASE("a reference's run finds its request file beside the run's file", "[cl
   CHECK_THAT(result.out, Catch::Contains("requests_completed"));
 }
 
+TEST_CASE("plan finds a run's traces beside the run's file, as sim does", "[cli]") {
+  fs::create_directories(scratch_dir() / "plan-traces");
+  const auto trace = scratch_dir() / "plan-traces" / "beside.h5";
+  REQUIRE(
+      run("trace synth --model Llama-3.1-8B --prompt-tokens 64 --steps 64 --out " + trace.string())
+          .exit_code == 0);
+  std::string text = slurp(fs::path(KVTIER_SOURCE_DIR) / "configs/examples/quickstart.textproto");
+  text.replace(text.find("tiering {"), 9, "tiering {\n  traces: \"beside.h5\"");
+  const auto config = write_file("plan-traces/run.textproto", text);
+  // The working directory holds no beside.h5.
+  const std::string args = config.string() +
+                           " --set workload.closed_loop.prompt_tokens.fixed_tokens=64"
+                           " --set workload.closed_loop.output_tokens.fixed_tokens=32"
+                           " --extend synthetic";
+  const Result sim = run("sim " + args + " --format json");
+  INFO(sim.err);
+  REQUIRE(sim.exit_code == 0);
+  const Result plan = run("plan " + config.string() +
+                          " --set workload.closed_loop.prompt_tokens.fixed_tokens=64"
+                          " --set workload.closed_loop.output_tokens.fixed_tokens=32"
+                          " --set tiering.extend_synthetic=true --slo tpot_p99=50ms --rounds 1");
+  INFO(plan.err);
+  CHECK(plan.exit_code == 0);
+}
+
 TEST_CASE("sim replays a request file named relative to its config", "[cli]") {
   const Result result = run(std::string("sim '") + KVTIER_SOURCE_DIR +
                             "/configs/examples/request-file.textproto' --format json");

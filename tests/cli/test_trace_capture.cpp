@@ -136,10 +136,12 @@ TEST_CASE("the same capture gives the same bytes", "[cli][trace][capture]") {
               "SOURCE_DATE_EPOCH=0")
               .exit_code == 0);
   CHECK(slurp(a) != slurp(c));  // another seed samples other tokens
-  // More engine threads: the same tokens and keys (the command line in /meta differs).
+  // More engine threads: the same file, byte for byte (/meta's command line leaves --threads
+  // out, as it leaves out --out), so demand caches keyed by its content hash are shared.
   const fs::path threaded = scratch_dir() / "same_threads.h5";
   REQUIRE(run(capture("--threads 3 " + args + quoted(threaded)), "SOURCE_DATE_EPOCH=0").exit_code ==
           0);
+  CHECK(slurp(a) == slurp(threaded));
   const kvtier::traces::TraceReader one(a);
   const kvtier::traces::TraceReader three(threaded);
   CHECK(one.read_tokens() == three.read_tokens());

@@ -285,7 +285,7 @@ TEST_CASE("comparing policies reports each on the same workload", "[tiers]") {
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 3);
 }
 
-TEST_CASE("requests follow traces; one too short is refused unless extended", "[tiers]") {
+TEST_CASE("requests follow traces, and one too short is refused unless extended", "[tiers]") {
   const auto folder = std::filesystem::temp_directory_path() / "kvtier-tier-sim-test";
   std::filesystem::create_directories(folder);
   const auto trace = folder / "short.h5";
@@ -302,12 +302,22 @@ TEST_CASE("requests follow traces; one too short is refused unless extended", "[
   run.mutable_tiering()->add_traces(trace.string());
   CHECK_THROWS_AS(kvtier::serving::simulate(run), kvtier::ConfigError);
   run.mutable_tiering()->set_extend_synthetic(true);
-  const auto report = kvtier::serving::simulate(run);
-  bool noted = false;
-  for (const auto& note : report.notes) {
-    noted = noted || note.find("synthetic extension") != std::string::npos;
-  }
-  CHECK(noted);
+  const auto noted = [](const RunSpec& extended, const std::string& share) {
+    bool found = false;
+    for (const auto& note : kvtier::serving::simulate(extended).notes) {
+      found = found || (note.find("synthetic extension") != std::string::npos &&
+                        note.find(share + " of decode steps ran past their trace") == 0);
+    }
+    return found;
+  };
+  // Every request attends up to 1,023 tokens and the trace covers 612: 411 of 511 steps.
+  CHECK(noted(run, "80.4%"));
+  // A trace shorter than the prompt: every decode step is past it, and no more than every one.
+  const auto shorter = folder / "shorter.h5";
+  options.prompt_tokens = 64;
+  kvtier::traces::write_synthetic_trace(shorter, options);
+  run.mutable_tiering()->set_traces(0, shorter.string());
+  CHECK(noted(run, "100.0%"));
   std::filesystem::remove_all(folder);
 }
 

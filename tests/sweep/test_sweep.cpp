@@ -173,7 +173,8 @@ TEST_CASE("sweep: a GRID of more than 2^64 - 1 points is refused, not wrapped", 
              Catch::Contains("more than 2^64 - 1 points") && Catch::Contains("axis[6].values"));
 }
 
-TEST_CASE("sweep: ZIP points take the i-th value of every axis; lengths must agree", "[sweep]") {
+TEST_CASE("sweep: ZIP points take the i-th value of every axis, whose lengths must agree",
+          "[sweep]") {
   const Sweep sweep = load(spec_text(
       axis("workload.closed_loop.concurrency", {"1", "2", "4"}) + axis("seed", {"5", "6", "7"}),
       "ZIP"));
@@ -211,7 +212,7 @@ TEST_CASE("sweep: a sweep is refused before it runs when an axis value or a poli
   CHECK(problems(spec_text(axis("policy", {"full", "tiered:hbm=0.25,evict=0.1"}))).empty());
 }
 
-TEST_CASE("sweep: a policy axis sets the run's policy; compare policies add rows", "[sweep]") {
+TEST_CASE("sweep: a policy axis sets the run's policy, and compare policies add rows", "[sweep]") {
   const Sweep sweep =
       load(spec_text(axis("policy", {"full", "tiered:hbm=0.5,evict=0.1,delta=8,recent=16"}), "GRID",
                      "compare { name: \"streaming\" }"));
@@ -419,7 +420,7 @@ TEST_CASE("sweep: a folder holding another spec's points is refused", "[sweep]")
   fs::remove_all(out);
 }
 
-TEST_CASE("sweep: shards merged equal the unsharded sweep; gaps and strangers are refused",
+TEST_CASE("sweep: shards merged equal the unsharded sweep, and gaps and strangers are refused",
           "[sweep]") {
   const Sweep sweep = load(spec_text(kGridAxes));
   const fs::path whole = fresh_folder("unsharded");

@@ -7,6 +7,20 @@
 #include "common/errors.hpp"
 
 namespace kvtier::traces::h5 {
+namespace {
+
+// HDF5 1.10 closes every file still open from an atexit handler. A file whose flush failed
+// (disk full, file size limit) stays open after its failed H5Fclose, and closing it again at
+// exit crashes inside the library (H5F__close_cb), turning a clean "cannot write" error into a
+// segfault. kvtier closes every file it opens itself and checks the close, so the handler has
+// nothing to do; it is turned off before the library initialises, which only works from a
+// static initialiser (the first HDF5 call may come from any module).
+[[maybe_unused]] const bool kNoCloseAtExit = [] {
+  (void)H5dont_atexit();
+  return true;
+}();
+
+}  // namespace
 
 std::string where(const std::string& file, std::string_view object) {
   if (object.empty()) {

@@ -165,7 +165,11 @@ OpenTrace open_trace(const std::string& path) {
   trace.file_name = path;
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) {
-    throw DataError("no such trace file", path);
+    throw DataError(std::filesystem::is_directory(path, error) ? "a folder, not a trace file"
+                    : std::filesystem::exists(path, error)
+                        ? "not a regular file, so not a trace file"
+                        : "no such trace file",
+                    path);
   }
   const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
   if (is_hdf5 <= 0) {

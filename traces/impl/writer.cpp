@@ -4,11 +4,11 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "common/temporary_file.hpp"
 #include "traces/impl/chunk_stream.hpp"
 #include "traces/impl/h5.hpp"
 #include "traces/impl/half_convert.hpp"
 #include "traces/impl/meta.hpp"
-#include "traces/impl/temporary_file.hpp"
 
 namespace kvtier::traces {
 namespace {
@@ -161,7 +161,7 @@ class TraceWriter::Impl {
     tokens_.reset();
     key_norms_.reset();
     if (!file_.reset()) {
-      h5::raise(Blame::kOutput, "cannot close the trace file (disk full?)", temporary_.path());
+      h5::raise(Blame::kOutput, "cannot close the trace file (disk full?)", final_path_.string());
     }
     std::error_code error;
     std::filesystem::rename(temporary_.path(), final_path_, error);
@@ -273,7 +273,7 @@ void TraceWriter::Impl::create_file() {
             "cannot create the trace file", name_);
   file_ = h5::checked(
       H5Fcreate(temporary_.path().c_str(), H5F_ACC_TRUNC, properties.get(), access.get()), H5Fclose,
-      Blame::kOutput, "cannot create the trace file", temporary_.path());
+      Blame::kOutput, "cannot create the trace file", final_path_.string());
   const Handle root = h5::checked(H5Oopen(file_.get(), "/", H5P_DEFAULT), H5Oclose, Blame::kOutput,
                                   "cannot open the root group", name_);
   write_root_attributes(root.get(), options_.producer,

@@ -1,6 +1,4 @@
-// The writer's temporary file, clock and thread defaults.
-
-#include "traces/impl/temporary_file.hpp"
+// The writer's clock and thread defaults.
 
 #include <unistd.h>
 
@@ -18,16 +16,6 @@
 #include "traces/writer.hpp"
 
 namespace kvtier::traces {
-
-TemporaryFile::TemporaryFile(const std::filesystem::path& final_path)
-    : path_(final_path.string() + ".tmp." + std::to_string(static_cast<long>(::getpid()))) {}
-
-TemporaryFile::~TemporaryFile() {
-  if (!released_) {
-    std::error_code ignored;
-    std::filesystem::remove(path_, ignored);
-  }
-}
 
 unsigned default_compression_threads() {
   return std::max(1U, std::thread::hardware_concurrency());

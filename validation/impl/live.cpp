@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "common/errors.hpp"
+#include "common/input_file.hpp"
 #include "common/text_output.hpp"
 #include "configs/parse.hpp"
 #include "configs/schema/measurement.pb.h"
@@ -476,13 +477,17 @@ std::string read_measurement(const std::string& path) {
         "DIR/*.json)",
         path);
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  InputText input = read_input_file(path, kTextInputLimitBytes);
+  if (input.status == InputText::Status::kCannotOpen ||
+      input.status == InputText::Status::kReadError) {
     throw ConfigError("cannot open the measurement file", path);
   }
-  std::ostringstream content;
-  content << in.rdbuf();
-  std::string text = content.str();
+  if (input.status == InputText::Status::kTooLarge) {
+    throw DataError("larger than " + input_limit_text(kTextInputLimitBytes) +
+                        ": neither a live measurement nor a measured reference",
+                    path);
+  }
+  std::string text = std::move(input.text);
   if (text.find('\0') != std::string::npos) {
     throw DataError(
         "neither a live measurement (JSON) nor a measured reference (protobuf text format)", path);

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/errors.hpp"
+#include "common/input_file.hpp"
 #include "configs/schema/run.pb.h"
 #include "serving/simulation.hpp"
 
@@ -160,10 +161,16 @@ std::vector<PublishedPoint> read_published(const std::string& path) {
   if (std::filesystem::is_directory(path, error)) {
     throw DataError("a folder, not a published-measurements CSV file", path);
   }
-  std::ifstream in(path);
-  if (!in) {
+  InputText input = read_input_file(path, kTextInputLimitBytes);
+  if (input.status == InputText::Status::kTooLarge) {
+    throw DataError("larger than " + input_limit_text(kTextInputLimitBytes) +
+                        ": not a published-measurements CSV file",
+                    path);
+  }
+  if (input.status != InputText::Status::kRead) {
     throw DataError("cannot open published-measurements file", path);
   }
+  std::istringstream in(std::move(input.text));
   std::vector<std::string> header;
   std::vector<PublishedPoint> points;
   std::string line;
