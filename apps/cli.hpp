@@ -79,9 +79,10 @@ int run_live(const Arguments& args, Context& context);
 int run_replay_run(const Arguments& args, Context& context);
 int run_replay_search_budgets(const Arguments& args, Context& context);
 
-// --model of trace capture and live runs: a llama2.c checkpoint, a Hugging Face directory, or
-// random:PRESET[@SEED], seeded random weights in a model preset's shapes (kernels/random_model.hpp;
-// seed 1 by default), for timing runs. ConfigError for an unknown preset or a bad seed.
+// --model of live runs: a llama2.c checkpoint, a Hugging Face directory, or random:PRESET[@SEED],
+// seeded random weights in a model preset's shapes (kernels/random_model.hpp; seed 1 by
+// default), for timing runs. ConfigError for an unknown preset or a bad seed. (Trace capture
+// takes checkpoints only: a trace of random weights' attention would describe no model.)
 [[nodiscard]] kernels::ModelWeights load_model_argument(const std::string& text,
                                                         const Context& context);
 [[nodiscard]] bool is_random_model(const std::string& text);

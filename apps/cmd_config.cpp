@@ -30,7 +30,7 @@ int check(const Arguments& args, Context& context) {
   positional.add("file", 1);
   po::variables_map values;
   if (!parse_arguments(args, options, positional, values,
-                       "usage: kvtier config check FILE [--kind K] [--set PATH=VALUE ...] "
+                       "usage: kvtier config check FILE [--kind K] [--set PATH=VALUE]... "
                        "[--format text|json]\n\nValidates FILE (protobuf text format, or JSON), "
                        "expands its preset references, applies the overrides and prints every "
                        "resolved value with its unit. Exit 2 with one line per problem when the "
@@ -89,7 +89,7 @@ int run_config(const Arguments& args, Context& context) {
     throw ConfigError("config needs a subcommand: check (see kvtier config --help)");
   }
   if (args.front() == "--help" || args.front() == "-h") {
-    context.out << "usage: kvtier config check FILE [--kind K] [--set PATH=VALUE ...] "
+    context.out << "usage: kvtier config check FILE [--kind K] [--set PATH=VALUE]... "
                    "[--format text|json]\n";
     return 0;
   }

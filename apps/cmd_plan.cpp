@@ -64,7 +64,7 @@ int run_plan(const Arguments& args, Context& context) {
   if (!parse_arguments(
           args, options, positional, values,
           "usage: kvtier plan RUN --slo METRIC=LIMIT[,...] [--policy P] [--compare P1,P2,...] "
-          "[--target-tokens-per-s X] [--rounds N] [--set PATH=VALUE ...] [--format text|json]\n\n"
+          "[--target-tokens-per-s X] [--rounds N] [--set PATH=VALUE]... [--format text|json]\n\n"
           "For each policy, the largest batch one engine (a TP group) holds while meeting the "
           "SLOs, found by bisection with the simulator over closed-loop runs of RUN's request "
           "shape; what binds it (HBM, DDR, PCIe, compute or the batch cap); throughput per "

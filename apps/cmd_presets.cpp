@@ -123,7 +123,7 @@ int show(const Arguments& args, Context& context) {
   positional.add("name", 1);
   po::variables_map values;
   if (!parse_arguments(args, options, positional, values,
-                       "usage: kvtier presets show NAME [--kind K] [--set PATH=VALUE ...] "
+                       "usage: kvtier presets show NAME [--kind K] [--set PATH=VALUE]... "
                        "[--format text|json]\n\nPrints the preset's resolved values, each with "
                        "its unit, and the quantities derived from them.",
                        context.out)) {
@@ -166,7 +166,7 @@ int show(const Arguments& args, Context& context) {
 int run_presets(const Arguments& args, Context& context) {
   const std::string usage =
       "usage: kvtier presets list [--kind K] [--format text|json]\n"
-      "       kvtier presets show NAME [--kind K] [--set PATH=VALUE ...] [--format text|json]\n\n"
+      "       kvtier presets show NAME [--kind K] [--set PATH=VALUE]... [--format text|json]\n\n"
       "Built-in hardware and model presets; each figure cites its source in the preset file.";
   if (args.empty()) {
     throw ConfigError("presets needs a subcommand: list or show (see kvtier presets --help)");

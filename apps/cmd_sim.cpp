@@ -1,6 +1,9 @@
 // `kvtier sim [RUN] [--set ...] [--format table|json|csv] [--out DIR]`: the serving simulation.
 
+#include <algorithm>
 #include <filesystem>
+#include <iostream>
+#include <optional>
 
 #include "apps/cli.hpp"
 #include "common/atomic_file.hpp"
@@ -63,7 +66,18 @@ void print_table(std::ostream& out, const std::vector<serving::SimulationReport>
 
 // --policy, --trace, --extend, --compare and --cache-dir: edits of the loaded run, checked
 // like the file itself.
-void apply_tier_options(const po::variables_map& values, config::RunSpec& run) {
+void apply_tier_options(const po::variables_map& values, config::RunSpec& run,
+                        const std::string& file) {
+  // They edit the run's tiering block; made up here, its required fields would be reported
+  // missing from the config file.
+  for (const char* option : {"trace", "extend", "cache-dir"}) {
+    if (values.count(option) != 0U && !run.has_tiering()) {
+      throw ConfigError("--" + std::string(option) +
+                            " edits the run's tiering block, which this run lacks: add one "
+                            "(docs/SIMULATION.md, \"Tier-aware simulation\")",
+                        file);
+    }
+  }
   if (values.count("policy") != 0U) {
     *run.mutable_policy() = replay::parse_policy_string(values["policy"].as<std::string>());
   }
@@ -99,8 +113,9 @@ int run_sim(const Arguments& args, Context& context) {
                         "RunSpec file (default: configs/examples/quickstart.textproto)")(
       "out", po::value<std::string>(),
       "also write report.json, metrics.csv and (with outputs.timeseries_interval_us) "
-      "timeseries.csv into this folder, replacing them together (an earlier run's "
-      "timeseries.csv is removed when this run has none)");
+      "timeseries.csv into this folder (default: the run's outputs.directory), replacing them "
+      "together (an earlier run's timeseries.csv is removed when this run has none); "
+      "outputs.formats chooses among them");
   options.add_options()("format", po::value<std::string>()->default_value("table"),
                         "output: table, json or csv");
   options.add_options()("policy", po::value<std::string>(),
@@ -117,9 +132,10 @@ int run_sim(const Arguments& args, Context& context) {
   positional.add("run", 1);
   po::variables_map values;
   if (!parse_arguments(args, options, positional, values,
-                       "usage: kvtier sim [RUN] [--policy P] [--compare P1,P2,...] [--trace T ...] "
-                       "[--extend synthetic] [--set PATH=VALUE ...] [--format table|json|csv] "
-                       "[--out DIR]\n\nSimulates continuously batched serving of RUN's workload on "
+                       "usage: kvtier sim [RUN] [--policy P] [--compare P1,P2,...] [--trace T]... "
+                       "[--extend synthetic] [--cache-dir DIR] [--set PATH=VALUE]... "
+                       "[--format table|json|csv] [--out DIR]\n\nSimulates continuously batched "
+                       "serving of RUN's workload on "
                        "its hardware and reports throughput, TTFT, TPOT, HBM and host memory use, "
                        "PCIe traffic and utilisation. With a tier policy, each request follows "
                        "the policy's replay over an attention trace (or a synthetic one) and its "
@@ -142,28 +158,56 @@ int run_sim(const Arguments& args, Context& context) {
       values.count("run") != 0U ? values["run"].as<std::string>() : default_run_file();
   config::RunSpec run;
   const config::LocationMap locations = context.loader.load_file(file, run, overrides_from(values));
-  apply_tier_options(values, run);
+  apply_tier_options(values, run, file);
   if (const auto problems = config::validate(run, context.loader, locations); !problems.empty()) {
     throw config::InvalidConfig(problems, locations);
   }
   // A request file and traces are found relative to the config that names them (traces given
   // with --trace relative to the working directory).
   config::resolve_run_paths(run, file, values.count("trace") == 0U);
+  // --out, else the run's own output folder.
+  const std::optional<std::filesystem::path> out_folder =
+      values.count("out") != 0U
+          ? std::optional<std::filesystem::path>(values["out"].as<std::string>())
+      : run.outputs().has_directory()
+          ? std::optional<std::filesystem::path>(run.outputs().directory())
+          : std::nullopt;
+  if (out_folder && values.count("out") == 0U) {
+    check_output_folder("outputs.directory", *out_folder);
+  }
   const std::vector<serving::SimulationReport> reports = serving::simulate_all(run);
   const serving::SimulationReport& report = reports.front();
+  std::uint64_t cache_hits = 0;
+  for (const serving::SimulationReport& each : reports) {
+    cache_hits += each.demand_cache_hits;
+  }
+  if (cache_hits > 0) {
+    // On stderr: the report is the same whether the demands were cached or replayed.
+    std::cerr << "kvtier sim: " << cache_hits << " trace demand(s) read from the demand cache "
+              << run.tiering().demand_cache_directory() << "\n";
+  }
   const std::string json = serving::report_json(reports, run, version_line());
-  if (values.count("out") != 0U) {
-    const std::filesystem::path folder = values["out"].as<std::string>();
+  if (out_folder) {
+    const std::filesystem::path& folder = *out_folder;
+    const auto& formats = run.outputs().formats();
+    const auto wanted = [&formats](config::OutputFormat kind) {
+      return formats.empty() || std::find(formats.begin(), formats.end(), kind) != formats.end();
+    };
     const std::string metrics = serving::report_csv(reports);
     const std::string series = report.series.empty() ? "" : serving::series_csv(report);
-    std::vector<OutputFile> files{{folder / "report.json", json},
-                                  {folder / "metrics.csv", metrics}};
-    if (!report.series.empty()) {
-      files.push_back({folder / "timeseries.csv", series});
+    std::vector<OutputFile> files;
+    if (wanted(config::JSON)) {
+      files.push_back({folder / "report.json", json});
+    }
+    if (wanted(config::CSV)) {
+      files.push_back({folder / "metrics.csv", metrics});
+      if (!report.series.empty()) {
+        files.push_back({folder / "timeseries.csv", series});
+      }
     }
     write_files_atomically(files);
     // An earlier run's time series would pass for this run's.
-    if (report.series.empty()) {
+    if (report.series.empty() && wanted(config::CSV)) {
       std::error_code error;
       if (std::filesystem::is_regular_file(folder / "timeseries.csv", error)) {
         std::filesystem::remove(folder / "timeseries.csv", error);

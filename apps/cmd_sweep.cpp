@@ -171,8 +171,9 @@ int run_sweep(const Arguments& args, Context& context) {
   if (!parse_arguments(
           args, options, positional, values,
           "usage: kvtier sweep SPEC [--jobs N] [--out DIR] [--shard K/N] [--format "
-          "table|csv|json] [--set PATH=VALUE ...]\n       kvtier sweep merge OUT1 OUT2 ... --out "
-          "DIR\n\nSimulates every point of a SweepSpec (a base run and axes of values, GRID or "
+          "table|csv|json] [--set PATH=VALUE]...\n       kvtier sweep merge OUT1 OUT2 ... --out "
+          "DIR [--format table|csv|json]\n\nSimulates every point of a SweepSpec (a base run and "
+          "axes of values, GRID or "
           "ZIP; an axis on `policy` takes policy strings) with every policy of its run, and "
           "writes one row per point and policy to DIR/results.csv and DIR/results.h5. Each "
           "finished point is kept in DIR/points, so a rerun with the same DIR resumes; the "

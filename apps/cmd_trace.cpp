@@ -164,7 +164,9 @@ int synth(const Arguments& args, Context& context) {
   if (!parse_arguments(args, options, {}, values,
                        "usage: kvtier trace synth --model NAME --prompt-tokens P --steps N "
                        "[--pattern reasoning|chat|retrieval] [--seed S] --out FILE [--top-k K "
-                       "[--no-mean]] [--heads] [--set PARAM=VALUE ...]\n\nWrites a seeded "
+                       "[--no-mean]] [--heads] [--prefill-window W] [--key-norms] "
+                       "[--dtype fp16|fp32] [--deflate L] [--chunk-elements N] "
+                       "[--set PARAM=VALUE]...\n\nWrites a seeded "
                        "synthetic attention trace: sinks, a decaying recency band, Zipf heavy "
                        "hitters and (reasoning) notes re-read in bursts hundreds of steps later.",
                        context.out)) {
@@ -232,7 +234,8 @@ int convert(const Arguments& args, Context& context) {
   po::variables_map values;
   if (!parse_arguments(args, options, positional, values,
                        "usage: kvtier trace convert FILE --out OUT [--to-mean] [--top-k K "
-                       "[--drop-dense]] [--steps A:B] [--layers A:B] [--deflate L]\n\nPer-head "
+                       "[--drop-dense]] [--steps A:B] [--layers A:B] [--deflate L] "
+                       "[--chunk-elements N]\n\nPer-head "
                        "to mean, dense to top-k, slices and recompression, streamed.",
                        context.out)) {
     return 0;
@@ -398,12 +401,11 @@ int capture(const Arguments& args, Context& context) {
   po::variables_map values;
   if (!parse_arguments(
           args, options, {}, values,
-          "usage: kvtier trace capture --model PATH (--prompt TEXT | --prompt-file FILE) "
-          "[--max-new-tokens N] [--granularity mean|heads|topk:K] [--window W] [--key-norms] "
-          "[--temperature T --top-p P --seed S] [--device cpu [--threads N] | --device cuda "
-          "[--cuda-attention KERNEL] "
-          "[--cuda-gemm GEMM]] "
-          "--out FILE\n\n"
+          "usage: kvtier trace capture --model PATH [--tokenizer FILE] (--prompt TEXT | "
+          "--prompt-file FILE) [--max-new-tokens N] [--no-stop] [--granularity mean|heads|topk:K] "
+          "[--window W] [--key-norms] [--temperature T --top-p P --seed S] [--dtype fp16|fp32] "
+          "[--deflate L] [--chunk-elements N] [--device cpu [--threads N] | --device cuda "
+          "[--cuda-attention KERNEL] [--cuda-gemm GEMM]] --out FILE\n\n"
           "Runs a model on the prompt and writes the attention of every decode step: step t "
           "runs the token at position prompt + t and attends to positions 0 .. prompt + t. "
           "Generation stops after the tokenizer's EOS (and, for llama2.c tokenizers, BOS) "

@@ -27,16 +27,18 @@ const std::map<std::string, Command>& commands() {
       {"devices", {"list the CPU and CUDA devices this build can use", kvtier::app::run_devices}},
       {"sim", {"simulate batched serving on a modelled GPU node", kvtier::app::run_sim}},
       {"plan",
-       {"largest batch per GPU that meets latency SLOs, per policy; GPUs for a target",
+       {"largest batch per engine that meets latency SLOs, per policy; GPUs for a target",
         kvtier::app::run_plan}},
       {"policies", {"list and show KV tier and eviction policies", kvtier::app::run_policies}},
       {"validate",
-       {"compare the simulator with published measurements", kvtier::app::run_validate}},
+       {"compare the simulator with live runs, references and published measurements",
+        kvtier::app::run_validate}},
       {"replay",
        {"replay KV policies over attention traces; search per-layer budgets",
         kvtier::app::run_replay}},
       {"trace",
-       {"inspect, validate, generate and convert attention traces", kvtier::app::run_trace}},
+       {"capture, inspect, validate, generate and convert attention traces",
+        kvtier::app::run_trace}},
       {"live", {"decode with the real tiered KV cache and measure it", kvtier::app::run_live}},
       {"sweep",
        {"what-if grids over batch, context, model, hardware and policy", kvtier::app::run_sweep}},
@@ -51,7 +53,7 @@ void print_usage(std::ostream& out) {
   for (const auto& [name, command] : commands()) {
     out << "  " << name << std::string(10 - name.size(), ' ') << command.summary << "\n";
   }
-  out << "\n`kvtier COMMAND --help` describes each command.\n"
+  out << "\n`kvtier COMMAND --help` (or `kvtier help COMMAND`) describes each command.\n"
          "exit codes: 0 ok, 1 runtime failure, 2 bad usage or config, 3 bad input data\n";
 }
 
@@ -61,9 +63,10 @@ int run(int argc, char** argv) {
     print_usage(std::cerr);
     return static_cast<int>(ExitCode::kUsageOrConfig);
   }
-  // `kvtier help COMMAND` is `kvtier COMMAND --help`.
-  if (args.size() == 2 && args.front() == "help") {
-    args = {args[1], "--help"};
+  // `kvtier help COMMAND [SUBCOMMAND]` is `kvtier COMMAND [SUBCOMMAND] --help`.
+  if (args.size() >= 2 && args.front() == "help") {
+    args.erase(args.begin());
+    args.emplace_back("--help");
   }
   if (args.front() == "--help" || args.front() == "-h" || args.front() == "help") {
     print_usage(std::cout);

@@ -38,9 +38,10 @@ void apply_override(google::protobuf::Message& root, const Override& override_,
 // The kind named by a "# proto-message: RunSpec" line at the top of `text`, if any.
 [[nodiscard]] std::string declared_kind(std::string_view text);
 
-// A run's request file and traces, named relative to the config file they are written in, made
-// relative to the working directory (or left absolute), as every command reading a run from a
-// file resolves them. `traces`: false when the command line gave the traces instead.
+// A run's request file, traces and output folder, named relative to the config file they are
+// written in, made relative to the working directory (or left absolute), as every command
+// reading a run from a file resolves them. `traces`: false when the command line gave the traces
+// instead.
 void resolve_run_paths(config::RunSpec& run, const std::string& config_file, bool traces = true);
 
 class ConfigLoader {

@@ -31,6 +31,9 @@ struct SimulationReport {
   std::vector<Metric> metrics;
   std::vector<Series> series;
   std::uint64_t events = 0;
+  // Trace demands read from the demand cache rather than replayed. Not part of the report: the
+  // same run gives the same report whether its demands were cached or not.
+  std::uint64_t demand_cache_hits = 0;
 };
 
 class DemandMemo;

@@ -314,6 +314,9 @@ void resolve_run_paths(RunSpec& run, const std::string& config_file, bool traces
     auto& request_file = *run.mutable_workload()->mutable_request_file();
     request_file.set_path(resolved(request_file.path()));
   }
+  if (run.has_outputs() && run.outputs().has_directory() && !run.outputs().directory().empty()) {
+    run.mutable_outputs()->set_directory(resolved(run.outputs().directory()));
+  }
   // mutable_tiering() would add an (invalid, empty) block to a run that has none.
   if (traces && run.has_tiering()) {
     for (std::string& trace : *run.mutable_tiering()->mutable_traces()) {

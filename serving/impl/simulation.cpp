@@ -110,9 +110,9 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo) {
     }
     if (!tiers->synthetic()) {
       report.notes.push_back("demand replayed over " + std::to_string(run.tiering().traces_size()) +
-                             " trace(s), " + std::to_string(tiers->cache_hits()) +
-                             " read from the demand cache; mean kept mass " +
+                             " trace(s); mean kept mass " +
                              format_fixed(tiers->mean_kept_mass(), 4));
+      report.demand_cache_hits = tiers->cache_hits();
     }
     if (tiers->synthetic_tail_fraction() > 0.0) {
       report.notes.push_back(format_fixed(100.0 * tiers->synthetic_tail_fraction(), 1) +

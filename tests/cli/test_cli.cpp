@@ -359,6 +359,30 @@ TEST_CASE("sim refuses configs where nothing can run, and tier policies without 
   expect_config_error(run("sim " + path.string() + " --set policy.name=tiered"),
                       "a policy other than full needs a tiering block");
   expect_config_error(run("sim " + path.string() + " --format yaml"), "unknown --format");
+  // The tier options edit a tiering block; kRun has none, so they name what is missing.
+  for (const std::string option : {"--trace t.h5", "--extend synthetic", "--cache-dir d"}) {
+    expect_config_error(run("sim " + path.string() + " " + option),
+                        "edits the run's tiering block, which this run lacks");
+  }
+}
+
+TEST_CASE("sim writes into the run's outputs.directory the files outputs.formats names", "[cli]") {
+  fs::create_directories(scratch_dir() / "outputs-spec");
+  const auto path = write_file("outputs-spec/run.textproto",
+                               kRun + "outputs { directory: \"results\" formats: JSON }\n");
+  // Relative to the config file, not to the working directory.
+  const fs::path out = scratch_dir() / "outputs-spec" / "results";
+  REQUIRE(run("sim " + path.string()).exit_code == 0);
+  CHECK_THAT(slurp(out / "report.json"), Catch::StartsWith("{\"schema\": \"kvtier.sim.v2\""));
+  CHECK_FALSE(fs::exists(out / "metrics.csv"));
+  // --out wins; CSV alone writes the tables.
+  const fs::path elsewhere = scratch_dir() / "outputs-spec-elsewhere";
+  REQUIRE(
+      run("sim " + path.string() + " --out " + elsewhere.string() + " --set outputs.formats[0]=CSV")
+          .exit_code == 0);
+  CHECK(fs::exists(elsewhere / "metrics.csv"));
+  CHECK_FALSE(fs::exists(elsewhere / "report.json"));
+  expect_config_error(run("sim " + path.string() + " --set outputs.formats[0]=HDF5"), "HDF5");
 }
 
 TEST_CASE("plan finds the largest batch per policy and the GPUs a target needs", "[cli]") {
@@ -397,6 +421,10 @@ TEST_CASE("usage errors: no command, abbreviated options, kvtier help COMMAND", 
   const Result help = run("help plan");
   CHECK(help.exit_code == 0);
   CHECK_THAT(help.out, Catch::StartsWith("usage: kvtier plan"));
+  // A subcommand's help likewise.
+  const Result sub = run("help sweep merge");
+  CHECK(sub.exit_code == 0);
+  CHECK_THAT(sub.out, Catch::StartsWith("usage: kvtier sweep merge"));
   // Boost would take --form for --format; an abbreviation is an unknown option here.
   expect_config_error(run("presets list --form json"), "--form");
 }
