@@ -257,6 +257,25 @@ void check_output_file(const std::string& option, const std::filesystem::path& p
   }
 }
 
+std::vector<std::filesystem::path> given_paths(const boost::program_options::variables_map& values,
+                                               std::initializer_list<const char*> options) {
+  std::vector<std::filesystem::path> paths;
+  for (const char* option : options) {
+    if (values.count(option) == 0U) {
+      continue;
+    }
+    const boost::any& value = values[option].value();
+    if (value.type() == typeid(std::vector<std::string>)) {
+      for (const std::string& path : boost::any_cast<const std::vector<std::string>&>(value)) {
+        paths.emplace_back(path);
+      }
+    } else {
+      paths.emplace_back(boost::any_cast<const std::string&>(value));
+    }
+  }
+  return paths;
+}
+
 void check_output_folder(const std::string& option, const std::filesystem::path& path) {
   if (path.empty()) {
     throw ConfigError(option + " needs a folder name");

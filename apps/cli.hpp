@@ -5,6 +5,7 @@
 #include <boost/program_options.hpp>
 
 #include <filesystem>
+#include <initializer_list>
 
 #include <iostream>
 #include <memory>
@@ -111,6 +112,11 @@ int run_replay_search_budgets(const Arguments& args, Context& context);
 // device and inode, so "./t.h5" and "t.h5" are one — which writing it would destroy.
 void check_output_file(const std::string& option, const std::filesystem::path& path,
                        const std::vector<std::filesystem::path>& inputs = {});
+// The paths given for `options` (each a single path or a list of them), for check_output_file's
+// inputs; options not given are left out.
+[[nodiscard]] std::vector<std::filesystem::path> given_paths(
+    const boost::program_options::variables_map& values,
+    std::initializer_list<const char*> options);
 // An output folder: refused when empty or when a file has its name.
 void check_output_folder(const std::string& option, const std::filesystem::path& path);
 

@@ -154,13 +154,8 @@ int run_live(const Arguments& args, Context& context) {
         "brings its own prompt)");
   }
   if (values.count("measure") != 0U) {
-    std::vector<std::filesystem::path> inputs{values["model"].as<std::string>()};
-    for (const char* option : {"tokenizer", "prompt-file", "follow-trace"}) {
-      if (values.count(option) != 0U) {
-        inputs.emplace_back(values[option].as<std::string>());
-      }
-    }
-    check_output_file("--measure", values["measure"].as<std::string>(), inputs);
+    check_output_file("--measure", values["measure"].as<std::string>(),
+                      given_paths(values, {"model", "tokenizer", "prompt-file", "follow-trace"}));
   }
   kernels::LiveOptions live_options;
   live_options.copies = copies;

@@ -338,15 +338,7 @@ int run_replay_search_budgets(const Arguments& args, Context& context) {
   search.winner_max_mean = values["winner-max-mean"].as<std::uint64_t>();
   const std::string out_file = values.count("out") != 0U ? values["out"].as<std::string>() : "";
   if (values.count("out") != 0U) {
-    std::vector<std::filesystem::path> traces;
-    for (const char* option : {"traces", "held-out"}) {
-      if (values.count(option) != 0U) {
-        for (const std::string& trace : values[option].as<std::vector<std::string>>()) {
-          traces.emplace_back(trace);
-        }
-      }
-    }
-    check_output_file("--out", out_file, traces);
+    check_output_file("--out", out_file, given_paths(values, {"traces", "held-out"}));
   }
   std::vector<std::uint64_t> targets;
   if (values.count("target-mean") != 0U) {

@@ -423,15 +423,8 @@ int capture(const Arguments& args, Context& context) {
   if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
     throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
   }
-  {
-    std::vector<std::filesystem::path> inputs{values["model"].as<std::string>()};
-    for (const char* option : {"tokenizer", "prompt-file"}) {
-      if (values.count(option) != 0U) {
-        inputs.emplace_back(values[option].as<std::string>());
-      }
-    }
-    check_output_file("--out", values["out"].as<std::string>(), inputs);
-  }
+  check_output_file("--out", values["out"].as<std::string>(),
+                    given_paths(values, {"model", "tokenizer", "prompt-file"}));
   kernels::CaptureOptions capture_options;
   capture_options.contents = parse_trace_contents(values);
   const kernels::TraceContents& contents = capture_options.contents;
