@@ -470,14 +470,13 @@ std::vector<ReferenceCheck> live_checks(const LiveRun& run, std::size_t index,
 
 // The file's text; ConfigError when it cannot be read, DataError when it is binary.
 std::string read_measurement(const std::string& path) {
-  std::error_code error;
-  if (fs::is_directory(path, error)) {
+  InputText input = read_input_file(path, kTextInputLimitBytes);
+  if (input.status == InputText::Status::kFolder) {
     throw ConfigError(
         "a folder, not a measurement file; name its files (e.g. DIR/*.textproto "
         "DIR/*.json)",
         path);
   }
-  InputText input = read_input_file(path, kTextInputLimitBytes);
   if (input.status == InputText::Status::kCannotOpen ||
       input.status == InputText::Status::kReadError) {
     throw ConfigError("cannot open the measurement file", path);

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <span>
 #include <sstream>
@@ -157,11 +155,10 @@ std::optional<GpuNode> node_for_gpu(std::string_view gpu) {
 }
 
 std::vector<PublishedPoint> read_published(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
+  InputText input = read_input_file(path, kTextInputLimitBytes);
+  if (input.status == InputText::Status::kFolder) {
     throw DataError("a folder, not a published-measurements CSV file", path);
   }
-  InputText input = read_input_file(path, kTextInputLimitBytes);
   if (input.status == InputText::Status::kTooLarge) {
     throw DataError("larger than " + input_limit_text(kTextInputLimitBytes) +
                         ": not a published-measurements CSV file",
