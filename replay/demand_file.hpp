@@ -53,7 +53,12 @@ struct DemandFile {
   ReplayDemand demand;
 };
 
-// "kvtier 0.1.0": the producer recorded in files this build writes.
+// What replay computes changes with policy fixes between releases; the revision, raised with
+// every change to a policy's choices, is part of the producer so that a demand cache written
+// before such a change is replayed again instead of read. 2: pyramid budgets capped at the
+// prompt and summing to L·B; non-finite rows skipped by h2o, tova and dms.
+inline constexpr int kReplayRevision = 2;
+// "kvtier 0.1.0, replay 2": the producer recorded in files this build writes.
 [[nodiscard]] std::string demand_producer();
 
 // Writes `demand` atomically (FILE.tmp.PID, then renamed). Creates missing parent folders.

@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -54,8 +55,12 @@ class PolicyRegistry {
 // explicit takes `budgets`, one integer per layer separated by '/'
 // ("h2o:allocation=explicit,budgets=64/128/96"). ConfigError naming the parameter when the list
 // is missing, has a wrong number of entries, or is given without allocation=explicit.
-[[nodiscard]] std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params,
-                                                       std::uint32_t layers);
+// `compressed_prompt`: for a policy that cuts the prompt to its budgets at prefill (snapkv,
+// pyramidkv, adakv), the prompt's length, at which PyramidKV caps the pyramid's first layer.
+// Pyramid budgets sum to exactly layers × budget.
+[[nodiscard]] std::vector<std::uint64_t> layer_budgets(
+    const PolicyParameters& params, std::uint32_t layers,
+    std::optional<std::uint64_t> compressed_prompt = std::nullopt);
 // The declarations of `budget`, `allocation` and `budgets` every budgeted policy takes.
 [[nodiscard]] std::vector<ParamSpec> budget_params(
     const std::string& default_budget, const std::string& default_allocation = "uniform");

@@ -474,7 +474,9 @@ std::string explicit_budget_policy(const std::string& base,
   const bool uniform = std::all_of(budgets.begin(), budgets.end(),
                                    [&](std::uint64_t b) { return b == budgets.front(); });
   if (uniform) {
-    return base + separator + "budget=" + std::to_string(budgets.front());
+    // allocation named: a policy whose default allocation is not uniform (pyramidkv) would
+    // otherwise replay its own allocation under the uniform vector's name.
+    return base + separator + "allocation=uniform,budget=" + std::to_string(budgets.front());
   }
   // `budget` is left out: the registry sets it to the mean of the list.
   return base + separator + "allocation=explicit,budgets=" + joined(budgets);

@@ -4,6 +4,7 @@
 // that DMS with no delay reproduces H2O's choices exactly (same scores, same tie-breaking).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -47,6 +48,14 @@ struct ResidentTokens {
     }
   }
 };
+
+// Whether layer `layer`'s row of this step can score tokens. A row holding NaN or infinity (a
+// broken step of a live run; trace files refuse such rows on read) is skipped, as `tiered` and
+// `monarch` skip it: accumulated into a score it would pin one token, or leave every later
+// comparison of the layer false, for the rest of the run.
+[[nodiscard]] inline bool finite_row(const StepView& view, std::uint32_t layer) {
+  return std::isfinite(view.total_mass[layer]);
+}
 
 // A policy holding at most a budget of tokens per layer (uniform, pyramid or explicit
 // allocation), every prompt token listed at start.

@@ -164,7 +164,7 @@ void read_dataset(hid_t file, const char* path, H5T_class_t type_class, hid_t me
 }  // namespace
 
 std::string demand_producer() {
-  return std::string("kvtier ") + KVTIER_VERSION;
+  return std::string("kvtier ") + KVTIER_VERSION + ", replay " + std::to_string(kReplayRevision);
 }
 
 void write_demand_file(const std::filesystem::path& path, const ReplayDemand& demand,

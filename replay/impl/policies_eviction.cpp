@@ -11,6 +11,7 @@ namespace kvtier::replay {
 namespace {
 
 using detail::BudgetedPolicy;
+using detail::finite_row;
 using detail::ResidentTokens;
 
 class FullPolicy final : public Policy {
@@ -69,7 +70,9 @@ class H2OPolicy final : public BudgetedPolicy {
       LayerPlacement& tiers = placement[layer];
       ResidentTokens& resident = layers_[layer];
       resident.add(tiers.size() - 1);
-      resident.accumulate(view.rows[layer], view.kept_mass[layer]);
+      if (finite_row(view, layer)) {
+        resident.accumulate(view.rows[layer], view.kept_mass[layer]);
+      }
       const std::uint64_t budget = budgets_[layer];
       const auto recent = static_cast<std::uint64_t>(recent_share_ * static_cast<double>(budget));
       const std::uint64_t first_recent = tiers.size() > recent ? tiers.size() - recent : 0;
@@ -100,9 +103,12 @@ class TovaPolicy final : public BudgetedPolicy {
       LayerPlacement& tiers = placement[layer];
       ResidentTokens& resident = layers_[layer];
       resident.add(tiers.size() - 1);
-      const std::vector<float>& row = view.rows[layer];
-      for (std::size_t j = 0; j < resident.ids.size(); ++j) {
-        resident.scores[j] = row[resident.ids[j]];  // this step's attention only
+      // This step's attention only; a row that is not finite leaves the last step's scores.
+      if (finite_row(view, layer)) {
+        const std::vector<float>& row = view.rows[layer];
+        for (std::size_t j = 0; j < resident.ids.size(); ++j) {
+          resident.scores[j] = row[resident.ids[j]];
+        }
       }
       while (resident.ids.size() > budgets_[layer] && resident.ids.size() > 1) {
         resident.evict(resident.lowest(resident.ids.size() - 1), tiers);

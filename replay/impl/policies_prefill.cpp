@@ -38,7 +38,7 @@ class PrefillSelectionPolicy final : public Policy {
 
   PrefillSelectionPolicy(const PolicyParameters& params, const ReplayShape& shape, Mode mode)
       : mode_(mode),
-        budgets_(layer_budgets(params, shape.layers)),
+        budgets_(layer_budgets(params, shape.layers, shape.prompt_tokens)),
         window_(static_cast<std::uint32_t>(params.integer("window"))),
         kernel_(static_cast<std::uint32_t>(params.integer("kernel"))),
         pooling_(params.choice("pooling") == "max" ? Pooling::kMax : Pooling::kAverage) {

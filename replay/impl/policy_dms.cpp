@@ -18,6 +18,7 @@ namespace kvtier::replay {
 namespace {
 
 using detail::BudgetedPolicy;
+using detail::finite_row;
 using detail::ResidentTokens;
 
 // A marked token's score: never the lowest again, so it is never marked twice.
@@ -64,7 +65,9 @@ class DmsPolicy final : public BudgetedPolicy {
         resident.add(token, -norms_[layer][token]);  // low norm, high score: kept
       } else {
         resident.add(token);
-        resident.accumulate(view.rows[layer], view.kept_mass[layer]);
+        if (finite_row(view, layer)) {
+          resident.accumulate(view.rows[layer], view.kept_mass[layer]);
+        }
       }
       mark_and_evict(layer, tiers);
     }

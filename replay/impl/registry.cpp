@@ -80,7 +80,36 @@ std::vector<ParamSpec> budget_params(const std::string& default_budget,
            true}};
 }
 
-std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::uint32_t layers) {
+namespace {
+
+// Real-valued shares rounded to integers with their total kept (largest remainder: the floors,
+// then one more for the largest fractions, ties to the earlier layer), so that a pyramid of mean
+// B holds exactly L·B tokens.
+std::vector<std::uint64_t> rounded_keeping_total(const std::vector<double>& shares) {
+  std::vector<std::uint64_t> rounded(shares.size());
+  double total = 0.0;
+  std::uint64_t floors = 0;
+  for (std::size_t i = 0; i < shares.size(); ++i) {
+    total += shares[i];
+    rounded[i] = static_cast<std::uint64_t>(std::floor(shares[i]));
+    floors += rounded[i];
+  }
+  std::vector<std::size_t> order(shares.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return shares[a] - std::floor(shares[a]) > shares[b] - std::floor(shares[b]);
+  });
+  const auto target = static_cast<std::uint64_t>(std::llround(total));
+  for (std::size_t k = 0; floors < target && k < order.size(); ++k, ++floors) {
+    ++rounded[order[k]];
+  }
+  return rounded;
+}
+
+}  // namespace
+
+std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::uint32_t layers,
+                                         std::optional<std::uint64_t> compressed_prompt) {
   const std::string& allocation = params.choice("allocation");
   const std::vector<std::int64_t> explicit_budgets = params.integers("budgets");
   if (allocation != "explicit") {
@@ -101,20 +130,29 @@ std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::ui
     return {explicit_budgets.begin(), explicit_budgets.end()};
   }
   const auto budget = static_cast<double>(params.integer("budget"));
-  std::vector<std::uint64_t> budgets(layers, static_cast<std::uint64_t>(budget));
-  if (allocation == "pyramid" && layers > 1) {
-    // PyramidKV: min = (B − w)/β, max = 2(B − w) − min, k_l = max − l(max − min)/(L − 1), + w.
-    constexpr double kWindow = 64.0;
-    constexpr double kBeta = 20.0;
-    const double spread = std::max(budget - kWindow, 0.0);
-    const double low = spread / kBeta;
-    const double high = 2.0 * spread - low;
-    for (std::uint32_t layer = 0; layer < layers; ++layer) {
-      const double share = high - layer * (high - low) / (layers - 1);
-      budgets[layer] = static_cast<std::uint64_t>(std::llround(share + std::min(kWindow, budget)));
+  if (allocation != "pyramid" || layers < 2) {
+    return std::vector<std::uint64_t>(layers, static_cast<std::uint64_t>(budget));
+  }
+  // PyramidKV: min = (B − w)/β, max = 2(B − w) − min, k_l = max − l(max − min)/(L − 1), + w.
+  constexpr double kWindow = 64.0;
+  constexpr double kBeta = 20.0;
+  const double spread = std::max(budget - kWindow, 0.0);
+  double low = spread / kBeta;
+  double high = 2.0 * spread - low;
+  // PyramidKV's own code caps the first layer at the prompt beyond the window and raises the last
+  // by as much, so that a short prompt does not leave the budget of the first layers unused.
+  if (compressed_prompt.has_value()) {
+    const double prompt_beyond_window = static_cast<double>(*compressed_prompt) - kWindow;
+    if (prompt_beyond_window > 0.0 && high >= prompt_beyond_window) {
+      high = prompt_beyond_window;
+      low = 2.0 * spread - high;
     }
   }
-  return budgets;
+  std::vector<double> shares(layers);
+  for (std::uint32_t layer = 0; layer < layers; ++layer) {
+    shares[layer] = high - layer * (high - low) / (layers - 1) + std::min(kWindow, budget);
+  }
+  return rounded_keeping_total(shares);
 }
 
 void resolve_budget_params(PolicyParameters& params, std::uint32_t layers) {

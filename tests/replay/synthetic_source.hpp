@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -205,11 +206,13 @@ inline replay::ReplayDemand run_policy(replay::AttentionSource& source, const st
 }
 
 // A policy's per-layer budgets as its parameters spell them.
-inline std::vector<std::uint64_t> budgets_of(const std::string& text, std::uint32_t layers) {
+inline std::vector<std::uint64_t> budgets_of(
+    const std::string& text, std::uint32_t layers,
+    std::optional<std::uint64_t> compressed_prompt = std::nullopt) {
   const auto registry = replay::builtin_policies();
   const auto spec = replay::parse_policy_string(text);
   replay::PolicyParameters params(spec.name(), registry.find(spec.name())->params, spec);
-  return replay::layer_budgets(params, layers);
+  return replay::layer_budgets(params, layers, compressed_prompt);
 }
 
 // Attention kept at a step (T0–T2).

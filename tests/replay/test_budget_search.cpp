@@ -271,7 +271,20 @@ TEST_CASE("the policy string of a budget vector", "[budget_search]") {
         "h2o:allocation=explicit,budgets=64/128/96");
   CHECK(kvtier::replay::explicit_budget_policy("h2o:recent=0.3", Budgets{64, 128}) ==
         "h2o:recent=0.3,allocation=explicit,budgets=64/128");
-  CHECK(kvtier::replay::explicit_budget_policy("snapkv", Budgets(4, 256)) == "snapkv:budget=256");
+  CHECK(kvtier::replay::explicit_budget_policy("snapkv", Budgets(4, 256)) ==
+        "snapkv:allocation=uniform,budget=256");
+  // A uniform vector is uniform whatever the policy's default allocation: pyramidkv's vector
+  // (256, 256, 256, 256) replays the same budgets as snapkv's, not PyramidKV's pyramid.
+  const auto registry_for_shapes = kvtier::replay::builtin_policies();
+  for (const char* base : {"snapkv", "pyramidkv"}) {
+    INFO(base);
+    const auto spec = kvtier::replay::parse_policy_string(
+        kvtier::replay::explicit_budget_policy(base, Budgets(4, 256)));
+    const auto* info = registry_for_shapes.find(base);
+    REQUIRE(info != nullptr);
+    const kvtier::replay::PolicyParameters params(base, info->params, spec);
+    CHECK(kvtier::replay::layer_budgets(params, 4) == Budgets(4, 256));
+  }
   const auto registry = kvtier::replay::builtin_policies();
   CHECK_NOTHROW(kvtier::replay::check_base_policy(registry, "h2o"));
   CHECK_NOTHROW(kvtier::replay::check_base_policy(registry, "h2o:recent=0.25"));

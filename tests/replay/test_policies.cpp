@@ -2,6 +2,13 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/errors.hpp"
 #include "replay/engine.hpp"
 #include "replay/registry.hpp"
@@ -139,11 +146,37 @@ TEST_CASE("pyramid budgets fall with depth and average the mean budget", "[repla
   const auto budgets = kvtier::replay::layer_budgets(params, 32);
   REQUIRE(budgets.size() == 32);
   CHECK(budgets.front() > budgets.back());
-  double mean = 0.0;
-  for (const auto b : budgets) {
-    mean += static_cast<double>(b);
+  CHECK(std::is_sorted(budgets.rbegin(), budgets.rend()));
+  // Exactly L·B: rounding each layer on its own gives mirrored pairs that both round up.
+  CHECK(std::accumulate(budgets.begin(), budgets.end(), std::uint64_t{0}) == 512U * 32U);
+  for (const std::int64_t mean : {74, 100, 994, 1024, 4096}) {
+    for (const std::uint32_t layers : {2U, 5U, 32U, 80U}) {
+      INFO("budget " << mean << ", " << layers << " layers");
+      const kvtier::replay::PolicyParameters each(
+          "h2o", info->params,
+          kvtier::replay::parse_policy_string("h2o:allocation=pyramid,budget=" +
+                                              std::to_string(mean)));
+      const auto pyramid = kvtier::replay::layer_budgets(each, layers);
+      CHECK(std::accumulate(pyramid.begin(), pyramid.end(), std::int64_t{0}) == mean * layers);
+    }
   }
-  CHECK(mean / 32 == Approx(512).epsilon(0.01));
+}
+
+TEST_CASE("a prompt-compressing pyramid is capped at the prompt, as PyramidKV's code does",
+          "[replay]") {
+  const auto registry = kvtier::replay::builtin_policies();
+  const auto* info = registry.find("pyramidkv");
+  REQUIRE(info != nullptr);
+  const kvtier::replay::PolicyParameters params(
+      "pyramidkv", info->params, kvtier::replay::parse_policy_string("pyramidkv:budget=400"));
+  // B 400, w 64: min 16.8, max 655.2 — beyond a 512-token prompt's 448 tokens past the window,
+  // so max becomes 448 and min 2·336 − 448 = 224: 448, 392, 336, 280, 224, each plus 64.
+  using Budgets = std::vector<std::uint64_t>;
+  CHECK(kvtier::replay::layer_budgets(params, 5, 512) == Budgets{512, 456, 400, 344, 288});
+  // A prompt long enough leaves the paper's pyramid; no prompt (decode-time policies) as well.
+  const Budgets uncapped{719, 560, 400, 240, 81};
+  CHECK(kvtier::replay::layer_budgets(params, 5, 4096) == uncapped);
+  CHECK(kvtier::replay::layer_budgets(params, 5) == uncapped);
 }
 
 TEST_CASE("streaming with a window longer than the trace equals full", "[replay]") {
@@ -205,4 +238,72 @@ TEST_CASE("policy strings are checked against each policy's declared parameters"
   fails("full:budget=3", "it takes none");
   CHECK_THROWS_WITH(kvtier::replay::parse_policy_string("tiered:hbm"),
                     Catch::Contains("NAME=VALUE"));
+}
+
+namespace {
+
+using Rows = std::vector<std::vector<std::vector<float>>>;  // [step][layer][position]
+
+Rows synthetic_rows() {
+  auto source = kvtier::test::synthetic_attention(kLayers, kPrompt, kSteps, 11);
+  Rows rows(kSteps);
+  for (std::uint64_t step = 0; step < kSteps; ++step) {
+    source.read_step(step, rows[step]);
+  }
+  return rows;
+}
+
+ReplayDemand run_rows(const std::string& policy, Rows rows) {
+  kvtier::replay::InMemoryAttention source(kLayers, kPrompt, std::move(rows));
+  const auto registry = kvtier::replay::builtin_policies();
+  auto instance =
+      registry.create(kvtier::replay::parse_policy_string(policy), {kLayers, kPrompt, kSteps});
+  return kvtier::replay::replay(source, *instance);
+}
+
+}  // namespace
+
+TEST_CASE("a row that is not finite scores nothing and leaves the layer's later choices intact",
+          "[replay]") {
+  // One NaN weight in layer 1 at step 5, on a token every policy holds, as a broken step of a
+  // live run would give. Accumulated, it would pin its token for good or turn every later
+  // comparison with it false.
+  constexpr std::uint64_t kBroken = 5;
+  constexpr std::uint32_t kLayer = 1;
+  const Rows clean = synthetic_rows();
+  Rows broken = clean;
+  broken[kBroken][kLayer][0] = std::numeric_limits<float>::quiet_NaN();  // a sink: held
+  // H2O and DMS accumulate nothing from the row, as if it were zeros; TOVA keeps the previous
+  // step's scores, as if that row were seen again (the new token scoring 0, and never a candidate).
+  Rows zeros = clean;
+  std::fill(zeros[kBroken][kLayer].begin(), zeros[kBroken][kLayer].end(), 0.0F);
+  Rows repeated = clean;
+  repeated[kBroken][kLayer] = clean[kBroken - 1][kLayer];
+  repeated[kBroken][kLayer].push_back(0.0F);
+  for (const auto& [policy, equivalent] :
+       {std::pair{"h2o:budget=24,recent=0.25", &zeros}, std::pair{"dms:budget=24,delay=4", &zeros},
+        std::pair{"tova:budget=24", &repeated}}) {
+    INFO(policy);
+    const ReplayDemand skipped = run_rows(policy, broken);
+    const ReplayDemand expected = run_rows(policy, *equivalent);
+    for (std::uint64_t step = 0; step < kSteps; ++step) {
+      for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+        INFO("step " << step << ", layer " << layer);
+        CHECK(skipped.at(step, layer).tokens == expected.at(step, layer).tokens);
+        if (step != kBroken) {  // the broken step's own mass is the NaN row's
+          CHECK(skipped.at(step, layer).mass == expected.at(step, layer).mass);
+        }
+      }
+    }
+    // And the layer goes on choosing: its kept mass after the broken step is close to the clean
+    // run's, not collapsed.
+    const ReplayDemand reference = run_rows(policy, clean);
+    double skipped_mass = 0.0;
+    double clean_mass = 0.0;
+    for (std::uint64_t step = kBroken + 1; step < kSteps; ++step) {
+      skipped_mass += kept(skipped, step, kLayer);
+      clean_mass += kept(reference, step, kLayer);
+    }
+    CHECK(skipped_mass == Approx(clean_mass).epsilon(0.05));
+  }
 }

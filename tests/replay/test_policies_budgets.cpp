@@ -3,6 +3,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <string_view>
+
 #include "common/errors.hpp"
 #include "replay/engine.hpp"
 #include "replay/registry.hpp"
@@ -125,11 +129,22 @@ TEST_CASE("budgeted policies never exceed their budgets, explicit budgets includ
 }
 
 TEST_CASE("prompt-compressing policies hold their budget of prompt tokens", "[replay]") {
-  for (const char* policy : {"snapkv:budget=50", "snapkv:allocation=explicit,budgets=40/90/64",
-                             "pyramidkv:budget=80,window=32",
-                             "pyramidkv:allocation=explicit,budgets=40/90/64,window=16"}) {
+  for (const char* policy :
+       {"snapkv:budget=50", "snapkv:allocation=explicit,budgets=40/90/64",
+        "pyramidkv:budget=80,window=32", "pyramidkv:allocation=explicit,budgets=40/90/64,window=16",
+        // capped at the prompt: 120 (the whole prompt), 95, 70
+        "pyramidkv:budget=95,window=32"}) {
     INFO(policy);
-    const auto budgets = budgets_of(policy, kShape.layers);
+    const auto budgets = budgets_of(policy, kShape.layers, kShape.prompt);
+    // Every token of the mean budget is used: L·B prompt tokens, or the whole prompt where a
+    // layer's budget reaches it (PyramidKV gives the first layers' excess to the last).
+    std::uint64_t held_prompt = 0;
+    for (std::uint32_t layer = 0; layer < kShape.layers; ++layer) {
+      held_prompt += std::min(budgets[layer], kShape.prompt);
+    }
+    if (std::string_view(policy).find("explicit") == std::string_view::npos) {
+      CHECK(held_prompt == kShape.layers * budgets_of(policy, 1)[0]);
+    }
     const auto demand = run(policy);
     for (std::uint64_t step = 0; step < kShape.steps; ++step) {
       for (std::uint32_t layer = 0; layer < kShape.layers; ++layer) {
