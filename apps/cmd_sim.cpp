@@ -1,6 +1,7 @@
 // `kvtier sim [RUN] [--set ...] [--format table|json|csv] [--out DIR]`: the serving simulation.
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <iostream>
 #include <optional>
@@ -57,7 +58,8 @@ void print_table(std::ostream& out, const std::vector<serving::SimulationReport>
   for (std::size_t m = 0; m < reports.front().metrics.size(); ++m) {
     std::vector<std::string> row{reports.front().metrics[m].name};
     for (const auto& report : reports) {
-      row.push_back(format_fixed(report.metrics[m].value, report.metrics[m].decimals));
+      const double value = report.metrics[m].value;
+      row.push_back(std::isnan(value) ? "-" : format_fixed(value, report.metrics[m].decimals));
     }
     table.add_row(row);
   }

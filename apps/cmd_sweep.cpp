@@ -218,7 +218,8 @@ int run_sweep(const Arguments& args, Context& context) {
   }
   line += ")";
   if (summary.failed_points > 0) {
-    line += ", " + std::to_string(summary.failed_points) + " could not run (see the error column)";
+    line += ", " + std::to_string(summary.failed_points) +
+            " with policies that could not run (see the error column)";
   }
   std::cerr << line << " -> " << (run.out / "results.csv").string() << "\n";
   print_results(context.out, format, summary.table);

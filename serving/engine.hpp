@@ -24,6 +24,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/errors.hpp"
 #include "configs/schema/run.pb.h"
 #include "hwmodels/iteration_cost.hpp"
 #include "serving/memory_plan.hpp"
@@ -36,6 +37,14 @@
 
 namespace kvtier::serving {
 
+// A request of the workload whose KV, as this run's policy places it, cannot fit in HBM or in
+// the engine's share of host memory. A finding about the policy, not about the config: among
+// compared policies the one it concerns gets a row saying so (simulate_all) while the others run.
+class DoesNotFit : public ConfigError {
+ public:
+  using ConfigError::ConfigError;
+};
+
 struct ServingTotals {
   std::uint64_t requests_completed = 0;
   std::uint64_t prompt_tokens = 0;
@@ -43,6 +52,11 @@ struct ServingTotals {
   std::uint64_t iterations = 0;
   std::uint64_t max_running = 0;
   std::uint64_t max_waiting = 0;
+  // Iterations in which the next waiting request was held back because its KV did not fit in
+  // HBM, or its host share in host memory (both count when both are short): what tells memory
+  // limits apart from scheduling ones (prefill budget, max_batch_size).
+  std::uint64_t admissions_held_by_hbm = 0;
+  std::uint64_t admissions_held_by_host = 0;
   sim::Tick busy;  // Σ GPU time of iterations (host overhead excluded)
   sim::Tick last_completion;
   double flops = 0.0;               // per GPU
@@ -113,6 +127,10 @@ class ServingEngine {
     std::uint64_t generated = 0;
     double kv_reserved = 0.0;
     double host_reserved = 0.0;
+    // With a tier policy, once its prompt is placed: its KV in HBM (T0) and in host memory
+    // (T1 + T2) after its latest step.
+    double tier_hbm = 0.0;
+    double tier_host = 0.0;
   };
   struct PlannedChunk {
     std::uint32_t request;
@@ -130,6 +148,7 @@ class ServingEngine {
   [[nodiscard]] std::uint64_t attended(const Request& request, std::uint64_t generated) const;
   [[nodiscard]] double kv_in_use() const;
   [[nodiscard]] double full_kv_in_use() const;
+  [[nodiscard]] double host_kv_in_use() const;
   // Sets the decode context of `batch` and fills layer_copies_ from the decoding requests'
   // tier demand and the placement of prompts this iteration completes (tiered runs only).
   void plan_tier_traffic(hw::BatchShape& batch);
@@ -148,8 +167,7 @@ class ServingEngine {
   double bytes_per_token_layer_ = 0.0;             // full precision, this GPU's share
   double compressed_bytes_per_token_layer_ = 0.0;  // T2
   std::vector<LayerCopies> layer_copies_;
-  double tier_hbm_bytes_ = 0.0;  // T0 + staging of the decoding requests, this iteration
-  double tier_host_bytes_ = 0.0;
+  double tier_staging_bytes_ = 0.0;  // the staging buffer of this iteration's prefetches
 
   std::vector<Request> requests_;
   std::uint32_t next_arrival_ = 0;

@@ -31,6 +31,10 @@ struct SimulationReport {
   std::vector<Metric> metrics;
   std::vector<Series> series;
   std::uint64_t events = 0;
+  // Among compared policies (simulate_all), why this one could not run: a request whose KV, as
+  // the policy places it, fits neither HBM nor host memory (DoesNotFit). Its metrics then have
+  // the other policies' names and NaN values (JSON null, an empty CSV cell, "-" in tables).
+  std::string does_not_fit;
   // Trace demands read from the demand cache rather than replayed. Not part of the report: the
   // same run gives the same report whether its demands were cached or not.
   std::uint64_t demand_cache_hits = 0;
@@ -43,6 +47,8 @@ class DemandMemo;
 [[nodiscard]] SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo = nullptr);
 
 // run.policy() followed by every policy of run.compare(), each on the same workload and seed.
+// A policy whose requests do not fit gets a report saying so while the others run; when none
+// fits, DoesNotFit as simulate() throws it.
 [[nodiscard]] std::vector<SimulationReport> simulate_all(const config::RunSpec& run,
                                                          DemandMemo* memo = nullptr);
 

@@ -1,5 +1,7 @@
 #include "hwmodels/iteration_cost.hpp"
 
+#include <algorithm>
+
 #include "common/errors.hpp"
 #include "configs/dtype.hpp"
 #include "hwmodels/collectives.hpp"
@@ -56,21 +58,25 @@ void IterationCostModel::add_layer(const BatchShape& batch, Accumulator& layer) 
   const double ffn = model_.intermediate_size();
   const double a = activation_bytes_;
 
-  // A GEMM of `in` x `out` weights split over TP GPUs, applied to every token of the batch.
-  auto gemm = [&](double in, double out) {
+  // A GEMM of `in` x `out` weights split over TP GPUs, applied to every token of the batch
+  // (Megatron's split). Column-parallel (QKV, gate/up) reads the whole input and writes its slice
+  // of the output; row-parallel (output, down projection) reads its slice of the input and writes
+  // a whole partial output, which the all-reduce then sums.
+  enum class Split { kColumns, kRows };
+  auto gemm = [&](double in, double out, Split split) {
     const double weights = in * out / tp;
-    layer.add(
-        gpu_, OpKind::kGemm,
-        OpCost{2.0 * tokens * weights, weights * weight_bytes_ + tokens * (in + out / tp) * a},
-        math);
+    const double activations = split == Split::kColumns ? in + out / tp : in / tp + out;
+    layer.add(gpu_, OpKind::kGemm,
+              OpCost{2.0 * tokens * weights, weights * weight_bytes_ + tokens * activations * a},
+              math);
   };
   auto elementwise = [&](double elements_read, double elements_written) {
     layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, (elements_read + elements_written) * a},
               math);
   };
 
-  elementwise(tokens * hidden, tokens * hidden);  // input RMSNorm
-  gemm(hidden, q_width + 2 * kv_width);           // fused QKV projection
+  elementwise(tokens * hidden, tokens * hidden);          // input RMSNorm
+  gemm(hidden, q_width + 2 * kv_width, Split::kColumns);  // fused QKV projection
   if (model_.qk_norm()) {
     elementwise(tokens * (q_width + kv_width) / tp, tokens * (q_width + kv_width) / tp);
   }
@@ -91,22 +97,33 @@ void IterationCostModel::add_layer(const BatchShape& batch, Accumulator& layer) 
   for (const auto& chunk : batch.prefill) {
     const double n = static_cast<double>(chunk.tokens);
     const double before = static_cast<double>(chunk.context_before);
+    // Query i of the chunk (position before + i) attends min(before + i, W) keys; together the
+    // chunk reads the keys from before + 1 − W on: min(before + n, W + n − 1) of them.
+    double attended = n * (before + (n + 1.0) / 2.0);
+    double keys_read = before + n;
+    if (model_.has_sliding_window()) {
+      const auto window = static_cast<double>(model_.sliding_window());
+      const double unclipped = std::clamp(window - before, 0.0, n);  // queries with ≤ W keys
+      attended =
+          unclipped * before + unclipped * (unclipped + 1.0) / 2.0 + (n - unclipped) * window;
+      keys_read = std::min(before + n, window + n - 1.0);
+    }
     layer.add(gpu_, OpKind::kAttention,
-              OpCost{4.0 * heads * model_.head_dim() * n * (before + (n + 1.0) / 2.0),
-                     (before + n) * kv_per_token + n * kv_per_token + 2.0 * n * q_width / tp * a},
+              OpCost{4.0 * heads * model_.head_dim() * attended,
+                     keys_read * kv_per_token + n * kv_per_token + 2.0 * n * q_width / tp * a},
               math);
   }
 
-  gemm(q_width, hidden);  // output projection
+  gemm(q_width, hidden, Split::kRows);  // output projection
   if (tp_ > 1) {
     const double bytes = tokens * hidden * a;
     layer.all_reduce += ring_all_reduce_time(gpu_link_, tp_, bytes);
     layer.interconnect_bytes += ring_all_reduce_bytes_per_gpu(tp_, bytes);
   }
   elementwise(tokens * hidden, tokens * hidden);          // post-attention RMSNorm (+ residual)
-  gemm(hidden, 2 * ffn);                                  // fused gate and up projections
+  gemm(hidden, 2 * ffn, Split::kColumns);                 // fused gate and up projections
   elementwise(2 * tokens * ffn / tp, tokens * ffn / tp);  // SiLU(gate) * up
-  gemm(ffn, hidden);                                      // down projection
+  gemm(ffn, hidden, Split::kRows);                        // down projection
   if (tp_ > 1) {
     const double bytes = tokens * hidden * a;
     layer.all_reduce += ring_all_reduce_time(gpu_link_, tp_, bytes);

@@ -67,18 +67,18 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     requests_.push_back(Request{spec, {}, {}, {}, 0, 0, 0.0, 0.0});
     const auto id = static_cast<std::uint32_t>(i);
     if (hbm_reservation(id) > plan_.kv_capacity_bytes) {
-      throw ConfigError(describe_request(workload_, i) + " (" + std::to_string(tokens) +
-                        " tokens) needs " + format_fixed(hbm_reservation(id) / (1 << 30), 2) +
-                        " GiB of KV per GPU, but only " +
-                        format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
-                        " GiB are left after " + plan_.breakdown());
+      throw DoesNotFit(describe_request(workload_, i) + " (" + std::to_string(tokens) +
+                       " tokens) needs " + format_fixed(hbm_reservation(id) / (1 << 30), 2) +
+                       " GiB of KV per GPU, but only " +
+                       format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
+                       " GiB are left after " + plan_.breakdown());
     }
     if (host_reservation(id) > plan_.host_kv_capacity_bytes) {
-      throw ConfigError(describe_request(workload_, i) + " needs " +
-                        format_fixed(host_reservation(id) / (1 << 30), 2) +
-                        " GiB of host memory for its T1/T2 KV, but this engine's share of the "
-                        "node's DDR is " +
-                        format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB");
+      throw DoesNotFit(describe_request(workload_, i) + " needs " +
+                       format_fixed(host_reservation(id) / (1 << 30), 2) +
+                       " GiB of host memory for its T1/T2 KV, but this engine's share of the "
+                       "node's DDR is " +
+                       format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB");
     }
   }
   if (run.has_outputs() && run.outputs().has_timeseries_interval_us()) {
@@ -176,13 +176,21 @@ double ServingEngine::kv_in_use() const {
   if (tiers_ == nullptr) {
     return full_kv_in_use();
   }
-  // Decoding requests as their tiers place them; prompts being prefilled whole in HBM.
-  double bytes = tier_hbm_bytes_;
+  // Placed requests as their tiers place them, over the running set of now (finished requests
+  // gone, prompts placed this iteration in); prompts being prefilled whole in HBM.
+  double bytes = tier_staging_bytes_;
   for (const std::uint32_t id : running_) {
     const Request& request = requests_[id];
-    if (request.prefilled < request.spec.prompt_tokens) {
-      bytes += plan_.kv_bytes_for(request.prefilled);
-    }
+    bytes += request.prefilled < request.spec.prompt_tokens ? plan_.kv_bytes_for(request.prefilled)
+                                                            : request.tier_hbm;
+  }
+  return bytes;
+}
+
+double ServingEngine::host_kv_in_use() const {
+  double bytes = 0.0;
+  for (const std::uint32_t id : running_) {
+    bytes += requests_[id].tier_host;
   }
   return bytes;
 }
@@ -191,7 +199,10 @@ double ServingEngine::full_kv_in_use() const {
   double bytes = 0.0;
   for (const std::uint32_t id : running_) {
     const Request& request = requests_[id];
-    bytes += plan_.kv_bytes_for(request.prefilled + request.generated);
+    // The cache holds the prompt and every generated token but the newest, whose KV its next
+    // step writes: the tokens the tiered count holds after the same step.
+    const std::uint64_t cached = request.generated > 0 ? request.generated - 1 : 0;
+    bytes += plan_.kv_bytes_for(request.prefilled + cached);
   }
   return bytes;
 }
@@ -229,8 +240,11 @@ void ServingEngine::try_start_iteration() {
     Request& head = requests_[waiting_.front()];
     const double kv = hbm_reservation(waiting_.front());
     const double host = host_reservation(waiting_.front());
-    if (kv_reserved_bytes_ + kv > plan_.kv_capacity_bytes ||
-        host_reserved_bytes_ + host > plan_.host_kv_capacity_bytes) {
+    const bool hbm_short = kv_reserved_bytes_ + kv > plan_.kv_capacity_bytes;
+    const bool host_short = host_reserved_bytes_ + host > plan_.host_kv_capacity_bytes;
+    if (hbm_short || host_short) {
+      totals_.admissions_held_by_hbm += hbm_short ? 1 : 0;
+      totals_.admissions_held_by_host += host_short ? 1 : 0;
       break;  // first come, first served: later requests wait behind the head
     }
     const std::uint32_t id = waiting_.front();
@@ -289,10 +303,10 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   std::vector<double> staged(layers, 0.0);
   std::vector<double> dequantised(layers, 0.0);
   double resident = 0.0;
-  double hbm = 0.0;
-  double host = 0.0;
   for (const std::uint32_t id : decoding_now_) {
-    const Request& request = requests_[id];
+    Request& request = requests_[id];
+    request.tier_hbm = 0.0;
+    request.tier_host = 0.0;
     const std::uint64_t context = attended(request);
     const bool first = request.generated == 1;
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
@@ -314,8 +328,8 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       dequantised[layer] += demand.compressed + demand.promoted_from_compressed;
       // The held tokens and the step's own.
       resident += demand.hbm + demand.host + demand.compressed + 1.0;
-      hbm += demand.hbm_after * full;
-      host += demand.host_after * full + demand.compressed_after * compressed;
+      request.tier_hbm += demand.hbm_after * full;
+      request.tier_host += demand.host_after * full + demand.compressed_after * compressed;
     }
   }
   // A prefill that completes a prompt is followed by the policy's placement of it (the start),
@@ -323,15 +337,19 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   // offloaded, T1 tokens at full precision and T2 ones as their compressed bytes (evicted ones
   // are dropped). A request that decodes nothing is not placed.
   for (const PlannedChunk& chunk : prefilling_now_) {
-    const Request& request = requests_[chunk.request];
+    Request& request = requests_[chunk.request];
     if (request.prefilled + chunk.tokens < request.spec.prompt_tokens ||
         request.spec.output_tokens < 2) {
       continue;
     }
     const std::uint64_t context = attended(request, 1);
+    request.tier_hbm = 0.0;
+    request.tier_host = 0.0;
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
       const LayerDemand placed = tiers_->at(chunk.request, context, layer, true);
       layer_copies_[layer].d2h_bytes += placed.host * full + placed.compressed * compressed;
+      request.tier_hbm += placed.hbm * full;
+      request.tier_host += placed.host * full + placed.compressed * compressed;
     }
   }
   // Attention reads every token still held, at full precision once staged.
@@ -345,8 +363,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     }
   }
   const double staging = *std::max_element(staged.begin(), staged.end()) * (lookahead_ + 1) * full;
-  tier_hbm_bytes_ = hbm + staging;
-  tier_host_bytes_ = host;
+  tier_staging_bytes_ = staging;
 }
 
 void ServingEngine::finish_iteration() {
@@ -379,7 +396,7 @@ void ServingEngine::finish_iteration() {
   }
   kv_used_.set(kv_in_use());
   full_kv_.set(full_kv_in_use());
-  host_used_.set(tier_host_bytes_);
+  host_used_.set(host_kv_in_use());
   try_start_iteration();
 }
 

@@ -54,10 +54,25 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
   loop.set_num_requests(static_cast<std::uint32_t>(requests));
   Evaluation evaluation{false, {}, simulate(run, memo)};
   const auto& metrics = evaluation.report.metrics;
-  if (metric(metrics, "max_running_requests") < batch) {
-    const double host = metric(metrics, "largest_batch_host_limit");
-    evaluation.binding =
-        host > 0 && host < metric(metrics, "largest_batch_hbm_limit") ? "DDR" : "HBM";
+  const double most_at_once = metric(metrics, "max_running_requests");
+  if (most_at_once < batch) {
+    const bool hbm = metric(metrics, "admissions_held_by_hbm") > 0;
+    const bool host = metric(metrics, "admissions_held_by_host") > 0;
+    if (hbm || host) {
+      const double host_limit = metric(metrics, "largest_batch_host_limit");
+      evaluation.binding =
+          host && (!hbm ||
+                   (host_limit > 0 && host_limit < metric(metrics, "largest_batch_hbm_limit")))
+              ? "DDR"
+              : "HBM";
+    } else {
+      // Memory admitted every request it was asked to: the batch was never all in flight
+      // because earlier requests finished before the prefill budget admitted the last ones.
+      evaluation.binding = "scheduling: at most " + format_fixed(most_at_once, 0) + " of " +
+                           std::to_string(batch) +
+                           " requests in flight (the prefill budget admits them over several "
+                           "iterations and the first finish before the last start)";
+    }
     return evaluation;
   }
   std::string violated;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -92,7 +93,9 @@ BatchLimits largest_batch(const ServingEngine& engine) {
   return limits;
 }
 
-SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo) {
+// With `report_unfit`, a workload the policy cannot fit (DoesNotFit) gives a report saying so
+// instead of the exception.
+SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, bool report_unfit) {
   sim::Simulator simulator;
   Workload workload = make_workload(run.workload(), run.seed());
   std::unique_ptr<TierDemand> tiers;
@@ -126,7 +129,19 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo) {
           "on the GPU between re-tierings without counting against HBM)");
     }
   }
-  ServingEngine engine(simulator, run, std::move(workload), tiers.get());
+  const std::string description = workload.description;
+  std::unique_ptr<ServingEngine> built;
+  try {
+    built = std::make_unique<ServingEngine>(simulator, run, std::move(workload), tiers.get());
+  } catch (const DoesNotFit& error) {
+    if (!report_unfit) {
+      throw;
+    }
+    report.workload = description;
+    report.does_not_fit = error.what();
+    return report;
+  }
+  ServingEngine& engine = *built;
   engine.start();
   simulator.run();
 
@@ -179,6 +194,8 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo) {
   m.push_back({"max_running_requests", static_cast<double>(totals.max_running), 0});
   m.push_back({"mean_running_requests", engine.running().time_average(), 2});
   m.push_back({"max_waiting_requests", static_cast<double>(totals.max_waiting), 0});
+  m.push_back({"admissions_held_by_hbm", static_cast<double>(totals.admissions_held_by_hbm), 0});
+  m.push_back({"admissions_held_by_host", static_cast<double>(totals.admissions_held_by_host), 0});
   m.push_back({"engines_per_node", std::floor(node.gpus_per_node() / tp), 0});
 
   const hw::GpuModel& gpu = engine.cost_model().gpu();
@@ -205,11 +222,9 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo) {
   return report;
 }
 
-}  // namespace
-
-SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo) {
+SimulationReport simulate_checked(const config::RunSpec& run, DemandMemo* memo, bool report_unfit) {
   try {
-    return simulate_policy(run, memo);
+    return simulate_policy(run, memo, report_unfit);
   } catch (const std::overflow_error& error) {
     // Picosecond ticks end at about 106 days: a run whose rates, bandwidths or overheads are so
     // far out of scale that its times pass that is a config problem, not an internal error.
@@ -218,6 +233,17 @@ SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo) {
                           "time out of range",
                       "simulating policy " + run.policy().name());
   }
+}
+
+// A number of a JSON report: null for a figure a policy that did not fit has not.
+std::string json_number(double value) {
+  return std::isnan(value) ? "null" : format_double(value);
+}
+
+}  // namespace
+
+SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo) {
+  return simulate_checked(run, memo, false);
 }
 
 std::string report_json(const std::vector<SimulationReport>& reports, const config::RunSpec& run,
@@ -232,15 +258,18 @@ std::string report_json(const std::vector<SimulationReport>& reports, const conf
                      ",\n \"policies\": [";
   for (size_t r = 0; r < reports.size(); ++r) {
     const SimulationReport& report = reports[r];
-    json += std::string(r == 0 ? "" : ",") + "\n  {\"policy\": " + json_escape(report.policy) +
-            ", \"notes\": [";
+    json += std::string(r == 0 ? "" : ",") + "\n  {\"policy\": " + json_escape(report.policy);
+    if (!report.does_not_fit.empty()) {
+      json += ", \"does_not_fit\": " + json_escape(report.does_not_fit);
+    }
+    json += ", \"notes\": [";
     for (size_t i = 0; i < report.notes.size(); ++i) {
       json += (i == 0 ? "" : ", ") + json_escape(report.notes[i]);
     }
     json += "],\n   \"metrics\": {";
     for (size_t i = 0; i < report.metrics.size(); ++i) {
       json += (i == 0 ? "" : ", ") + json_escape(report.metrics[i].name) + ": " +
-              format_double(report.metrics[i].value);
+              json_number(report.metrics[i].value);
     }
     json += "},\n   \"series\": {";
     for (size_t i = 0; i < report.series.size(); ++i) {
@@ -259,12 +288,27 @@ std::string report_json(const std::vector<SimulationReport>& reports, const conf
 }
 
 std::vector<SimulationReport> simulate_all(const config::RunSpec& run, DemandMemo* memo) {
-  std::vector<SimulationReport> reports{simulate(run, memo)};
+  std::vector<SimulationReport> reports{simulate_checked(run, memo, true)};
   for (const config::PolicySpec& policy : run.compare()) {
     config::RunSpec variant = run;
     *variant.mutable_policy() = policy;
     variant.clear_compare();
-    reports.push_back(simulate(variant, memo));
+    reports.push_back(simulate_checked(variant, memo, true));
+  }
+  const auto ran = std::find_if(reports.begin(), reports.end(),
+                                [](const SimulationReport& r) { return r.does_not_fit.empty(); });
+  if (ran == reports.end()) {
+    throw DoesNotFit(reports.front().does_not_fit);  // as a single run says it
+  }
+  // A policy that did not fit has the others' figures, each without a value, and says why.
+  for (SimulationReport& report : reports) {
+    if (!report.does_not_fit.empty()) {
+      report.metrics = ran->metrics;
+      for (Metric& metric : report.metrics) {
+        metric.value = std::numeric_limits<double>::quiet_NaN();
+      }
+      report.notes.push_back("does not fit: " + report.does_not_fit);
+    }
   }
   return reports;
 }
@@ -279,7 +323,7 @@ std::string report_csv(const std::vector<SimulationReport>& reports) {
     // Policy strings hold commas: quoted as RFC 4180 asks.
     csv += "\"" + report.policy + "\"";
     for (const Metric& metric : report.metrics) {
-      csv += "," + format_double(metric.value);
+      csv += "," + (std::isnan(metric.value) ? std::string() : format_double(metric.value));
     }
     csv += "\n";
   }

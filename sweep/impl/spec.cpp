@@ -289,6 +289,10 @@ std::vector<Row> simulate_point(const Sweep& sweep, std::uint64_t point,
     const config::RunSpec run = point_run(sweep, point, loader, demand_cache);
     labels = policy_labels(run);
     for (const serving::SimulationReport& report : serving::simulate_all(run, &memo)) {
+      if (!report.does_not_fit.empty()) {  // this policy only: the others of the point ran
+        rows.push_back(Row{point, values, report.policy, report.does_not_fit, {}});
+        continue;
+      }
       Row row{point, values, report.policy, {}, {}};
       row.metrics.reserve(report.metrics.size());
       for (const serving::Metric& metric : report.metrics) {

@@ -105,7 +105,7 @@ TEST_CASE("presets show resolves values and derives quantities", "[cli]") {
   const Result json = run("presets show hgx-h100-8 --format json");
   CHECK(json.exit_code == 0);
   CHECK_THAT(json.out, Catch::Contains("\"spec\": {") && Catch::Contains("\"name\":\"H100-SXM\"") &&
-                           Catch::Contains("\"gpu_memory_total\": 640"));
+                           Catch::Contains("\"gpu_memory_total\": 636.8"));  // 8 x 79.6 GiB
   const Result overridden = run("presets show H100-SXM --set memory_capacity=40GiB --format json");
   CHECK_THAT(overridden.out, Catch::Contains("\"memory_capacity_gib\":40"));
   expect_config_error(run("presets show H300"), "unknown preset 'H300'");

@@ -116,3 +116,70 @@ TEST_CASE("iteration cost grows with batch and context, and TP splits it", "[ite
   CHECK(ratio == Approx(2.0).epsilon(0.05));
   CHECK_THROWS_AS(kvtier::hw::IterationCostModel(model, gpu, nullptr, 4), kvtier::ConfigError);
 }
+
+TEST_CASE("row-parallel projections read their slice of the input and write the whole output",
+          "[iteration_cost]") {
+  // The MLP's bytes per GPU as the FFN width f grows by Δ, for T tokens at TP t: gate/up (column
+  // split) read 2hΔ/t more weights and write 2TΔ/t more; SiLU·up reads 2TΔ/t and writes TΔ/t;
+  // the down projection (row split) reads hΔ/t more weights and TΔ/t more input, and writes the
+  // same hidden-wide partial sums: Δ/t·(3h·w + 6T·a) per layer.
+  const auto gpu = preset<kvtier::config::GpuSpec>("gpu", "H100-SXM");
+  const auto nvlink = preset<kvtier::config::LinkSpec>("link", "NVLink4");
+  auto model = preset<kvtier::config::ModelSpec>("model", "Llama-3.1-70B");
+  constexpr double kTokens = 2048;
+  constexpr double kTp = 4;
+  constexpr double kDelta = 4096;
+  kvtier::hw::BatchShape prefill;
+  prefill.prefill.push_back({static_cast<std::uint64_t>(kTokens), 0});
+  prefill.logits_tokens = 1;
+  const double narrow =
+      kvtier::hw::IterationCostModel(model, gpu, &nvlink, 4).cost(prefill).hbm_bytes;
+  model.set_intermediate_size(model.intermediate_size() + static_cast<std::uint32_t>(kDelta));
+  const double wide =
+      kvtier::hw::IterationCostModel(model, gpu, &nvlink, 4).cost(prefill).hbm_bytes;
+  const double hidden = model.hidden_size();
+  const double bytes = 2.0;  // BF16 weights and activations
+  CHECK(wide - narrow == Approx(model.num_hidden_layers() * kDelta / kTp *
+                                (3 * hidden * bytes + 6 * kTokens * bytes))
+                             .epsilon(1e-9));
+}
+
+TEST_CASE("a prefill chunk attends and reads only the sliding window", "[iteration_cost]") {
+  const auto gpu = preset<kvtier::config::GpuSpec>("gpu", "H100-SXM");
+  auto windowed = preset<kvtier::config::ModelSpec>("model", "Llama-3.1-8B");
+  windowed.set_sliding_window(4096);
+  auto unwindowed = windowed;
+  unwindowed.clear_sliding_window();
+  const kvtier::hw::IterationCostModel with_window(windowed, gpu, nullptr, 1);
+  const kvtier::hw::IterationCostModel without(unwindowed, gpu, nullptr, 1);
+  const auto chunk = [](std::uint64_t tokens, std::uint64_t before) {
+    kvtier::hw::BatchShape batch;
+    batch.prefill.push_back({tokens, before});
+    batch.logits_tokens = 1;
+    return batch;
+  };
+  // Within the window the window changes nothing.
+  CHECK(with_window.cost(chunk(2048, 1024)).total == without.cost(chunk(2048, 1024)).total);
+  // 2,048 queries after 8,192 tokens: each attends 4,096 keys instead of 8,192 + i, and the chunk
+  // reads 4,096 + 2,047 keys instead of 10,240.
+  const double n = 2048;
+  const double before = 8192;
+  const double window = 4096;
+  const double per_key_flops = 4.0 * windowed.num_attention_heads() * windowed.head_dim();
+  const double layers = windowed.num_hidden_layers();
+  const auto long_context = chunk(2048, 8192);
+  CHECK(without.cost(long_context).flops - with_window.cost(long_context).flops ==
+        Approx(layers * per_key_flops * (n * (before + (n + 1) / 2) - n * window)).epsilon(1e-9));
+  const double kv_bytes_per_token = kvtier::hw::kv_bytes_per_token_per_layer(windowed);
+  CHECK(without.cost(long_context).hbm_bytes - with_window.cost(long_context).hbm_bytes ==
+        Approx(layers * kv_bytes_per_token * ((before + n) - (window + n - 1))).epsilon(1e-9));
+  CHECK(with_window.cost(long_context).attention < without.cost(long_context).attention);
+  // A chunk straddling the window's edge: queries 1..1024 see before + i ≤ 4,096 keys, the rest
+  // 4,096.
+  const auto straddling = chunk(2048, 3072);
+  const double m = 1024;
+  const double straddling_attended = m * 3072 + m * (m + 1) / 2 + (n - m) * window;
+  CHECK(without.cost(straddling).flops - with_window.cost(straddling).flops ==
+        Approx(layers * per_key_flops * (n * (3072 + (n + 1) / 2) - straddling_attended))
+            .epsilon(1e-9));
+}

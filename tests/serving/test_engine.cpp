@@ -119,7 +119,7 @@ TEST_CASE("weights that do not fit are a config error with the memory breakdown"
   } catch (const kvtier::ConfigError& error) {
     CHECK_THAT(error.what(), Catch::Contains("nothing can run") &&
                                  Catch::Contains("weights 131.") &&
-                                 Catch::Contains("of 80.00 GiB"));
+                                 Catch::Contains("of 79.60 GiB"));
   }
   CHECK_THROWS_WITH(kvtier::serving::simulate(
                         run_with({"workload.closed_loop.prompt_tokens.fixed_tokens=200000"})),

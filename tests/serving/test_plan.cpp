@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <map>
+#include <string>
+#include <vector>
 
 #include "common/errors.hpp"
 #include "configs/schema/run.pb.h"
@@ -92,14 +94,23 @@ TEST_CASE("a loose SLO plans up to the batch cap or the memory limit", "[plan]")
   const auto capped = plan_capacity(small_run(), options);
   CHECK(capped.max_batch == 48);
   CHECK_THAT(capped.binding, Catch::StartsWith("max_batch_size"));
-  // Long requests on a big model: HBM runs out first.
-  const auto memory =
-      plan_capacity(small_run({"model.preset=Llama-3.1-70B", "tensor_parallel_degree=2",
-                               "workload.closed_loop.prompt_tokens.fixed_tokens=8192",
-                               "workload.max_batch_size=256"}),
-                    options);
+  // Long requests on a big model, each prompt prefilled in one iteration: HBM runs out first.
+  const std::vector<std::string> long_requests = {
+      "model.preset=Llama-3.1-70B", "tensor_parallel_degree=2",
+      "workload.closed_loop.prompt_tokens.fixed_tokens=8192", "workload.max_batch_size=256"};
+  std::vector<std::string> whole_prompts = long_requests;
+  whole_prompts.emplace_back("workload.prefill_chunk_tokens=8192");
+  const auto memory = plan_capacity(small_run(whole_prompts), options);
   CHECK(memory.max_batch < 256);
   CHECK(memory.binding == "HBM");
+  // The same requests through a 512-token prefill budget: a prompt takes 16 iterations to enter
+  // and its 32 tokens follow, so the first requests finish before a fourth is admitted. Memory
+  // held nobody back, and the plan says what did.
+  const auto scheduled = plan_capacity(small_run(long_requests), options);
+  CHECK(scheduled.max_batch < memory.max_batch);
+  CHECK_THAT(scheduled.binding,
+             Catch::StartsWith("scheduling: at most " + std::to_string(scheduled.max_batch) +
+                               " of " + std::to_string(scheduled.max_batch + 1)));
 }
 
 TEST_CASE("an SLO missed while the GPU waits for its copies is PCIe-bound", "[plan]") {

@@ -3,11 +3,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
+#include <string>
 
 #include "common/errors.hpp"
 #include "configs/schema/run.pb.h"
+#include "serving/engine.hpp"
 #include "serving/simulation.hpp"
 #include "serving/tier_demand.hpp"
 #include "serving/tier_timing.hpp"
@@ -205,6 +208,22 @@ TEST_CASE("tiered with everything in HBM and no eviction simulates exactly like 
   CHECK(tiered.at("attention_mass_kept_mean") == Approx(1.0).epsilon(1e-5));
   CHECK(tiered.at("hbm_kv_used_peak_gib") == Approx(full.at("hbm_kv_used_peak_gib")));
   CHECK(tiered.at("hbm_saved_peak_gib") == Approx(0.0).margin(1e-9));
+  // At every moment, not only at the peak: the tiered count follows the running set as it is
+  // after each iteration (finished requests gone, prompts placed as their prefill ends) and
+  // counts the tokens the full count does.
+  CHECK(tiered.at("hbm_kv_used_mean_gib") == Approx(full.at("hbm_kv_used_mean_gib")).epsilon(1e-9));
+  CHECK(tiered.at("hbm_saved_mean_gib") == Approx(0.0).margin(1e-9));
+  CHECK(tiered.at("host_kv_used_peak_gib") == 0.0);
+  // The same with requests finishing at different times and prompts ending prefill mid-run.
+  const std::vector<std::string> staggered = {
+      "workload.closed_loop.output_tokens.uniform.min_tokens=2",
+      "workload.closed_loop.output_tokens.uniform.max_tokens=64",
+      "workload.prefill_chunk_tokens=256"};
+  const auto full_staggered = metrics(tiered_run("full", staggered));
+  const auto tiered_staggered = metrics(tiered_run("tiered:hbm=1.0,evict=0.0", staggered));
+  CHECK(tiered_staggered.at("hbm_kv_used_mean_gib") ==
+        Approx(full_staggered.at("hbm_kv_used_mean_gib")).epsilon(1e-9));
+  CHECK(tiered_staggered.at("hbm_saved_mean_gib") == Approx(0.0).margin(1e-9));
 }
 
 TEST_CASE("tiering moves KV out of HBM and pays for it on PCIe", "[tiers]") {
@@ -326,4 +345,41 @@ TEST_CASE("a policy other than full needs a tiering block", "[tiers]") {
                                                      "\ncompare { name: \"tiered\" }\n");
   REQUIRE(!lines.empty());
   CHECK_THAT(lines.front(), Catch::Contains("tiering"));
+}
+
+TEST_CASE("a compared policy whose requests do not fit is reported so while the others run",
+          "[tiers]") {
+  // 0.11 GiB left for KV: a 1,024-token request of Llama-3.1-8B needs 0.125 GiB in HBM whole,
+  // about 0.08 GiB with every generated token outside the recent window on the host.
+  const auto roomy = metrics(tiered_run("full"));
+  const double reserve = roomy.at("hbm_reserve_gib") + roomy.at("hbm_kv_capacity_gib") - 0.11;
+  RunSpec run = tiered_run("tiered:hbm=0.0,evict=0.0",
+                           {"memory.runtime_reserve_gib=" + std::to_string(reserve)});
+  run.add_compare()->set_name("full");
+  const auto reports = kvtier::serving::simulate_all(run);
+  REQUIRE(reports.size() == 2);
+  CHECK(reports[0].does_not_fit.empty());
+  REQUIRE(!reports[0].metrics.empty());
+  CHECK(reports[0].metrics.front().name == "requests_completed");
+  CHECK(reports[0].metrics.front().value > 0);
+  CHECK(reports[1].policy == "full");
+  CHECK_THAT(reports[1].does_not_fit, Catch::Contains("GiB of KV per GPU, but only 0.11 GiB"));
+  CHECK_THAT(reports[1].notes.back(), Catch::StartsWith("does not fit: request 0"));
+  REQUIRE(reports[1].metrics.size() == reports[0].metrics.size());
+  for (std::size_t i = 0; i < reports[1].metrics.size(); ++i) {
+    CHECK(reports[1].metrics[i].name == reports[0].metrics[i].name);
+    CHECK(std::isnan(reports[1].metrics[i].value));
+  }
+  const std::string csv = kvtier::serving::report_csv(reports);
+  CHECK_THAT(csv, Catch::Contains("\n\"full\",,"));
+  const std::string json = kvtier::serving::report_json(reports, run, "test");
+  CHECK_THAT(json, Catch::Contains("\"does_not_fit\": \"request 0") &&
+                       Catch::Contains("\"requests_completed\": null"));
+  // When no policy fits, the run fails as a single run does.
+  RunSpec only_full = run;
+  only_full.clear_compare();
+  only_full.mutable_policy()->Clear();
+  only_full.mutable_policy()->set_name("full");
+  CHECK_THROWS_AS(kvtier::serving::simulate_all(only_full), kvtier::serving::DoesNotFit);
+  CHECK_THROWS_AS(kvtier::serving::simulate(only_full), kvtier::serving::DoesNotFit);
 }
