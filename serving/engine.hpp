@@ -24,9 +24,9 @@
 #include <memory>
 #include <vector>
 
-#include "common/errors.hpp"
 #include "configs/schema/run.pb.h"
 #include "hwmodels/iteration_cost.hpp"
+#include "serving/does_not_fit.hpp"
 #include "serving/memory_plan.hpp"
 #include "serving/tier_demand.hpp"
 #include "serving/tier_timing.hpp"
@@ -36,14 +36,6 @@
 #include "sim/time_series.hpp"
 
 namespace kvtier::serving {
-
-// A request of the workload whose KV, as this run's policy places it, cannot fit in HBM or in
-// the engine's share of host memory. A finding about the policy, not about the config: among
-// compared policies the one it concerns gets a row saying so (simulate_all) while the others run.
-class DoesNotFit : public ConfigError {
- public:
-  using ConfigError::ConfigError;
-};
 
 struct ServingTotals {
   std::uint64_t requests_completed = 0;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "configs/schema/run.pb.h"
+#include "serving/does_not_fit.hpp"
 
 namespace kvtier::serving {
 
@@ -35,6 +36,7 @@ struct SimulationReport {
   // the policy places it, fits neither HBM nor host memory (DoesNotFit). Its metrics then have
   // the other policies' names and NaN values (JSON null, an empty CSV cell, "-" in tables).
   std::string does_not_fit;
+  DoesNotFit::Memory does_not_fit_in = DoesNotFit::Memory::kHbm;
   // Trace demands read from the demand cache rather than replayed. Not part of the report: the
   // same run gives the same report whether its demands were cached or not.
   std::uint64_t demand_cache_hits = 0;
@@ -45,6 +47,11 @@ class DemandMemo;
 // Simulates run.policy(); a policy other than `full` is replayed first (serving/tier_demand.hpp),
 // or its demand taken from `memo` (shared by the simulations of a sweep; may be null).
 [[nodiscard]] SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo = nullptr);
+
+// As simulate(), but a workload the policy cannot fit gives a report whose does_not_fit says why
+// (and no metrics) instead of throwing DoesNotFit.
+[[nodiscard]] SimulationReport simulate_reporting_unfit(const config::RunSpec& run,
+                                                        DemandMemo* memo = nullptr);
 
 // run.policy() followed by every policy of run.compare(), each on the same workload and seed.
 // A policy whose requests do not fit gets a report saying so while the others run; when none

@@ -67,18 +67,20 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     requests_.push_back(Request{spec, {}, {}, {}, 0, 0, 0.0, 0.0});
     const auto id = static_cast<std::uint32_t>(i);
     if (hbm_reservation(id) > plan_.kv_capacity_bytes) {
-      throw DoesNotFit(describe_request(workload_, i) + " (" + std::to_string(tokens) +
-                       " tokens) needs " + format_fixed(hbm_reservation(id) / (1 << 30), 2) +
-                       " GiB of KV per GPU, but only " +
-                       format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
-                       " GiB are left after " + plan_.breakdown());
+      throw DoesNotFit(DoesNotFit::Memory::kHbm,
+                       describe_request(workload_, i) + " (" + std::to_string(tokens) +
+                           " tokens) needs " + format_fixed(hbm_reservation(id) / (1 << 30), 2) +
+                           " GiB of KV per GPU, but only " +
+                           format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
+                           " GiB are left after " + plan_.breakdown());
     }
     if (host_reservation(id) > plan_.host_kv_capacity_bytes) {
-      throw DoesNotFit(describe_request(workload_, i) + " needs " +
-                       format_fixed(host_reservation(id) / (1 << 30), 2) +
-                       " GiB of host memory for its T1/T2 KV, but this engine's share of the "
-                       "node's DDR is " +
-                       format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB");
+      throw DoesNotFit(DoesNotFit::Memory::kHost,
+                       describe_request(workload_, i) + " needs " +
+                           format_fixed(host_reservation(id) / (1 << 30), 2) +
+                           " GiB of host memory for its T1/T2 KV, but this engine's share of the "
+                           "node's DDR is " +
+                           format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB");
     }
   }
   if (run.has_outputs() && run.outputs().has_timeseries_interval_us()) {

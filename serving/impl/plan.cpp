@@ -52,7 +52,14 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
                       " a generated workload may hold: use fewer --rounds");
   }
   loop.set_num_requests(static_cast<std::uint32_t>(requests));
-  Evaluation evaluation{false, {}, simulate(run, memo)};
+  Evaluation evaluation{false, {}, simulate_reporting_unfit(run, memo)};
+  if (!evaluation.report.does_not_fit.empty()) {
+    // A single request of the workload does not fit: no batch of this policy runs.
+    evaluation.binding =
+        (evaluation.report.does_not_fit_in == DoesNotFit::Memory::kHost ? "DDR: " : "HBM: ") +
+        evaluation.report.does_not_fit;
+    return evaluation;
+  }
   const auto& metrics = evaluation.report.metrics;
   const double most_at_once = metric(metrics, "max_running_requests");
   if (most_at_once < batch) {

@@ -139,6 +139,7 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
     }
     report.workload = description;
     report.does_not_fit = error.what();
+    report.does_not_fit_in = error.memory();
     return report;
   }
   ServingEngine& engine = *built;
@@ -246,6 +247,10 @@ SimulationReport simulate(const config::RunSpec& run, DemandMemo* memo) {
   return simulate_checked(run, memo, false);
 }
 
+SimulationReport simulate_reporting_unfit(const config::RunSpec& run, DemandMemo* memo) {
+  return simulate_checked(run, memo, true);
+}
+
 std::string report_json(const std::vector<SimulationReport>& reports, const config::RunSpec& run,
                         const std::string& version) {
   std::string config;
@@ -288,17 +293,17 @@ std::string report_json(const std::vector<SimulationReport>& reports, const conf
 }
 
 std::vector<SimulationReport> simulate_all(const config::RunSpec& run, DemandMemo* memo) {
-  std::vector<SimulationReport> reports{simulate_checked(run, memo, true)};
+  std::vector<SimulationReport> reports{simulate_reporting_unfit(run, memo)};
   for (const config::PolicySpec& policy : run.compare()) {
     config::RunSpec variant = run;
     *variant.mutable_policy() = policy;
     variant.clear_compare();
-    reports.push_back(simulate_checked(variant, memo, true));
+    reports.push_back(simulate_reporting_unfit(variant, memo));
   }
   const auto ran = std::find_if(reports.begin(), reports.end(),
                                 [](const SimulationReport& r) { return r.does_not_fit.empty(); });
-  if (ran == reports.end()) {
-    throw DoesNotFit(reports.front().does_not_fit);  // as a single run says it
+  if (ran == reports.end()) {  // as a single run says it
+    throw DoesNotFit(reports.front().does_not_fit_in, reports.front().does_not_fit);
   }
   // A policy that did not fit has the others' figures, each without a value, and says why.
   for (SimulationReport& report : reports) {

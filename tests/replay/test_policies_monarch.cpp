@@ -3,6 +3,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/errors.hpp"
 #include "replay/engine.hpp"
 #include "replay/registry.hpp"
@@ -76,6 +80,26 @@ ReplayDemand run_checked(const std::string& policy, PageChecks& checks,
   return kvtier::replay::replay(source, checked);
 }
 
+// One layer, a 32-token prompt; every step's attention falls evenly on the last 16 tokens
+// (0.0625 each, below the threshold), except step 15, whose own token (position 47, the last
+// of page 2) takes 0.5.
+kvtier::replay::InMemoryAttention one_heavy_step() {
+  constexpr std::uint64_t kPrompt = 32;
+  constexpr std::uint64_t kSteps = 60;
+  std::vector<std::vector<std::vector<float>>> rows(kSteps);
+  for (std::uint64_t step = 0; step < kSteps; ++step) {
+    std::vector<float> row(kPrompt + step + 1, 0.0F);
+    for (std::uint64_t token = row.size() - 16; token < row.size(); ++token) {
+      row[token] = step == 15 ? 0.5F / 15 : 1.0F / 16;
+    }
+    if (step == 15) {
+      row.back() = 0.5F;
+    }
+    rows[step] = {row};
+  }
+  return {1, kPrompt, std::move(rows)};
+}
+
 }  // namespace
 
 TEST_CASE("monarch pages whole pages shared by all layers and never evicts", "[replay]") {
@@ -121,23 +145,7 @@ TEST_CASE(
     "monarch's EMA keeps a page hot past the window until it decays, and pages it back in "
     "when room frees",
     "[replay]") {
-  // One layer, a 32-token prompt; every step's attention falls evenly on the last 16 tokens
-  // (0.0625 each, below the threshold), except step 15, whose own token (position 47, the last
-  // of page 2) takes 0.5.
-  constexpr std::uint64_t kPrompt = 32;
-  constexpr std::uint64_t kSteps = 60;
-  std::vector<std::vector<std::vector<float>>> rows(kSteps);
-  for (std::uint64_t step = 0; step < kSteps; ++step) {
-    std::vector<float> row(kPrompt + step + 1, 0.0F);
-    for (std::uint64_t token = row.size() - 16; token < row.size(); ++token) {
-      row[token] = step == 15 ? 0.5F / 15 : 1.0F / 16;
-    }
-    if (step == 15) {
-      row.back() = 0.5F;
-    }
-    rows[step] = {row};
-  }
-  kvtier::replay::InMemoryAttention source(1, kPrompt, rows);
+  kvtier::replay::InMemoryAttention source = one_heavy_step();
   const std::string common = "monarch:window=16,sticky_tokens=0,sticky_after=1000,";
   SECTION("decay 0.92: cold once 0.5 * 0.92^k falls below 0.12 (k = 18)") {
     const auto demand = kvtier::test::run_policy(source, common + "max_hot=64");
@@ -158,6 +166,24 @@ TEST_CASE(
     CHECK(demand.at(47, 0).tokens[0] == 32);
     CHECK(demand.at(48, 0).compressed == 16);
   }
+}
+
+TEST_CASE("a token promoted sticky_after times stays hot after its EMA has decayed", "[replay]") {
+  // Token 47 is promoted three times, as Monarch counts: at step 15, hot in the window with a
+  // score of 0.5 >= the 0.12 threshold, and at steps 31 and 32, kept hot past the window by
+  // its EMA (0.5·0.92^16 = 0.132, 0.121). At step 33 the EMA (0.111) no longer keeps it.
+  kvtier::replay::InMemoryAttention source = one_heavy_step();
+  const std::string common = "monarch:window=16,sticky_tokens=0,max_hot=64,";
+  // sticky_after=3: sticky from step 32, so page 2 stays hot beside the window's pages for
+  // good — 16 + 18 tokens at step 33 (window 50..65: pages 3 and 4), 16 + 28 at step 59.
+  const auto sticky = kvtier::test::run_policy(source, common + "sticky_after=3");
+  CHECK(sticky.at(33, 0).tokens[0] == 34);
+  CHECK(sticky.at(59, 0).tokens[0] == 44);
+  CHECK(sticky.at(59, 0).tokens[2] == 92 - 44);
+  // sticky_after=4: three promotions are not enough, and page 2 goes cold at step 33.
+  const auto not_sticky = kvtier::test::run_policy(source, common + "sticky_after=4");
+  CHECK(not_sticky.at(33, 0).tokens[0] == 18);
+  CHECK(not_sticky.at(59, 0).tokens[0] == 28);
 }
 
 TEST_CASE("monarch reads only hot pages unless told to read all", "[replay]") {

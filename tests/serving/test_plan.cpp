@@ -113,6 +113,23 @@ TEST_CASE("a loose SLO plans up to the batch cap or the memory limit", "[plan]")
                                " of " + std::to_string(scheduled.max_batch + 1)));
 }
 
+TEST_CASE("a policy whose single request does not fit plans a batch of 0, saying why", "[plan]") {
+  PlanOptions options;
+  options.slos = {{"tpot_p99_ms", 1e9}};
+  // 128 + 64 tokens of Llama-3.1-8B need 24 MiB of KV; leave 16 MiB.
+  const auto roomy = at_batch(small_run(), 1, 1);
+  const double reserve = roomy.at("hbm_reserve_gib") + roomy.at("hbm_kv_capacity_gib") - 1.0 / 64;
+  const auto result =
+      plan_capacity(small_run({"workload.closed_loop.prompt_tokens.fixed_tokens=128",
+                               "workload.closed_loop.output_tokens.fixed_tokens=64",
+                               "memory.runtime_reserve_gib=" + std::to_string(reserve)}),
+                    options);
+  CHECK(result.max_batch == 0);
+  CHECK(result.policy == "full");
+  CHECK_THAT(result.binding, Catch::StartsWith("HBM: request 0 (192 tokens) needs 0.02 GiB"));
+  CHECK(result.metrics.empty());
+}
+
 TEST_CASE("an SLO missed while the GPU waits for its copies is PCIe-bound", "[plan]") {
   // A long reasoning chain, all but its last 16 generated tokens in host memory and staged
   // every step by SM kernels, which take turns with compute: the copies take over a third of

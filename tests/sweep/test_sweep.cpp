@@ -7,12 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "common/errors.hpp"
 #include "configs/schema/run.pb.h"
 #include "serving/demand_memo.hpp"
+#include "serving/simulation.hpp"
 #include "sweep/sweep.hpp"
 #include "tests/support/config_fixture.hpp"
 
@@ -468,4 +470,29 @@ TEST_CASE("sweep: shards parse as K/N", "[sweep]") {
     INFO(bad);
     CHECK_THROWS_AS(kvtier::sweep::parse_shard(bad), kvtier::ConfigError);
   }
+}
+
+TEST_CASE("sweep: a compared policy that does not fit has the error while the point's others run",
+          "[sweep]") {
+  // Leave 18 MiB for KV: a request of 160 tokens needs 20 MiB whole, 16.5 MiB with its last 28
+  // generated tokens on the host.
+  const Sweep probe = load(spec_text(axis("policy", {"full"})));
+  std::map<std::string, double> roomy;
+  for (const auto& metric : kvtier::serving::simulate(probe.spec.base()).metrics) {
+    roomy[metric.name] = metric.value;
+  }
+  const double reserve =
+      roomy.at("hbm_reserve_gib") + roomy.at("hbm_kv_capacity_gib") - 18.0 / 1024;
+  const Sweep sweep =
+      load(spec_text(axis("policy", {"tiered:hbm=0,evict=0,delta=1,sinks=0,recent=4"}) +
+                         axis("memory.runtime_reserve_gib", {std::to_string(reserve)}),
+                     "GRID", "compare { name: \"full\" }"));
+  kvtier::serving::DemandMemo memo;
+  const auto rows = kvtier::sweep::simulate_point(sweep, 0, kvtier::test::loader(), memo);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].error.empty());
+  CHECK(metric(rows[0], "requests_completed") == "4");
+  CHECK(rows[1].policy == "full");
+  CHECK_THAT(rows[1].error, Catch::Contains("GiB of KV per GPU"));
+  CHECK(rows[1].metrics.empty());
 }
