@@ -148,7 +148,7 @@ void check_live_policy(const std::string& name) {
   if (std::find(supported.begin(), supported.end(), name) == supported.end()) {
     throw ConfigError("policy '" + name +
                       "' cannot run on the live cache (it runs: full, tiered, streaming, h2o, "
-                      "tova, monarch:attend=all, dms)");
+                      "tova, monarch:attend=all,compression=int8, dms)");
   }
 }
 
@@ -227,7 +227,7 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   if (options.policy.name() == "monarch" && result.policy.find("attend=all") == std::string::npos) {
     throw ConfigError(
         "monarch:attend=hot leaves cold pages out of attention, which the live "
-        "cache does not model (it reads T2): use monarch:attend=all");
+        "cache does not model (it reads T2): use monarch:attend=all,compression=int8");
   }
   result.prefetch = prefetch_of(result.policy);
   result.prompt_tokens = prompt.size();

@@ -234,6 +234,20 @@ TEST_CASE("the replay's eviction policies drive the live cache", "[kernels][live
       CHECK(result.cache.h2d().bytes == 0);
     }
   }
+  SECTION("a prompt longer than the budget is held whole until the first decode step") {
+    // Prefilled into T0 entire; h2o, tova and dms evict from the first step on, so T0 peaks at
+    // the prompt and that step's token, in every layer. (streaming cuts the prompt right after
+    // the prefill, so its peak is the prompt alone.)
+    REQUIRE(prompt_tokens > 4);
+    for (const std::string policy : {"h2o:budget=4", "tova:budget=4", "dms:budget=4,delay=0"}) {
+      INFO(policy);
+      const kk::LiveResult result = live(policy, 20);
+      CHECK(result.cache.t0_peak_bytes == 5ULL * (prompt_tokens + 1) * kTokenLayerBytes);
+      CHECK(result.final_tier_tokens[0] <= 5 * (4 + 1));
+    }
+    const kk::LiveResult streaming = live("streaming:sinks=1,window=3", 20);
+    CHECK(streaming.cache.t0_peak_bytes == 5ULL * prompt_tokens * kTokenLayerBytes);
+  }
   SECTION("monarch pages cold tokens to T2 and reads them") {
     const kk::LiveResult result =
         live("monarch:attend=all,compression=int8,window=16,max_hot=32,sticky_tokens=4", 100);
