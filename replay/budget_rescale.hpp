@@ -40,4 +40,13 @@ void check_budget_bounds(const BudgetBounds& bounds);
                                                          std::uint64_t target_mean,
                                                          const BudgetBounds& bounds = {});
 
+// Largest-remainder rounding, step 4 above and PyramidKV's allocation (replay/registry.hpp):
+// non-negative `values` to integers summing to `total`, each ⌊v⌋ and the total − Σ⌊v⌋ largest
+// fractional parts one more (equal fractions: the lower index first), none taken by an entry at
+// `cap`. Values are compared in millionths of a token, so fractions equal in exact arithmetic
+// but not in a double's last bits tie. std::logic_error when the total is out of that reach.
+[[nodiscard]] std::vector<std::uint64_t> round_to_total(std::span<const double> values,
+                                                        std::uint64_t total,
+                                                        std::uint64_t cap = UINT64_MAX);
+
 }  // namespace kvtier::replay

@@ -113,28 +113,32 @@ std::vector<std::uint64_t> rescale_budgets(std::span<const std::uint64_t> shape,
   // 3. Remainder among the layers not at a bound.
   redistribute(budgets, total, bounds);
 
-  // 4. Largest remainder, on budgets in millionths of a token.
+  // 4. Largest remainder.
+  return round_to_total(budgets, target_mean * shape.size(), bounds.cap);
+}
+
+std::vector<std::uint64_t> round_to_total(std::span<const double> values, std::uint64_t total,
+                                          std::uint64_t cap) {
   const auto units_per_token = static_cast<std::int64_t>(kUnitsPerToken);
-  std::vector<std::uint64_t> result(shape.size());
-  std::vector<std::int64_t> fractions(shape.size());
-  std::int64_t missing =
-      static_cast<std::int64_t>(target_mean) * static_cast<std::int64_t>(shape.size());
-  for (std::size_t l = 0; l < shape.size(); ++l) {
-    const std::int64_t units = std::llround(budgets[l] * kUnitsPerToken);
+  std::vector<std::uint64_t> result(values.size());
+  std::vector<std::int64_t> fractions(values.size());
+  auto missing = static_cast<std::int64_t>(total);
+  for (std::size_t l = 0; l < values.size(); ++l) {
+    const std::int64_t units = std::llround(values[l] * kUnitsPerToken);
     result[l] = static_cast<std::uint64_t>(units / units_per_token);
     fractions[l] = units % units_per_token;
     missing -= static_cast<std::int64_t>(result[l]);
   }
   std::vector<std::size_t> order;
-  for (std::size_t l = 0; l < shape.size(); ++l) {
-    if (result[l] < bounds.cap) {
+  for (std::size_t l = 0; l < values.size(); ++l) {
+    if (result[l] < cap) {
       order.push_back(l);
     }
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return fractions[a] > fractions[b]; });
   if (missing < 0 || static_cast<std::size_t>(missing) > order.size()) {
-    throw std::logic_error("rescale_budgets: rounding is " + std::to_string(missing) +
+    throw std::logic_error("round_to_total: rounding is " + std::to_string(missing) +
                            " tokens off the total");
   }
   for (std::int64_t i = 0; i < missing; ++i) {

@@ -8,6 +8,7 @@
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "replay/budget_rescale.hpp"
 #include "replay/policies.hpp"
 
 namespace kvtier::replay {
@@ -80,34 +81,6 @@ std::vector<ParamSpec> budget_params(const std::string& default_budget,
            true}};
 }
 
-namespace {
-
-// Real-valued shares rounded to integers with their total kept (largest remainder: the floors,
-// then one more for the largest fractions, ties to the earlier layer), so that a pyramid of mean
-// B holds exactly L·B tokens.
-std::vector<std::uint64_t> rounded_keeping_total(const std::vector<double>& shares) {
-  std::vector<std::uint64_t> rounded(shares.size());
-  double total = 0.0;
-  std::uint64_t floors = 0;
-  for (std::size_t i = 0; i < shares.size(); ++i) {
-    total += shares[i];
-    rounded[i] = static_cast<std::uint64_t>(std::floor(shares[i]));
-    floors += rounded[i];
-  }
-  std::vector<std::size_t> order(shares.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return shares[a] - std::floor(shares[a]) > shares[b] - std::floor(shares[b]);
-  });
-  const auto target = static_cast<std::uint64_t>(std::llround(total));
-  for (std::size_t k = 0; floors < target && k < order.size(); ++k, ++floors) {
-    ++rounded[order[k]];
-  }
-  return rounded;
-}
-
-}  // namespace
-
 std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::uint32_t layers,
                                          std::optional<std::uint64_t> compressed_prompt) {
   const std::string& allocation = params.choice("allocation");
@@ -152,7 +125,8 @@ std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::ui
   for (std::uint32_t layer = 0; layer < layers; ++layer) {
     shares[layer] = high - layer * (high - low) / (layers - 1) + std::min(kWindow, budget);
   }
-  return rounded_keeping_total(shares);
+  // Largest remainder, so that the layers hold exactly L·B.
+  return round_to_total(shares, static_cast<std::uint64_t>(budget) * layers);
 }
 
 void resolve_budget_params(PolicyParameters& params, std::uint32_t layers) {
