@@ -43,6 +43,8 @@ struct TieredCacheStats {
   std::uint64_t evicted_tokens = 0;
 
   [[nodiscard]] CopyCounter h2d() const;  // prefetch + compressed + promote
+  // The counter a move between tiers is charged to; nullptr for an eviction (nothing moves).
+  [[nodiscard]] CopyCounter* counter_of(replay::Tier from, replay::Tier to);
 };
 
 // Index-only pool of slots with a free list; `limit` slots at most (0: no limit).

@@ -59,7 +59,8 @@ class TimeWeightedGauge {
 // Percentile rule (nearest rank): percentile(p) for 0 < p ≤ 100 is the smallest recorded value
 // v such that at least p% of the samples are ≤ v, i.e. the sample of rank ceil(p/100 · n) in
 // ascending order (1-based); percentile(0) is the minimum. Every percentile is therefore a value
-// that was actually recorded. Querying an empty distribution throws std::logic_error.
+// that was actually recorded (common/nearest_rank.hpp). Querying an empty distribution throws
+// std::logic_error.
 class LatencyDistribution {
  public:
   void record(Tick duration) {

@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "common/errors.hpp"
+#include "common/nearest_rank.hpp"
+#include "kernels/divergence.hpp"
 #include "replay/engine.hpp"
 #include "replay/parameters.hpp"
 #include "replay/policy.hpp"
@@ -81,37 +83,6 @@ class Attachment {
   LiveKvCache& cache_;
 };
 
-std::vector<double> log_softmax(std::span<const float> logits) {
-  double top = -std::numeric_limits<double>::infinity();
-  for (const float value : logits) {
-    top = std::max(top, static_cast<double>(value));
-  }
-  double sum = 0.0;
-  for (const float value : logits) {
-    sum += std::exp(static_cast<double>(value) - top);
-  }
-  const double log_sum = top + std::log(sum);
-  std::vector<double> out(logits.size());
-  for (std::size_t i = 0; i < logits.size(); ++i) {
-    out[i] = static_cast<double>(logits[i]) - log_sum;
-  }
-  return out;
-}
-
-// KL(p || q) in nats from logits.
-double kl_divergence(std::span<const float> p_logits, std::span<const float> q_logits) {
-  const std::vector<double> log_p = log_softmax(p_logits);
-  const std::vector<double> log_q = log_softmax(q_logits);
-  double kl = 0.0;
-  for (std::size_t i = 0; i < log_p.size(); ++i) {
-    const double p = std::exp(log_p[i]);
-    if (p > 0.0) {
-      kl += p * (log_p[i] - log_q[i]);
-    }
-  }
-  return std::max(kl, 0.0);
-}
-
 PrefetchMode prefetch_of(const std::string& canonical) {
   return canonical.find("prefetch=differential") != std::string::npos ? PrefetchMode::kDifferential
                                                                       : PrefetchMode::kFull;
@@ -157,9 +128,7 @@ double percentile(std::vector<double> values, double fraction) {
     return 0.0;
   }
   std::sort(values.begin(), values.end());
-  const double rank = std::ceil(fraction * static_cast<double>(values.size()));
-  const auto index = static_cast<std::size_t>(std::max(rank, 1.0)) - 1;
-  return values[std::min(index, values.size() - 1)];
+  return values[nearest_rank_index(fraction, values.size())];
 }
 
 namespace {

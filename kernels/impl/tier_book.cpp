@@ -19,6 +19,16 @@ void count(CopyCounter& counter, std::uint64_t bytes_per_token) {
 
 }  // namespace
 
+CopyCounter* TieredCacheStats::counter_of(Tier from, Tier to) {
+  switch (to) {
+    case Tier::kHbm: return &h2d_promote;
+    case Tier::kHost:
+    case Tier::kCompressed: return from == Tier::kHbm ? &d2h_offload : &host_recode;
+    case Tier::kEvicted: return nullptr;
+  }
+  return nullptr;
+}
+
 CopyCounter TieredCacheStats::h2d() const {
   CopyCounter total;
   for (const CopyCounter* part : {&h2d_prefetch, &h2d_compressed, &h2d_promote}) {
@@ -158,27 +168,24 @@ TokenMove TierBook::plan_move(int layer_index, std::uint64_t position, Tier to) 
       }
       move.to_slot = t0_.allocate();
       // A T2 token crosses compressed and is dequantised on arrival.
-      count(stats_.h2d_promote, move.from == Tier::kHost ? token_bytes_ : compressed_token_bytes_);
+      count(*stats_.counter_of(move.from, to),
+            move.from == Tier::kHost ? token_bytes_ : compressed_token_bytes_);
       break;
     case Tier::kHost:
       move.to_slot = t1_.allocate();
       ++layer.t1_tokens;
       ++layer.unstaged;
-      if (move.from == Tier::kHbm) {
-        count(stats_.d2h_offload, token_bytes_);
-      } else {
-        count(stats_.host_recode, compressed_token_bytes_);
-      }
+      // A recode reads the T2 token: counted at the size read.
+      count(*stats_.counter_of(move.from, to),
+            move.from == Tier::kHbm ? token_bytes_ : compressed_token_bytes_);
       break;
     case Tier::kCompressed:
       move.to_slot = t2_.allocate();
       ++layer.t2_tokens;
-      // Quantised where the data is: a T0 token crosses as compressed bytes.
-      if (move.from == Tier::kHbm) {
-        count(stats_.d2h_offload, compressed_token_bytes_);
-      } else {
-        count(stats_.host_recode, token_bytes_);
-      }
+      // Quantised where the data is: a T0 token crosses as compressed bytes; a recode reads the
+      // full-precision T1 token.
+      count(*stats_.counter_of(move.from, to),
+            move.from == Tier::kHbm ? compressed_token_bytes_ : token_bytes_);
       break;
     case Tier::kEvicted: ++stats_.evicted_tokens; break;
   }

@@ -81,9 +81,6 @@ void TieredKvCache::store(const KeyValueWrite& write) {
 }
 
 void TieredKvCache::perform(const TokenMove& move) {
-  TieredCacheStats& stats = book_.stats();
-  const auto start = Clock::now();
-  CopyCounter* counter = nullptr;
   switch (move.to) {
     case Tier::kHbm:
       if (move.from == Tier::kHost) {
@@ -92,41 +89,51 @@ void TieredKvCache::perform(const TokenMove& move) {
         quantise::dequantise_token(t2_slot(move.from_slot), kv_heads_, head_dim_,
                                    t0_slot(move.to_slot));
       }
-      counter = &stats.h2d_promote;
       break;
     case Tier::kHost:
       if (move.from == Tier::kHbm) {
         std::copy_n(t0_slot(move.from_slot), token_floats_, t1_slot(move.to_slot));
-        counter = &stats.d2h_offload;
       } else {
         quantise::dequantise_token(t2_slot(move.from_slot), kv_heads_, head_dim_,
                                    t1_slot(move.to_slot));
-        counter = &stats.host_recode;
       }
       break;
     case Tier::kCompressed:
       if (move.from == Tier::kHbm) {
         quantise::quantise_token(t0_slot(move.from_slot), kv_heads_, head_dim_,
                                  t2_slot(move.to_slot));
-        counter = &stats.d2h_offload;
       } else {
         quantise::quantise_token(t1_slot(move.from_slot), kv_heads_, head_dim_,
                                  t2_slot(move.to_slot));
-        counter = &stats.host_recode;
       }
       break;
     case Tier::kEvicted: return;
   }
-  counter->seconds += seconds_since(start);
 }
 
 void TieredKvCache::apply_placement() {
   const MovePlan plan = book_.plan_moves();
   grow_arenas();
+  // A token-layer's copy takes nanoseconds, as long as reading the clock: the clock is read
+  // where the kind of move changes, and each run of moves of one kind is charged to its counter.
+  CopyCounter* running = nullptr;
+  Clock::time_point run_start;
   for (const std::vector<TokenMove>* moves : {&plan.demotions, &plan.promotions}) {
     for (const TokenMove& move : *moves) {
+      CopyCounter* counter = book_.stats().counter_of(move.from, move.to);
+      if (counter != running) {
+        const auto now = Clock::now();
+        if (running != nullptr) {
+          running->seconds += std::chrono::duration<double>(now - run_start).count();
+        }
+        running = counter;
+        run_start = now;
+      }
       perform(move);
     }
+  }
+  if (running != nullptr) {
+    running->seconds += seconds_since(run_start);
   }
 }
 

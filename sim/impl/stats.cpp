@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "common/nearest_rank.hpp"
 #include "sim/simulator.hpp"
 
 namespace kvtier::sim {
@@ -54,12 +55,7 @@ Tick LatencyDistribution::percentile(double p) const {
     throw std::invalid_argument("sim::LatencyDistribution: percentile must be in [0, 100]");
   }
   sort_if_needed();
-  const auto n = static_cast<double>(samples_.size());
-  // Nearest rank; the 1e-9 absorbs p/100·n landing a hair above a whole rank (p = 29 of 100
-  // samples computes 29.000000000000004, which must stay rank 29).
-  const double rank = std::ceil(p / 100.0 * n - 1e-9);
-  const auto index = static_cast<std::size_t>(std::max(rank, 1.0)) - 1;
-  return samples_[std::min(index, samples_.size() - 1)];
+  return samples_[nearest_rank_index(p / 100.0, samples_.size())];
 }
 
 double LatencyDistribution::mean_ps() const {

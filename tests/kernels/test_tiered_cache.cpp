@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "kernels/divergence.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/generate.hpp"
 #include "kernels/live.hpp"
@@ -163,6 +164,46 @@ TEST_CASE("8-bit T2 is an approximation: small divergence, compressed bytes read
   CHECK(result.mean_kl > 0.0);
   const kk::LiveResult evicting = live(tiered("evict=0.5,hbm=0"), kSteps);
   CHECK(result.mean_kl < evicting.mean_kl);
+}
+
+TEST_CASE("the mean KL is KL(full || tiered) over the decode steps, teacher-forced",
+          "[kernels][live]") {
+  constexpr int kShortRun = 60;
+  const kk::LiveResult result = live(tiered("hbm=0.5,evict=0.5"), kShortRun, 0, true);
+  REQUIRE(result.logits.size() == static_cast<std::size_t>(kShortRun));
+  // The full cache reads the tokens the tiered run decoded.
+  const auto full = kk::make_cpu_engine(stories_model());
+  (void)full->prefill(prompt());
+  double forward_sum = 0.0;
+  double reverse_sum = 0.0;
+  double forward_max = 0.0;
+  for (int step = 0; step < kShortRun; ++step) {
+    const auto index = static_cast<std::size_t>(step);
+    const std::span<const float> reference = full->decode(result.tokens[index]);
+    const double forward = kk::kl_divergence(reference, result.logits[index]);
+    forward_sum += forward;
+    forward_max = std::max(forward_max, forward);
+    reverse_sum += kk::kl_divergence(result.logits[index], reference);
+  }
+  CHECK(result.mean_kl > 0.0);
+  CHECK(result.mean_kl == Approx(forward_sum / kShortRun).epsilon(1e-12));
+  CHECK(result.max_kl == Approx(forward_max).epsilon(1e-12));
+  CHECK(result.mean_kl != Approx(reverse_sum / kShortRun).epsilon(1e-6));
+}
+
+TEST_CASE("copy time is charged to the kind of copy that moved bytes", "[kernels][live]") {
+  for (const std::string params :
+       {"hbm=0.5,evict=0", "hbm=0.3,evict=0.2,compress=0.5", "hbm=0,evict=0,compress=1"}) {
+    const kk::LiveResult result = live(tiered(params), kSteps);
+    INFO(params);
+    CHECK(result.cache.d2h_offload.bytes > 0);
+    const kk::TieredCacheStats& stats = result.cache;
+    for (const kk::CopyCounter* counter :
+         {&stats.h2d_prefetch, &stats.h2d_compressed, &stats.h2d_promote, &stats.d2h_offload,
+          &stats.host_recode}) {
+      CHECK((counter->bytes == 0) == (counter->seconds == 0.0));
+    }
+  }
 }
 
 TEST_CASE("live runs are deterministic", "[kernels][live]") {
