@@ -1,14 +1,19 @@
 #include "apps/cli.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <fstream>
 #include <initializer_list>
 #include <iterator>
 #include <string_view>
+#include <system_error>
 #include <utility>
 
 #include "common/errors.hpp"
 #include "common/input_file.hpp"
+#include "common/temporary_file.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/hf_checkpoint.hpp"
 #include "kernels/random_model.hpp"
@@ -244,8 +249,33 @@ void check_output_file(const std::string& option, const std::filesystem::path& p
     throw ConfigError(option + " needs a file name");
   }
   std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (std::filesystem::is_directory(status)) {
     throw ConfigError(option + " is a folder: name a file", path.string());
+  }
+  // The finished output is renamed over the name: a device or a pipe would be replaced, not
+  // written to.
+  if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+    throw ConfigError(option + " is not a regular file (a device, pipe or socket): name a file",
+                      path.string());
+  }
+  // The temporary is made beside the output (folders created as needed): the nearest existing
+  // folder must take new files.
+  std::filesystem::path folder = output_target(path).parent_path();
+  while (!folder.empty() && !std::filesystem::exists(folder, error)) {
+    folder = folder.parent_path();
+  }
+  if (folder.empty()) {
+    folder = ".";
+  }
+  if (!std::filesystem::is_directory(folder, error)) {
+    throw ConfigError(option + " cannot be written: " + folder.string() + " is not a folder",
+                      path.string());
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw ConfigError(option + " cannot be written: folder " + folder.string() + ": " +
+                          std::system_category().message(errno),
+                      path.string());
   }
   for (const std::filesystem::path& input : inputs) {
     if (!input.empty() && std::filesystem::equivalent(path, input, error)) {
@@ -271,6 +301,32 @@ std::vector<std::filesystem::path> given_paths(const boost::program_options::var
       }
     } else {
       paths.emplace_back(boost::any_cast<const std::string&>(value));
+    }
+  }
+  return paths;
+}
+
+std::vector<std::filesystem::path> model_input_paths(
+    const boost::program_options::variables_map& values) {
+  std::vector<std::filesystem::path> paths;
+  const auto add = [&](const std::filesystem::path& path) {
+    paths.push_back(path);
+    std::error_code error;
+    if (std::filesystem::is_directory(path, error)) {
+      for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
+        paths.push_back(entry.path());
+      }
+    }
+  };
+  const std::filesystem::path model = values["model"].as<std::string>();
+  add(model);
+  if (values.count("tokenizer") != 0U) {
+    add(values["tokenizer"].as<std::string>());
+  } else if (!is_random_model(model.string())) {
+    try {
+      add(find_tokenizer(model));
+    } catch (const ConfigError&) {
+      // No tokenizer found: loading it says so, after the output checks.
     }
   }
   return paths;

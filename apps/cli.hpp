@@ -117,6 +117,10 @@ void check_output_file(const std::string& option, const std::filesystem::path& p
 [[nodiscard]] std::vector<std::filesystem::path> given_paths(
     const boost::program_options::variables_map& values,
     std::initializer_list<const char*> options);
+// The files a run reads through --model and --tokenizer, for check_output_file's inputs: each,
+// every file of a folder among them, and the tokenizer find_tokenizer finds when none is given.
+[[nodiscard]] std::vector<std::filesystem::path> model_input_paths(
+    const boost::program_options::variables_map& values);
 // An output folder: refused when empty or when a file has its name.
 void check_output_folder(const std::string& option, const std::filesystem::path& path);
 

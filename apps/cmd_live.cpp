@@ -17,6 +17,7 @@
 #include "common/text_output.hpp"
 #include "configs/schema/measurement.pb.h"
 #include "configs/units.hpp"
+#include "configs/utf8_fields.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/engine.hpp"
@@ -154,8 +155,11 @@ int run_live(const Arguments& args, Context& context) {
         "brings its own prompt)");
   }
   if (values.count("measure") != 0U) {
-    check_output_file("--measure", values["measure"].as<std::string>(),
-                      given_paths(values, {"model", "tokenizer", "prompt-file", "follow-trace"}));
+    std::vector<std::filesystem::path> inputs = model_input_paths(values);
+    for (const std::filesystem::path& path : given_paths(values, {"prompt-file", "follow-trace"})) {
+      inputs.push_back(path);
+    }
+    check_output_file("--measure", values["measure"].as<std::string>(), inputs);
   }
   kernels::LiveOptions live_options;
   live_options.copies = copies;
@@ -340,6 +344,8 @@ int run_live(const Arguments& args, Context& context) {
   divergence.set_identical_logit_steps(result.identical_logit_steps);
 
   if (values.count("measure") != 0U) {
+    // The prompt, file names and generated text (a byte-level tokenizer can stop mid-character).
+    config::make_strings_valid_utf8(measurement);
     std::string json;
     google::protobuf::util::JsonPrintOptions print;
     print.add_whitespace = true;

@@ -423,8 +423,11 @@ int capture(const Arguments& args, Context& context) {
   if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
     throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
   }
-  check_output_file("--out", values["out"].as<std::string>(),
-                    given_paths(values, {"model", "tokenizer", "prompt-file"}));
+  std::vector<std::filesystem::path> inputs = model_input_paths(values);
+  for (const std::filesystem::path& prompt_file : given_paths(values, {"prompt-file"})) {
+    inputs.push_back(prompt_file);
+  }
+  check_output_file("--out", values["out"].as<std::string>(), inputs);
   kernels::CaptureOptions capture_options;
   capture_options.contents = parse_trace_contents(values);
   const kernels::TraceContents& contents = capture_options.contents;

@@ -45,7 +45,7 @@ inline TemporaryFile write_temporary(const std::filesystem::path& path, std::str
 
 inline void move_into_place(TemporaryFile& temporary, const std::filesystem::path& path) {
   std::error_code error;
-  std::filesystem::rename(temporary.path(), path, error);
+  std::filesystem::rename(temporary.path(), temporary.target(), error);
   if (error) {
     throw Error("cannot move output file into place: " + error.message(), path.string(),
                 ExitCode::kRuntimeFailure);

@@ -89,13 +89,30 @@ inline void install_interrupt_cleanup() {
   }
 }
 
+// Where an output named `path` is written: the file a symbolic link names (the link stays, as
+// when a shell redirects into it), else `path` itself.
+[[nodiscard]] inline std::filesystem::path output_target(const std::filesystem::path& path) {
+  std::error_code error;
+  if (std::filesystem::is_symlink(path, error)) {
+    std::filesystem::path target = std::filesystem::canonical(path, error);
+    if (!error) {
+      return target;
+    }
+  }
+  return path;
+}
+
+// The temporary of the output `final_path`, beside its target() so that the rename stays in one
+// file system.
 class TemporaryFile {
  public:
   explicit TemporaryFile(const std::filesystem::path& final_path)
-      : path_(final_path.string() + ".tmp." + std::to_string(static_cast<long>(::getpid()))),
+      : target_(output_target(final_path)),
+        path_(target_.string() + ".tmp." + std::to_string(static_cast<long>(::getpid()))),
         slot_(detail::hold_for_interrupt_cleanup(path_.string())) {}
   TemporaryFile(TemporaryFile&& other) noexcept
-      : path_(std::move(other.path_)),
+      : target_(std::move(other.target_)),
+        path_(std::move(other.path_)),
         slot_(std::exchange(other.slot_, -1)),
         released_(std::exchange(other.released_, true)) {}
   TemporaryFile(const TemporaryFile&) = delete;
@@ -110,6 +127,8 @@ class TemporaryFile {
   }
 
   [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+  // What the finished temporary is renamed to (output_target of the output's name).
+  [[nodiscard]] const std::filesystem::path& target() const noexcept { return target_; }
   // The file was renamed into place (or is someone else's now): leave it.
   void release() noexcept {
     released_ = true;
@@ -117,6 +136,7 @@ class TemporaryFile {
   }
 
  private:
+  std::filesystem::path target_;
   std::filesystem::path path_;
   int slot_ = -1;
   bool released_ = false;

@@ -35,15 +35,8 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
                             " does not divide num_attention_heads " + std::to_string(heads) +
                             " (grouped-query attention needs whole groups)"});
   }
-  const bool explicit_head_dim = model.architecture() == QWEN3;
-  if (!explicit_head_dim && model.has_head_dim() && model.has_hidden_size() &&
-      static_cast<uint64_t>(model.head_dim()) * heads != model.hidden_size()) {
-    problems.push_back({at(path, "head_dim"),
-                        "head_dim " + std::to_string(model.head_dim()) + " x num_attention_heads " +
-                            std::to_string(heads) + " != hidden_size " +
-                            std::to_string(model.hidden_size()) + ", which " +
-                            Architecture_Name(model.architecture()) + " requires"});
-  }
+  // head_dim × num_attention_heads need not be hidden_size: transformers' Llama, Mistral and
+  // Qwen configs all take an explicit head_dim (Mistral-NeMo: 32 × 128 against 5120, Qwen3).
   if (model.has_qk_norm() && model.architecture() != ARCHITECTURE_UNSPECIFIED &&
       model.qk_norm() != (model.architecture() == QWEN3)) {
     problems.push_back({at(path, "qk_norm"),

@@ -175,11 +175,29 @@ config::ModelSpec read_hf_config(const std::filesystem::path& config_json) {
   spec.set_rope_theta(reader.number_or("rope_theta", 10000.0));
   spec.set_rms_norm_eps(reader.number(json, "rms_norm_eps", "rms_norm_eps"));
   spec.set_tie_word_embeddings(reader.boolean_or("tie_word_embeddings", false));
-  // Qwen2's attention always has q/k/v biases; the others have them only when configured.
-  spec.set_attention_bias(
-      spec.architecture() == config::QWEN2 ? true : reader.boolean_or("attention_bias", false));
+  // Qwen2's attention always has q/k/v biases and Mistral's none. Llama's and Qwen3's
+  // attention_bias gives o_proj a bias as well, which the engines do not add: refused rather
+  // than run wrong.
+  spec.set_attention_bias(spec.architecture() == config::QWEN2);
+  if (spec.architecture() != config::QWEN2 && spec.architecture() != config::MISTRAL &&
+      reader.boolean_or("attention_bias", false)) {
+    throw DataError(
+        "config.json field 'attention_bias': true (biases on q/k/v and o_proj) is not supported",
+        where);
+  }
+  if (spec.architecture() == config::LLAMA && reader.boolean_or("mlp_bias", false)) {
+    throw DataError("config.json field 'mlp_bias': true (MLP biases) is not supported", where);
+  }
+  if (reader.has("hidden_act") &&
+      (!json.at("hidden_act").is_string() || json.at("hidden_act").get<std::string>() != "silu")) {
+    throw DataError("config.json field 'hidden_act': " + json.at("hidden_act").dump() +
+                        " is not supported (the engines run SwiGLU: silu)",
+                    where);
+  }
   spec.set_qk_norm(spec.architecture() == config::QWEN3);
-  if (spec.architecture() == config::MISTRAL && reader.has("sliding_window")) {
+  // A window of all the positions or more never binds (and the schema refuses more).
+  if (spec.architecture() == config::MISTRAL && reader.has("sliding_window") &&
+      reader.positive("sliding_window") <= spec.max_position_embeddings()) {
     spec.set_sliding_window(reader.positive("sliding_window"));
   }
   if ((spec.architecture() == config::QWEN2 || spec.architecture() == config::QWEN3) &&

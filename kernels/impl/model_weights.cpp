@@ -21,6 +21,13 @@ void check_engine_spec(const config::ModelSpec& spec, const std::string& where) 
   require_positive(spec.has_vocab_size(), spec.vocab_size(), "vocab_size");
   require_positive(spec.has_max_position_embeddings(), spec.max_position_embeddings(),
                    "max_position_embeddings");
+  // Positions are indexed with int, as in the engines' kernels.
+  if (spec.max_position_embeddings() > 0x7FFFFFFFU) {
+    throw DataError("model field 'max_position_embeddings' " +
+                        std::to_string(spec.max_position_embeddings()) +
+                        " is more positions than the engines index (at most 2147483647)",
+                    where);
+  }
   if (spec.num_attention_heads() % spec.num_key_value_heads() != 0) {
     throw DataError("num_attention_heads (" + std::to_string(spec.num_attention_heads()) +
                         ") is not a multiple of num_key_value_heads (" +
@@ -50,10 +57,10 @@ void check_engine_spec(const config::ModelSpec& spec, const std::string& where) 
     }
     if (scaling.rope_type() == "llama3" &&
         (!scaling.has_low_freq_factor() || !scaling.has_high_freq_factor() ||
-         !scaling.has_original_max_position_embeddings() ||
+         !scaling.has_original_max_position_embeddings() || !(scaling.low_freq_factor() > 0.0) ||
          scaling.high_freq_factor() <= scaling.low_freq_factor())) {
       throw DataError(
-          "rope_scaling of type llama3 needs low_freq_factor < high_freq_factor and "
+          "rope_scaling of type llama3 needs 0 < low_freq_factor < high_freq_factor and "
           "original_max_position_embeddings",
           where);
     }

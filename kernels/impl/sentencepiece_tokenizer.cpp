@@ -114,11 +114,20 @@ std::unique_ptr<Tokenizer> load_sentencepiece_model(const std::filesystem::path&
   if (!model.ParseFromIstream(&in)) {
     throw DataError("not a sentencepiece model (protobuf parse failed)", where);
   }
+  // An empty message parses too (as a UNIGRAM model of nothing).
+  if (model.pieces_size() == 0) {
+    throw DataError("not a sentencepiece model (no pieces)", where);
+  }
   if (model.trainer_spec().model_type() != spm::TrainerSpec::BPE) {
     throw DataError("sentencepiece model_type " +
                         spm::TrainerSpec::ModelType_Name(model.trainer_spec().model_type()) +
                         " is not supported (only BPE, as in Llama 2, Mistral and TinyLlama)",
                     where);
+  }
+  if (model.trainer_spec().treat_whitespace_as_suffix()) {
+    throw DataError(
+        "sentencepiece treat_whitespace_as_suffix is not supported (whitespace as a prefix only)",
+        where);
   }
   const spm::NormalizerSpec& spec = model.normalizer_spec();
   if (!spec.precompiled_charsmap().empty()) {

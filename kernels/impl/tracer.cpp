@@ -14,7 +14,9 @@
 #include <utility>
 
 #include "common/errors.hpp"
+#include "common/temporary_file.hpp"
 #include "kernels/sampler.hpp"
+#include "traces/meta.hpp"
 
 namespace kvtier::kernels {
 namespace {
@@ -358,11 +360,13 @@ CaptureResult capture_trace(Engine& engine, std::span<const std::int32_t> prompt
                       spec.name());
   }
   const TraceProvenance provenance{options.generation.sampling, options.tool, options.description};
-  // Checked before any work, so that bad contents fail at once rather than after a long run.
-  static_cast<void>(capture_meta(spec, static_cast<std::uint32_t>(prompt_tokens),
-                                 static_cast<std::uint32_t>(new_tokens), options.contents,
-                                 provenance));
+  // Checked before any work — the contents, the sampling options, then every rule of the schema
+  // the writer applies — so that a bad capture fails at once, not after a long generation pass.
+  const config::TraceMeta planned =
+      capture_meta(spec, static_cast<std::uint32_t>(prompt_tokens),
+                   static_cast<std::uint32_t>(new_tokens), options.contents, provenance);
   Sampler sampler(options.generation.sampling);
+  static_cast<void>(traces::checked_shape(planned, path.string() + ", /meta"));
   // Before the guard, so that it detaches the engine (pending CUDA deliveries) before they go.
   std::optional<GenerationProgress> generation_progress;
   std::optional<AttentionTracer> tracer;
@@ -392,7 +396,7 @@ CaptureResult capture_trace(Engine& engine, std::span<const std::int32_t> prompt
   progress.phase = CaptureProgress::Phase::kTracing;
   progress.tokens_total = static_cast<int>(steps);
   // The writer's temporary name (docs/TRACE_FORMAT.md): FILE.tmp.PID.
-  progress.partial_file = path.string() + ".tmp." + std::to_string(::getpid());
+  progress.partial_file = output_target(path).string() + ".tmp." + std::to_string(::getpid());
   const Clock::time_point start = Clock::now();
 
   std::vector<std::int32_t> tokens(prompt.begin(), prompt.end());

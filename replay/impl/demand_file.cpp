@@ -266,7 +266,7 @@ void write_demand_file(const std::filesystem::path& path, const ReplayDemand& de
     }
   }
   std::error_code error;
-  std::filesystem::rename(temporary.path(), path, error);
+  std::filesystem::rename(temporary.path(), temporary.target(), error);
   if (error) {
     h5::raise(Blame::kOutput, "cannot move the demand file into place: " + error.message(), name);
   }

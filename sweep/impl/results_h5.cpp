@@ -177,7 +177,7 @@ void write_results_h5(const std::filesystem::path& path, const ResultTable& tabl
     }
   }
   std::error_code error;
-  std::filesystem::rename(temporary.path(), path, error);
+  std::filesystem::rename(temporary.path(), temporary.target(), error);
   if (error) {
     h5::raise(Blame::kOutput, "cannot move the results file into place: " + error.message(), name);
   }

@@ -93,6 +93,75 @@ TEST_CASE("an output that is also an input is refused before any work", "[cli][o
   CHECK(slurp(prompt) == "Once upon a time");
 }
 
+TEST_CASE("the files a model is read from are inputs too, named or found", "[cli][outputs]") {
+  // Copies, so that a failure destroys nothing shared.
+  const fs::path folder = scratch_dir() / "model-inputs";
+  fs::create_directories(folder);
+  for (const char* name : {"stories260K.bin", "tok512.bin"}) {
+    fs::copy_file(stories_dir() / name, folder / name, fs::copy_options::overwrite_existing);
+  }
+  const std::string checkpoint = quoted(folder / "stories260K.bin");
+  const std::string tokenizer = slurp(folder / "tok512.bin");
+  // The tokenizer found beside the checkpoint.
+  expect_one_line_error(
+      run("trace capture --model " + checkpoint + " --prompt x --max-new-tokens 2 --out " +
+          quoted(folder / "tok512.bin")),
+      2, "--out would overwrite an input file");
+  expect_one_line_error(
+      run("live --model " + checkpoint + " --policy full --prompt x --max-new-tokens 2 --measure " +
+          quoted(folder / "tok512.bin")),
+      2, "--measure would overwrite an input file");
+  CHECK(slurp(folder / "tok512.bin") == tokenizer);
+  // Any file of a model folder (refused before the model is read).
+  const fs::path hf = scratch_dir() / "hf-inputs";
+  fs::create_directories(hf);
+  { std::ofstream(hf / "config.json") << "{}"; }
+  expect_one_line_error(
+      run("trace capture --model " + quoted(hf) + " --tokenizer " + quoted(folder / "tok512.bin") +
+          " --prompt x --out " + quoted(hf / "config.json")),
+      2, "--out would overwrite an input file");
+  CHECK(slurp(hf / "config.json") == "{}");
+}
+
+TEST_CASE("an output name that is a device is refused, a link is written through",
+          "[cli][outputs]") {
+  const std::string synth = "trace synth --model stories260K --prompt-tokens 8 --steps 8 --out ";
+  expect_one_line_error(run(synth + "/dev/null"), 2, "--out is not a regular file");
+  const fs::path target = scratch_dir() / "link-target.h5";
+  const fs::path link = scratch_dir() / "link.h5";
+  fs::remove(target);
+  fs::remove(link);
+  { std::ofstream(target) << "old"; }
+  fs::create_symlink(target.filename(), link);
+  REQUIRE(run(synth + quoted(link)).exit_code == 0);
+  CHECK(fs::is_symlink(link));
+  CHECK(slurp(target) != "old");
+  CHECK(run("trace validate " + quoted(target)).exit_code == 0);
+  expect_one_line_error(run(synth + quoted(scratch_dir() / "link-target.h5" / "x.h5")), 2,
+                        "is not a folder");
+}
+
+TEST_CASE("text that is not UTF-8 is recorded with replacement characters, and read back",
+          "[cli][outputs]") {
+  const fs::path trace = scratch_dir() / "latin1.h5";
+  const fs::path measurement = scratch_dir() / "latin1.json";
+  // "café" in Latin-1: the prompt is recorded in /meta's description and the measurement.
+  REQUIRE(run("trace capture --model " + model() +
+              " --prompt \"$(printf 'caf\\351')\" --max-new-tokens 2 --out " + quoted(trace))
+              .exit_code == 0);
+  const Result validated = run("trace validate " + quoted(trace));
+  INFO(validated.err);
+  CHECK(validated.exit_code == 0);
+  CHECK_THAT(run("trace info --format json " + quoted(trace)).out,
+             Catch::Contains("caf\xEF\xBF\xBD"));
+  REQUIRE(run("live --model " + model() +
+              " --policy full --prompt \"$(printf 'caf\\351')\" --max-new-tokens 2 --measure " +
+              quoted(measurement))
+              .exit_code == 0);
+  CHECK_THAT(slurp(measurement), Catch::Contains("caf\xEF\xBF\xBD"));
+  CHECK(run("validate " + quoted(measurement)).exit_code == 0);
+}
+
 TEST_CASE("empty and misplaced output names are refused before any work", "[cli][outputs]") {
   const fs::path folder = scratch_dir() / "a-folder";
   fs::create_directories(folder);

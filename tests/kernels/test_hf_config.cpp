@@ -104,3 +104,51 @@ TEST_CASE("an out-of-range original_max_position_embeddings is refused by name",
   }
   CHECK(read(temp, config("8192.0")).rope_scaling().original_max_position_embeddings() == 8192);
 }
+
+TEST_CASE("config.json fields the engines would silently run wrong are refused by name",
+          "[kernels][hf]") {
+  const kk::testing::TempDir temp("config-refused");
+  const std::string common = R"("hidden_size": 64, "intermediate_size": 128,
+      "max_position_embeddings": 4096, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "vocab_size": 100)";
+  const auto llama = [&](const std::string& fields) {
+    return read(temp, R"({"architectures": ["LlamaForCausalLM"], )" + fields + common + "}");
+  };
+  // transformers gives o_proj a bias too; the engines add none there.
+  CHECK_THROWS_WITH(llama(R"("attention_bias": true, )"),
+                    Catch::Contains("config.json field 'attention_bias'"));
+  CHECK_THROWS_WITH(read(temp, R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": true,
+      )" + common + "}"),
+                    Catch::Contains("config.json field 'attention_bias'"));
+  CHECK_THROWS_WITH(llama(R"("mlp_bias": true, )"),
+                    Catch::Contains("config.json field 'mlp_bias'"));
+  CHECK_THROWS_WITH(llama(R"("hidden_act": "gelu", )"),
+                    Catch::Contains("config.json field 'hidden_act': \"gelu\" is not supported"));
+  CHECK_NOTHROW(llama(R"("hidden_act": "silu", "attention_bias": false, "mlp_bias": false, )"));
+  // MistralAttention has no biases, whatever the config says.
+  CHECK_FALSE(read(temp, R"({"architectures": ["MistralForCausalLM"], "attention_bias": true,
+      )" + common + "}")
+                  .attention_bias());
+  // A window wider than every position never binds.
+  CHECK_FALSE(read(temp, R"({"architectures": ["MistralForCausalLM"], "sliding_window": 8192,
+      )" + common + "}")
+                  .has_sliding_window());
+}
+
+TEST_CASE("the engines refuse positions they cannot index and a llama3 scaling dividing by zero",
+          "[kernels][hf]") {
+  const kk::testing::TempDir temp("config-limits");
+  const std::string shape = R"("architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+      "intermediate_size": 128, "num_attention_heads": 4, "num_hidden_layers": 2,
+      "rms_norm_eps": 1e-06, "vocab_size": 100, )";
+  auto spec = read(temp, "{" + shape + R"("max_position_embeddings": 4294967295})");
+  CHECK_THROWS_WITH(kk::check_engine_spec(spec, "config.json"),
+                    Catch::Contains("'max_position_embeddings' 4294967295 is more positions"));
+  spec = read(temp, "{" + shape + R"("max_position_embeddings": 2147483647})");
+  CHECK_NOTHROW(kk::check_engine_spec(spec, "config.json"));
+  spec = read(temp, "{" + shape + R"("max_position_embeddings": 4096, "rope_scaling": {
+      "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 0, "high_freq_factor": 4.0,
+      "original_max_position_embeddings": 1024}})");
+  CHECK_THROWS_WITH(kk::check_engine_spec(spec, "config.json"),
+                    Catch::Contains("0 < low_freq_factor < high_freq_factor"));
+}

@@ -121,6 +121,24 @@ TEST_CASE("sentencepiece models this reader does not implement are refused by na
   CHECK_THROWS_AS(kk::load_tokenizer(temp.path() / "junk.model"), kvtier::DataError);
 }
 
+TEST_CASE("a sentencepiece model spelling whitespace as a suffix, or holding nothing, is refused",
+          "[kernels][tokenizer][sentencepiece][errors]") {
+  const kk::testing::TempDir temp("sentencepiece-suffix");
+  // One normal piece "a"; trainer_spec: model_type BPE, treat_whitespace_as_suffix (field 24).
+  const auto suffix = temp.path() / "suffix.model";
+  std::ofstream(suffix, std::ios::binary) << std::string(
+      "\x0A\x03\x0A\x01"
+      "a"
+      "\x12\x05\x18\x02\xC0\x01\x01",
+      12);
+  CHECK_THROWS_WITH(kk::load_sentencepiece_model(suffix),
+                    Catch::Contains("treat_whitespace_as_suffix is not supported"));
+  const auto empty = temp.path() / "empty.model";
+  std::ofstream(empty, std::ios::binary).flush();
+  CHECK_THROWS_WITH(kk::load_sentencepiece_model(empty),
+                    Catch::Contains("not a sentencepiece model (no pieces)"));
+}
+
 TEST_CASE("a sentencepiece model without an <unk> piece is refused",
           "[kernels][tokenizer][sentencepiece][errors]") {
   // From fuzzing the loaders (docs/FUZZING.md): such a model loaded and encoded unknown text as id

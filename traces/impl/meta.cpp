@@ -12,6 +12,7 @@
 #include "configs/dtype.hpp"
 #include "configs/loader.hpp"
 #include "configs/presets.hpp"
+#include "configs/utf8_fields.hpp"
 #include "configs/validate.hpp"
 #include "traces/impl/h5.hpp"
 
@@ -131,8 +132,10 @@ void write_root_attributes(hid_t root, std::string_view producer, std::string_vi
 
 void write_meta(hid_t file, const config::TraceMeta& meta, const std::string& file_name) {
   const std::string where_text = h5::where(file_name, kMetaPath);
+  config::TraceMeta recorded = meta;
+  config::make_strings_valid_utf8(recorded);
   std::string bytes;
-  if (!meta.SerializeToString(&bytes)) {
+  if (!recorded.SerializeToString(&bytes)) {
     h5::raise(h5::Blame::kOutput, "cannot serialize /meta", where_text);
   }
   const hsize_t size[1] = {bytes.size()};

@@ -164,7 +164,7 @@ class TraceWriter::Impl {
       h5::raise(Blame::kOutput, "cannot close the trace file (disk full?)", final_path_.string());
     }
     std::error_code error;
-    std::filesystem::rename(temporary_.path(), final_path_, error);
+    std::filesystem::rename(temporary_.path(), temporary_.target(), error);
     if (error) {
       h5::raise(Blame::kOutput, "cannot move the trace into place: " + error.message(), name_);
     }
