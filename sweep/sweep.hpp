@@ -45,12 +45,18 @@ struct Sweep {
 // Loads and validates a SweepSpec (`overrides` apply to the SweepSpec: base.seed=2). Beyond
 // config::validate, checks what configs/ cannot: every policy string of a `policy` axis (its
 // syntax and parameters against the policy registry, and the base run with it), the policies
-// the base names, and that no two axes set the same path. InvalidConfig listing every problem.
+// the base names, that no two axes set the same path, and that the spec has at most
+// kMaxSweepPoints points. InvalidConfig listing every problem.
 [[nodiscard]] Sweep load_sweep(const std::string& path, const config::ConfigLoader& loader,
                                std::span<const config::Override> overrides = {});
 [[nodiscard]] Sweep load_sweep_text(std::string_view text, const std::string& file_name,
                                     const config::ConfigLoader& loader,
                                     std::span<const config::Override> overrides = {});
+
+// The most points a sweep spec may have. Every point is a serving simulation with a file of its
+// own and a row of the results held in memory: a million is days of work, and anything larger
+// is a typo or wants splitting into sweeps that can run (and fail) on their own.
+inline constexpr std::uint64_t kMaxSweepPoints = 1'000'000;
 
 // GRID: the product of the axes' lengths; ZIP: the common length.
 [[nodiscard]] std::uint64_t point_count(const config::SweepSpec& spec);

@@ -175,6 +175,23 @@ TEST_CASE("sweep: a GRID of more than 2^64 - 1 points is refused, not wrapped", 
              Catch::Contains("more than 2^64 - 1 points") && Catch::Contains("axis[6].values"));
 }
 
+TEST_CASE("sweep: a spec of more points than a sweep runs is refused before any work", "[sweep]") {
+  std::vector<std::string> values;
+  for (int v = 1; v <= 32; ++v) {
+    values.push_back(std::to_string(v));
+  }
+  std::string axes;
+  for (const char* path : {"seed", "engine.iteration_overhead_us", "workload.max_batch_size"}) {
+    axes += axis(path, values);  // 32^3 = 32768 points: allowed
+  }
+  CHECK(problems(spec_text(axes)).empty());
+  axes += axis("workload.prefill_chunk_tokens", values);  // 32^4 = 1048576
+  CHECK_THAT(joined(problems(spec_text(axes))),
+             Catch::Contains("the GRID's axes multiply to 1048576 points; a sweep runs at most "
+                             "1000000") &&
+                 Catch::Contains("axis[3].values"));
+}
+
 TEST_CASE("sweep: ZIP points take the i-th value of every axis, whose lengths must agree",
           "[sweep]") {
   const Sweep sweep = load(spec_text(

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <vector>
 
 #include "tests/traces/trace_fixture.hpp"
@@ -219,6 +220,54 @@ TEST_CASE("NaN rows are refused by reads and reported by validation", "[traces][
   REQUIRE(report.problems.size() == 1);
   CHECK_THAT(report.problems[0].what, Catch::Contains("NaN"));
   CHECK_THAT(report.problems[0].where, Catch::EndsWith("/attention/mean/layer_001, step 5"));
+}
+
+TEST_CASE("weights that are no probability and broken key norms are refused by reads",
+          "[traces][corruption]") {
+  // Before, a negative or huge weight replayed to a kept mass of 1e28 with exit 0.
+  for (const float weight : {-0.5F, 2.0F}) {
+    INFO("weight " << weight);
+    const fs::path path = fresh(weight < 0 ? "negative" : "above_one");
+    RawFile(path).write_element("/attention/mean/layer_001", H5T_NATIVE_FLOAT, 50, &weight);
+    const traces::TraceReader reader(path);
+    traces::DenseRows rows;
+    CHECK_NOTHROW(reader.read_mean(1, {0, 5}, rows));
+    try {
+      reader.read_mean(1, {5, 1}, rows);
+      FAIL("a weight outside [0, 1] was read");
+    } catch (const kvtier::DataError& error) {
+      CHECK_THAT(error.what(), Catch::Contains("outside [0, 1]"));
+      CHECK_THAT(error.where(), Catch::Contains("/attention/mean/layer_001, step 5"));
+    }
+  }
+  // −0 compares equal to 0: a weight.
+  const fs::path minus_zero = fresh("minus_zero");
+  const float zero = -0.0F;
+  RawFile(minus_zero).write_element("/attention/mean/layer_001", H5T_NATIVE_FLOAT, 50, &zero);
+  traces::DenseRows rows;
+  CHECK_NOTHROW(traces::TraceReader(minus_zero).read_mean(1, {5, 1}, rows));
+
+  config::TraceMeta meta = corruptible_meta();
+  meta.add_granularities(config::GRANULARITY_KEY_NORMS);
+  const fs::path path = trace_scratch() / "nan_norm.h5";
+  kvtier::test::write_test_trace(path, meta, {});
+  {
+    // The norms are [layers][kv_heads][tokens]: rewritten whole, one value of layer 0 NaN.
+    const RawFile raw(path);
+    const hid_t set =
+        H5Dopen2(raw.id(), std::string(kvtier::traces::kKeyNormsPath).c_str(), H5P_DEFAULT);
+    REQUIRE(set >= 0);
+    const hid_t space = H5Dget_space(set);
+    std::vector<float> norms(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space)));
+    REQUIRE(H5Dread(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, norms.data()) >= 0);
+    norms[3] = std::numeric_limits<float>::quiet_NaN();
+    REQUIRE(H5Dwrite(set, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, norms.data()) >= 0);
+    H5Sclose(space);
+    H5Dclose(set);
+  }
+  const traces::TraceReader reader(path);
+  CHECK_THROWS_WITH(reader.read_key_norms(0), Catch::Contains("key norm is negative, NaN"));
+  CHECK_NOTHROW(reader.read_key_norms(1));
 }
 
 TEST_CASE("a chunk that inflates to less than its size is refused, not overread",

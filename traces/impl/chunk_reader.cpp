@@ -159,7 +159,7 @@ bool ChunkReader::read(std::uint64_t first, std::uint64_t count, ChunkScratch& s
   }
   const std::size_t element = weight_bytes(type_);
   const std::size_t chunk_elements = lanes_ * chunk_columns_;
-  bool finite = true;
+  bool weights = true;
   std::uint64_t done = 0;
   while (done < count) {
     const std::uint64_t column = first + done;
@@ -176,7 +176,7 @@ bool ChunkReader::read(std::uint64_t first, std::uint64_t count, ChunkScratch& s
         const unsigned char* low = decoded_.data() + (planar_ ? start : 2 * start);
         const unsigned char* high = planar_ ? low + chunk_elements : low + 1;
         const std::size_t stride = planar_ ? 1 : 2;
-        finite = byte_planes_to_floats(low, high, stride, target, take) && finite;
+        weights = byte_planes_to_floats(low, high, stride, target, take) && weights;
       } else {
         for (std::uint64_t i = 0; i < take; ++i) {
           std::uint32_t bits = 0;
@@ -186,13 +186,13 @@ bool ChunkReader::read(std::uint64_t first, std::uint64_t count, ChunkScratch& s
             bits |= static_cast<std::uint32_t>(decoded_[at]) << (8 * k);
           }
           target[i] = std::bit_cast<float>(bits);
-          finite = finite && std::isfinite(target[i]);
+          weights = weights && is_weight(target[i]);
         }
       }
     }
     done += take;
   }
-  return finite;
+  return weights;
 }
 
 }  // namespace kvtier::traces

@@ -34,7 +34,8 @@ class ChunkReader {
                                          std::string where_text);
 
   // Columns [first, first + count) of every lane as float, lane-major, into `out`; returns
-  // false when a weight is NaN or infinite. DataError when a chunk is damaged.
+  // false when one is no weight (is_weight: NaN, infinite, negative or above 1). DataError when
+  // a chunk is damaged.
   bool read(std::uint64_t first, std::uint64_t count, ChunkScratch& scratch, float* out);
 
  private:

@@ -11,7 +11,23 @@
 namespace kvtier::traces {
 namespace {
 
+// A half that is a weight: +0 .. kMostWeightHalf, or −0 (0x8000). Every other half with the sign
+// bit set is negative or a negative NaN; above kMostWeightHalf lie larger values, infinity and
+// NaN.
+bool half_is_weight(std::uint16_t half) noexcept {
+  return half <= kMostWeightHalf || half == 0x8000U;
+}
+
 #if defined(KVTIER_HAVE_F16C_PATH)
+// half_is_weight's negation for eight halves, as 16-bit lane masks. Signed compares: the
+// weights are 0 .. kMostWeightHalf, every half with the sign bit is negative as an int16, and
+// −0 is INT16_MIN.
+__attribute__((target("avx,f16c"))) __m128i halves_not_weights(__m128i halves) noexcept {
+  const __m128i above = _mm_cmpgt_epi16(halves, _mm_set1_epi16(kMostWeightHalf));
+  const __m128i negative = _mm_cmpgt_epi16(_mm_setzero_si128(), halves);
+  const __m128i minus_zero = _mm_cmpeq_epi16(halves, _mm_set1_epi16(static_cast<short>(0x8000)));
+  return _mm_or_si128(above, _mm_andnot_si128(minus_zero, negative));
+}
 // CPUID leaf 1: ECX bit 29 F16C, bit 28 AVX, bit 27 OSXSAVE; and the OS must save the YMM
 // registers (XCR0 bits 1 and 2). Asked directly because compilers disagree on the names
 // __builtin_cpu_supports accepts.
@@ -61,44 +77,42 @@ __attribute__((target("avx,f16c"))) bool planes_to_floats_f16c(const unsigned ch
                                                                const unsigned char* high,
                                                                float* out,
                                                                std::size_t count) noexcept {
-  const __m128i exponent = _mm_set1_epi16(0x7C00);
   __m128i special = _mm_setzero_si128();
   std::size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     const __m128i halves =
         _mm_unpacklo_epi8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(low + i)),
                           _mm_loadl_epi64(reinterpret_cast<const __m128i*>(high + i)));
-    special = _mm_or_si128(special, _mm_cmpeq_epi16(_mm_and_si128(halves, exponent), exponent));
+    special = _mm_or_si128(special, halves_not_weights(halves));
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(halves));
   }
-  bool finite = _mm_movemask_epi8(special) == 0;
+  bool weights = _mm_movemask_epi8(special) == 0;
   for (; i < count; ++i) {
     const auto half = static_cast<std::uint16_t>(low[i] | (high[i] << 8));
-    finite = finite && (half & 0x7C00U) != 0x7C00U;
+    weights = weights && half_is_weight(half);
     out[i] = half_to_float(half);
   }
-  return finite;
+  return weights;
 }
 
 // Little-endian halves stored one after another (unshuffled chunks).
 __attribute__((target("avx,f16c"))) bool halves_to_floats_checked_f16c(const unsigned char* bytes,
                                                                        float* out,
                                                                        std::size_t count) noexcept {
-  const __m128i exponent = _mm_set1_epi16(0x7C00);
   __m128i special = _mm_setzero_si128();
   std::size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes + 2 * i));
-    special = _mm_or_si128(special, _mm_cmpeq_epi16(_mm_and_si128(halves, exponent), exponent));
+    special = _mm_or_si128(special, halves_not_weights(halves));
     _mm256_storeu_ps(out + i, _mm256_cvtph_ps(halves));
   }
-  bool finite = _mm_movemask_epi8(special) == 0;
+  bool weights = _mm_movemask_epi8(special) == 0;
   for (; i < count; ++i) {
     const auto half = static_cast<std::uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
-    finite = finite && (half & 0x7C00U) != 0x7C00U;
+    weights = weights && half_is_weight(half);
     out[i] = half_to_float(half);
   }
-  return finite;
+  return weights;
 }
 #endif
 
@@ -147,13 +161,13 @@ bool byte_planes_to_floats(const unsigned char* low, const unsigned char* high, 
     return halves_to_floats_checked_f16c(low, out, count);
   }
 #endif
-  bool finite = true;
+  bool weights = true;
   for (std::size_t i = 0; i < count; ++i) {
     const auto half = static_cast<std::uint16_t>(low[i * stride] | (high[i * stride] << 8));
-    finite = finite && (half & 0x7C00U) != 0x7C00U;
+    weights = weights && half_is_weight(half);
     out[i] = half_to_float(half);
   }
-  return finite;
+  return weights;
 }
 
 }  // namespace kvtier::traces

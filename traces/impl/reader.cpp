@@ -6,6 +6,7 @@
 
 #include "common/errors.hpp"
 #include "traces/impl/chunk_reader.hpp"
+#include "traces/impl/half_convert.hpp"
 #include "traces/impl/structure.hpp"
 
 namespace kvtier::traces {
@@ -16,6 +17,19 @@ std::string steps_text(StepRange steps) {
   return steps.count == 1
              ? ", step " + std::to_string(steps.first)
              : ", steps " + std::to_string(steps.first) + ".." + std::to_string(steps.end() - 1);
+}
+
+constexpr const char* kNotAProbability =
+    "attention weight outside [0, 1] (NaN, infinite, negative or above 1 + 2^-10)";
+
+// Whether every weight read could be a probability (is_weight). Branch-free, so that the check
+// vectorises (GCC vectorises an unsigned OR reduction here, not a bool's).
+bool probabilities(std::span<const float> weights) {
+  unsigned outside = 0;
+  for (const float w : weights) {
+    outside |= static_cast<unsigned>(!is_weight(w));
+  }
+  return outside == 0;
 }
 
 }  // namespace
@@ -61,15 +75,15 @@ class TraceReader::Impl {
     }
   }
 
-  // Reads weights and refuses NaN or infinity, so that no tool computes on a broken row
-  // (`trace validate` reports every such row; readers stop at the first).
+  // Reads weights and refuses any that is no probability — NaN, infinite, negative or above 1 —
+  // so that no tool computes on a broken row (`trace validate` reports every such row and also
+  // checks the sums; readers stop at the first).
   void read_weights(hid_t dataset, std::span<const hsize_t> start, std::span<const hsize_t> count,
                     std::vector<float>& out, const std::string& where_text) const {
     read_weight_block(trace_, dataset, start, count, out, raw_, where_text);
-    const auto bad =
-        std::find_if(out.begin(), out.end(), [](float w) { return !std::isfinite(w); });
-    if (bad != out.end()) {
-      throw DataError("NaN or infinite attention weight (element " +
+    if (!probabilities(out)) {
+      const auto bad = std::find_if(out.begin(), out.end(), [](float w) { return !is_weight(w); });
+      throw DataError(std::string(kNotAProbability) + " (element " +
                           std::to_string(bad - out.begin()) + " of the block read)",
                       where_text);
     }
@@ -94,7 +108,7 @@ class TraceReader::Impl {
     if (ChunkReader* reader = fast(layer_index, kind, dataset, lanes, where_text)) {
       out.resize(lanes * count);
       if (!reader->read(first, count, scratch_, out.data())) {
-        throw DataError("NaN or infinite attention weight", where_text);
+        throw DataError(kNotAProbability, where_text);
       }
       return;
     }
@@ -215,6 +229,13 @@ std::vector<float> TraceReader::read_key_norms(std::uint32_t layer) const {
   std::vector<float> norms(static_cast<std::size_t>(shape().kv_heads) * shape().tokens());
   h5::read_block(impl_->datasets_.key_norms.get(), H5T_NATIVE_FLOAT, start, count, norms.data(),
                  impl_->where(kKeyNormsPath));
+  const auto bad = std::find_if(norms.begin(), norms.end(),
+                                [](float n) { return !(n >= 0.0F && std::isfinite(n)); });
+  if (bad != norms.end()) {
+    throw DataError("key norm is negative, NaN or infinite (layer " + std::to_string(layer) +
+                        ", element " + std::to_string(bad - norms.begin()) + ")",
+                    impl_->where(kKeyNormsPath));
+  }
   return norms;
 }
 
