@@ -18,6 +18,7 @@
 #include "kernels/hf_checkpoint.hpp"
 #include "kernels/random_model.hpp"
 #include "replay/parameters.hpp"
+#include "replay/registry.hpp"
 
 namespace kvtier::app {
 
@@ -243,6 +244,32 @@ std::string command_line(std::string command, const Arguments& args,
   return command;
 }
 
+namespace {
+
+// `folder` (to be created as needed) can take new files: its nearest existing ancestor is a
+// folder this process may write in. ConfigError naming `option` and `path` otherwise.
+void check_writable_below(const std::string& option, const std::filesystem::path& path,
+                          std::filesystem::path folder) {
+  std::error_code error;
+  while (!folder.empty() && !std::filesystem::exists(folder, error)) {
+    folder = folder.parent_path();
+  }
+  if (folder.empty()) {
+    folder = ".";
+  }
+  if (!std::filesystem::is_directory(folder, error)) {
+    throw ConfigError(option + " cannot be written: " + folder.string() + " is not a folder",
+                      path.string());
+  }
+  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
+    throw ConfigError(option + " cannot be written: folder " + folder.string() + ": " +
+                          std::system_category().message(errno),
+                      path.string());
+  }
+}
+
+}  // namespace
+
 void check_output_file(const std::string& option, const std::filesystem::path& path,
                        const std::vector<std::filesystem::path>& inputs) {
   if (path.empty()) {
@@ -259,24 +286,8 @@ void check_output_file(const std::string& option, const std::filesystem::path& p
     throw ConfigError(option + " is not a regular file (a device, pipe or socket): name a file",
                       path.string());
   }
-  // The temporary is made beside the output (folders created as needed): the nearest existing
-  // folder must take new files.
-  std::filesystem::path folder = output_target(path).parent_path();
-  while (!folder.empty() && !std::filesystem::exists(folder, error)) {
-    folder = folder.parent_path();
-  }
-  if (folder.empty()) {
-    folder = ".";
-  }
-  if (!std::filesystem::is_directory(folder, error)) {
-    throw ConfigError(option + " cannot be written: " + folder.string() + " is not a folder",
-                      path.string());
-  }
-  if (::access(folder.c_str(), W_OK | X_OK) != 0) {
-    throw ConfigError(option + " cannot be written: folder " + folder.string() + ": " +
-                          std::system_category().message(errno),
-                      path.string());
-  }
+  // The temporary is made beside the output (folders created as needed).
+  check_writable_below(option, path, output_target(path).parent_path());
   for (const std::filesystem::path& input : inputs) {
     if (!input.empty() && std::filesystem::equivalent(path, input, error)) {
       throw ConfigError(
@@ -306,6 +317,29 @@ std::vector<std::filesystem::path> given_paths(const boost::program_options::var
   return paths;
 }
 
+void check_run_policies(const config::RunSpec& run, const config::LocationMap& locations,
+                        const boost::program_options::variables_map* options) {
+  const replay::PolicyRegistry registry = replay::builtin_policies();
+  const auto check = [&](const config::PolicySpec& policy, const std::string& field,
+                         const char* option) {
+    try {
+      registry.check(policy);
+    } catch (const ConfigError& error) {
+      const bool from_option = options != nullptr && options->count(option) != 0U;
+      // The name's position: the policy's line in the file, or the --set that named it.
+      throw ConfigError(error.what(), from_option ? std::string("--") + option
+                                                  : describe(locations.nearest(field + ".name")) +
+                                                        ", field " + field);
+    }
+  };
+  if (run.has_policy()) {
+    check(run.policy(), "policy", "policy");
+  }
+  for (int i = 0; i < run.compare_size(); ++i) {
+    check(run.compare(i), "compare[" + std::to_string(i) + "]", "compare");
+  }
+}
+
 std::vector<std::filesystem::path> model_input_paths(
     const boost::program_options::variables_map& values) {
   std::vector<std::filesystem::path> paths;
@@ -332,13 +366,24 @@ std::vector<std::filesystem::path> model_input_paths(
   return paths;
 }
 
-void check_output_folder(const std::string& option, const std::filesystem::path& path) {
+void check_output_folder(const std::string& option, const std::filesystem::path& path,
+                         std::initializer_list<const char*> files) {
   if (path.empty()) {
     throw ConfigError(option + " needs a folder name");
   }
   std::error_code error;
   if (std::filesystem::exists(path, error) && !std::filesystem::is_directory(path, error)) {
     throw ConfigError(option + " is a file: name a folder", path.string());
+  }
+  check_writable_below(option, path, path);
+  for (const char* name : files) {
+    const std::filesystem::file_status status = std::filesystem::status(path / name, error);
+    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+      throw ConfigError(option + " holds " + name +
+                            " as something other than a file (a folder?), which the output "
+                            "cannot replace",
+                        (path / name).string());
+    }
   }
 }
 

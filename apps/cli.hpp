@@ -117,12 +117,20 @@ void check_output_file(const std::string& option, const std::filesystem::path& p
 [[nodiscard]] std::vector<std::filesystem::path> given_paths(
     const boost::program_options::variables_map& values,
     std::initializer_list<const char*> options);
+// A run's policy and compared policies against the policy registry (names and parameters: the
+// schema knows a policy only as a name and a list), before anything runs. ConfigError naming
+// where the bad one came from: --policy or --compare when `options` holds it, else the file's
+// line:column and field (`compare[1]`).
+void check_run_policies(const config::RunSpec& run, const config::LocationMap& locations,
+                        const boost::program_options::variables_map* options = nullptr);
 // The files a run reads through --model and --tokenizer, for check_output_file's inputs: each,
 // every file of a folder among them, and the tokenizer find_tokenizer finds when none is given.
 [[nodiscard]] std::vector<std::filesystem::path> model_input_paths(
     const boost::program_options::variables_map& values);
-// An output folder: refused when empty or when a file has its name.
-void check_output_folder(const std::string& option, const std::filesystem::path& path);
+// An output folder: refused when empty or when a file has its name, or when one of the `files`
+// the command writes into it exists as something a file cannot replace (a folder, a device).
+void check_output_folder(const std::string& option, const std::filesystem::path& path,
+                         std::initializer_list<const char*> files = {});
 
 // --device of trace capture and live runs: cpu, or cuda where this build has the CUDA targets and
 // a CUDA device is present; ConfigError (naming why) otherwise. Checked before a model loads.

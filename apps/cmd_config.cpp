@@ -6,7 +6,6 @@
 #include "common/text_output.hpp"
 #include "configs/parse.hpp"
 #include "configs/schema/run.pb.h"
-#include "replay/registry.hpp"
 
 namespace kvtier::app {
 namespace {
@@ -47,24 +46,11 @@ int check(const Arguments& args, Context& context) {
     kind = "run";
   }
   auto message = config::new_config_message(kind);
-  (void)context.loader.load_text(text, path, *message, overrides_from(values));
-  // What `sim` and `plan` refuse before they run, config check refuses too: a run's policies by
-  // name and parameters (the schema only knows a policy is a name and a list).
+  const config::LocationMap locations =
+      context.loader.load_text(text, path, *message, overrides_from(values));
+  // What `sim` and `plan` refuse before they run, config check refuses too.
   if (const auto* run = dynamic_cast<const config::RunSpec*>(message.get())) {
-    const replay::PolicyRegistry registry = replay::builtin_policies();
-    const auto check_policy = [&](const config::PolicySpec& policy, const std::string& field) {
-      try {
-        registry.check(policy);
-      } catch (const ConfigError& error) {
-        throw ConfigError(error.what(), path + ", field " + field);
-      }
-    };
-    if (run->has_policy()) {
-      check_policy(run->policy(), "policy");
-    }
-    for (int i = 0; i < run->compare_size(); ++i) {
-      check_policy(run->compare(i), "compare[" + std::to_string(i) + "]");
-    }
+    check_run_policies(*run, locations);
   }
   const std::vector<Row> derived = derived_rows(*message);
   if (format == Format::kJson) {

@@ -87,6 +87,7 @@ int run_plan(const Arguments& args, Context& context) {
   if (const auto problems = config::validate(run, context.loader, locations); !problems.empty()) {
     throw config::InvalidConfig(problems, locations);
   }
+  check_run_policies(run, locations, &values);
   // Traces (and a request file) are found beside the config that names them, as sim finds them.
   config::resolve_run_paths(run, file);
   serving::PlanOptions plan;

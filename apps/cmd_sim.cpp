@@ -22,6 +22,10 @@ namespace po = boost::program_options;
 
 namespace {
 
+// What `--out` (or outputs.directory) receives.
+constexpr std::initializer_list<const char*> kReportFiles = {"report.json", "metrics.csv",
+                                                             "timeseries.csv"};
+
 constexpr const char* kDefaultRun = "configs/examples/quickstart.textproto";
 
 // The default config: relative to the working directory, else in the source tree built from.
@@ -151,7 +155,7 @@ int run_sim(const Arguments& args, Context& context) {
     throw ConfigError("unknown --format '" + format + "': expected table, json or csv");
   }
   if (values.count("out") != 0U) {
-    check_output_folder("--out", values["out"].as<std::string>());
+    check_output_folder("--out", values["out"].as<std::string>(), kReportFiles);
   }
   if (values.count("cache-dir") != 0U) {
     check_output_folder("--cache-dir", values["cache-dir"].as<std::string>());
@@ -164,6 +168,7 @@ int run_sim(const Arguments& args, Context& context) {
   if (const auto problems = config::validate(run, context.loader, locations); !problems.empty()) {
     throw config::InvalidConfig(problems, locations);
   }
+  check_run_policies(run, locations, &values);
   // A request file and traces are found relative to the config that names them (traces given
   // with --trace relative to the working directory).
   config::resolve_run_paths(run, file, values.count("trace") == 0U);
@@ -175,7 +180,7 @@ int run_sim(const Arguments& args, Context& context) {
           ? std::optional<std::filesystem::path>(run.outputs().directory())
           : std::nullopt;
   if (out_folder && values.count("out") == 0U) {
-    check_output_folder("outputs.directory", *out_folder);
+    check_output_folder("outputs.directory", *out_folder, kReportFiles);
   }
   const std::vector<serving::SimulationReport> reports = serving::simulate_all(run);
   const serving::SimulationReport& report = reports.front();

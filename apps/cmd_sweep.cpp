@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -143,7 +144,7 @@ int run_merge(const Arguments& args, Context& context) {
     folders.emplace_back(folder);
   }
   const std::filesystem::path out = values["out"].as<std::string>();
-  check_output_folder("--out", out);
+  check_output_folder("--out", out, {"sweep.json", "results.csv", "results.h5"});
   const sweep::ResultTable table = sweep::merge_sweeps(folders, out);
   std::cerr << "kvtier sweep merge: " << folders.size() << " folder(s), " << table.rows.size()
             << " rows -> " << (out / "results.csv").string() << "\n";
@@ -194,9 +195,23 @@ int run_sweep(const Arguments& args, Context& context) {
   const sweep::Sweep spec = sweep::load_sweep(file, context.loader, overrides_from(values));
 
   sweep::RunOptions run;
+  if (values.count("out") == 0U) {
+    // The default folder is made of the name: one folder in the working directory, no more.
+    const std::string& name = spec.spec.name();
+    const bool plain =
+        !name.empty() && name != "." && name != ".." &&
+        std::none_of(name.begin(), name.end(), [](char c) {
+          return c == '/' || c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7F;
+        });
+    if (!plain) {
+      throw ConfigError("the spec's name '" + name +
+                        "' cannot name the default folder sweep-NAME (a path separator, a control "
+                        "character or no name): give --out");
+    }
+  }
   run.out =
       values.count("out") != 0U ? values["out"].as<std::string>() : "sweep-" + spec.spec.name();
-  check_output_folder("--out", run.out);
+  check_output_folder("--out", run.out, {"sweep.json", "results.csv", "results.h5"});
   run.jobs = static_cast<unsigned>(jobs);
   if (values.count("shard") != 0U) {
     run.shard = sweep::parse_shard(values["shard"].as<std::string>());

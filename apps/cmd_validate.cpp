@@ -1,4 +1,4 @@
-// `kvtier validate [FILE...] [--published FILE]`: the simulator against measured references,
+// `kvtier validate [FILE... | --published FILE]`: the simulator against measured references,
 // live measurement files and published measurements.
 
 #include <algorithm>
@@ -115,7 +115,7 @@ int run_validate(const Arguments& args, Context& context) {
   po::variables_map values;
   if (!parse_arguments(
           args, options, positional, values,
-          "usage: kvtier validate [FILE...] [--published FILE] [--format text|json]\n\n"
+          "usage: kvtier validate [FILE... | --published FILE] [--format text|json]\n\n"
           "Simulates the configuration of every measurement file and prints projected next to "
           "measured with the relative error, exiting 1 when a figure is outside its tolerance. "
           "A FILE is a measured reference (ReferenceMeasurement, protobuf text format: a run and "

@@ -23,13 +23,16 @@ struct PublishedPoint {
   std::uint64_t prompt_tokens = 0;  // 0 when the source does not say
   std::uint64_t output_tokens = 0;
   std::string metric;  // tpot_ms, ttft_ms, decode_tokens_per_s_total, e2e_latency_ms
-  double value = 0.0;
+  double value = 0.0;  // in the metric's unit (ms or tokens/s; the CSV's unit column must say so)
+  std::string weight_dtype;    // the model's weight_dtype as measured; empty: the preset's
+  std::uint32_t num_gpus = 0;  // ≥ tensor_parallel; more are replicas (not simulated: skipped)
   std::string engine;
   std::string where;  // "FILE:LINE" of its row, for errors found when it is projected
 };
 
 // Reads the CSV (RFC 4180 quoting). A malformed row, a value that is not a positive finite
-// number, a count below 1, or a file without rows is a DataError naming file (and line).
+// number, a count below 1, a unit that is not its metric's, fewer GPUs than the tensor
+// parallelism, or a file without rows is a DataError naming file (and line).
 [[nodiscard]] std::vector<PublishedPoint> read_published(const std::string& path);
 
 struct Projection {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -121,6 +122,9 @@ class JsonScanner {
       advance();
       return;
     }
+    // Protobuf's JSON parser merges a repeated key into the first (the last value wins) where
+    // the text format refuses it: refused here, under either spelling of the name.
+    std::set<std::string> keys;
     while (true) {
       skip_space();
       if (peek() != '"') {
@@ -130,6 +134,12 @@ class JsonScanner {
       const int key_column = column_;
       const std::string key = string(path);
       const std::string child = join_path(path, to_snake_case(key));
+      if (!keys.insert(to_snake_case(key)).second) {
+        throw ConfigError(
+            "field '" + to_snake_case(key) +
+                "' is given more than once (write it once; lists are arrays)",
+            describe(SourcePosition{file_, key_line, key_column}) + ", field " + child);
+      }
       expect(':', child);
       value(child);
       locations_.set(child, SourcePosition{file_, key_line, key_column});

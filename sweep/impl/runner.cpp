@@ -177,9 +177,12 @@ void claim_folder(const fs::path& out, const Manifest& manifest) {
   write_file_atomically(path, manifest_json(manifest));
 }
 
+// The two results files as a set: the CSV waits under its temporary name until the HDF5 file is
+// in place, so a failure leaves the previous pair (or none), never a new CSV beside an old HDF5.
 void write_results(const fs::path& out, const ResultTable& table) {
-  write_file_atomically(out / "results.csv", results_csv(table));
+  TemporaryFile csv = detail::write_temporary(out / "results.csv", results_csv(table));
   write_results_h5(out / "results.h5", table);
+  detail::move_into_place(csv, out / "results.csv");
 }
 
 std::uint64_t failed_points(const ResultTable& table) {
@@ -500,6 +503,10 @@ ResultTable merge_sweeps(std::span<const fs::path> folders, const fs::path& out)
   std::vector<Row> rows;
   std::vector<std::uint64_t> missing;
   std::error_code error;
+  const auto file_bytes = [](const fs::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
   for (std::uint64_t point = 0; point < manifest.points; ++point) {
     const auto holder = std::find_if(folders.begin(), folders.end(), [&](const fs::path& folder) {
       return fs::exists(point_file(folder, point), error);
@@ -509,6 +516,23 @@ ResultTable merge_sweeps(std::span<const fs::path> folders, const fs::path& out)
       continue;
     }
     std::vector<Row> point_rows = read_point(*holder, point, manifest);
+    // One spec and kvtier version compute a point to the same bytes: copies that differ were
+    // edited or damaged, and which to take is not the merge's to guess (nor the folders' order).
+    std::string first_copy;
+    for (auto other = std::next(holder); other != folders.end(); ++other) {
+      if (!fs::exists(point_file(*other, point), error)) {
+        continue;
+      }
+      if (first_copy.empty()) {
+        first_copy = file_bytes(point_file(*holder, point));
+      }
+      if (file_bytes(point_file(*other, point)) != first_copy) {
+        throw DataError("point " + std::to_string(point) + " differs from its copy in " +
+                            point_file(*holder, point).string() +
+                            ": one was edited or damaged; remove the wrong one",
+                        point_file(*other, point).string());
+      }
+    }
     std::move(point_rows.begin(), point_rows.end(), std::back_inserter(rows));
   }
   if (!missing.empty()) {

@@ -158,7 +158,23 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
         std::string("config check '") + KVTIER_SOURCE_DIR +
         "/configs/examples/llama70b-tp4-tiered.textproto' --set policy.name=nosuch";
     expect_config_error(run(tiered), "unknown policy 'nosuch'");
-    CHECK_THAT(run(tiered).err, Catch::Contains("llama70b-tp4-tiered.textproto, field policy)"));
+    CHECK_THAT(run(tiered).err, Catch::Contains("(--set policy.name=nosuch, field policy)"));
+    // A parameter in the file: its line and column, and which compared policy; sim and plan
+    // refuse it the same way before running, and name --policy when that set it.
+    std::string text = kRun;
+    text.replace(text.find("policy {"), 8,
+                 "compare { name: \"full\" }\ncompare { name: \"tiered\" param { name: "
+                 "\"bogus\" number: 1 } }\ntiering { synthetic_pattern: \"reasoning\" "
+                 "prefetch_lookahead_layers: 1 host_allocation: PINNED copy_method: COPY_ENGINES }"
+                 "\npolicy {");
+    const auto path = write_file("bogus-param.textproto", text);
+    for (const char* command : {"config check ", "sim ", "plan --slo tpot_p99=50ms "}) {
+      const Result bogus = run(command + path.string());
+      expect_config_error(bogus, "policy tiered has no parameter 'bogus'");
+      CHECK_THAT(bogus.err, Catch::Contains("bogus-param.textproto:") &&
+                                Catch::Contains(", field compare[1])"));
+    }
+    expect_config_error(run("sim " + path.string() + " --policy tiered:bogus=1"), "(--policy)");
   }
   SECTION("missing required field") {
     std::string text = kRun;
@@ -339,13 +355,13 @@ TEST_CASE("sim --out writes the report files whole", "[cli]") {
   CHECK(plain.exit_code == 0);
   CHECK(fs::exists(out / "report.json"));
   CHECK_FALSE(fs::exists(out / "timeseries.csv"));
-  // A folder in the way of one file fails the run before any file is replaced.
+  // A folder in the way of one file is refused before the simulation runs (exit 2), and no file
+  // is replaced.
   const std::string before = slurp(out / "report.json");
   fs::remove(out / "metrics.csv");
   fs::create_directory(out / "metrics.csv");
   const Result blocked = run("sim " + path.string() + " --out " + out.string() + " --set seed=6");
-  CHECK(blocked.exit_code == 1);
-  CHECK_THAT(blocked.err, Catch::Contains("metrics.csv"));
+  expect_config_error(blocked, "--out holds metrics.csv as something other than a file");
   CHECK(slurp(out / "report.json") == before);
   for (const auto& entry : fs::directory_iterator(out)) {
     CHECK_THAT(entry.path().filename().string(), !Catch::Contains(".tmp"));
@@ -482,11 +498,14 @@ TEST_CASE("validate compares the simulator with the published measurements", "[c
   // Rows whose values cannot be right, and files without rows: exit 3 naming file and line,
   // never a report of 0 points or a `nan` in the JSON.
   const std::string header =
-      "id,gpu,tensor_parallel,model,batch_size,prompt_tokens,output_tokens,metric,value\n";
+      "id,gpu,tensor_parallel,model,batch_size,prompt_tokens,output_tokens,metric,value,unit,"
+      "weight_dtype,num_gpus\n";
   const auto row = [&header](const std::string& tp, const std::string& model,
-                             const std::string& batch, const std::string& value) {
+                             const std::string& batch, const std::string& value,
+                             const std::string& unit = "ms", const std::string& dtype = "BF16",
+                             const std::string& gpus = "") {
     return header + "p1,H100-SXM," + tp + "," + model + "," + batch + ",128,128,tpot_ms," + value +
-           "\n";
+           "," + unit + "," + dtype + "," + gpus + "\n";
   };
   for (const auto& [name, content, expected] :
        {std::tuple{"nan.csv", row("1", "Llama-3.1-8B", "1", "nan"), "not a positive finite"},
@@ -494,7 +513,14 @@ TEST_CASE("validate compares the simulator with the published measurements", "[c
         std::tuple{"batch0.csv", row("1", "Llama-3.1-8B", "0", "10"), "at least 1"},
         std::tuple{"nomodel.csv", row("1", "NoModel", "1", "10"),
                    "row p1 cannot be simulated: unknown model preset 'NoModel'"},
-        std::tuple{"tp3.csv", row("3", "Llama-3.1-8B", "1", "10"), "does not divide"}}) {
+        std::tuple{"tp3.csv", row("3", "Llama-3.1-8B", "1", "10"), "does not divide"},
+        // Before, these were compared as if in ms, as BF16 and as one engine.
+        std::tuple{"seconds.csv", row("1", "Llama-3.1-8B", "1", "0.01", "s"),
+                   "column unit: 's' is not the unit of tpot_ms (ms)"},
+        std::tuple{"dtype.csv", row("1", "Llama-3.1-8B", "1", "10", "ms", "FP99"),
+                   "row p1 cannot be simulated"},
+        std::tuple{"gpus0.csv", row("1", "Llama-3.1-8B", "1", "10", "ms", "BF16", "0"),
+                   "column num_gpus: 0 is fewer than tensor_parallel 1"}}) {
     CAPTURE(name);
     const Result rejected = run("validate --published " + write_file(name, content).string());
     CHECK(rejected.exit_code == 3);
@@ -502,6 +528,13 @@ TEST_CASE("validate compares the simulator with the published measurements", "[c
     CHECK_THAT(rejected.err,
                Catch::Contains(expected) && Catch::Contains(std::string(name) + ":2"));
   }
+  // Replicas of an engine are not simulated: such a row is skipped with the reason.
+  const Result replicas = run(
+      "validate --published " +
+      write_file("replicas.csv", row("1", "Llama-3.1-8B", "1", "10", "ms", "BF16", "2")).string());
+  CHECK(replicas.exit_code == 0);
+  CHECK_THAT(replicas.out, Catch::Contains("2 GPUs at tensor parallelism 1: the simulator runs "
+                                           "one engine, not replicas"));
   const Result empty = run("validate --published " + write_file("empty.csv", "").string());
   CHECK(empty.exit_code == 3);
   CHECK_THAT(empty.err, Catch::Contains("no measurements"));

@@ -137,6 +137,47 @@ TEST_CASE("kvtier sweep --shard and merge give the unsharded results", "[cli][sw
   const std::string first_two = shards.substr(0, shards.rfind(" '"));
   expect_error(run("sweep merge" + first_two + " --out '" + folder("out-merged-gap") + "'"), 2,
                "missing points 2, 5 (2 of 8)");
+
+  // The whole sweep's folder holds every point again: equal copies merge, a copy edited by hand
+  // is refused whatever the order of the folders.
+  const Result twice = run("sweep merge" + shards + " '" + whole + "' --out '" +
+                           folder("out-merged-twice") + "' --format csv");
+  CHECK(twice.exit_code == 0);
+  CHECK(twice.out == merge.out);
+  const fs::path edited = fs::path(folder("out-edited"));
+  fs::copy(whole, edited, fs::copy_options::recursive);
+  std::string point = slurp(edited / "points" / "1.csv");
+  const auto last_digit = point.find_last_of("0123456789");
+  REQUIRE(last_digit != std::string::npos);
+  point[last_digit] = point[last_digit] == '9' ? '8' : '9';
+  std::ofstream(edited / "points" / "1.csv", std::ios::binary | std::ios::trunc) << point;
+  for (const std::string& order :
+       {shards + " '" + edited.string() + "'", " '" + edited.string() + "'" + shards}) {
+    const Result conflict =
+        run("sweep merge" + order + " --out '" + folder("out-merged-conflict") + "'");
+    expect_error(conflict, 3, "point 1 differs from its copy");
+  }
+}
+
+TEST_CASE("kvtier sweep's default folder is one folder, whatever the spec's name", "[cli][sweep]") {
+  std::string text = spec_text();
+  text.replace(text.find("name: \"cli-test\""), 16, "name: \"../escaped\"");
+  const std::string spec = write_spec("sweep-escape.textproto", text);
+  const Result result = run("sweep '" + spec + "'");
+  expect_error(result, 2, "cannot name the default folder sweep-NAME");
+  CHECK_FALSE(fs::exists("sweep-.."));
+  CHECK_FALSE(fs::exists("../escaped"));
+}
+
+TEST_CASE("kvtier sweep refuses a folder in the way of its results before any work",
+          "[cli][sweep]") {
+  const std::string spec = write_spec("sweep-blocked.textproto", spec_text());
+  const std::string out = folder("out-blocked");
+  fs::create_directories(fs::path(out) / "results.h5");
+  expect_error(run("sweep '" + spec + "' --out '" + out + "'"), 2,
+               "--out holds results.h5 as something other than a file");
+  CHECK_FALSE(fs::exists(fs::path(out) / "sweep.json"));
+  CHECK_FALSE(fs::exists(fs::path(out) / "results.csv"));
 }
 
 TEST_CASE("kvtier sweep refuses a folder of another spec", "[cli][sweep]") {

@@ -234,6 +234,17 @@ TEST_CASE("validate: broken live files fail with one line naming the file and fi
   expect_one_line_error(run("validate " + quoted(write_json("version.json", version))), 3,
                         "field format_version");
 
+  // Counts past the run's 32-bit fields: the file's error (exit 3), not a --set nobody gave.
+  nlohmann::json huge = followed_run();
+  huge["new_tokens"] = "4294967295";
+  expect_one_line_error(run("validate " + quoted(write_json("huge.json", huge))), 3,
+                        "new_tokens 4294967295 is more than a run holds (");
+  huge["new_tokens"] = followed_run()["new_tokens"];
+  huge["prompt_tokens"] = "1000000000000";
+  const Result huge_prompt = run("validate " + quoted(write_json("huge-prompt.json", huge)));
+  expect_one_line_error(huge_prompt, 3, "huge-prompt.json");
+  CHECK_THAT(huge_prompt.err, Catch::Contains("field prompt_tokens"));
+
   expect_one_line_error(run("validate " + quoted(scratch_dir() / "absent.json")), 2, "absent.json");
   expect_one_line_error(run("validate " + quoted(trace().parent_path())), 2, "a folder");
 }

@@ -125,6 +125,15 @@ TEST_CASE("JSON errors name the file, line:column and field path", "[parse]") {
   CHECK_THAT(parse_error("{\"seed\": 1", "d.json"), Catch::Contains("d.json:1:"));
   CHECK_THAT(parse_error("{\"name\": \"abc\n\"}", "e.json"),
              Catch::Contains("unterminated string"));
+  // Protobuf's parser would merge these, the last value winning.
+  const std::string twice = parse_error(
+      "{\"memory\": {\"runtime_reserve_gib\": 2},\n \"memory\": {\"runtime_reserve_gib\": 30}}",
+      "f.json");
+  CHECK_THAT(twice, Catch::Contains("field 'memory' is given more than once") &&
+                        Catch::Contains("f.json:2:2") && Catch::Contains("field memory"));
+  CHECK_THAT(parse_error("{\"model\": {\"hiddenSize\": 64, \"hidden_size\": 32}}", "g.json"),
+             Catch::Contains("field 'hidden_size' is given more than once") &&
+                 Catch::Contains("field model.hidden_size"));
 }
 
 TEST_CASE("a file that starts with '{' is JSON, anything else text format", "[parse]") {

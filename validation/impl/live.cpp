@@ -230,6 +230,16 @@ serving::SimulationReport simulate(const LiveFile& file, const std::string& mode
                                    const std::string& trace, const GpuNode& node,
                                    double engine_overhead_us, const config::ConfigLoader& loader) {
   const config::LiveMeasurement& m = *file;
+  // The run's token counts are 32-bit fields (and the simulator's output count is N + 1).
+  constexpr std::uint64_t kMostTokens = 0xFFFFFFFEULL;
+  if (m.prompt_tokens() > kMostTokens) {
+    file.fail("prompt_tokens " + std::to_string(m.prompt_tokens()) + " is more than a run holds",
+              "prompt_tokens");
+  }
+  if (m.new_tokens() > kMostTokens) {
+    file.fail("new_tokens " + std::to_string(m.new_tokens()) + " is more than a run holds",
+              "new_tokens");
+  }
   std::vector<config::Override> overrides;
   for (const std::string& set :
        {"hardware.node.preset=" + node.node, "model.preset=" + model,
@@ -268,8 +278,14 @@ serving::SimulationReport simulate(const LiveFile& file, const std::string& mode
                                                format_double(engine_overhead_us)));
   }
   config::RunSpec run;
-  const config::LocationMap locations =
-      loader.resolve_text(kBaseRun, "the simulated run of " + file.path(), run, overrides);
+  config::LocationMap locations(file.path());
+  try {
+    locations =
+        loader.resolve_text(kBaseRun, "the simulated run of " + file.path(), run, overrides);
+  } catch (const ConfigError& error) {
+    // The overrides carry the file's values: what they break is the file's, so data.
+    throw DataError("cannot be simulated: " + std::string(error.what()), file.path());
+  }
   try {
     *run.mutable_policy() = replay::parse_policy_string(m.policy());
   } catch (const ConfigError& error) {

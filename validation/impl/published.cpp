@@ -54,16 +54,18 @@ std::string_view published_gpu_name(std::string_view device) {
   return {};
 }
 
-// The metric of the simulator report that corresponds to each published metric.
+// The metric of the simulator report that corresponds to each published metric, and the unit
+// the published value must be in.
 struct NameMapping {
   std::string_view from;
   std::string_view to;
+  std::string_view unit;
 };
 constexpr NameMapping kSimulatorMetric[] = {
-    {"tpot_ms", "tpot_mean_ms"},
-    {"ttft_ms", "ttft_mean_ms"},
-    {"decode_tokens_per_s_total", "throughput_output_tokens_per_s"},
-    {"e2e_latency_ms", "e2e_latency_mean_ms"}};
+    {"tpot_ms", "tpot_mean_ms", "ms"},
+    {"ttft_ms", "ttft_mean_ms", "ms"},
+    {"decode_tokens_per_s_total", "throughput_output_tokens_per_s", "tokens/s"},
+    {"e2e_latency_ms", "e2e_latency_mean_ms", "ms"}};
 
 const NameMapping* find_mapping(std::span<const NameMapping> table, std::string_view from) {
   for (const auto& entry : table) {
@@ -233,6 +235,24 @@ std::vector<PublishedPoint> read_published(const std::string& path) {
       throw DataError("column value: '" + row["value"] + "' is not a positive finite number",
                       where);
     }
+    // A value in another unit than its metric's would be compared as if it were in it.
+    if (const NameMapping* mapping = find_mapping(kSimulatorMetric, point.metric);
+        mapping != nullptr && row["unit"] != mapping->unit) {
+      throw DataError("column unit: '" + row["unit"] + "' is not the unit of " + point.metric +
+                          " (" + std::string(mapping->unit) + ")",
+                      where);
+    }
+    point.weight_dtype = row["weight_dtype"];
+    // The simulator runs one engine of tensor_parallel GPUs; more GPUs are replicas it does not.
+    point.num_gpus = point.tensor_parallel;
+    if (!row["num_gpus"].empty()) {
+      point.num_gpus = parse_number<std::uint32_t>(row["num_gpus"], "num_gpus", where);
+      if (point.num_gpus < point.tensor_parallel) {
+        throw DataError("column num_gpus: " + row["num_gpus"] + " is fewer than tensor_parallel " +
+                            row["tensor_parallel"],
+                        where);
+      }
+    }
     point.engine = row["engine"];
     point.where = where;
     points.push_back(std::move(point));
@@ -268,6 +288,12 @@ Projection project(const PublishedPoint& point, const config::ConfigLoader& load
     projection.skipped_because = "the source does not state the prompt and output lengths";
     return projection;
   }
+  if (point.num_gpus != point.tensor_parallel) {
+    projection.skipped_because = std::to_string(point.num_gpus) + " GPUs at tensor parallelism " +
+                                 std::to_string(point.tensor_parallel) +
+                                 ": the simulator runs one engine, not replicas";
+    return projection;
+  }
   projection.simulator_metric = std::string(metric->to);
   const std::string batch = std::to_string(point.batch_size);
   std::vector<config::Override> overrides;
@@ -291,6 +317,10 @@ Projection project(const PublishedPoint& point, const config::ConfigLoader& load
   }
   if (!node->gpu.empty()) {
     overrides.push_back(config::parse_override("hardware.node.gpu.preset=" + node->gpu));
+  }
+  // The checkpoint's storage format as measured (an unknown one fails below, naming the row).
+  if (!point.weight_dtype.empty()) {
+    overrides.push_back(config::parse_override("model.weight_dtype=" + point.weight_dtype));
   }
   config::RunSpec run;
   try {
