@@ -519,6 +519,26 @@ std::unique_ptr<kernels::Tokenizer> load_model_tokenizer(const std::filesystem::
   return tokenizer;
 }
 
+std::vector<std::int32_t> encode_prompt_argument(
+    const kernels::Tokenizer& tokenizer, const std::string& text,
+    const boost::program_options::variables_map& values) {
+  std::vector<std::int32_t> prompt;
+  try {
+    prompt = tokenizer.encode_prompt(text);
+  } catch (const DataError& error) {
+    if (!error.where().empty()) {
+      throw;
+    }
+    throw DataError(error.what(), values.count("prompt-file") != 0U
+                                      ? values["prompt-file"].as<std::string>()
+                                      : std::string("--prompt"));
+  }
+  if (prompt.empty()) {
+    throw ConfigError("the prompt is empty and the tokenizer has no BOS to start from");
+  }
+  return prompt;
+}
+
 std::filesystem::path find_tokenizer(const std::filesystem::path& model) {
   if (is_random_model(model.string())) {
     throw ConfigError("a random model has no tokenizer: name one with --tokenizer", model.string());

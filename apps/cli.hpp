@@ -93,6 +93,12 @@ int run_replay_search_budgets(const Arguments& args, Context& context);
 // The tokenizer of a model (`--tokenizer` not given): a Hugging Face directory's own, or beside
 // a llama2.c checkpoint tokenizer.bin or else the only tok*.bin; ConfigError otherwise.
 [[nodiscard]] std::filesystem::path find_tokenizer(const std::filesystem::path& model);
+// The prompt's tokens (encode_prompt), a DataError naming --prompt or the prompt file when the
+// text cannot be encoded (not UTF-8 for a byte-level BPE), a ConfigError when it is empty and
+// the tokenizer has no BOS to start from.
+[[nodiscard]] std::vector<std::int32_t> encode_prompt_argument(
+    const kernels::Tokenizer& tokenizer, const std::string& text,
+    const boost::program_options::variables_map& values);
 // The tokenizer at `path` for a model of `spec`: DataError when its tokens do not fit the model's
 // vocabulary, or when a llama2.c tokenizer.bin (one entry per token id) holds fewer entries
 // than the model has tokens, as a truncated file does.

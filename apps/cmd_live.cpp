@@ -218,10 +218,7 @@ int run_live(const Arguments& args, Context& context) {
     live_options.follow = trace.get();
     live_options.forced_tokens = tokens.forced;
   } else {
-    tokens.prompt = tokenizer->encode_prompt(prompt_text);
-    if (tokens.prompt.empty()) {
-      throw ConfigError("the prompt is empty and the tokenizer has no BOS to start from");
-    }
+    tokens.prompt = encode_prompt_argument(*tokenizer, prompt_text, values);
   }
   const bool with_reference = values.count("no-reference") == 0U;
   std::unique_ptr<kernels::Engine> engine;

@@ -459,10 +459,7 @@ int capture(const Arguments& args, Context& context) {
       generation.stop_tokens.push_back(*bos);
     }
   }
-  const std::vector<std::int32_t> prompt = tokenizer->encode_prompt(prompt_text);
-  if (prompt.empty()) {
-    throw ConfigError("the prompt is empty and the tokenizer has no BOS to start from");
-  }
+  const std::vector<std::int32_t> prompt = encode_prompt_argument(*tokenizer, prompt_text, values);
   capture_options.description =
       command_line("kvtier trace capture", args, {"--out", "--threads"}) +
       "; prompt: " + std::to_string(prompt.size()) + " tokens from " +
