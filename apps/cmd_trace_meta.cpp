@@ -15,6 +15,7 @@
 #include "apps/cli.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "configs/utf8_fields.hpp"
 #include "kernels/hf_checkpoint.hpp"
 #include "kernels/sampler.hpp"
 #include "kernels/tracer.hpp"
@@ -202,8 +203,9 @@ int run_trace_meta(const Arguments& args, Context& context) {
   if (const std::uint32_t top_k = values["top-k"].as<std::uint32_t>(); top_k > 0) {
     meta.mutable_sampling()->set_top_k(top_k);
   }
-  // The writer's own check: what it refuses, this refuses.
+  // The writer's own check: what it refuses, this refuses; and the text it records, as it does.
   const traces::TraceShape shape = traces::checked_shape(meta, "kvtier trace meta, /meta");
+  config::make_strings_valid_utf8(meta);
 
   std::string bytes;
   if (!meta.SerializeToString(&bytes)) {
