@@ -313,6 +313,8 @@ int run_live(const Arguments& args, Context& context) {
     out.set_latency_ms(result.step_seconds[step] * 1e3);
     out.set_h2d_bytes(figures.h2d_bytes);
     out.set_d2h_bytes(figures.d2h_bytes);
+    out.set_h2d_busy_ms(figures.h2d_seconds * 1e3);
+    out.set_d2h_busy_ms(figures.d2h_seconds * 1e3);
     for (const std::uint64_t count : figures.tier_token_layers) {
       out.add_tier_token_layers(count);
     }

@@ -54,6 +54,8 @@ struct LiveOptions {
 struct LiveStep {
   std::uint64_t h2d_bytes = 0;  // all host-to-device copies of the step
   std::uint64_t d2h_bytes = 0;
+  double h2d_seconds = 0.0;  // their busy time (TieredCacheStats' seconds)
+  double d2h_seconds = 0.0;
   // Token-layers per tier after the step, summed over layers.
   std::array<std::uint64_t, replay::kTierCount> tier_token_layers{};
   // Mean over layers of the step's attention mass on held tokens (T0–T2): the engine's own

@@ -283,6 +283,8 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
     LiveStep& figures = result.steps.emplace_back();
     figures.h2d_bytes = after.h2d().bytes - before.h2d().bytes;
     figures.d2h_bytes = after.d2h_offload.bytes - before.d2h_offload.bytes;
+    figures.h2d_seconds = after.h2d().seconds - before.h2d().seconds;
+    figures.d2h_seconds = after.d2h_offload.seconds - before.d2h_offload.seconds;
     for (const replay::StepLayerRecord& record : records) {
       for (std::size_t tier = 0; tier < replay::kTierCount; ++tier) {
         figures.tier_token_layers[tier] += record.tokens[tier];

@@ -248,6 +248,12 @@ TEST_CASE("kvtier live --follow-trace runs the trace's tokens and makes the repl
   std::uint64_t evicted = std::stoull(last["tier_token_layers"][3].get<std::string>());
   CHECK(evicted == std::stoull(json["tiers"]["final_tier_token_layers"][3].get<std::string>()));
   CHECK(evicted > 0);
+  // Each step's copy busy time beside its bytes.
+  for (const nlohmann::json& step : json["steps"]) {
+    CHECK(step.contains("h2d_busy_ms"));
+    CHECK((step["h2d_bytes"] == "0") == (step["h2d_busy_ms"].get<double>() == 0.0));
+    CHECK((step["d2h_bytes"] == "0") == (step["d2h_busy_ms"].get<double>() == 0.0));
+  }
   // The followed trace was captured on this model: the same tokens as a plain live run of the
   // same prompt, as long as the tiered cache's greedy choice agrees with the full cache's.
   const fs::path plain = scratch_dir() / "plain.json";

@@ -203,6 +203,19 @@ TEST_CASE("copy time is charged to the kind of copy that moved bytes", "[kernels
           &stats.host_recode}) {
       CHECK((counter->bytes == 0) == (counter->seconds == 0.0));
     }
+    // Each step's share: busy exactly when it copied, and the steps' shares within the totals
+    // (the start placement's moves are in no step).
+    double h2d_seconds = 0.0;
+    double d2h_seconds = 0.0;
+    for (const kk::LiveStep& step : result.steps) {
+      CHECK((step.h2d_bytes == 0) == (step.h2d_seconds == 0.0));
+      CHECK((step.d2h_bytes == 0) == (step.d2h_seconds == 0.0));
+      h2d_seconds += step.h2d_seconds;
+      d2h_seconds += step.d2h_seconds;
+    }
+    CHECK(h2d_seconds > 0.0);
+    CHECK(h2d_seconds <= stats.h2d().seconds * (1 + 1e-9));
+    CHECK(d2h_seconds <= stats.d2h_offload.seconds * (1 + 1e-9));
   }
 }
 
