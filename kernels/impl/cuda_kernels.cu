@@ -591,16 +591,32 @@ __global__ void swiglu_kernel(const float* gate_up, int rows, int intermediate, 
 }
 
 // One block per slot of a batch: a full-precision slot copied in 16-byte words when its size
-// allows, as the link moves it.
+// allows, as the link moves it. Source and target are different tiers (never aliased), and each
+// thread issues all its loads before any store, so a block waits about one round trip over the
+// link for its slot rather than one per word (a 16 KiB slot is 4 words per thread).
 template <typename Word>
-__global__ void copy_slots_kernel(const Word* source, Word* target, const std::uint32_t* pairs,
-                                  std::int64_t words) {
+__global__ void copy_slots_kernel(const Word* __restrict__ source, Word* __restrict__ target,
+                                  const std::uint32_t* __restrict__ pairs, std::int64_t words) {
+  constexpr int kInFlight = 8;
   const std::int64_t from = pairs[2 * blockIdx.x];
   const std::int64_t to = pairs[2 * blockIdx.x + 1];
-  const Word* in = source + from * words;
-  Word* out = target + to * words;
-  for (std::int64_t i = threadIdx.x; i < words; i += blockDim.x) {
-    out[i] = in[i];
+  const Word* __restrict__ in = source + from * words;
+  Word* __restrict__ out = target + to * words;
+  const std::int64_t stride = blockDim.x;
+  for (std::int64_t base = threadIdx.x; base < words; base += kInFlight * stride) {
+    Word held[kInFlight];
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      if (base + k * stride < words) {
+        held[k] = in[base + k * stride];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kInFlight; ++k) {
+      if (base + k * stride < words) {
+        out[base + k * stride] = held[k];
+      }
+    }
   }
 }
 
