@@ -341,8 +341,9 @@ void check_run_policies(const config::RunSpec& run, const config::LocationMap& l
 }
 
 std::vector<std::filesystem::path> model_input_paths(
-    const boost::program_options::variables_map& values) {
-  std::vector<std::filesystem::path> paths;
+    const boost::program_options::variables_map& values,
+    std::initializer_list<const char*> other_inputs) {
+  std::vector<std::filesystem::path> paths = given_paths(values, other_inputs);
   const auto add = [&](const std::filesystem::path& path) {
     paths.push_back(path);
     std::error_code error;

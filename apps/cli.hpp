@@ -129,10 +129,12 @@ void check_output_file(const std::string& option, const std::filesystem::path& p
 // line:column and field (`compare[1]`).
 void check_run_policies(const config::RunSpec& run, const config::LocationMap& locations,
                         const boost::program_options::variables_map* options = nullptr);
-// The files a run reads through --model and --tokenizer, for check_output_file's inputs: each,
-// every file of a folder among them, and the tokenizer find_tokenizer finds when none is given.
+// The files a run reads, for check_output_file's inputs: those of `other_inputs` (given_paths),
+// and through --model and --tokenizer each, every file of a folder among them, and the
+// tokenizer find_tokenizer finds when none is given.
 [[nodiscard]] std::vector<std::filesystem::path> model_input_paths(
-    const boost::program_options::variables_map& values);
+    const boost::program_options::variables_map& values,
+    std::initializer_list<const char*> other_inputs);
 // An output folder: refused when empty or when a file has its name, or when one of the `files`
 // the command writes into it exists as something a file cannot replace (a folder, a device).
 void check_output_folder(const std::string& option, const std::filesystem::path& path,

@@ -155,11 +155,8 @@ int run_live(const Arguments& args, Context& context) {
         "brings its own prompt)");
   }
   if (values.count("measure") != 0U) {
-    std::vector<std::filesystem::path> inputs = model_input_paths(values);
-    for (const std::filesystem::path& path : given_paths(values, {"prompt-file", "follow-trace"})) {
-      inputs.push_back(path);
-    }
-    check_output_file("--measure", values["measure"].as<std::string>(), inputs);
+    check_output_file("--measure", values["measure"].as<std::string>(),
+                      model_input_paths(values, {"prompt-file", "follow-trace"}));
   }
   kernels::LiveOptions live_options;
   live_options.copies = copies;

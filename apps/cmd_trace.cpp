@@ -423,11 +423,8 @@ int capture(const Arguments& args, Context& context) {
   if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
     throw ConfigError("give the prompt with exactly one of --prompt and --prompt-file");
   }
-  std::vector<std::filesystem::path> inputs = model_input_paths(values);
-  for (const std::filesystem::path& prompt_file : given_paths(values, {"prompt-file"})) {
-    inputs.push_back(prompt_file);
-  }
-  check_output_file("--out", values["out"].as<std::string>(), inputs);
+  check_output_file("--out", values["out"].as<std::string>(),
+                    model_input_paths(values, {"prompt-file"}));
   kernels::CaptureOptions capture_options;
   capture_options.contents = parse_trace_contents(values);
   const kernels::TraceContents& contents = capture_options.contents;

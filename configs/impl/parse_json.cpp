@@ -132,12 +132,11 @@ class JsonScanner {
       }
       const int key_line = line_;
       const int key_column = column_;
-      const std::string key = string(path);
-      const std::string child = join_path(path, to_snake_case(key));
-      if (!keys.insert(to_snake_case(key)).second) {
+      const std::string name = to_snake_case(string(path));
+      const std::string child = join_path(path, name);
+      if (!keys.insert(name).second) {
         throw ConfigError(
-            "field '" + to_snake_case(key) +
-                "' is given more than once (write it once; lists are arrays)",
+            "field '" + name + "' is given more than once (write it once; lists are arrays)",
             describe(SourcePosition{file_, key_line, key_column}) + ", field " + child);
       }
       expect(':', child);

@@ -19,9 +19,10 @@ void make_strings_valid_utf8(google::protobuf::Message& message) {
   for (const pb::FieldDescriptor* field : fields) {
     if (field->type() == pb::FieldDescriptor::TYPE_STRING) {
       if (field->is_repeated()) {
+        std::string scratch;
         for (int i = 0; i < reflection.FieldSize(message, field); ++i) {
           const std::string& text =
-              reflection.GetRepeatedStringReference(message, field, i, nullptr);
+              reflection.GetRepeatedStringReference(message, field, i, &scratch);
           if (!is_valid_utf8(text)) {
             reflection.SetRepeatedString(&message, field, i, valid_utf8(text));
           }

@@ -196,9 +196,11 @@ config::ModelSpec read_hf_config(const std::filesystem::path& config_json) {
   }
   spec.set_qk_norm(spec.architecture() == config::QWEN3);
   // A window of all the positions or more never binds (and the schema refuses more).
-  if (spec.architecture() == config::MISTRAL && reader.has("sliding_window") &&
-      reader.positive("sliding_window") <= spec.max_position_embeddings()) {
-    spec.set_sliding_window(reader.positive("sliding_window"));
+  if (spec.architecture() == config::MISTRAL && reader.has("sliding_window")) {
+    if (const std::uint32_t window = reader.positive("sliding_window");
+        window <= spec.max_position_embeddings()) {
+      spec.set_sliding_window(window);
+    }
   }
   if ((spec.architecture() == config::QWEN2 || spec.architecture() == config::QWEN3) &&
       reader.boolean_or("use_sliding_window", false)) {

@@ -18,10 +18,12 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/atomic_file.hpp"
 #include "common/errors.hpp"
+#include "common/input_file.hpp"
 #include "serving/demand_memo.hpp"
 #include "sweep/sweep.hpp"
 
@@ -504,8 +506,7 @@ ResultTable merge_sweeps(std::span<const fs::path> folders, const fs::path& out)
   std::vector<std::uint64_t> missing;
   std::error_code error;
   const auto file_bytes = [](const fs::path& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    return read_input_file(path, kTextInputLimitBytes).text;
   };
   for (std::uint64_t point = 0; point < manifest.points; ++point) {
     const auto holder = std::find_if(folders.begin(), folders.end(), [&](const fs::path& folder) {
@@ -518,15 +519,15 @@ ResultTable merge_sweeps(std::span<const fs::path> folders, const fs::path& out)
     std::vector<Row> point_rows = read_point(*holder, point, manifest);
     // One spec and kvtier version compute a point to the same bytes: copies that differ were
     // edited or damaged, and which to take is not the merge's to guess (nor the folders' order).
-    std::string first_copy;
+    std::optional<std::string> first_copy;  // read only when another folder holds the point
     for (auto other = std::next(holder); other != folders.end(); ++other) {
       if (!fs::exists(point_file(*other, point), error)) {
         continue;
       }
-      if (first_copy.empty()) {
+      if (!first_copy) {
         first_copy = file_bytes(point_file(*holder, point));
       }
-      if (file_bytes(point_file(*other, point)) != first_copy) {
+      if (file_bytes(point_file(*other, point)) != *first_copy) {
         throw DataError("point " + std::to_string(point) + " differs from its copy in " +
                             point_file(*holder, point).string() +
                             ": one was edited or damaged; remove the wrong one",

@@ -194,25 +194,23 @@ Sweep load_sweep_text(std::string_view text, const std::string& file_name,
   // GRID points are numbered in 64 bits: a product of axis lengths past that would wrap.
   const std::string limit = "; a sweep runs at most " + std::to_string(kMaxSweepPoints) +
                             " (split it into several sweeps)";
+  // ZIP's points are its first axis's values (the lengths agree, checked above).
+  const bool zip = spec.mode() == config::ZIP;
+  const int last = zip ? 0 : spec.axis_size() - 1;  // the axis a problem names
   std::uint64_t points = 1;
-  for (int a = 0; a < spec.axis_size() && spec.mode() != config::ZIP; ++a) {
-    if (__builtin_mul_overflow(points, static_cast<std::uint64_t>(spec.axis(a).values_size()),
-                               &points)) {
+  bool wrapped = false;
+  for (int a = 0; a <= last && a < spec.axis_size() && !wrapped; ++a) {
+    wrapped = __builtin_mul_overflow(points, static_cast<std::uint64_t>(spec.axis(a).values_size()),
+                                     &points);
+    if (wrapped) {
       problems.push_back({axis_path(a) + ".values",
                           "the GRID's axes multiply to more than 2^64 - 1 points" + limit});
-      break;
-    }
-    if (a + 1 == spec.axis_size() && points > kMaxSweepPoints) {
-      problems.push_back(
-          {axis_path(a) + ".values",
-           "the GRID's axes multiply to " + std::to_string(points) + " points" + limit});
     }
   }
-  if (spec.mode() == config::ZIP && spec.axis_size() > 0 &&
-      static_cast<std::uint64_t>(spec.axis(0).values_size()) > kMaxSweepPoints) {
-    problems.push_back(
-        {axis_path(0) + ".values",
-         "the ZIP has " + std::to_string(spec.axis(0).values_size()) + " points" + limit});
+  if (!wrapped && spec.axis_size() > 0 && points > kMaxSweepPoints) {
+    problems.push_back({axis_path(last) + ".values",
+                        std::string(zip ? "the ZIP has " : "the GRID's axes multiply to ") +
+                            std::to_string(points) + " points" + limit});
   }
   if (!problems.empty()) {
     throw config::InvalidConfig(problems, locations);
