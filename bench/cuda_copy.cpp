@@ -16,6 +16,8 @@
 //   between mapped pinned host memory (cudaHostAllocMapped | cudaHostAllocPortable, as T1) and
 //   device memory, the slots scattered over 64 MiB pools on both sides in a seeded shuffled
 //   order, their pairs in mapped host memory as the cache's move batches keep them;
+// - slot_kernel_device_pairs: the same with the pairs in device memory, as the cache's staging
+//   reads its page table (a pair read from mapped memory costs the kernel a link round trip);
 // - memcpy_batch: the same scattered slots with one cudaMemcpyBatchAsync, one entry per slot,
 //   hinted cudaMemcpyFlagPreferOverlapWithCompute (CUDA 12.8 and later only);
 // - memcpy_batch_no_hint: the same without the hint (the driver may then copy with SMs);
@@ -72,6 +74,7 @@
 #include <vector>
 
 #include "bench/cuda_copy_load.cuh"
+#include "common/text_output.hpp"
 #include "kernels/impl/cuda_kernels.cuh"
 
 #if CUDART_VERSION >= 12080
@@ -213,28 +216,11 @@ double median(std::vector<double> values) {
 
 // JSON has no infinities or NaN: a figure that is not finite is null.
 std::string json_number(double value) {
-  if (!std::isfinite(value)) {
-    return "null";
-  }
-  std::ostringstream out;
-  out.precision(6);
-  out << value;
-  return out.str();
+  return kvtier::json_number_or_null(value);
 }
 
 std::string json_string(const std::string& text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20U) {
-      out += ' ';
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+  return kvtier::json_escape(text);
 }
 
 bool parse_count(const char* text, std::uint64_t& value) {
@@ -249,13 +235,21 @@ bool parse_count(const char* text, std::uint64_t& value) {
 }
 
 // --- Methods, series, fits ----------------------------------------------------------------------
-enum class Method { kMemcpy, kSlotKernel, kMemcpyBatch, kMemcpyBatchNoHint, kMemcpyPerSlot };
+enum class Method {
+  kMemcpy,
+  kSlotKernel,
+  kSlotKernelDevicePairs,
+  kMemcpyBatch,
+  kMemcpyBatchNoHint,
+  kMemcpyPerSlot
+};
 enum class Direction { kH2D, kD2H };
 
 const char* method_name(Method method) {
   switch (method) {
     case Method::kMemcpy: return "memcpy";
     case Method::kSlotKernel: return "slot_kernel";
+    case Method::kSlotKernelDevicePairs: return "slot_kernel_device_pairs";
     case Method::kMemcpyBatch: return "memcpy_batch";
     case Method::kMemcpyBatchNoHint: return "memcpy_batch_no_hint";
     case Method::kMemcpyPerSlot: return "memcpy_per_slot";
@@ -354,6 +348,7 @@ class CopyBench {
         pairs_(std::size_t{4} * pool_slots_ * sizeof(std::uint32_t),
                cudaHostAllocMapped | cudaHostAllocPortable, "mapped slot pairs"),
         device_(kMaxBytes, "device buffer"),
+        device_pairs_(std::size_t{4} * pool_slots_ * sizeof(std::uint32_t), "device slot pairs"),
         load_buffer_(kLoadBytes, "load buffer") {
     // Slot i of a batch: host slot host_order[i], device slot device_order[i].
     const std::vector<std::uint32_t> host_order = shuffled(pool_slots_, kSeed);
@@ -376,6 +371,9 @@ class CopyBench {
     std::memset(mapped_.get(), 0, kMaxBytes);
     check(cudaMemset(device_.get(), 0, kMaxBytes), "cudaMemset (device buffer)");
     check(cudaMemset(load_buffer_.get(), 0, kLoadBytes), "cudaMemset (load buffer)");
+    check(cudaMemcpy(device_pairs_.get(), pairs_.get(),
+                     std::size_t{4} * pool_slots_ * sizeof(std::uint32_t), cudaMemcpyHostToDevice),
+          "cudaMemcpy (device slot pairs)");
 
     cudaDeviceProp properties{};
     int device = 0;
@@ -430,14 +428,16 @@ class CopyBench {
               "cudaMemcpyAsync (d2h)");
         }
         return;
-      case Method::kSlotKernel: {
+      case Method::kSlotKernel:
+      case Method::kSlotKernelDevicePairs: {
         kc::SlotBatch batch;
         batch.source = h2d ? static_cast<const void*>(mapped_.device())
                            : static_cast<const void*>(device_.get());
         batch.target =
             h2d ? static_cast<void*>(device_.get()) : static_cast<void*>(mapped_.device());
-        batch.pairs =
-            reinterpret_cast<const std::uint32_t*>(pairs_.device()) + (h2d ? 0 : 2 * pool_slots_);
+        const void* pairs = method == Method::kSlotKernel ? pairs_.device()
+                                                          : static_cast<void*>(device_pairs_.get());
+        batch.pairs = static_cast<const std::uint32_t*>(pairs) + (h2d ? 0 : 2 * pool_slots_);
         batch.count = static_cast<int>(slots);
         batch.kv_heads = kv_heads_;
         batch.head_dim = head_dim_;
@@ -646,6 +646,7 @@ class CopyBench {
   HostBuffer mapped_;  // the slot methods' host pool (as T1)
   HostBuffer pairs_;   // launch_copy_slots' pairs: h2d's, then d2h's
   DeviceBuffer device_;
+  DeviceBuffer device_pairs_;  // pairs_ copied to device memory
   DeviceBuffer load_buffer_;
   std::unique_ptr<DeviceBuffer> sink_;
   std::vector<void*> h2d_sources_;
@@ -707,7 +708,8 @@ int main(int argc, char** argv) {
 
     CopyBench bench(static_cast<std::size_t>(slot_bytes), kv_heads, head_dim,
                     static_cast<int>(repeats));
-    std::vector<Method> methods = {Method::kMemcpy, Method::kSlotKernel};
+    std::vector<Method> methods = {Method::kMemcpy, Method::kSlotKernel,
+                                   Method::kSlotKernelDevicePairs};
     std::vector<std::string> unavailable;
     const std::string batch_problem = bench.probe_batch();
     if (batch_problem.empty()) {

@@ -79,12 +79,7 @@ double median(std::vector<double> values) {
 // JSON has no infinities or NaN: a figure that could not be measured (a device reporting no
 // memory clock gives no peak bandwidth) is null.
 std::string json_number(double value) {
-  if (!std::isfinite(value)) {
-    return "null";
-  }
-  std::ostringstream out;
-  out << value;
-  return out.str();
+  return kvtier::json_number_or_null(value);
 }
 
 std::string json_list(const std::vector<double>& values) {

@@ -3,6 +3,7 @@
 // the same on every run and platform.
 
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <ostream>
 #include <string>
@@ -16,6 +17,12 @@ inline std::string format_double(double value) {
   char buffer[64];
   const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
   return std::string(buffer, result.ptr);
+}
+
+// A JSON number, or null where JSON has none (infinities, NaN): a figure that could not be
+// measured.
+inline std::string json_number_or_null(double value) {
+  return std::isfinite(value) ? format_double(value) : "null";
 }
 
 // Fixed decimals for tables ("79.56").

@@ -4,7 +4,8 @@
 # against the CPU engine, the tiered cache's CUDA backend against its CPU backend), live runs of
 # the tiered cache on a 7B-shaped model with random weights following a synthetic trace of its
 # shape (full cache and tiered at several HBM shares, with each attention kernel, GEMM and way
-# of copying) checked by `kvtier validate`, the CUDA decode and host-link copy benchmarks, an
+# of copying) checked by `kvtier validate`, the CUDA GEMV, decode and host-link copy
+# benchmarks, each kernel's time in a short live run where Nsight Compute is installed, an
 # Nsight Systems profile of one live run where nsys is installed, a `kvtier trace capture
 # --device cuda` of stories260K next to a CPU capture, and scripts/capture_hf.py against
 # kvtier's capture where PyTorch and transformers are installed. Everything lands in "$OUT" (default ./gpu-results):
@@ -16,6 +17,7 @@
 #   live-*.json      the live measurement files (docs/LIVE.md), and the trace they followed;
 #                    validate-live.json, the simulator's projections for them
 #   profile-live_*.csv  the profile's totals per kernel, per copy kind and per CUDA call
+#   kernel-times.csv the time of every kernel of a short full-cache live run (Nsight Compute)
 #   *.log            each step's output; ctest-gpu.xml (JUnit); the captured traces
 #
 # Options:
@@ -212,7 +214,8 @@ if [ -n "$prebuilt" ]; then
     record build failed 1 0 "\"reason\":\"the bundle is of commit $(json_escape "$bundled"), this tree of $(json_escape "$commit"): run scripts/gpu-bundle.sh again\""
   elif [ -x "$bin/kvtier" ] && [ -x "$tests/kvtier_cuda_engine_tests" ] &&
     [ -x "$tests/kvtier_cuda_live_tests" ] && [ -x "$bin/kvtier_bench_cuda_decode" ] &&
-    [ -x "$bin/kvtier_bench_cuda_copy" ] && [ -z "$missing" ]; then
+    [ -x "$bin/kvtier_bench_cuda_gemv" ] && [ -x "$bin/kvtier_bench_cuda_copy" ] &&
+    [ -z "$missing" ]; then
     record build info null 0 "\"prebuilt\":\"$(json_escape "$bundled")\""
     built=1
   else
@@ -221,7 +224,8 @@ if [ -n "$prebuilt" ]; then
 elif run configure 150 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DKVTIER_CUDA=ON -DKVTIER_WERROR=OFF "-DCMAKE_CUDA_ARCHITECTURES=${KVTIER_CUDA_ARCH:-native}"; then
   if run build 330 cmake --build "$build" -j "$jobs" --target kvtier_cuda_engine_tests \
-    kvtier_cuda_live_tests kvtier_bench_cuda_decode kvtier_bench_cuda_copy kvtier; then
+    kvtier_cuda_live_tests kvtier_bench_cuda_decode kvtier_bench_cuda_gemv \
+    kvtier_bench_cuda_copy kvtier; then
     built=1
   fi
 else
@@ -229,9 +233,17 @@ else
 fi
 
 if [ "$built" -eq 1 ]; then
-  # The two benchmarks first: they are what the open performance targets are measured with
+  # The benchmarks first: they are what the open performance targets are measured with
   # (decode against the roofline, the host link's t0 and bandwidth), and a step late in the run
-  # gets only the time that is left.
+  # gets only the time that is left. The decode step's GEMMs alone (bench/cuda_gemv.cpp), the
+  # shortest, before the whole steps: how much of a step they take, launched and from graphs.
+  if run bench-cuda-gemv 60 "$bin/kvtier_bench_cuda_gemv"; then
+    line="$(grep -E '^\{"bench"' "$OUT/bench-cuda-gemv.log" | tail -n 1 || true)"
+    if [ -n "$line" ]; then
+      printf '{"step":"bench-cuda-gemv-result",%s,"result":%s}\n' "$provenance" "$line" \
+        >>"$results"
+    fi
+  fi
   bench_args="${KVTIER_BENCH_ARGS:-512 256 3}"
   # shellcheck disable=SC2086  # the arguments are words
   if run bench-cuda-decode 200 "$bin/kvtier_bench_cuda_decode" $bench_args "$OUT"; then
@@ -251,6 +263,25 @@ if [ "$built" -eq 1 ]; then
       printf '{"step":"bench-cuda-copy-result",%s,"result":%s}\n' "$provenance" "$line" \
         >>"$results"
     fi
+  fi
+
+  # Where a decode step's time goes, kernel by kernel: Nsight Compute, where installed, timing
+  # every kernel of a short live run on the full cache (a 64-token prompt, 8 steps; the weights'
+  # upload kernels come first) at the clocks and caches the run would have (no clock locking,
+  # no cache flushing), one CSV row per kernel launch.
+  ncu="$(command -v ncu || true)"
+  if [ -z "$ncu" ] && [ -x /usr/local/cuda/bin/ncu ]; then
+    ncu=/usr/local/cuda/bin/ncu
+  fi
+  if [ -z "$ncu" ]; then
+    record kernel-times info null 0 '"reason":"ncu not found"'
+  elif run kernel-times-trace 30 "$bin/kvtier" trace synth --model Llama-2-7B \
+    --prompt-tokens 64 --steps 8 --pattern reasoning --seed 1 --out "$OUT/live-short.h5"; then
+    run kernel-times 90 "$ncu" --clock-control none --cache-control none \
+      --metrics gpu__time_duration.sum --csv --page raw --log-file "$OUT/kernel-times.csv" \
+      "$bin/kvtier" live --model random:Llama-2-7B --device cuda --policy full \
+      --follow-trace "$OUT/live-short.h5" --no-reference --measure "$OUT/kernel-times-live.json" ||
+      true
   fi
 
   if [ -z "$prebuilt" ]; then
@@ -305,9 +336,9 @@ if [ "$built" -eq 1 ]; then
     --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
     live_files=()
     # name|policy|attention kernel|GEMM|copies: the default kernels (split-key attention,
-    # cuBLAS, copies by kernels), then the per-head attention kernel, the warp-per-row GEMM and
-    # the copy engines each on the full cache or on tiered shares, to see what each changes in
-    # the time per token.
+    # cuBLAS, copies by kernels), then the warp-per-row GEMM and the copy engines each on the
+    # full cache or on tiered shares, to see what each changes in the time per token (the
+    # per-head attention kernel was the default of the first H200 runs, committed with them).
     for live in "full|full|split-keys|cublas|kernels" \
       "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|cublas|kernels" \
       "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|kernels" \
@@ -316,8 +347,6 @@ if [ "$built" -eq 1 ]; then
       "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|cublas|kernels" \
       "tiered-hbm50-copy-engines|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|copy-engines" \
       "tiered-hbm25-copy-engines|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|cublas|copy-engines" \
-      "full-per-head|full|per-head|cublas|kernels" \
-      "tiered-hbm50-per-head|tiered:hbm=0.5,evict=0,compress=0,$retier|per-head|cublas|kernels" \
       "full-warp-rows|full|split-keys|warp-rows|kernels" \
       "tiered-hbm50-warp-rows|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|kernels"; do
       IFS='|' read -r name policy attention gemm copies <<<"$live"

@@ -32,6 +32,7 @@
 #include "common/errors.hpp"
 #include "kernels/cuda_engine.hpp"
 #include "kernels/impl/cuda_engine_impl.hpp"
+#include "kernels/impl/cuda_linear.hpp"
 #include "kernels/rotary.hpp"
 
 namespace kvtier::kernels::detail {
@@ -43,15 +44,6 @@ constexpr std::int64_t kAttentionScratchFloats = std::int64_t{32} << 20U;
 // Floats converted per upload step (64 MiB of float32 staging on the device).
 constexpr std::int64_t kUploadStagingFloats = std::int64_t{16} << 20U;
 constexpr int kMaxHeadDim = 1024;
-
-cudaDataType cublas_type(Dtype dtype) {
-  switch (dtype) {
-    case Dtype::kBF16: return CUDA_R_16BF;
-    case Dtype::kF16: return CUDA_R_16F;
-    case Dtype::kF32: return CUDA_R_32F;
-  }
-  return CUDA_R_32F;
-}
 
 void require_shape(const WeightTensor& weight, std::int64_t rows, std::int64_t cols,
                    const std::string& where) {
@@ -376,9 +368,6 @@ std::vector<Chunk> CudaEngine::plan_chunks(int rows, bool observed) const {
 
 void CudaEngine::gemm(const void* weight, int out_features, int in_features, const void* input,
                       int rows, float* output, bool accumulate) {
-  // Row-major output [rows, out] = X [rows, in] x W^T, W row-major [out, in]. Column-major cuBLAS
-  // sees W as [in, out] (lda = in), X as [in, rows] and the output as [out, rows]:
-  // C = op_T(W) x X.
   if (options_.gemm == CudaGemm::kWarpRows &&
       cuda::warp_rows_gemm_applies(dtype_, in_features, rows, weight, input)) {
     launched(cuda::launch_warp_rows_gemm(weight, dtype_, out_features, in_features, input, rows,
@@ -386,12 +375,8 @@ void CudaEngine::gemm(const void* weight, int out_features, int in_features, con
              "warp-rows gemm kernel");
     return;
   }
-  const float alpha = 1.0F;
-  const float beta = accumulate ? 1.0F : 0.0F;
-  const cudaDataType type = cublas_type(dtype_);
-  check_(cublasGemmEx(cublas_.get(), CUBLAS_OP_T, CUBLAS_OP_N, out_features, rows, in_features,
-                      &alpha, weight, type, in_features, input, type, in_features, &beta, output,
-                      CUDA_R_32F, out_features, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+  check_(cuda::cublas_linear(cublas_.get(), dtype_, weight, out_features, in_features, input, rows,
+                             output, accumulate),
          "cublasGemmEx");
   if (check_kernels_) {
     launched(cudaSuccess, "cublasGemmEx");
