@@ -13,7 +13,7 @@
 // - cublas_bf16_out: the same call with a BF16 output, to see whether the FP32 output leads
 //   cuBLAS to a slower kernel;
 // - warp_rows: the engine's warp-per-row GEMM (CudaGemm::kWarpRows).
-// Measured, for rows (tokens per call) 1 and 8, each the median of REPEATS timings with CUDA
+// Measured, for rows (tokens per call) 1, 2, 4 and 8, each the median of REPEATS timings with CUDA
 // events after one untimed run:
 // - shapes: per matrix shape, 32 calls, each on another layer's matrix (an L2 cache holds
 //   none of them between its calls), launched one by one and replayed from a CUDA graph: the
@@ -280,7 +280,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> errors;
     for (const Method method : kMethods) {
       try {
-        for (const int rows : {1, 8}) {
+        for (const int rows : {1, 2, 4, 8}) {
           for (const bool graph : {false, true}) {
             const char* mode = graph ? "graph" : "launched";
             for (int index = -1; index < 4; ++index) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "kernels/impl/cuda_kernels.cuh"
+#include "kernels/impl/cuda_vector.cuh"
 
 namespace kvtier::kernels::cuda {
 namespace {
@@ -20,44 +21,6 @@ constexpr int kLanes = 32;
 // 16-byte loads a lane issues before it multiplies: enough bytes in flight per SM to cover the
 // HBM's latency when the grid does not fill every SM with eight blocks.
 constexpr int kUnroll = 4;
-
-// Elements of T in one 16-byte load, widened to float32.
-template <typename T>
-struct Vector;
-template <>
-struct Vector<float> {
-  static constexpr int kSize = 4;
-  __device__ static void widen(const uint4& bits, float* out) {
-    out[0] = __uint_as_float(bits.x);
-    out[1] = __uint_as_float(bits.y);
-    out[2] = __uint_as_float(bits.z);
-    out[3] = __uint_as_float(bits.w);
-  }
-};
-template <>
-struct Vector<__nv_bfloat16> {
-  static constexpr int kSize = 8;
-  __device__ static void widen(const uint4& bits, float* out) {
-    const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
-    for (int i = 0; i < 4; ++i) {
-      // A bfloat16 is the high half of the float32 with the same bits.
-      out[2 * i] = __uint_as_float(words[i] << 16U);
-      out[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000U);
-    }
-  }
-};
-template <>
-struct Vector<__half> {
-  static constexpr int kSize = 8;
-  __device__ static void widen(const uint4& bits, float* out) {
-    const unsigned words[4] = {bits.x, bits.y, bits.z, bits.w};
-    for (int i = 0; i < 4; ++i) {
-      // The element at the lower address is the word's low half.
-      out[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i])));
-      out[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] >> 16U)));
-    }
-  }
-};
 
 __device__ __forceinline__ float lanes_sum(float value) {
   for (int offset = kLanes / 2; offset > 0; offset >>= 1) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/impl/cuda_kernels.cuh"
+#include "kernels/impl/cuda_vector.cuh"
 #include "kernels/impl/kv_quantise.hpp"
 
 namespace kvtier::kernels::cuda {
@@ -121,18 +122,28 @@ __global__ void embedding_kernel(const T* table, const std::int32_t* tokens, int
   }
 }
 
-// One block per row.
+// One block per row, about four elements a thread: a row is read in one or two round trips to
+// memory rather than one per 256 elements (a single block at decode, on the critical path).
+int rms_norm_threads(int cols) {
+  int threads = 32;
+  while (threads < 1024 && threads * 4 < cols) {
+    threads *= 2;
+  }
+  return threads;
+}
 template <typename T>
 __global__ void rms_norm_kernel(const float* x, const float* gain, int cols, float eps, T* out) {
   __shared__ float scratch[32];
   const float* row = x + static_cast<std::int64_t>(blockIdx.x) * cols;
   T* out_row = out + static_cast<std::int64_t>(blockIdx.x) * cols;
   float squares = 0.0F;
+#pragma unroll 4
   for (int i = static_cast<int>(threadIdx.x); i < cols; i += static_cast<int>(blockDim.x)) {
     squares += row[i] * row[i];
   }
   squares = block_reduce<false>(squares, scratch);
   const float inverse_rms = 1.0F / sqrtf(squares / static_cast<float>(cols) + eps);
+#pragma unroll 4
   for (int i = static_cast<int>(threadIdx.x); i < cols; i += static_cast<int>(blockDim.x)) {
     out_row[i] = from_float<T>((row[i] * inverse_rms) * gain[i]);
   }
@@ -254,47 +265,75 @@ __device__ __forceinline__ void load_query(const AttentionArgs& a, int row, int 
   __syncthreads();
 }
 
+// A key or value row read in units of kSize elements widened to float32: one element, or with
+// kVector one 16-byte load (rows then start 16-byte aligned and hold whole loads).
+template <typename T, bool kVector>
+struct RowUnits {
+  static constexpr int kSize = kVector ? Vector<T>::kSize : 1;
+  __device__ static void load(const T* row, int unit, float* out) {
+    if constexpr (kVector) {
+      Vector<T>::widen(*reinterpret_cast<const uint4*>(row + unit * kSize), out);
+    } else {
+      out[0] = to_float(row[unit]);
+    }
+  }
+};
+
 // Both attention kernels' dynamic shared memory: the query (head_dim floats), the value slices'
-// partial sums (max(threads, head_dim)) and 32 floats of reduction scratch.
+// partial sums (max(threads * elements per unit, head_dim)) and 32 floats of reduction scratch.
 struct AttentionShared {
   float* query;
   float* partial;
   float* reduce;
 };
-__device__ __forceinline__ AttentionShared attention_shared(float* shared, int head_dim) {
-  const int threads = static_cast<int>(blockDim.x);
-  float* partial = shared + head_dim;
-  return {shared, partial, partial + (threads > head_dim ? threads : head_dim)};
+__device__ __forceinline__ AttentionShared attention_shared(float* shared, int head_dim,
+                                                            int unit_elements) {
+  const int partial = static_cast<int>(blockDim.x) * unit_elements;
+  float* partials = shared + head_dim;
+  return {shared, partials, partials + (partial > head_dim ? partial : head_dim)};
 }
-std::size_t attention_shared_bytes(int threads, int head_dim) {
-  const int partial = threads > head_dim ? threads : head_dim;
+std::size_t attention_shared_bytes(int threads, int head_dim, int unit_elements) {
+  const int partial = threads * unit_elements > head_dim ? threads * unit_elements : head_dim;
   return (static_cast<std::size_t>(head_dim) + static_cast<std::size_t>(partial) + 32) *
          sizeof(float);
 }
 
 // The weighted sum of `keys` value rows into `partial` (visible to the whole block on return):
-// threads over the head dimension, and `slices` groups of them each over a share of the keys
-// when the head dimension is narrower than the block. value_row(key) is the key's value row
-// (nullptr: left out), weight(key) its weight. Returns the number of slices (slice_total).
-template <typename T, typename ValueRow, typename Weight>
+// threads over the head dimension's units, and `slices` groups of them each over a share of the
+// keys when the row has fewer units than the block has threads, so that a thread's loads of
+// several keys are in flight together. value_row(key) is the key's value row (nullptr: left
+// out), weight(key) its weight. Returns the number of slices (slice_total).
+template <typename T, bool kVector, typename ValueRow, typename Weight>
 __device__ __forceinline__ int weighted_values(int head_dim, int keys, float* partial,
                                                ValueRow value_row, Weight weight) {
+  using Units = RowUnits<T, kVector>;
+  constexpr int kSize = Units::kSize;
   const int threads = static_cast<int>(blockDim.x);
   const int tid = static_cast<int>(threadIdx.x);
-  const int lanes = head_dim < threads ? head_dim : threads;
+  const int units = head_dim / kSize;
+  const int lanes = units < threads ? units : threads;
   const int slices = threads / lanes;
   const int slice = tid / lanes;
   if (slice < slices) {
-    for (int d = tid % lanes; d < head_dim; d += lanes) {
-      float sum = 0.0F;
+    for (int unit = tid % lanes; unit < units; unit += lanes) {
+      float sum[kSize] = {};
 #pragma unroll 8
       for (int key = slice; key < keys; key += slices) {
         const T* v = value_row(key);
         if (v != nullptr) {
-          sum += weight(key) * to_float(v[d]);
+          float values[kSize];
+          Units::load(v, unit, values);
+          const float w = weight(key);
+#pragma unroll
+          for (int e = 0; e < kSize; ++e) {
+            sum[e] += w * values[e];
+          }
         }
       }
-      partial[slice * head_dim + d] = sum;
+#pragma unroll
+      for (int e = 0; e < kSize; ++e) {
+        partial[slice * head_dim + unit * kSize + e] = sum[e];
+      }
     }
   }
   __syncthreads();
@@ -318,7 +357,7 @@ __global__ void attention_kernel(AttentionArgs a) {
   extern __shared__ float shared[];
   const int threads = static_cast<int>(blockDim.x);
   const int tid = static_cast<int>(threadIdx.x);
-  const auto [query, partial, scratch] = attention_shared(shared, a.head_dim);
+  const auto [query, partial, scratch] = attention_shared(shared, a.head_dim, 1);
 
   const int row = static_cast<int>(blockIdx.x);
   const int head = static_cast<int>(blockIdx.y);
@@ -375,7 +414,7 @@ __global__ void attention_kernel(AttentionArgs a) {
   }
   __syncthreads();
 
-  const int slices = weighted_values<T>(
+  const int slices = weighted_values<T, false>(
       a.head_dim, keys, partial,
       [&](int key) {
         return paged ? paged_row<T>(a, first + key, kv_width, kv_width + head_offset)
@@ -389,25 +428,27 @@ __global__ void attention_kernel(AttentionArgs a) {
   }
 }
 
-// The split-key path (cuda_kernels.cuh, launch_split_key_attention). 128 threads: a chunk's 64
-// keys are 16 per warp for the scores, and head_dim 128 is one value column per thread.
-constexpr int kSplitBlock = 128;
-// Keys a warp scores together, so that their loads are in flight at once rather than one key's
-// load waiting behind the previous key's reduction.
-constexpr int kKeysPerWarpPass = 4;
+// The split-key path (cuda_kernels.cuh, launch_split_key_attention). Two threads per key of a
+// chunk for the scores, so that every key's loads are in flight at once: a block waits a few
+// round trips to memory (page table, keys, values) rather than one per key.
+constexpr int kSplitBlock = 2 * kSplitKeysPerChunk;
 
 // One block per (row, query head, chunk of kSplitKeysPerChunk keys): the chunk's scores, their
 // maximum m, weights exp(score - m) into the probabilities, their sum s and the weighted values,
-// left as the record [m, s, sums] in `scratch` for split_key_combine_kernel.
-template <typename T>
+// left as the record [m, s, sums] in `scratch` for split_key_combine_kernel. With kVector the
+// key and value rows are read in 16-byte loads.
+template <typename T, bool kVector>
 __global__ void split_key_scores_kernel(AttentionArgs a, float* scratch, int chunks) {
+  using Units = RowUnits<T, kVector>;
+  constexpr int kSize = Units::kSize;
   extern __shared__ float shared[];
-  // Scores, then weights; and where each key's value row is, found once with its key.
-  __shared__ float weights[kSplitKeysPerChunk];
+  // Where each key's key and value rows are, found once; then the keys' weights.
+  __shared__ const T* key_rows[kSplitKeysPerChunk];
   __shared__ const T* value_rows[kSplitKeysPerChunk];
+  __shared__ float weights[kSplitKeysPerChunk];
   const int threads = static_cast<int>(blockDim.x);
   const int tid = static_cast<int>(threadIdx.x);
-  const auto [query, partial, reduce] = attention_shared(shared, a.head_dim);
+  const auto [query, partial, reduce] = attention_shared(shared, a.head_dim, kSize);
 
   const int row = static_cast<int>(blockIdx.x);
   const int head = static_cast<int>(blockIdx.y);
@@ -429,68 +470,52 @@ __global__ void split_key_scores_kernel(AttentionArgs a, float* scratch, int chu
   const std::int64_t head_offset = static_cast<std::int64_t>(kv_head) * a.head_dim;
   const bool paged = a.page_table != nullptr;
   float* p = probability_row(a, first_position, row, head, keys) + chunk_first;
-  load_query(a, row, head, query);
 
-  // Scores: a warp per key, lanes over the head dimension in the per-head kernel's order (so
-  // that float32 scores are the same), several keys per pass.
-  const int lane = tid % 32;
-  const int warp = tid / 32;
-  const int warps = threads / 32;
-  float largest = -INFINITY;
-  for (int base = warp; base < count; base += warps * kKeysPerWarpPass) {
-    const T* key_rows[kKeysPerWarpPass];
-    float dots[kKeysPerWarpPass];
-#pragma unroll
-    for (int i = 0; i < kKeysPerWarpPass; ++i) {
-      const int key = base + i * warps;
-      const int key_position = first + chunk_first + key;
-      key_rows[i] =
-          key >= count ? nullptr
-          : paged      ? paged_row<T>(a, key_position, kv_width, head_offset)
-                  : static_cast<const T*>(a.cache_keys) + key_position * kv_width + head_offset;
-      dots[i] = 0.0F;
-    }
-    for (int d = lane; d < a.head_dim; d += 32) {
-      const float value = query[d];
-#pragma unroll
-      for (int i = 0; i < kKeysPerWarpPass; ++i) {
-        if (key_rows[i] != nullptr) {
-          dots[i] += value * to_float(key_rows[i][d]);
-        }
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < kKeysPerWarpPass; ++i) {
-      const float score = warp_sum(dots[i]) * a.scale;  // every lane: the shuffles need them all
-      const int key = base + i * warps;
-      if (key < count) {
-        // Evicted (-1) keys: score -inf, weight exactly 0.
-        const float kept = key_rows[i] != nullptr ? score : -INFINITY;
-        if (lane == 0) {
-          weights[key] = kept;
-          const int key_position = first + chunk_first + key;
-          value_rows[key] = key_rows[i] == nullptr ? nullptr
-                            : paged                ? key_rows[i] + kv_width
-                                                   : static_cast<const T*>(a.cache_values) +
-                                          key_position * kv_width + head_offset;
-        }
-        largest = fmaxf(largest, kept);
-      }
-    }
-  }
-  largest = block_reduce<true>(largest, reduce);
-
-  // A chunk of evicted keys only has maximum -inf: its weights are 0, not exp(-inf - -inf).
-  float total = 0.0F;
+  // Every key's rows at once (one page-table read each), beside the query's load.
   for (int key = tid; key < count; key += threads) {
-    const float weight = largest == -INFINITY ? 0.0F : expf(weights[key] - largest);
-    weights[key] = weight;
-    p[key] = weight;
-    total += weight;
+    const int key_position = first + chunk_first + key;
+    const T* k = paged
+                     ? paged_row<T>(a, key_position, kv_width, head_offset)
+                     : static_cast<const T*>(a.cache_keys) + key_position * kv_width + head_offset;
+    key_rows[key] = k;
+    value_rows[key] =
+        k == nullptr ? nullptr
+        : paged      ? k + kv_width
+                : static_cast<const T*>(a.cache_values) + key_position * kv_width + head_offset;
   }
-  total = block_reduce<false>(total, reduce);  // its barriers publish `weights` too
+  load_query(a, row, head, query);  // its barrier publishes the rows too
 
-  const int slices = weighted_values<T>(
+  // Scores: threads 2k and 2k + 1 take alternate units of key k's row.
+  const int scored = tid / 2;  // the key this thread scores
+  const int part = tid % 2;
+  const T* k = scored < count ? key_rows[scored] : nullptr;
+  const int units = a.head_dim / kSize;
+  float dot = 0.0F;
+  if (k != nullptr) {
+#pragma unroll 8
+    for (int unit = part; unit < units; unit += 2) {
+      float values[kSize];
+      Units::load(k, unit, values);
+#pragma unroll
+      for (int e = 0; e < kSize; ++e) {
+        dot += query[unit * kSize + e] * values[e];
+      }
+    }
+  }
+  dot += __shfl_xor_sync(kFullMask, dot, 1);  // every thread: the shuffle needs them all
+  const bool mine = part == 0 && scored < count;
+  // Evicted (-1) keys: score -inf, weight exactly 0.
+  const float score = k != nullptr ? dot * a.scale : -INFINITY;
+  const float largest = block_reduce<true>(mine ? score : -INFINITY, reduce);
+  // A chunk of evicted keys only has maximum -inf: its weights are 0, not exp(-inf - -inf).
+  const float weight = mine && largest != -INFINITY ? expf(score - largest) : 0.0F;
+  if (mine) {
+    weights[scored] = weight;
+    p[scored] = weight;
+  }
+  const float total = block_reduce<false>(weight, reduce);  // its barriers publish `weights`
+
+  const int slices = weighted_values<T, kVector>(
       a.head_dim, count, partial, [&](int key) { return value_rows[key]; },
       [&](int key) { return weights[key]; });
   const std::int64_t record_floats = static_cast<std::int64_t>(a.head_dim) + 2;
@@ -777,7 +802,8 @@ cudaError_t launch_rms_norm(const float* x, const float* gain, int rows, int col
                             void* out, Dtype dtype, cudaStream_t stream) {
   return dispatch(dtype, [&](auto tag) {
     using T = decltype(tag);
-    rms_norm_kernel<T><<<rows, kBlock, 0, stream>>>(x, gain, cols, eps, static_cast<T*>(out));
+    rms_norm_kernel<T>
+        <<<rows, rms_norm_threads(cols), 0, stream>>>(x, gain, cols, eps, static_cast<T*>(out));
   });
 }
 
@@ -793,7 +819,7 @@ cudaError_t launch_qkv_epilogue(const QkvEpilogue& args, cudaStream_t stream) {
 
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(args.heads));
-  const std::size_t shared = attention_shared_bytes(kBlock, args.head_dim);
+  const std::size_t shared = attention_shared_bytes(kBlock, args.head_dim, 1);
   return dispatch(args.dtype, [&](auto tag) {
     using T = decltype(tag);
     attention_kernel<T><<<grid, kBlock, shared, stream>>>(args);
@@ -807,10 +833,28 @@ cudaError_t launch_split_key_attention(const AttentionArgs& args, float* scratch
   const dim3 score_grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(args.heads),
                         static_cast<unsigned>(chunks));
   const dim3 combine_grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(args.heads));
-  const std::size_t shared = attention_shared_bytes(kSplitBlock, args.head_dim);
+  // 16-byte loads when every key and value row starts 16-byte aligned and holds whole loads.
+  const std::int64_t row_bytes =
+      static_cast<std::int64_t>(args.head_dim) * (args.dtype == Dtype::kF32 ? 4 : 2);
+  const auto aligned = [](const void* pointer) {
+    return reinterpret_cast<std::uintptr_t>(pointer) % 16 == 0;
+  };
+  const bool vector =
+      row_bytes % 16 == 0 &&
+      (args.page_table != nullptr ? aligned(args.t0_slots) && aligned(args.staging_slots)
+                                  : aligned(args.cache_keys) && aligned(args.cache_values));
   return dispatch(args.dtype, [&](auto tag) {
     using T = decltype(tag);
-    split_key_scores_kernel<T><<<score_grid, kSplitBlock, shared, stream>>>(args, scratch, chunks);
+    if (vector) {
+      split_key_scores_kernel<T, true>
+          <<<score_grid, kSplitBlock,
+             attention_shared_bytes(kSplitBlock, args.head_dim, Vector<T>::kSize), stream>>>(
+              args, scratch, chunks);
+    } else {
+      split_key_scores_kernel<T, false>
+          <<<score_grid, kSplitBlock, attention_shared_bytes(kSplitBlock, args.head_dim, 1),
+             stream>>>(args, scratch, chunks);
+    }
     // A failed scores launch leaves nothing to combine; its error is the one to report.
     if (cudaPeekAtLastError() != cudaSuccess) {
       return;
