@@ -17,6 +17,15 @@ namespace kvtier::hw {
 // bandwidth when there is one, else the peak.
 [[nodiscard]] double asymptotic_gb_per_s(const config::LinkSpec& link, config::Direction direction);
 
+// The same for copies by SM kernels over mapped host memory (LinkSpec::sm_kernel_measured),
+// the copy engines' figure where the link has none for `direction`.
+[[nodiscard]] double sm_kernel_gb_per_s(const config::LinkSpec& link, config::Direction direction);
+
+// The fixed cost of one copy by SM kernels in `direction` (H2D or D2H), in microseconds:
+// LinkSpec::sm_kernel_h2d/d2h_overhead_us, else per_copy_overhead_us.
+[[nodiscard]] double sm_kernel_overhead_us(const config::LinkSpec& link,
+                                           config::Direction direction);
+
 // Size at which a copy reaches `fraction` of the asymptotic bandwidth under the model
 // T = t0 + S / B: S = t0 · B · f / (1 − f).
 [[nodiscard]] double bytes_for_efficiency(const config::LinkSpec& link, config::Direction direction,

@@ -29,10 +29,14 @@
 
 namespace kvtier::serving {
 
+// For copies by SM kernels, the host link's SM-kernel figures where it has them
+// (LinkSpec::sm_kernel_measured and overheads): the probed rates scaled by their ratio to the
+// copy engines' figures, so that sharing a switch scales both alike.
 struct CopyRates {
   double h2d_bytes_per_s = 0.0;  // per GPU, with every GPU of the node copying at once
   double d2h_bytes_per_s = 0.0;
-  sim::Tick setup;  // per copy
+  sim::Tick h2d_setup;  // per copy
+  sim::Tick d2h_setup;
   config::CopyMethod method = config::COPY_ENGINES;
 };
 

@@ -22,16 +22,43 @@ double peak_gb_per_s_per_direction(const config::LinkSpec& link) {
   return link.peak_gb_per_s_per_direction();
 }
 
-double asymptotic_gb_per_s(const config::LinkSpec& link, config::Direction direction) {
+namespace {
+
+// The bandwidth of the largest of `points` in `direction`; 0 when none is in it.
+double largest_point_gb_per_s(
+    const google::protobuf::RepeatedPtrField<config::BandwidthPoint>& points,
+    config::Direction direction) {
   uint64_t largest = 0;
   double bandwidth = 0.0;
-  for (const auto& point : link.measured()) {
+  for (const auto& point : points) {
     if (point.direction() == direction && point.transfer_size_bytes() >= largest) {
       largest = point.transfer_size_bytes();
       bandwidth = point.effective_gb_per_s();
     }
   }
-  return largest > 0 ? bandwidth : peak_gb_per_s_per_direction(link);
+  return largest > 0 ? bandwidth : 0.0;
+}
+
+}  // namespace
+
+double asymptotic_gb_per_s(const config::LinkSpec& link, config::Direction direction) {
+  const double measured = largest_point_gb_per_s(link.measured(), direction);
+  return measured > 0.0 ? measured : peak_gb_per_s_per_direction(link);
+}
+
+double sm_kernel_gb_per_s(const config::LinkSpec& link, config::Direction direction) {
+  const double measured = largest_point_gb_per_s(link.sm_kernel_measured(), direction);
+  return measured > 0.0 ? measured : asymptotic_gb_per_s(link, direction);
+}
+
+double sm_kernel_overhead_us(const config::LinkSpec& link, config::Direction direction) {
+  if (direction == config::H2D && link.has_sm_kernel_h2d_overhead_us()) {
+    return link.sm_kernel_h2d_overhead_us();
+  }
+  if (direction == config::D2H && link.has_sm_kernel_d2h_overhead_us()) {
+    return link.sm_kernel_d2h_overhead_us();
+  }
+  return link.per_copy_overhead_us();
 }
 
 double bytes_for_efficiency(const config::LinkSpec& link, config::Direction direction,

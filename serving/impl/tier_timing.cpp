@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "hwmodels/link_math.hpp"
 #include "hwmodels/topology.hpp"
 #include "sim/flow_network.hpp"
 #include "sim/simulator.hpp"
@@ -46,7 +47,7 @@ PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> 
   sim::Tick now;
   double offloaded = 0.0;
   for (const LayerCopies& copies : layers) {
-    const sim::Tick h2d = copy_time(copies.h2d_bytes, rates.h2d_bytes_per_s, rates.setup);
+    const sim::Tick h2d = copy_time(copies.h2d_bytes, rates.h2d_bytes_per_s, rates.h2d_setup);
     timing.h2d_busy += h2d;
     timing.stall += h2d;
     now += h2d + layer_compute + copies.extra_compute;
@@ -54,7 +55,7 @@ PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> 
   }
   timing.layers_end = now;
   timing.end = now;
-  timing.trailing = copy_time(offloaded, rates.d2h_bytes_per_s, rates.setup);
+  timing.trailing = copy_time(offloaded, rates.d2h_bytes_per_s, rates.d2h_setup);
   timing.d2h_busy = timing.trailing;
   return timing;
 }
@@ -65,8 +66,20 @@ CopyRates measure_copy_rates(const config::RunSpec& run) {
   sim::Simulator simulator;
   sim::FlowNetwork network(simulator);
   const hw::NodeTopology topology(run.hardware().node(), hw::HostMemory::kPinned, network);
-  return CopyRates{probe_rate(run, true), probe_rate(run, false), topology.copy_setup(),
-                   run.tiering().copy_method()};
+  CopyRates rates{probe_rate(run, true), probe_rate(run, false), topology.copy_setup(),
+                  topology.copy_setup(), run.tiering().copy_method()};
+  if (rates.method == config::SM_KERNELS) {
+    const config::LinkSpec& link = run.hardware().node().host_link();
+    rates.h2d_bytes_per_s *=
+        hw::sm_kernel_gb_per_s(link, config::H2D) / hw::asymptotic_gb_per_s(link, config::H2D);
+    rates.d2h_bytes_per_s *=
+        hw::sm_kernel_gb_per_s(link, config::D2H) / hw::asymptotic_gb_per_s(link, config::D2H);
+    rates.h2d_setup =
+        sim::from_microseconds(hw::sm_kernel_overhead_us(link, config::H2D), sim::Rounding::kUp);
+    rates.d2h_setup =
+        sim::from_microseconds(hw::sm_kernel_overhead_us(link, config::D2H), sim::Rounding::kUp);
+  }
+  return rates;
 }
 
 PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopies> layers,
@@ -86,7 +99,7 @@ PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopie
     const sim::Tick slot = lookahead == 0       ? previous_end
                            : layer >= lookahead ? starts[layer - lookahead]
                                                 : sim::Tick::zero();
-    const sim::Tick h2d = copy_time(copies.h2d_bytes, rates.h2d_bytes_per_s, rates.setup);
+    const sim::Tick h2d = copy_time(copies.h2d_bytes, rates.h2d_bytes_per_s, rates.h2d_setup);
     const sim::Tick copy_start = std::max(copy_free, slot);
     const sim::Tick arrived = h2d > sim::Tick::zero() ? copy_start + h2d : sim::Tick::zero();
     if (h2d > sim::Tick::zero()) {
@@ -96,7 +109,7 @@ PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopie
     starts[layer] = std::max(previous_end, arrived);
     timing.stall += starts[layer] - previous_end;
     previous_end = starts[layer] + layer_compute + copies.extra_compute;
-    const sim::Tick offload = copy_time(copies.d2h_bytes, rates.d2h_bytes_per_s, rates.setup);
+    const sim::Tick offload = copy_time(copies.d2h_bytes, rates.d2h_bytes_per_s, rates.d2h_setup);
     d2h += offload;
     timing.d2h_busy += offload;
   }

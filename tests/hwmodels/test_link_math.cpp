@@ -47,3 +47,37 @@ TEST_CASE("large copies see the largest measured transfer's bandwidth", "[link_m
   // No D2H measurement: the theoretical peak stands in.
   CHECK(kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::D2H) == Approx(31.5));
 }
+
+TEST_CASE("copies by SM kernels take their own figures where measured, else the copy engines'",
+          "[link_math]") {
+  LinkSpec link;
+  link.set_kind(kvtier::config::PCIE);
+  link.set_pcie_generation(5);
+  link.set_lanes(16);
+  link.set_per_copy_overhead_us(4);
+  auto* engines = link.add_measured();
+  engines->set_direction(kvtier::config::H2D);
+  engines->set_transfer_size_bytes(64 << 20);
+  engines->set_effective_gb_per_s(55.2);
+  // Nothing measured for SM kernels: the copy engines' figures, the peak where those are none.
+  CHECK(kvtier::hw::sm_kernel_gb_per_s(link, kvtier::config::H2D) == Approx(55.2));
+  CHECK(kvtier::hw::sm_kernel_gb_per_s(link, kvtier::config::D2H) == Approx(63.0));
+  CHECK(kvtier::hw::sm_kernel_overhead_us(link, kvtier::config::H2D) == 4.0);
+  CHECK(kvtier::hw::sm_kernel_overhead_us(link, kvtier::config::D2H) == 4.0);
+
+  auto* small = link.add_sm_kernel_measured();
+  small->set_direction(kvtier::config::H2D);
+  small->set_transfer_size_bytes(1 << 20);
+  small->set_effective_gb_per_s(36.0);
+  auto* large = link.add_sm_kernel_measured();
+  large->set_direction(kvtier::config::H2D);
+  large->set_transfer_size_bytes(64 << 20);
+  large->set_effective_gb_per_s(51.0);
+  link.set_sm_kernel_h2d_overhead_us(8.8);
+  CHECK(kvtier::hw::sm_kernel_gb_per_s(link, kvtier::config::H2D) == Approx(51.0));
+  CHECK(kvtier::hw::sm_kernel_overhead_us(link, kvtier::config::H2D) == 8.8);
+  // The other direction is still the copy engines', and the copy engines keep their figures.
+  CHECK(kvtier::hw::sm_kernel_gb_per_s(link, kvtier::config::D2H) == Approx(63.0));
+  CHECK(kvtier::hw::sm_kernel_overhead_us(link, kvtier::config::D2H) == 4.0);
+  CHECK(kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::H2D) == Approx(55.2));
+}

@@ -10,6 +10,7 @@
 
 #include "common/errors.hpp"
 #include "configs/schema/run.pb.h"
+#include "hwmodels/link_math.hpp"
 #include "serving/engine.hpp"
 #include "serving/simulation.hpp"
 #include "serving/tier_demand.hpp"
@@ -74,7 +75,7 @@ std::map<std::string, double> metrics(const RunSpec& run) {
 
 TEST_CASE("with no copies the layers run back to back", "[tiers]") {
   const std::vector<LayerCopies> layers(4);
-  const CopyRates rates{1e9, 1e9, Tick::us(5)};
+  const CopyRates rates{1e9, 1e9, Tick::us(5), Tick::us(5)};
   const auto timing = time_pipeline(Tick::us(10), layers, 1, rates);
   CHECK(timing.layers_end == Tick::us(40));
   CHECK(timing.end == Tick::us(40));
@@ -88,7 +89,7 @@ TEST_CASE("copies shorter than a layer hide behind compute except the first", "[
   for (auto& layer : layers) {
     layer.h2d_bytes = 1e6;
   }
-  const CopyRates rates{1e9, 1e9, Tick::us(5)};
+  const CopyRates rates{1e9, 1e9, Tick::us(5), Tick::us(5)};
   const auto timing = time_pipeline(Tick::ms(2), layers, 1, rates);
   const Tick copy = Tick::ms(1) + Tick::us(5);
   CHECK(timing.stall == copy);  // only layer 0 waits
@@ -101,7 +102,7 @@ TEST_CASE("copy-bound layers run at the copy engine's pace", "[tiers]") {
   for (auto& layer : layers) {
     layer.h2d_bytes = 3e6;  // 3 ms each against 1 ms layers
   }
-  const CopyRates rates{1e9, 1e9, Tick::zero()};
+  const CopyRates rates{1e9, 1e9, Tick::zero(), Tick::zero()};
   const auto lookahead1 = time_pipeline(Tick::ms(1), layers, 1, rates);
   // Copy l starts when layer l-1 starts, so each layer waits for a whole copy.
   CHECK(lookahead1.layers_end == Tick::ms(13));
@@ -119,7 +120,7 @@ TEST_CASE("copy-bound layers run at the copy engine's pace", "[tiers]") {
 TEST_CASE("offloads extend an iteration only when they outlast the layers", "[tiers]") {
   std::vector<LayerCopies> layers(2);
   layers[0].d2h_bytes = 5e6;  // 5 ms
-  const CopyRates rates{1e9, 1e9, Tick::zero()};
+  const CopyRates rates{1e9, 1e9, Tick::zero(), Tick::zero()};
   const auto timing = time_pipeline(Tick::ms(1), layers, 1, rates);
   CHECK(timing.layers_end == Tick::ms(2));
   CHECK(timing.end == Tick::ms(5));
@@ -134,7 +135,7 @@ TEST_CASE("copies by SM kernels take turns with compute whatever the lookahead",
   }
   layers[0].d2h_bytes = 3e6;  // with layer 2's, one 5 ms batch after the last layer
   layers[2].d2h_bytes = 2e6;
-  CopyRates rates{1e9, 1e9, Tick::us(5)};
+  CopyRates rates{1e9, 1e9, Tick::us(5), Tick::us(5)};
   rates.method = kvtier::config::SM_KERNELS;
   const Tick copy = Tick::ms(1) + Tick::us(5);
   for (const std::uint32_t lookahead : {0U, 1U, 4U}) {
@@ -184,6 +185,41 @@ TEST_CASE("an iteration of SM-kernel copies lasts its copies longer than on copy
   CHECK(on_engines.at("copy_wait_s") >= on_engines.at("prefetch_stall_s"));
   CHECK(on_engines.at("copy_wait_s") < on_kernels.at("copy_wait_s"));
   CHECK(on_full.at("copy_wait_s") == 0.0);
+}
+
+TEST_CASE("copies by SM kernels take the host link's SM-kernel figures where it has them",
+          "[tiers]") {
+  // hgx-h100-8's PCIe-Gen5-x16 has none: SM-kernel copies take the copy engines' figures.
+  RunSpec run = tiered_run("tiered");
+  const CopyRates engines = kvtier::serving::measure_copy_rates(run);
+  run.mutable_tiering()->set_copy_method(kvtier::config::SM_KERNELS);
+  const CopyRates plain = kvtier::serving::measure_copy_rates(run);
+  CHECK(plain.h2d_bytes_per_s == Approx(engines.h2d_bytes_per_s));
+  CHECK(plain.d2h_bytes_per_s == Approx(engines.d2h_bytes_per_s));
+  CHECK(plain.h2d_setup == engines.h2d_setup);
+  CHECK(plain.d2h_setup == engines.d2h_setup);
+  CHECK(plain.h2d_setup == Tick::us(5));  // per_copy_overhead_us
+
+  // Measured SM-kernel figures for H2D only: that direction's rate at half the copy engines',
+  // shared between the two GPUs of a switch as theirs is; each direction's own fixed cost.
+  auto* link = run.mutable_hardware()->mutable_node()->mutable_host_link();
+  auto* point = link->add_sm_kernel_measured();
+  point->set_direction(kvtier::config::H2D);
+  point->set_transfer_size_bytes(std::uint64_t{64} << 20U);
+  point->set_effective_gb_per_s(kvtier::hw::asymptotic_gb_per_s(*link, kvtier::config::H2D) / 2);
+  link->set_sm_kernel_h2d_overhead_us(9);
+  link->set_sm_kernel_d2h_overhead_us(7);
+  const CopyRates kernels = kvtier::serving::measure_copy_rates(run);
+  CHECK(kernels.h2d_bytes_per_s == Approx(plain.h2d_bytes_per_s / 2));
+  CHECK(kernels.d2h_bytes_per_s == Approx(plain.d2h_bytes_per_s));
+  CHECK(kernels.h2d_setup == Tick::us(9));
+  CHECK(kernels.d2h_setup == Tick::us(7));
+  // The copy engines keep theirs.
+  run.mutable_tiering()->set_copy_method(kvtier::config::COPY_ENGINES);
+  const CopyRates again = kvtier::serving::measure_copy_rates(run);
+  CHECK(again.h2d_bytes_per_s == Approx(engines.h2d_bytes_per_s));
+  CHECK(again.h2d_setup == engines.h2d_setup);
+  CHECK(again.d2h_setup == engines.d2h_setup);
 }
 
 TEST_CASE("the copy rate a GPU sees falls when GPUs behind one switch copy together", "[tiers]") {
