@@ -437,8 +437,8 @@ boost::program_options::options_description cuda_engine_options() {
                         "--device cuda: the attention kernel, split-keys (default: split over "
                         "chunks of keys at decode) or per-head (docs/ENGINE.md)")(
       "cuda-gemm", boost::program_options::value<std::string>(),
-      "--device cuda: the GEMM of calls of at most 8 rows (decode), cublas (default) or "
-      "warp-rows (one warp per weight row, 16-byte loads; docs/ENGINE.md)");
+      "--device cuda: the GEMM of calls of at most 2 rows (decode), warp-rows (default: one "
+      "warp per weight row, 16-byte loads) or cublas (docs/ENGINE.md)");
   return options;
 }
 
@@ -480,7 +480,7 @@ kernels::CudaAttention cuda_attention_option(const boost::program_options::varia
 kernels::CudaGemm cuda_gemm_option(const boost::program_options::variables_map& values,
                                    const std::string& device) {
   return cuda_choice(
-      values, device, "cuda-gemm", {kernels::CudaGemm::kCublas, kernels::CudaGemm::kWarpRows},
+      values, device, "cuda-gemm", {kernels::CudaGemm::kWarpRows, kernels::CudaGemm::kCublas},
       +[](kernels::CudaGemm choice) { return kernels::cuda_gemm_name(choice); }, "");
 }
 

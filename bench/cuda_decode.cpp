@@ -18,11 +18,14 @@
 // - traced mean: capture_trace writing mean rows (FP16) to OUT_DIR, the engine reducing head
 //   means on the device (what `kvtier trace capture --device cuda` does for mean traces);
 // - traced mean, per-head copies: the same trace with every head's rows copied to the host;
+//   (plain steps replay decode graphs, the default, while observed steps launch every kernel:
+//   the tracing overheads include what the graphs save);
 // - alternatives: the decode steps alone again on engines that differ from the default in one
 //   kernel, timed right after the default engine's in every repeat so that load affects all
 //   alike: `per_head_*` with the per-head attention kernel (CudaAttention::kPerHead),
-//   `warp_rows_*` with the warp-per-row GEMM (CudaGemm::kWarpRows), `graphs_*` with decode
-//   steps replayed from a CUDA graph (CudaGraphs::kDecode), `graphs_warp_rows_*` with both;
+//   `cublas_*` with cuBLAS for every GEMM (CudaGemm::kCublas), `launched_*` with every decode
+//   step launched kernel by kernel (CudaGraphs::kOff), `cublas_launched_*` with both (the
+//   default engine before 2026-11-30);
 //   for each, how many greedy tokens it decodes as the default engine before they first differ
 //   (BF16 rounding may flip a near tie of random weights' flat logits; a difference from the
 //   first step would point at a bug). Every other figure is
@@ -251,14 +254,14 @@ int main(int argc, char** argv) {
     kk::CudaEngineOptions per_head;
     per_head.attention = kk::CudaAttention::kPerHead;
     add_alternative("per_head", per_head);
-    kk::CudaEngineOptions warp_rows;
-    warp_rows.gemm = kk::CudaGemm::kWarpRows;
-    add_alternative("warp_rows", warp_rows);
-    kk::CudaEngineOptions graphs;
-    graphs.graphs = kk::CudaGraphs::kDecode;
-    add_alternative("graphs", graphs);
-    graphs.gemm = kk::CudaGemm::kWarpRows;
-    add_alternative("graphs_warp_rows", graphs);
+    kk::CudaEngineOptions cublas;
+    cublas.gemm = kk::CudaGemm::kCublas;
+    add_alternative("cublas", cublas);
+    kk::CudaEngineOptions launched;
+    launched.graphs = kk::CudaGraphs::kOff;
+    add_alternative("launched", launched);
+    launched.gemm = kk::CudaGemm::kCublas;
+    add_alternative("cublas_launched", launched);
     // Prefills, then times `steps` greedy decode steps; the tokens go to `decoded`.
     const auto decode_alone = [&](kk::Engine& on, std::vector<std::int32_t>& decoded) {
       on.reset();

@@ -71,7 +71,11 @@ enum class CudaGemm {
   // 16-byte loads. Larger calls, and operands it does not take, stay with cuBLAS.
   kWarpRows,
 };
-inline constexpr int kCudaWarpRowsMaxRows = 8;
+// Rows up to which kWarpRows takes the warp-per-row kernel. On an H200 a 7B decode step's GEMMs
+// streamed their weights at 0.77 and 0.76 of the HBM peak with it at 1 and 2 rows against
+// cuBLAS's 0.74, and at 0.55 and 0.34 at 4 and 8 rows against 0.73 (bench/RESULTS.md). The
+// kernel itself takes up to 8 (impl/cuda_kernels.cuh kWarpRowsMaxRows).
+inline constexpr int kCudaWarpRowsMaxRows = 2;
 
 // Whether decode steps are replayed from a CUDA graph (docs/ENGINE.md, "Decode graphs").
 enum class CudaGraphs {
@@ -96,10 +100,11 @@ struct CudaEngineOptions {
   // The split path by default: on an H200 it passed the GPU tests and decoded a 7B shape 1.7x
   // (512-token context) to 2.9x (1,024-1,536) faster (docs/ENGINE.md, bench/RESULTS.md).
   CudaAttention attention = CudaAttention::kSplitKeys;
-  // cuBLAS by default until the warp-per-row kernel has run on a GPU.
-  CudaGemm gemm = CudaGemm::kCublas;
-  // Off by default until decode graphs have run on a GPU.
-  CudaGraphs graphs = CudaGraphs::kOff;
+  // The warp-per-row kernel and decode graphs by default: on an H200 they passed the gpu tests,
+  // and together decoded a 7B shape at 0.61 of the HBM roofline against 0.55 with cuBLAS and
+  // launched steps (docs/ENGINE.md, bench/RESULTS.md).
+  CudaGemm gemm = CudaGemm::kWarpRows;
+  CudaGraphs graphs = CudaGraphs::kDecode;
   // Pinned host memory the observed rows are staged in; a larger ring lets the observer fall
   // further behind before decoding waits for it. Grown when one layer's rows need more.
   std::size_t observer_ring_bytes = std::size_t{256} << 20U;

@@ -368,7 +368,7 @@ std::vector<Chunk> CudaEngine::plan_chunks(int rows, bool observed) const {
 
 void CudaEngine::gemm(const void* weight, int out_features, int in_features, const void* input,
                       int rows, float* output, bool accumulate) {
-  if (options_.gemm == CudaGemm::kWarpRows &&
+  if (options_.gemm == CudaGemm::kWarpRows && rows <= kCudaWarpRowsMaxRows &&
       cuda::warp_rows_gemm_applies(dtype_, in_features, rows, weight, input)) {
     launched(cuda::launch_warp_rows_gemm(weight, dtype_, out_features, in_features, input, rows,
                                          output, accumulate, stream_.get()),
@@ -383,8 +383,8 @@ void CudaEngine::gemm(const void* weight, int out_features, int in_features, con
   }
 }
 
-static_assert(kCudaWarpRowsMaxRows == cuda::kWarpRowsMaxRows,
-              "the option's row limit is the kernel's");
+static_assert(kCudaWarpRowsMaxRows <= cuda::kWarpRowsMaxRows,
+              "the option's row limit is within the kernel's");
 
 std::span<const float> CudaEngine::run(std::span<const std::int32_t> tokens, bool prefill) {
   select_device();

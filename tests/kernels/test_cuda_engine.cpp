@@ -76,6 +76,9 @@ kk::CudaEngineOptions options(kk::CudaComputeDtype dtype = kk::CudaComputeDtype:
   kk::CudaEngineOptions result;
   result.dtype = dtype;
   result.attention = attention;
+  // cuBLAS and launched steps, which the warp-rows and decode-graph tests compare against.
+  result.gemm = kk::CudaGemm::kCublas;
+  result.graphs = kk::CudaGraphs::kOff;
   return result;
 }
 
@@ -609,7 +612,7 @@ TEST_CASE("the split-key attention path on random models, with and without a sli
   }
 }
 
-// The warp-per-row GEMM in place of cuBLAS for calls of at most 8 rows (decode, short prefills):
+// The warp-per-row GEMM in place of cuBLAS for calls of at most kCudaWarpRowsMaxRows rows (decode):
 // the same tokens and logits as the CPU engine up to rounding, on stories260K (whose 172-wide
 // MLP input keeps cuBLAS for the down projection in 16-bit dtypes) and on random models.
 TEST_CASE("the warp-rows GEMM gives the CPU engine's tokens and logits", "[kernels][cuda][gpu]") {
