@@ -33,7 +33,8 @@
 # Exit status: 0 when every step passed, 1 otherwise. Environment: OUT, KVTIER_CUDA_ARCH
 # (default native), KVTIER_BENCH_ARGS (default "512 256 3": prompt, steps, repeats),
 # KVTIER_FIXTURES (the folder holding stories260K; default ../shared/fixtures, or the bundle's),
-# KVTIER_GPU_MIRROR (a folder that gets a copy of results.jsonl after every step), JOBS.
+# KVTIER_GPU_MIRROR (a folder that gets a copy of results.jsonl after every step), KVTIER_COMMIT
+# (the commit to record, over what git says: a copied tree may carry another's .git), JOBS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -101,14 +102,15 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   timeout 30 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
 fi
 date_utc="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+# KVTIER_COMMIT, when given, names the commit: a copy of the tree may carry a .git of another.
 commit="unknown"
-if command -v git >/dev/null 2>&1 && git rev-parse --git-dir >/dev/null 2>&1; then
+if [ -n "${KVTIER_COMMIT:-}" ]; then
+  commit="$KVTIER_COMMIT"
+elif command -v git >/dev/null 2>&1 && git rev-parse --git-dir >/dev/null 2>&1; then
   commit="$(git rev-parse HEAD 2>/dev/null || echo unknown)"
   if [ -n "$(git status --porcelain 2>/dev/null | head -n 1)" ]; then
     commit="$commit+uncommitted"
   fi
-elif [ -n "${KVTIER_COMMIT:-}" ]; then
-  commit="$KVTIER_COMMIT"
 fi
 provenance="\"gpu\":\"$(json_escape "$gpu_name")\",\"driver\":\"$(json_escape "$gpu_driver")\""
 provenance+=",\"gpu_memory\":\"$(json_escape "$gpu_memory")\",\"date\":\"$date_utc\""
@@ -335,20 +337,20 @@ if [ "$built" -eq 1 ]; then
   if run live-trace 90 "$bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 1024 \
     --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
     live_files=()
-    # name|policy|attention kernel|GEMM|copies: the default kernels (split-key attention,
-    # cuBLAS, copies by kernels), then the warp-per-row GEMM and the copy engines each on the
-    # full cache or on tiered shares, to see what each changes in the time per token (the
-    # per-head attention kernel was the default of the first H200 runs, committed with them).
-    for live in "full|full|split-keys|cublas|kernels" \
-      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|cublas|kernels" \
-      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|kernels" \
-      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|cublas|kernels" \
-      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys|cublas|kernels" \
-      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|cublas|kernels" \
-      "tiered-hbm50-copy-engines|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|copy-engines" \
-      "tiered-hbm25-copy-engines|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|cublas|copy-engines" \
-      "full-warp-rows|full|split-keys|warp-rows|kernels" \
-      "tiered-hbm50-warp-rows|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|kernels"; do
+    # name|policy|attention kernel|GEMM|copies: the default kernels (split-key attention, the
+    # warp-per-row GEMM, copies by kernels), then cuBLAS and the copy engines each on the full
+    # cache or on tiered shares, to see what each changes in the time per token (the per-head
+    # attention kernel was the default of the first H200 runs, committed with them).
+    for live in "full|full|split-keys|warp-rows|kernels" \
+      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|warp-rows|kernels" \
+      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|kernels" \
+      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|kernels" \
+      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys|warp-rows|kernels" \
+      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels" \
+      "tiered-hbm50-copy-engines|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines" \
+      "tiered-hbm25-copy-engines|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines" \
+      "full-cublas|full|split-keys|cublas|kernels" \
+      "tiered-hbm50-cublas|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|kernels"; do
       IFS='|' read -r name policy attention gemm copies <<<"$live"
       file="$OUT/live-llama2-7b-$name.json"
       if run "live-$name" 75 "$bin/kvtier" live --model random:Llama-2-7B --device cuda \
