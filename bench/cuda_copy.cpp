@@ -24,10 +24,13 @@
 // - memcpy_per_slot: the same slots with one cudaMemcpyAsync each (what the simulator's
 //   per-copy overhead models), up to 4 MiB.
 // Each in both directions, at the 13 powers of two from 16 KiB to 64 MiB (slot methods: whole
-// slots, so `bytes` is the slots' bytes), on an idle GPU; then at 256 KiB, 4 MiB and 64 MiB under
-// compute load: another stream (non-blocking) runs a memory-bound kernel that holds every SM
-// (as many 256-thread blocks as fit, each a grid-stride loop reading a 2 GiB device buffer;
-// bench/cuda_copy_load.cu), pass after pass. The copy is issued
+// slots, so `bytes` is the slots' bytes), on an idle GPU timed from an idle stream (a kernel's
+// launch is then part of its time); again queued behind a gate, as the live cache queues its
+// copies behind events: the copying stream waits for an event after a 3 ms one-thread kernel
+// on another stream, the timer starts when it opens, and the copy, issued meanwhile, starts at
+// once; then at 256 KiB, 4 MiB and 64 MiB under compute load: another stream (non-blocking) runs a
+// memory-bound kernel that holds every SM (as many 256-thread blocks as fit, each a grid-stride
+// loop reading a 2 GiB device buffer; bench/cuda_copy_load.cu), pass after pass. The copy is issued
 // once the first pass has ended, so it starts while the others run; the passes cover 10 times the
 // copy's idle time plus 1 ms. SM-driven copies should slow down or wait for the load to end; copies
 // on the copy engines should not.
@@ -43,11 +46,13 @@
 //   shape given to launch_copy_slots: 2 * 2 * kv_heads * head_dim = SLOT_BYTES), sm_count,
 //   compute_load {buffer_bytes, blocks, threads_per_block, pass_us (median of one pass alone)},
 //   unavailable (methods left out, with the reason), truncated, and series: one per method,
-//   direction ("h2d" | "d2h") and load ("idle" | "compute"), each
+//   direction ("h2d" | "d2h") and load ("idle" | "queued" | "compute"), each
 //   {method, direction, load, points, fit}. A point is {bytes, copies (calls or launches issued:
 //   1, or one per slot for memcpy_per_slot), seconds_median, gb_per_s (bytes / seconds_median)};
 //   under load it adds load_passes (passes launched) and covered (timed copies that ended before
-//   the load did; fewer than REPEATS means the copy waited for the load). fit is {t0_us,
+//   the load did; fewer than REPEATS means the copy waited for the load); queued, gated (timed
+//   copies issued before their gate opened; fewer than REPEATS means issuing was timed too).
+//   fit is {t0_us,
 //   gb_per_s} of seconds = t0 + bytes / B, least squares weighted by 1 / seconds^2 (relative
 //   residuals, so the small copies set t0 and the large ones B), or null with fewer than two
 //   points; figures that are not finite (B when the slope is not positive) are null.
@@ -100,6 +105,9 @@ constexpr double kCoverExtra = 1e-3;   // ... plus this many seconds,
 constexpr double kCoverMax = 0.1;      // at most this many
 constexpr int kMaxPasses = 1000;
 constexpr double kBudgetSeconds = 45.0;
+// How long a queued copy's gate stays closed: longer than issuing the slowest transfer (a
+// 4 MiB transfer of one cudaMemcpyAsync per 16 KiB slot, 256 calls).
+constexpr unsigned long long kGateNanoseconds = 3'000'000;
 constexpr int kMaxRepeats = 100;
 constexpr std::uint64_t kSeed = 0x6B76746965724350ULL;
 
@@ -257,18 +265,33 @@ const char* method_name(Method method) {
   return "?";
 }
 
+// How a copy is timed: on an idle GPU from an idle stream (its launch is part of its time);
+// beside a compute load; or queued behind a gate on an idle GPU, its timer starting when the
+// gate opens, by which time the copy has long been issued (its launch is not).
+enum class Load { kIdle, kCompute, kQueued };
+
+const char* load_name(Load load) {
+  switch (load) {
+    case Load::kIdle: return "idle";
+    case Load::kCompute: return "compute";
+    case Load::kQueued: return "queued";
+  }
+  return "?";
+}
+
 struct Point {
   std::uint64_t bytes = 0;
   std::uint64_t copies = 0;
   double seconds = 0.0;
   int load_passes = 0;  // under load only
   int covered = 0;      // under load only
+  int gated = 0;        // queued only: timed copies issued before their gate opened
 };
 
 struct Series {
   Method method = Method::kMemcpy;
   Direction direction = Direction::kH2D;
-  bool loaded = false;
+  Load load = Load::kIdle;
   std::vector<Point> points;
 };
 
@@ -311,14 +334,16 @@ std::string series_json(const Series& series) {
   std::ostringstream out;
   out << "{\"method\":\"" << method_name(series.method) << "\",\"direction\":\""
       << (series.direction == Direction::kH2D ? "h2d" : "d2h") << "\",\"load\":\""
-      << (series.loaded ? "compute" : "idle") << "\",\"points\":[";
+      << load_name(series.load) << "\",\"points\":[";
   for (std::size_t i = 0; i < series.points.size(); ++i) {
     const Point& p = series.points[i];
     out << (i == 0 ? "" : ",") << "{\"bytes\":" << p.bytes << ",\"copies\":" << p.copies
         << ",\"seconds_median\":" << json_number(p.seconds)
         << ",\"gb_per_s\":" << json_number(static_cast<double>(p.bytes) / p.seconds / 1e9);
-    if (series.loaded) {
+    if (series.load == Load::kCompute) {
       out << ",\"load_passes\":" << p.load_passes << ",\"covered\":" << p.covered;
+    } else if (series.load == Load::kQueued) {
+      out << ",\"gated\":" << p.gated;
     }
     out << "}";
   }
@@ -541,14 +566,15 @@ class CopyBench {
     return pass_seconds_;
   }
 
-  // The median of REPEATS timed transfers after one untimed; with `idle_seconds` >= 0, each under
-  // load passes covering kCoverFactor times that plus kCoverExtra.
-  Point measure(Method method, Direction direction, std::size_t bytes, double idle_seconds) {
+  // The median of REPEATS timed transfers after one untimed; under compute load, each under
+  // load passes covering kCoverFactor times `idle_seconds` plus kCoverExtra.
+  Point measure(Method method, Direction direction, std::size_t bytes, Load load,
+                double idle_seconds) {
     Point point;
     point.bytes = bytes;
     point.copies = copies_of(method, bytes);
     time_once(method, direction, bytes);  // warm-up, idle
-    const bool loaded = idle_seconds >= 0.0;
+    const bool loaded = load == Load::kCompute;
     if (loaded) {
       const double cover = std::min(kCoverMax, kCoverFactor * idle_seconds + kCoverExtra);
       point.load_passes =
@@ -560,6 +586,10 @@ class CopyBench {
         bool covered = false;
         times.push_back(time_loaded(method, direction, bytes, point.load_passes, covered));
         point.covered += covered ? 1 : 0;
+      } else if (load == Load::kQueued) {
+        bool gated = false;
+        times.push_back(time_queued(method, direction, bytes, gated));
+        point.gated += gated ? 1 : 0;
       } else {
         times.push_back(time_once(method, direction, bytes));
       }
@@ -579,6 +609,21 @@ class CopyBench {
     check(cudaEventRecord(start_.get(), copy_stream_.get()), "cudaEventRecord");
     enqueue(method, direction, bytes);
     check(cudaEventRecord(stop_.get(), copy_stream_.get()), "cudaEventRecord");
+    check(cudaEventSynchronize(stop_.get()), "cudaEventSynchronize (copy)");
+    return elapsed_seconds(start_, stop_);
+  }
+
+  // The copy issued behind a gate of kGateNanoseconds on the load stream, timed from when the
+  // gate opens. `gated`: the copy was issued before it opened (else the time includes issuing).
+  double time_queued(Method method, Direction direction, std::size_t bytes, bool& gated) {
+    check(kvtier::bench::launch_spin(kGateNanoseconds, load_stream_.get()), "gate kernel launch");
+    check(cudaEventRecord(gate_.get(), load_stream_.get()), "cudaEventRecord");
+    check(cudaStreamWaitEvent(copy_stream_.get(), gate_.get(), 0), "cudaStreamWaitEvent");
+    check(cudaEventRecord(start_.get(), copy_stream_.get()), "cudaEventRecord");
+    enqueue(method, direction, bytes);
+    check(cudaEventRecord(stop_.get(), copy_stream_.get()), "cudaEventRecord");
+    gated = cudaEventQuery(gate_.get()) == cudaErrorNotReady;
+    static_cast<void>(cudaGetLastError());  // cudaErrorNotReady is not an error to keep
     check(cudaEventSynchronize(stop_.get()), "cudaEventSynchronize (copy)");
     return elapsed_seconds(start_, stop_);
   }
@@ -658,6 +703,7 @@ class CopyBench {
   Event start_;
   Event stop_;
   Event first_pass_;
+  Event gate_;
   Event load_end_;
   Stream load_stream_;
   Stream copy_stream_;
@@ -759,26 +805,30 @@ int main(int argc, char** argv) {
       std::vector<Series> series;  // the method's, kept only when all of them ran
       try {
         for (const Direction direction : {Direction::kH2D, Direction::kD2H}) {
-          Series idle{method, direction, false, {}};
+          Series idle{method, direction, Load::kIdle, {}};
+          Series queued{method, direction, Load::kQueued, {}};
           std::map<std::size_t, double> idle_seconds;  // by bytes
           for (const std::size_t size : sizes) {
             const std::size_t bytes = bench.point_bytes(method, size);
             if (bytes == 0 || out_of_time()) {
               continue;
             }
-            idle.points.push_back(bench.measure(method, direction, bytes, -1.0));
+            idle.points.push_back(bench.measure(method, direction, bytes, Load::kIdle, -1.0));
             idle_seconds[bytes] = idle.points.back().seconds;
+            queued.points.push_back(bench.measure(method, direction, bytes, Load::kQueued, -1.0));
           }
-          Series loaded{method, direction, true, {}};
+          Series loaded{method, direction, Load::kCompute, {}};
           for (const std::size_t size : kComputeSizes) {
             const std::size_t bytes = bench.point_bytes(method, size);
             const auto idle_time = idle_seconds.find(bytes);
             if (bytes == 0 || idle_time == idle_seconds.end() || out_of_time()) {
               continue;
             }
-            loaded.points.push_back(bench.measure(method, direction, bytes, idle_time->second));
+            loaded.points.push_back(
+                bench.measure(method, direction, bytes, Load::kCompute, idle_time->second));
           }
           series.push_back(std::move(idle));
+          series.push_back(std::move(queued));
           series.push_back(std::move(loaded));
         }
       } catch (const Failure& failure) {

@@ -22,7 +22,25 @@ __global__ void __launch_bounds__(kLoadThreads)
   }
 }
 
+__device__ __forceinline__ unsigned long long global_timer() {
+  unsigned long long now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  return now;
+}
+
+__global__ void spin_kernel(unsigned long long nanoseconds) {
+  const unsigned long long start = global_timer();
+  while (global_timer() - start < nanoseconds) {
+    __nanosleep(1000);
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_spin(unsigned long long nanoseconds, cudaStream_t stream) {
+  spin_kernel<<<1, 1, 0, stream>>>(nanoseconds);
+  return cudaGetLastError();
+}
 
 cudaError_t load_blocks_per_sm(int* blocks) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, load_kernel, kLoadThreads, 0);

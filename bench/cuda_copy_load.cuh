@@ -21,4 +21,8 @@ cudaError_t load_blocks_per_sm(int* blocks);
 cudaError_t launch_load(int blocks, const void* data, std::size_t words, unsigned* sink,
                         cudaStream_t stream);
 
+// One thread that waits `nanoseconds` of the GPU's global timer: a gate the copies of a timed
+// run are queued behind, as the live cache queues its copies behind events.
+cudaError_t launch_spin(unsigned long long nanoseconds, cudaStream_t stream);
+
 }  // namespace kvtier::bench

@@ -12,7 +12,9 @@
 // - cublas: cuda::cublas_linear, the engine's cublasGemmEx call (BF16 operands, FP32 output);
 // - cublas_bf16_out: the same call with a BF16 output, to see whether the FP32 output leads
 //   cuBLAS to a slower kernel;
-// - warp_rows: the engine's warp-per-row GEMM (CudaGemm::kWarpRows).
+// - warp_rows: the engine's warp-per-row GEMM (CudaGemm::kWarpRows);
+// - warp_rows_rounds2, _rounds8, _warps4, _warps16: the same kernel with 2 or 8 16-byte loads
+//   in flight per lane (the engine's: 4) or 4 or 16 warps a block (the engine's: 8), at 1 row.
 // Measured, for rows (tokens per call) 1, 2, 4 and 8, each the median of REPEATS timings with CUDA
 // events after one untimed run:
 // - shapes: per matrix shape, 32 calls, each on another layer's matrix (an L2 cache holds
@@ -38,6 +40,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/errors.hpp"
@@ -70,14 +73,41 @@ constexpr Shape kLayerShapes[] = {{"qkv", 3 * kHidden, kHidden},
                                   {"down", kHidden, kIntermediate}};
 constexpr Shape kHead = {"lm_head", kVocab, kHidden};
 
-enum class Method { kCublas, kCublasBf16Out, kWarpRows };
-constexpr Method kMethods[] = {Method::kCublas, Method::kCublasBf16Out, Method::kWarpRows};
+enum class Method {
+  kCublas,
+  kCublasBf16Out,
+  kWarpRows,
+  // The warp-per-row kernel with other loads in flight per lane / warps a block (1 row only).
+  kWarpRowsRounds2,
+  kWarpRowsRounds8,
+  kWarpRowsWarps4,
+  kWarpRowsWarps16,
+};
+constexpr Method kMethods[] = {Method::kCublas,          Method::kCublasBf16Out,
+                               Method::kWarpRows,        Method::kWarpRowsRounds2,
+                               Method::kWarpRowsRounds8, Method::kWarpRowsWarps4,
+                               Method::kWarpRowsWarps16};
+
+// The variant's (loads in flight per lane, warps a block); {0, 0} for the other methods.
+std::pair<int, int> variant_of(Method method) {
+  switch (method) {
+    case Method::kWarpRowsRounds2: return {2, 8};
+    case Method::kWarpRowsRounds8: return {8, 8};
+    case Method::kWarpRowsWarps4: return {4, 4};
+    case Method::kWarpRowsWarps16: return {4, 16};
+    default: return {0, 0};
+  }
+}
 
 const char* method_name(Method method) {
   switch (method) {
     case Method::kCublas: return "cublas";
     case Method::kCublasBf16Out: return "cublas_bf16_out";
     case Method::kWarpRows: return "warp_rows";
+    case Method::kWarpRowsRounds2: return "warp_rows_rounds2";
+    case Method::kWarpRowsRounds8: return "warp_rows_rounds8";
+    case Method::kWarpRowsWarps4: return "warp_rows_warps4";
+    case Method::kWarpRowsWarps16: return "warp_rows_warps16";
   }
   return "?";
 }
@@ -164,6 +194,17 @@ class GemvBench {
                                          false, stream_.get()),
                "warp-rows gemm kernel");
         return;
+      case Method::kWarpRowsRounds2:
+      case Method::kWarpRowsRounds8:
+      case Method::kWarpRowsWarps4:
+      case Method::kWarpRowsWarps16: {
+        const auto [rounds, warps] = variant_of(method);
+        check_(kc::launch_warp_rows_gemm_variant(rounds, warps, weight, shape.out, shape.in,
+                                                 input_.get(), static_cast<float*>(output_.get()),
+                                                 stream_.get()),
+               "warp-rows gemm kernel (variant)");
+        return;
+      }
     }
   }
 
@@ -281,6 +322,9 @@ int main(int argc, char** argv) {
     for (const Method method : kMethods) {
       try {
         for (const int rows : {1, 2, 4, 8}) {
+          if (rows > 1 && variant_of(method).first != 0) {
+            continue;  // the variants are built for one row
+          }
           for (const bool graph : {false, true}) {
             const char* mode = graph ? "graph" : "launched";
             for (int index = -1; index < 4; ++index) {

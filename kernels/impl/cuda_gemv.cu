@@ -47,16 +47,18 @@ __device__ __forceinline__ void multiply(const uint4& weight_bits, const T* __re
   }
 }
 
-// out[r, o] (+)= sum_i input[r, i] * weight[o, i] for r < kRows, one warp per o.
-template <typename T, int kRows>
-__global__ void __launch_bounds__(kWarps* kLanes)
+// out[r, o] (+)= sum_i input[r, i] * weight[o, i] for r < kRows, one warp per o; kBlockWarps
+// warps a block and kRounds loads in flight per lane (other than kWarps and kUnroll only for
+// the GEMV benchmark's variants).
+template <typename T, int kRows, int kRounds = kUnroll, int kBlockWarps = kWarps>
+__global__ void __launch_bounds__(kBlockWarps* kLanes)
     warp_rows_gemm_kernel(const T* __restrict__ weight, const T* __restrict__ input,
                           int out_features, int in_features, float* __restrict__ out,
                           bool accumulate) {
   constexpr int kSize = Vector<T>::kSize;
   const int lane = static_cast<int>(threadIdx.x) % kLanes;
   const int feature =
-      static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / kLanes;
+      static_cast<int>(blockIdx.x) * kBlockWarps + static_cast<int>(threadIdx.x) / kLanes;
   if (feature >= out_features) {
     return;  // a whole warp: the shuffles below involve no lane of it
   }
@@ -69,15 +71,15 @@ __global__ void __launch_bounds__(kWarps* kLanes)
   }
   constexpr std::int64_t kStride = static_cast<std::int64_t>(kLanes) * kSize;
   std::int64_t at = static_cast<std::int64_t>(lane) * kSize;
-  // Full rounds of kUnroll loads per lane, the loads issued before any is used.
-  for (; at + (kUnroll - 1) * kStride < in; at += kUnroll * kStride) {
-    uint4 bits[kUnroll];
+  // Full rounds of kRounds loads per lane, the loads issued before any is used.
+  for (; at + (kRounds - 1) * kStride < in; at += kRounds * kStride) {
+    uint4 bits[kRounds];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kRounds; ++u) {
       bits[u] = __ldg(reinterpret_cast<const uint4*>(row + at + u * kStride));
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kRounds; ++u) {
       multiply<T, kRows>(bits[u], input, in, at + u * kStride, acc);
     }
   }
@@ -121,6 +123,34 @@ cudaError_t launch_typed(const void* weight, int out_features, int in_features, 
 }
 
 }  // namespace
+
+cudaError_t launch_warp_rows_gemm_variant(int rounds, int warps, const void* weight,
+                                          int out_features, int in_features, const void* input,
+                                          float* out, cudaStream_t stream) {
+  if (!warp_rows_gemm_applies(Dtype::kBF16, in_features, 1, weight, input) || out_features <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  const auto launch = [&](auto kernel, int block_warps) {
+    const int blocks = (out_features + block_warps - 1) / block_warps;
+    kernel<<<blocks, block_warps * kLanes, 0, stream>>>(static_cast<const __nv_bfloat16*>(weight),
+                                                        static_cast<const __nv_bfloat16*>(input),
+                                                        out_features, in_features, out, false);
+    return cudaGetLastError();
+  };
+  if (rounds == 2 && warps == 8) {
+    return launch(warp_rows_gemm_kernel<__nv_bfloat16, 1, 2, 8>, 8);
+  }
+  if (rounds == 8 && warps == 8) {
+    return launch(warp_rows_gemm_kernel<__nv_bfloat16, 1, 8, 8>, 8);
+  }
+  if (rounds == 4 && warps == 4) {
+    return launch(warp_rows_gemm_kernel<__nv_bfloat16, 1, 4, 4>, 4);
+  }
+  if (rounds == 4 && warps == 16) {
+    return launch(warp_rows_gemm_kernel<__nv_bfloat16, 1, 4, 16>, 16);
+  }
+  return cudaErrorInvalidValue;
+}
 
 bool warp_rows_gemm_applies(Dtype dtype, int in_features, int rows, const void* weight,
                             const void* input) {

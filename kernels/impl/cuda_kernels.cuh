@@ -175,6 +175,12 @@ bool warp_rows_gemm_applies(Dtype dtype, int in_features, int rows, const void* 
 cudaError_t launch_warp_rows_gemm(const void* weight, Dtype dtype, int out_features,
                                   int in_features, const void* input, int rows, float* out,
                                   bool accumulate, cudaStream_t stream);
+// For the GEMV benchmark: the same kernel for one BF16 row (no accumulation) with `rounds`
+// 16-byte loads in flight per lane and `warps` warps a block, where the engine's has 4 and 8;
+// the variants built are (2, 8), (8, 8), (4, 4) and (4, 16), others cudaErrorInvalidValue.
+cudaError_t launch_warp_rows_gemm_variant(int rounds, int warps, const void* weight,
+                                          int out_features, int in_features, const void* input,
+                                          float* out, cudaStream_t stream);
 
 // --- The live tiered cache's copies (impl/cuda_tiered_cache.cpp) ----------------------------
 // A slot is one token-layer: [2][kv_heads * head_dim] in `dtype` at full precision, or the T2
