@@ -18,6 +18,11 @@
 //   order, their pairs in mapped host memory as the cache's move batches keep them;
 // - slot_kernel_device_pairs: the same with the pairs in device memory, as the cache's staging
 //   reads its page table (a pair read from mapped memory costs the kernel a link round trip);
+// - t2_kernels: the live cache's T2 moves over the same slots, compressed in mapped host memory
+//   (kernels/impl/kv_quantise.hpp: 8,448 bytes for a 16 KiB slot): h2d dequantises T2 slots
+//   into full device slots (launch_dequantise_slots), d2h quantises device slots into T2 ones
+//   (launch_quantise_slots), their pairs in device memory; `bytes` counts the compressed bytes
+//   that cross the link, as the simulator does;
 // - memcpy_batch: the same scattered slots with one cudaMemcpyBatchAsync, one entry per slot,
 //   hinted cudaMemcpyFlagPreferOverlapWithCompute (CUDA 12.8 and later only);
 // - memcpy_batch_no_hint: the same without the hint (the driver may then copy with SMs);
@@ -81,6 +86,7 @@
 #include "bench/cuda_copy_load.cuh"
 #include "common/text_output.hpp"
 #include "kernels/impl/cuda_kernels.cuh"
+#include "kernels/impl/kv_quantise.hpp"
 
 #if CUDART_VERSION >= 12080
 #define KVTIER_BENCH_MEMCPY_BATCH 1
@@ -247,6 +253,7 @@ enum class Method {
   kMemcpy,
   kSlotKernel,
   kSlotKernelDevicePairs,
+  kT2Kernels,
   kMemcpyBatch,
   kMemcpyBatchNoHint,
   kMemcpyPerSlot
@@ -258,6 +265,7 @@ const char* method_name(Method method) {
     case Method::kMemcpy: return "memcpy";
     case Method::kSlotKernel: return "slot_kernel";
     case Method::kSlotKernelDevicePairs: return "slot_kernel_device_pairs";
+    case Method::kT2Kernels: return "t2_kernels";
     case Method::kMemcpyBatch: return "memcpy_batch";
     case Method::kMemcpyBatchNoHint: return "memcpy_batch_no_hint";
     case Method::kMemcpyPerSlot: return "memcpy_per_slot";
@@ -374,6 +382,10 @@ class CopyBench {
                cudaHostAllocMapped | cudaHostAllocPortable, "mapped slot pairs"),
         device_(kMaxBytes, "device buffer"),
         device_pairs_(std::size_t{4} * pool_slots_ * sizeof(std::uint32_t), "device slot pairs"),
+        compressed_bytes_(static_cast<std::size_t>(
+            kvtier::kernels::quantise::compressed_bytes(kv_heads, head_dim))),
+        compressed_(pool_slots_ * compressed_bytes_, cudaHostAllocMapped | cudaHostAllocPortable,
+                    "mapped compressed slots"),
         load_buffer_(kLoadBytes, "load buffer") {
     // Slot i of a batch: host slot host_order[i], device slot device_order[i].
     const std::vector<std::uint32_t> host_order = shuffled(pool_slots_, kSeed);
@@ -416,10 +428,18 @@ class CopyBench {
   int sm_count() const { return sm_count_; }
   int load_blocks() const { return load_blocks_; }
 
-  // Slots a transfer of `bytes` moves with a slot method.
-  std::size_t slots_of(std::size_t bytes) const { return bytes / slot_bytes_; }
+  // Bytes one slot puts on the link with a slot method: T2's compressed slots, else the full.
+  std::size_t unit_bytes(Method method) const {
+    return method == Method::kT2Kernels ? compressed_bytes_ : slot_bytes_;
+  }
 
-  // Bytes a point of `method` at nominal size `size` moves (0: the method skips the size).
+  // Slots a transfer of `bytes` moves with a slot method.
+  std::size_t slots_of(Method method, std::size_t bytes) const {
+    return bytes / unit_bytes(method);
+  }
+
+  // Bytes a point of `method` at nominal size `size` (of full-precision slots) moves over the
+  // link (0: the method skips the size).
   std::size_t point_bytes(Method method, std::size_t size) const {
     if (method == Method::kMemcpy) {
       return size;
@@ -427,18 +447,18 @@ class CopyBench {
     if (method == Method::kMemcpyPerSlot && size > kPerSlotMaxBytes) {
       return 0;
     }
-    return slots_of(size) * slot_bytes_;
+    return (size / slot_bytes_) * unit_bytes(method);
   }
 
   std::uint64_t copies_of(Method method, std::size_t bytes) const {
-    return method == Method::kMemcpyPerSlot ? slots_of(bytes) : 1;
+    return method == Method::kMemcpyPerSlot ? slots_of(method, bytes) : 1;
   }
 
   // Enqueues one transfer of `bytes` on the copy stream.
   void enqueue(Method method, Direction direction, std::size_t bytes) {
     const bool h2d = direction == Direction::kH2D;
     const cudaStream_t stream = copy_stream_.get();
-    const std::size_t slots = slots_of(bytes);
+    const std::size_t slots = slots_of(method, bytes);
     std::vector<void*>& sources = h2d ? h2d_sources_ : d2h_sources_;
     std::vector<void*>& targets = h2d ? h2d_targets_ : d2h_targets_;
     switch (method) {
@@ -470,6 +490,25 @@ class CopyBench {
         check(kc::launch_copy_slots(batch, stream), "launch_copy_slots");
         return;
       }
+      case Method::kT2Kernels: {
+        // T2 reads dequantise compressed host slots into full device slots, T2 writes quantise
+        // device slots into compressed host ones, as the live cache's T2 moves.
+        kc::SlotBatch batch;
+        batch.source = h2d ? static_cast<const void*>(compressed_.device())
+                           : static_cast<const void*>(device_.get());
+        batch.target =
+            h2d ? static_cast<void*>(device_.get()) : static_cast<void*>(compressed_.device());
+        batch.pairs = reinterpret_cast<const std::uint32_t*>(device_pairs_.get()) +
+                      (h2d ? 0 : 2 * pool_slots_);
+        batch.count = static_cast<int>(slots);
+        batch.kv_heads = kv_heads_;
+        batch.head_dim = head_dim_;
+        batch.dtype = kc::Dtype::kBF16;
+        check(h2d ? kc::launch_dequantise_slots(batch, stream)
+                  : kc::launch_quantise_slots(batch, stream),
+              h2d ? "launch_dequantise_slots" : "launch_quantise_slots");
+        return;
+      }
       case Method::kMemcpyBatch:
       case Method::kMemcpyBatchNoHint:
         enqueue_batch(method == Method::kMemcpyBatch, sources, targets, slots);
@@ -499,11 +538,72 @@ class CopyBench {
 #endif
   }
 
+  // T2: quantises every device slot into the compressed pool and dequantises it back, each
+  // compared with the host's arithmetic (kernels/impl/kv_quantise.hpp) byte for byte.
+  void verify_t2() {
+    const std::size_t elements = kMaxBytes / 2;  // BF16
+    std::vector<float> values(elements);
+    for (std::size_t i = 0; i < elements; ++i) {
+      values[i] = static_cast<float>(static_cast<int>((i * 2654435761U) % 2001U) - 1000) / 1000.0F;
+    }
+    kc::host_from_float(kc::Dtype::kBF16, values.data(), pinned_.get(),
+                        static_cast<std::int64_t>(elements));
+    kc::host_to_float(kc::Dtype::kBF16, pinned_.get(), values.data(),
+                      static_cast<std::int64_t>(elements));  // the values the device holds
+    const cudaStream_t stream = copy_stream_.get();
+    check(cudaMemcpyAsync(device_.get(), pinned_.get(), kMaxBytes, cudaMemcpyHostToDevice, stream),
+          "cudaMemcpyAsync (verify t2)");
+    std::memset(compressed_.get(), 0, pool_slots_ * compressed_bytes_);
+    const std::size_t all = pool_slots_ * compressed_bytes_;
+    enqueue(Method::kT2Kernels, Direction::kD2H, all);
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (verify t2)");
+    const auto* pairs = reinterpret_cast<const std::uint32_t*>(pairs_.get());
+    const std::size_t slot_elements = slot_bytes_ / 2;
+    std::vector<std::int8_t> expected(compressed_bytes_);
+    std::vector<float> back(slot_elements);
+    for (std::size_t i = 0; i < pool_slots_; ++i) {
+      const std::uint32_t device_slot = pairs[2 * pool_slots_ + 2 * i];
+      const std::uint32_t host_slot = pairs[2 * pool_slots_ + 2 * i + 1];
+      kvtier::kernels::quantise::quantise_token(values.data() + device_slot * slot_elements,
+                                                kv_heads_, head_dim_, expected.data());
+      if (std::memcmp(expected.data(), compressed_.get() + host_slot * compressed_bytes_,
+                      compressed_bytes_) != 0) {
+        throw Failure("verification failed: t2_kernels d2h slot " + std::to_string(i) +
+                      " differs from the host's quantisation");
+      }
+    }
+    check(cudaMemsetAsync(device_.get(), 0, kMaxBytes, stream), "cudaMemsetAsync (verify t2)");
+    enqueue(Method::kT2Kernels, Direction::kH2D, all);
+    check(cudaMemcpyAsync(pinned_.get(), device_.get(), kMaxBytes, cudaMemcpyDeviceToHost, stream),
+          "cudaMemcpyAsync (verify t2)");
+    check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (verify t2)");
+    std::vector<std::uint16_t> want(slot_elements);
+    for (std::size_t i = 0; i < pool_slots_; ++i) {
+      const std::uint32_t host_slot = pairs[2 * i];
+      const std::uint32_t device_slot = pairs[2 * i + 1];
+      kvtier::kernels::quantise::dequantise_token(
+          reinterpret_cast<const std::int8_t*>(compressed_.get() + host_slot * compressed_bytes_),
+          kv_heads_, head_dim_, back.data());
+      kc::host_from_float(kc::Dtype::kBF16, back.data(), want.data(),
+                          static_cast<std::int64_t>(slot_elements));
+      if (std::memcmp(want.data(), pinned_.get() + device_slot * slot_bytes_, slot_bytes_) != 0) {
+        throw Failure("verification failed: t2_kernels h2d slot " + std::to_string(i) +
+                      " differs from the host's dequantisation");
+      }
+    }
+  }
+
   // Moves every slot of `method`'s largest transfer once and compares target with source.
   void verify(Method method, Direction direction) {
+    if (method == Method::kT2Kernels) {
+      if (direction == Direction::kH2D) {
+        verify_t2();  // both directions
+      }
+      return;
+    }
     const std::size_t bytes =
         point_bytes(method, method == Method::kMemcpyPerSlot ? kPerSlotMaxBytes : kMaxBytes);
-    const std::size_t slots = slots_of(bytes);
+    const std::size_t slots = slots_of(method, bytes);
     if (slots == 0) {
       return;
     }
@@ -691,7 +791,9 @@ class CopyBench {
   HostBuffer mapped_;  // the slot methods' host pool (as T1)
   HostBuffer pairs_;   // launch_copy_slots' pairs: h2d's, then d2h's
   DeviceBuffer device_;
-  DeviceBuffer device_pairs_;  // pairs_ copied to device memory
+  DeviceBuffer device_pairs_;     // pairs_ copied to device memory
+  std::size_t compressed_bytes_;  // a T2 slot's
+  HostBuffer compressed_;         // the T2 method's host pool (as T2)
   DeviceBuffer load_buffer_;
   std::unique_ptr<DeviceBuffer> sink_;
   std::vector<void*> h2d_sources_;
@@ -755,7 +857,7 @@ int main(int argc, char** argv) {
     CopyBench bench(static_cast<std::size_t>(slot_bytes), kv_heads, head_dim,
                     static_cast<int>(repeats));
     std::vector<Method> methods = {Method::kMemcpy, Method::kSlotKernel,
-                                   Method::kSlotKernelDevicePairs};
+                                   Method::kSlotKernelDevicePairs, Method::kT2Kernels};
     std::vector<std::string> unavailable;
     const std::string batch_problem = bench.probe_batch();
     if (batch_problem.empty()) {
