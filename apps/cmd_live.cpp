@@ -228,6 +228,9 @@ int run_live(const Arguments& args, Context& context) {
     cuda.observer_delivery = kernels::ObserverDelivery::kSynchronous;
     cuda.attention = attention;
     cuda.gemm = gemm;
+    // The cached engine launches every kernel (graphs do not apply with a device KV store); the
+    // reference launches them too, so that a cache that changes nothing changes no logit.
+    cuda.graphs = kernels::CudaGraphs::kOff;
     engine = kernels::make_cuda_engine(weights, cuda);
     if (with_reference) {
       reference = kernels::make_cuda_engine(weights, cuda);

@@ -722,8 +722,13 @@ class CopyBench {
     check(cudaEventRecord(start_.get(), copy_stream_.get()), "cudaEventRecord");
     enqueue(method, direction, bytes);
     check(cudaEventRecord(stop_.get(), copy_stream_.get()), "cudaEventRecord");
-    gated = cudaEventQuery(gate_.get()) == cudaErrorNotReady;
-    static_cast<void>(cudaGetLastError());  // cudaErrorNotReady is not an error to keep
+    const cudaError_t gate = cudaEventQuery(gate_.get());
+    gated = gate == cudaErrorNotReady;
+    if (gated) {
+      static_cast<void>(cudaGetLastError());  // not ready is no error to keep
+    } else {
+      check(gate, "cudaEventQuery (gate)");
+    }
     check(cudaEventSynchronize(stop_.get()), "cudaEventSynchronize (copy)");
     return elapsed_seconds(start_, stop_);
   }

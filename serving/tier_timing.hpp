@@ -30,8 +30,7 @@
 namespace kvtier::serving {
 
 // For copies by SM kernels, the host link's SM-kernel figures where it has them
-// (LinkSpec::sm_kernel_measured and overheads): the probed rates scaled by their ratio to the
-// copy engines' figures, so that sharing a switch scales both alike.
+// (LinkSpec::sm_kernel_measured and overheads): the probed rate, at most the kernels' own.
 struct CopyRates {
   double h2d_bytes_per_s = 0.0;  // per GPU, with every GPU of the node copying at once
   double d2h_bytes_per_s = 0.0;

@@ -102,10 +102,15 @@ void check_link(const LinkSpec& link, const std::string& path, Problems& problem
                           "pcie_generation and lanes apply to PCIE links only"});
     }
     if (link.has_peak_gb_per_s_per_direction()) {
-      for (int i = 0; i < link.measured_size(); ++i) {
-        if (link.measured(i).effective_gb_per_s() > link.peak_gb_per_s_per_direction()) {
-          problems.push_back({at(path, "measured[" + std::to_string(i) + "].effective_gb_per_s"),
-                              "measured bandwidth exceeds the link's peak per direction"});
+      for (const auto& [points, field] :
+           {std::pair{&link.measured(), "measured"},
+            std::pair{&link.sm_kernel_measured(), "sm_kernel_measured"}}) {
+        for (int i = 0; i < points->size(); ++i) {
+          if (points->Get(i).effective_gb_per_s() > link.peak_gb_per_s_per_direction()) {
+            problems.push_back(
+                {at(path, std::string(field) + "[" + std::to_string(i) + "].effective_gb_per_s"),
+                 "measured bandwidth exceeds the link's peak per direction"});
+          }
         }
       }
     }
@@ -117,6 +122,13 @@ void check_link(const LinkSpec& link, const std::string& path, Problems& problem
       problems.push_back({at(path, "measured[" + std::to_string(i) + "].direction"),
                           peer_link ? "an NVLINK link measures PEER copies"
                                     : "a host link measures H2D or D2H copies, not PEER"});
+    }
+  }
+  // Copies by SM kernels read or write host memory: H2D or D2H.
+  for (int i = 0; i < link.sm_kernel_measured_size(); ++i) {
+    if (link.sm_kernel_measured(i).direction() == PEER) {
+      problems.push_back({at(path, "sm_kernel_measured[" + std::to_string(i) + "].direction"),
+                          "copies by SM kernels are measured H2D or D2H, not PEER"});
     }
   }
 }

@@ -132,7 +132,8 @@ int rms_norm_threads(int cols) {
   return threads;
 }
 template <typename T>
-__global__ void rms_norm_kernel(const float* x, const float* gain, int cols, float eps, T* out) {
+__global__ void __launch_bounds__(1024)
+    rms_norm_kernel(const float* x, const float* gain, int cols, float eps, T* out) {
   __shared__ float scratch[32];
   const float* row = x + static_cast<std::int64_t>(blockIdx.x) * cols;
   T* out_row = out + static_cast<std::int64_t>(blockIdx.x) * cols;

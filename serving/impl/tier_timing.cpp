@@ -69,11 +69,13 @@ CopyRates measure_copy_rates(const config::RunSpec& run) {
   CopyRates rates{probe_rate(run, true), probe_rate(run, false), topology.copy_setup(),
                   topology.copy_setup(), run.tiering().copy_method()};
   if (rates.method == config::SM_KERNELS) {
+    // The kernels' own rate caps what the link gives each GPU (a link shared at a switch may
+    // give less).
     const config::LinkSpec& link = run.hardware().node().host_link();
-    rates.h2d_bytes_per_s *=
-        hw::sm_kernel_gb_per_s(link, config::H2D) / hw::asymptotic_gb_per_s(link, config::H2D);
-    rates.d2h_bytes_per_s *=
-        hw::sm_kernel_gb_per_s(link, config::D2H) / hw::asymptotic_gb_per_s(link, config::D2H);
+    rates.h2d_bytes_per_s =
+        std::min(rates.h2d_bytes_per_s, hw::sm_kernel_gb_per_s(link, config::H2D) * 1e9);
+    rates.d2h_bytes_per_s =
+        std::min(rates.d2h_bytes_per_s, hw::sm_kernel_gb_per_s(link, config::D2H) * 1e9);
     rates.h2d_setup =
         sim::from_microseconds(hw::sm_kernel_overhead_us(link, config::H2D), sim::Rounding::kUp);
     rates.d2h_setup =

@@ -461,6 +461,7 @@ TEST_CASE("validate: a CUDA live file is simulated in its KV dtype on its GPU's 
 struct CommittedLive {
   nlohmann::json rows;
   fs::path trace;
+  std::string err;  // validate's stderr
 };
 CommittedLive validate_committed_live(const std::string& name) {
   const fs::path committed = fs::path(KVTIER_SOURCE_DIR) / "validation" / "measurements" / name;
@@ -483,14 +484,18 @@ CommittedLive validate_committed_live(const std::string& name) {
   REQUIRE(synth.exit_code == 0);
   const Result result = run("validate --format json" + files);
   INFO("stderr: " << result.err);
-  return {nlohmann::json::parse(result.out)["references"], trace};
+  // 1: a figure outside its tolerance, which the callers look at row by row.
+  REQUIRE((result.exit_code == 0 || result.exit_code == 1));
+  REQUIRE(nlohmann::json::accept(result.out));
+  return {nlohmann::json::parse(result.out)["references"], trace, result.err};
 }
 
 // The live runs of scripts/gpu-validate.sh on an H200 (docs/VALIDATION.md, "Live runs on an
 // H200"), against the trace they followed, made again from its seed.
 TEST_CASE("validate: the H200 live runs have the simulator's byte volumes, times compared",
           "[cli][validate][live]") {
-  const auto [rows, trace] = validate_committed_live("h200-2026-11-30");
+  const auto [rows, trace, err] = validate_committed_live("h200-2026-11-30");
+  INFO("validate's stderr: " << err);
   std::size_t byte_rows = 0;
   std::size_t moved = 0;
   for (const auto& row : rows) {
@@ -569,7 +574,8 @@ TEST_CASE("validate: the H200 live runs have the simulator's byte volumes, times
 // the runs that stage every step's T1 tokens by kernels are their out-of-sample check.
 TEST_CASE("validate: the second H200 live runs, their kernel copies within 10%",
           "[cli][validate][live]") {
-  const auto [rows, trace] = validate_committed_live("h200-2026-11-30b");
+  const auto [rows, trace, err] = validate_committed_live("h200-2026-11-30b");
+  INFO("validate's stderr: " << err);
   const std::set<std::string> staged_by_kernels = {
       "live-llama2-7b-tiered-hbm75", "live-llama2-7b-tiered-hbm50", "live-llama2-7b-tiered-hbm25",
       "live-llama2-7b-tiered-hbm50-warp-rows"};

@@ -191,6 +191,18 @@ TEST_CASE("inconsistent combinations are reported", "[loader]") {
                Catch::Contains("follows from pcie_generation and lanes"));
     CHECK_THAT(joined(problems<kvtier::config::LinkSpec>("preset: \"NVLink4\" lanes: 16")),
                Catch::Contains("apply to PCIE links only"));
+    // Copies by SM kernels: host copies, within a declared peak.
+    CHECK_THAT(joined(problems<kvtier::config::LinkSpec>(
+                   "preset: \"PCIe-Gen5-x16-H200\" sm_kernel_measured { direction: PEER "
+                   "transfer_size_bytes: 1024 effective_gb_per_s: 10 }")),
+               Catch::Contains("sm_kernel_measured[0].direction") &&
+                   Catch::Contains("measured H2D or D2H, not PEER"));
+    CHECK_THAT(joined(problems<kvtier::config::LinkSpec>(
+                   "preset: \"NVLink-C2C\" sm_kernel_measured { direction: H2D "
+                   "transfer_size_bytes: 1024 effective_gb_per_s: 9000 }")),
+               Catch::Contains("sm_kernel_measured[0].effective_gb_per_s") &&
+                   Catch::Contains("exceeds the link's peak"));
+    CHECK(problems<kvtier::config::LinkSpec>("preset: \"PCIe-Gen5-x16-H200\"").empty());
     CHECK_THAT(joined(problems<kvtier::config::NodeSpec>("preset: \"gh200\" gpus_per_node: 2")),
                Catch::Contains("SINGLE_GPU with gpus_per_node 2"));
   }

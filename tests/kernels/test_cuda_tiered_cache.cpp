@@ -51,6 +51,8 @@ std::unique_ptr<kk::Engine> cuda_engine(
   // A live run reads the observed rows right after each decode.
   options.observer_delivery = kk::ObserverDelivery::kSynchronous;
   options.observer_rows = kk::ObserverRows::kHeadMean;
+  // As `kvtier live`: the reference launches every kernel, as the cached engine must.
+  options.graphs = kk::CudaGraphs::kOff;
   return kk::make_cuda_engine(stories_model(), options);
 }
 

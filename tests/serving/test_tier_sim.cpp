@@ -200,20 +200,25 @@ TEST_CASE("copies by SM kernels take the host link's SM-kernel figures where it 
   CHECK(plain.d2h_setup == engines.d2h_setup);
   CHECK(plain.h2d_setup == Tick::us(5));  // per_copy_overhead_us
 
-  // Measured SM-kernel figures for H2D only: that direction's rate at half the copy engines',
-  // shared between the two GPUs of a switch as theirs is; each direction's own fixed cost.
+  // Measured SM-kernel figures for H2D only: that direction's rate capped at the kernels' own.
+  // hgx-h100-8 puts two GPUs behind a switch, so each gets half the copy engines' rate: kernels
+  // at a quarter of it are the bound, kernels at three quarters are not.
   auto* link = run.mutable_hardware()->mutable_node()->mutable_host_link();
+  const double engines_gb_per_s = kvtier::hw::asymptotic_gb_per_s(*link, kvtier::config::H2D);
+  CHECK(plain.h2d_bytes_per_s == Approx(engines_gb_per_s * 1e9 / 2));
   auto* point = link->add_sm_kernel_measured();
   point->set_direction(kvtier::config::H2D);
   point->set_transfer_size_bytes(std::uint64_t{64} << 20U);
-  point->set_effective_gb_per_s(kvtier::hw::asymptotic_gb_per_s(*link, kvtier::config::H2D) / 2);
+  point->set_effective_gb_per_s(engines_gb_per_s / 4);
   link->set_sm_kernel_h2d_overhead_us(9);
   link->set_sm_kernel_d2h_overhead_us(7);
   const CopyRates kernels = kvtier::serving::measure_copy_rates(run);
-  CHECK(kernels.h2d_bytes_per_s == Approx(plain.h2d_bytes_per_s / 2));
+  CHECK(kernels.h2d_bytes_per_s == Approx(engines_gb_per_s * 1e9 / 4));
   CHECK(kernels.d2h_bytes_per_s == Approx(plain.d2h_bytes_per_s));
   CHECK(kernels.h2d_setup == Tick::us(9));
   CHECK(kernels.d2h_setup == Tick::us(7));
+  point->set_effective_gb_per_s(engines_gb_per_s * 3 / 4);
+  CHECK(kvtier::serving::measure_copy_rates(run).h2d_bytes_per_s == Approx(plain.h2d_bytes_per_s));
   // The copy engines keep theirs.
   run.mutable_tiering()->set_copy_method(kvtier::config::COPY_ENGINES);
   const CopyRates again = kvtier::serving::measure_copy_rates(run);
