@@ -454,6 +454,20 @@ class CopyBench {
     return method == Method::kMemcpyPerSlot ? slots_of(method, bytes) : 1;
   }
 
+  // A batch of `slots` slots between the host pool at `host` (its device address) and the device
+  // buffer, in `direction`'s order, its pairs at `pairs` (h2d's, then d2h's).
+  kc::SlotBatch slot_batch(bool h2d, void* host, const void* pairs, std::size_t slots) const {
+    kc::SlotBatch batch;
+    batch.source = h2d ? host : static_cast<const void*>(device_.get());
+    batch.target = h2d ? static_cast<void*>(device_.get()) : host;
+    batch.pairs = static_cast<const std::uint32_t*>(pairs) + (h2d ? 0 : 2 * pool_slots_);
+    batch.count = static_cast<int>(slots);
+    batch.kv_heads = kv_heads_;
+    batch.head_dim = head_dim_;
+    batch.dtype = kc::Dtype::kBF16;
+    return batch;
+  }
+
   // Enqueues one transfer of `bytes` on the copy stream.
   void enqueue(Method method, Direction direction, std::size_t bytes) {
     const bool h2d = direction == Direction::kH2D;
@@ -475,35 +489,17 @@ class CopyBench {
         return;
       case Method::kSlotKernel:
       case Method::kSlotKernelDevicePairs: {
-        kc::SlotBatch batch;
-        batch.source = h2d ? static_cast<const void*>(mapped_.device())
-                           : static_cast<const void*>(device_.get());
-        batch.target =
-            h2d ? static_cast<void*>(device_.get()) : static_cast<void*>(mapped_.device());
-        const void* pairs = method == Method::kSlotKernel ? pairs_.device()
-                                                          : static_cast<void*>(device_pairs_.get());
-        batch.pairs = static_cast<const std::uint32_t*>(pairs) + (h2d ? 0 : 2 * pool_slots_);
-        batch.count = static_cast<int>(slots);
-        batch.kv_heads = kv_heads_;
-        batch.head_dim = head_dim_;
-        batch.dtype = kc::Dtype::kBF16;
+        const kc::SlotBatch batch = slot_batch(
+            h2d, mapped_.device(),
+            method == Method::kSlotKernel ? pairs_.device() : device_pairs_.get(), slots);
         check(kc::launch_copy_slots(batch, stream), "launch_copy_slots");
         return;
       }
       case Method::kT2Kernels: {
         // T2 reads dequantise compressed host slots into full device slots, T2 writes quantise
         // device slots into compressed host ones, as the live cache's T2 moves.
-        kc::SlotBatch batch;
-        batch.source = h2d ? static_cast<const void*>(compressed_.device())
-                           : static_cast<const void*>(device_.get());
-        batch.target =
-            h2d ? static_cast<void*>(device_.get()) : static_cast<void*>(compressed_.device());
-        batch.pairs = reinterpret_cast<const std::uint32_t*>(device_pairs_.get()) +
-                      (h2d ? 0 : 2 * pool_slots_);
-        batch.count = static_cast<int>(slots);
-        batch.kv_heads = kv_heads_;
-        batch.head_dim = head_dim_;
-        batch.dtype = kc::Dtype::kBF16;
+        const kc::SlotBatch batch =
+            slot_batch(h2d, compressed_.device(), device_pairs_.get(), slots);
         check(h2d ? kc::launch_dequantise_slots(batch, stream)
                   : kc::launch_quantise_slots(batch, stream),
               h2d ? "launch_dequantise_slots" : "launch_quantise_slots");

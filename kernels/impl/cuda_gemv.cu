@@ -96,13 +96,14 @@ __global__ void __launch_bounds__(kBlockWarps* kLanes)
   }
 }
 
-template <typename T, int kRows>
+template <typename T, int kRows, int kRounds = kUnroll, int kBlockWarps = kWarps>
 cudaError_t launch_rows(const void* weight, int out_features, int in_features, const void* input,
                         float* out, bool accumulate, cudaStream_t stream) {
-  const int blocks = (out_features + kWarps - 1) / kWarps;
-  warp_rows_gemm_kernel<T, kRows><<<blocks, kWarps * kLanes, 0, stream>>>(
-      static_cast<const T*>(weight), static_cast<const T*>(input), out_features, in_features, out,
-      accumulate);
+  const int blocks = (out_features + kBlockWarps - 1) / kBlockWarps;
+  warp_rows_gemm_kernel<T, kRows, kRounds, kBlockWarps>
+      <<<blocks, kBlockWarps * kLanes, 0, stream>>>(static_cast<const T*>(weight),
+                                                    static_cast<const T*>(input), out_features,
+                                                    in_features, out, accumulate);
   return cudaGetLastError();
 }
 
@@ -130,24 +131,19 @@ cudaError_t launch_warp_rows_gemm_variant(int rounds, int warps, const void* wei
   if (!warp_rows_gemm_applies(Dtype::kBF16, in_features, 1, weight, input) || out_features <= 0) {
     return cudaErrorInvalidValue;
   }
-  const auto launch = [&](auto kernel, int block_warps) {
-    const int blocks = (out_features + block_warps - 1) / block_warps;
-    kernel<<<blocks, block_warps * kLanes, 0, stream>>>(static_cast<const __nv_bfloat16*>(weight),
-                                                        static_cast<const __nv_bfloat16*>(input),
-                                                        out_features, in_features, out, false);
-    return cudaGetLastError();
-  };
+  using BF16 = __nv_bfloat16;
   if (rounds == 2 && warps == 8) {
-    return launch(warp_rows_gemm_kernel<__nv_bfloat16, 1, 2, 8>, 8);
+    return launch_rows<BF16, 1, 2, 8>(weight, out_features, in_features, input, out, false, stream);
   }
   if (rounds == 8 && warps == 8) {
-    return launch(warp_rows_gemm_kernel<__nv_bfloat16, 1, 8, 8>, 8);
+    return launch_rows<BF16, 1, 8, 8>(weight, out_features, in_features, input, out, false, stream);
   }
   if (rounds == 4 && warps == 4) {
-    return launch(warp_rows_gemm_kernel<__nv_bfloat16, 1, 4, 4>, 4);
+    return launch_rows<BF16, 1, 4, 4>(weight, out_features, in_features, input, out, false, stream);
   }
   if (rounds == 4 && warps == 16) {
-    return launch(warp_rows_gemm_kernel<__nv_bfloat16, 1, 4, 16>, 16);
+    return launch_rows<BF16, 1, 4, 16>(weight, out_features, in_features, input, out, false,
+                                       stream);
   }
   return cudaErrorInvalidValue;
 }
