@@ -22,7 +22,7 @@ arch="${KVTIER_CUDA_ARCH:-90}"
 jobs="${JOBS:-$(nproc)}"
 fixture="${KVTIER_FIXTURES:-../shared/fixtures}/stories260K"
 targets=(kvtier kvtier_cuda_engine_tests kvtier_cuda_live_tests kvtier_bench_cuda_decode
-  kvtier_bench_cuda_gemv kvtier_bench_cuda_copy)
+  kvtier_bench_cuda_gemv kvtier_bench_cuda_copy kvtier_bench_kv_quantise)
 
 die() {
   echo "gpu-bundle: $*" >&2

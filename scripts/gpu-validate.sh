@@ -5,7 +5,7 @@
 # the tiered cache on a 7B-shaped model with random weights following a synthetic trace of its
 # shape (full cache and tiered at several HBM shares, with each attention kernel, GEMM and way
 # of copying) checked by `kvtier validate`, the CUDA GEMV, decode and host-link copy
-# benchmarks, each kernel's time in a short live run where Nsight Compute is installed, an
+# benchmarks and the host CPU's T2 recodes, each kernel's time in a short live run where Nsight Compute is installed, an
 # Nsight Systems profile of one live run where nsys is installed, a `kvtier trace capture
 # --device cuda` of stories260K next to a CPU capture, and scripts/capture_hf.py against
 # kvtier's capture where PyTorch and transformers are installed. Everything lands in "$OUT" (default ./gpu-results):
@@ -227,7 +227,7 @@ elif run configure 150 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Releas
   -DKVTIER_CUDA=ON -DKVTIER_WERROR=OFF "-DCMAKE_CUDA_ARCHITECTURES=${KVTIER_CUDA_ARCH:-native}"; then
   if run build 330 cmake --build "$build" -j "$jobs" --target kvtier_cuda_engine_tests \
     kvtier_cuda_live_tests kvtier_bench_cuda_decode kvtier_bench_cuda_gemv \
-    kvtier_bench_cuda_copy kvtier; then
+    kvtier_bench_cuda_copy kvtier_bench_kv_quantise kvtier; then
     built=1
   fi
 else
@@ -265,6 +265,20 @@ if [ "$built" -eq 1 ]; then
       printf '{"step":"bench-cuda-copy-result",%s,"result":%s}\n' "$provenance" "$line" \
         >>"$results"
     fi
+  fi
+
+  # The live cache's T1 <-> T2 recodes on this machine's host CPU (bench/kv_quantise.cpp): they
+  # run between decode steps, on the step's path. (A bundle made before the benchmark lacks it.)
+  if [ -x "$bin/kvtier_bench_kv_quantise" ]; then
+    if run bench-kv-quantise 30 "$bin/kvtier_bench_kv_quantise"; then
+      line="$(grep -E '^\{"kv_heads"' "$OUT/bench-kv-quantise.log" | tail -n 1 || true)"
+      if [ -n "$line" ]; then
+        printf '{"step":"bench-kv-quantise-result",%s,"result":%s}\n' "$provenance" "$line" \
+          >>"$results"
+      fi
+    fi
+  else
+    skip bench-kv-quantise "the bundle has no kvtier_bench_kv_quantise"
   fi
 
   # Where a decode step's time goes, kernel by kernel: Nsight Compute, where installed, timing
@@ -431,6 +445,7 @@ else
   skip ctest-gpu "build failed"
   skip bench-cuda-decode "build failed"
   skip bench-cuda-copy "build failed"
+  skip bench-kv-quantise "build failed"
   skip capture-cuda "build failed"
 fi
 

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "kernels/impl/cuda_kernels.cuh"
 #include "kernels/impl/cuda_vector.cuh"
@@ -20,28 +21,28 @@ constexpr unsigned kFullMask = 0xFFFFFFFFU;
 // Grid-stride kernels launch at most this many blocks.
 constexpr std::int64_t kMaxBlocks = 8192;
 
-__device__ __forceinline__ float to_float(float value) {
+__host__ __device__ __forceinline__ float to_float(float value) {
   return value;
 }
-__device__ __forceinline__ float to_float(__half value) {
+__host__ __device__ __forceinline__ float to_float(__half value) {
   return __half2float(value);
 }
-__device__ __forceinline__ float to_float(__nv_bfloat16 value) {
+__host__ __device__ __forceinline__ float to_float(__nv_bfloat16 value) {
   return __bfloat162float(value);
 }
 
 template <typename T>
-__device__ __forceinline__ T from_float(float value);
+__host__ __device__ __forceinline__ T from_float(float value);
 template <>
-__device__ __forceinline__ float from_float<float>(float value) {
+__host__ __device__ __forceinline__ float from_float<float>(float value) {
   return value;
 }
 template <>
-__device__ __forceinline__ __half from_float<__half>(float value) {
+__host__ __device__ __forceinline__ __half from_float<__half>(float value) {
   return __float2half_rn(value);
 }
 template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
+__host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
   return __float2bfloat16_rn(value);
 }
 
@@ -89,14 +90,20 @@ int grid_for(std::int64_t count) {
   return static_cast<int>(blocks < kMaxBlocks ? (blocks > 0 ? blocks : 1) : kMaxBlocks);
 }
 
+// Runs body(T{}) for the C++ type of `dtype`.
+template <typename Body>
+void with_type(Dtype dtype, Body&& body) {
+  switch (dtype) {
+    case Dtype::kF32: body(float{}); break;
+    case Dtype::kF16: body(__half{}); break;
+    case Dtype::kBF16: body(__nv_bfloat16{}); break;
+  }
+}
+
 // Runs launch(T{}) for the C++ type of `dtype`, then returns cudaGetLastError().
 template <typename Launch>
 cudaError_t dispatch(Dtype dtype, Launch&& launch) {
-  switch (dtype) {
-    case Dtype::kF32: launch(float{}); break;
-    case Dtype::kF16: launch(__half{}); break;
-    case Dtype::kBF16: launch(__nv_bfloat16{}); break;
-  }
+  with_type(dtype, launch);
   return cudaGetLastError();
 }
 
@@ -762,24 +769,40 @@ cudaError_t launch_dequantise_slots(const SlotBatch& batch, cudaStream_t stream)
   });
 }
 
+// The dtype chosen once, outside the loop, so that the compiler vectorises it (host recodes
+// convert every value of every token-layer they move).
 void host_to_float(Dtype dtype, const void* in, float* out, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) {
-    switch (dtype) {
-      case Dtype::kF32: out[i] = static_cast<const float*>(in)[i]; break;
-      case Dtype::kF16: out[i] = __half2float(static_cast<const __half*>(in)[i]); break;
-      case Dtype::kBF16: out[i] = __bfloat162float(static_cast<const __nv_bfloat16*>(in)[i]); break;
+  with_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T* values = static_cast<const T*>(in);
+    for (std::int64_t i = 0; i < count; ++i) {
+      out[i] = to_float(values[i]);
     }
-  }
+  });
+}
+
+std::uint16_t host_bfloat16_bits(float value) {
+  std::uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  const std::uint32_t rounded = (bits + 0x7fffU + ((bits >> 16U) & 1U)) >> 16U;
+  return static_cast<std::uint16_t>((bits & 0x7fffffffU) > 0x7f800000U ? 0x7fffU : rounded);
 }
 
 void host_from_float(Dtype dtype, const float* in, void* out, std::int64_t count) {
-  for (std::int64_t i = 0; i < count; ++i) {
-    switch (dtype) {
-      case Dtype::kF32: static_cast<float*>(out)[i] = in[i]; break;
-      case Dtype::kF16: static_cast<__half*>(out)[i] = __float2half_rn(in[i]); break;
-      case Dtype::kBF16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(in[i]); break;
+  if (dtype == Dtype::kBF16) {
+    auto* values = static_cast<std::uint16_t*>(out);
+    for (std::int64_t i = 0; i < count; ++i) {
+      values[i] = host_bfloat16_bits(in[i]);
     }
+    return;
   }
+  with_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T* values = static_cast<T*>(out);
+    for (std::int64_t i = 0; i < count; ++i) {
+      values[i] = from_float<T>(in[i]);
+    }
+  });
 }
 
 cudaError_t launch_convert(const float* in, void* out, Dtype dtype, std::int64_t count,

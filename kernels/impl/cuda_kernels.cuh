@@ -205,7 +205,11 @@ cudaError_t launch_quantise_slots(const SlotBatch& batch, cudaStream_t stream);
 cudaError_t launch_dequantise_slots(const SlotBatch& batch, cudaStream_t stream);
 
 // Host-side conversions of `count` values (round to nearest even), for recodes in host memory.
+// To BF16 they round as CUDA's __float2bfloat16_rn does on the host (NaN as 0x7fff), in integer
+// operations that vectorise: CUDA's host form branches value by value, about five times slower.
 void host_to_float(Dtype dtype, const void* in, float* out, std::int64_t count);
 void host_from_float(Dtype dtype, const float* in, void* out, std::int64_t count);
+// One value's BF16 bits, as host_from_float writes them.
+[[nodiscard]] std::uint16_t host_bfloat16_bits(float value);
 
 }  // namespace kvtier::kernels::cuda

@@ -1,0 +1,157 @@
+// The live cache's host recodes (T1 <-> T2 inside host memory, kernels/impl/kv_quantise.hpp): time
+// to quantise and to dequantise one token-layer on this CPU, with the functions the cache calls
+// and, side by side in the same run, with the format's plain definition (quantise::plain, rintf
+// and fmax one value at a time). Both must give the same bytes; the benchmark checks that first.
+//
+// In a CUDA build it also times the CUDA backend's whole recodes of BF16 slots
+// (cuda::host_to_float then quantise_token; dequantise_token then cuda::host_from_float).
+//
+// Usage: kvtier_bench_kv_quantise [kv_heads=32] [head_dim=128] [tokens=512] [repeats=15]
+// Prints one JSON line: microseconds per token-layer (medians over the repeats, each repeat
+// recoding `tokens` distinct token-layers), and the plain form's time over the shipped one's.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/impl/kv_quantise.hpp"
+
+#ifdef KVTIER_WITH_CUDA
+#include "kernels/impl/cuda_kernels.cuh"
+#endif
+
+namespace {
+
+namespace q = kvtier::kernels::quantise;
+using Clock = std::chrono::steady_clock;
+
+int argument(int argc, char** argv, int index, int fallback) {
+  if (argc <= index) {
+    return fallback;
+  }
+  const int value = std::atoi(argv[index]);
+  if (value <= 0) {
+    std::fprintf(stderr, "kvtier_bench_kv_quantise: argument %d must be a positive integer\n",
+                 index);
+    std::exit(2);
+  }
+  return value;
+}
+
+// The middle of `times` (the upper middle for an even count).
+double median(std::vector<double> times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int kv_heads = argument(argc, argv, 1, 32);
+  const int head_dim = argument(argc, argv, 2, 128);
+  const int tokens = argument(argc, argv, 3, 512);
+  const int repeats = argument(argc, argv, 4, 15);
+
+  const auto values = 2 * static_cast<std::size_t>(kv_heads) * static_cast<std::size_t>(head_dim);
+  const auto compressed = static_cast<std::size_t>(q::compressed_bytes(kv_heads, head_dim));
+  std::vector<float> keys_values(values * static_cast<std::size_t>(tokens));
+  std::mt19937 random(1);
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  for (float& x : keys_values) {
+    x = normal(random);
+  }
+  std::vector<std::int8_t> shipped(compressed * static_cast<std::size_t>(tokens));
+  std::vector<std::int8_t> plain(shipped.size());
+  std::vector<float> back(keys_values.size());
+
+  const auto quantise_all = [&](auto&& quantise, std::vector<std::int8_t>& out) {
+    for (int t = 0; t < tokens; ++t) {
+      quantise(keys_values.data() + static_cast<std::size_t>(t) * values, kv_heads, head_dim,
+               out.data() + static_cast<std::size_t>(t) * compressed);
+    }
+  };
+  const auto shipped_quantise = [](const float* in, int heads, int dim, std::int8_t* out) {
+    q::quantise_token(in, heads, dim, out);
+  };
+  const auto plain_quantise = [](const float* in, int heads, int dim, std::int8_t* out) {
+    q::plain::quantise_token(in, heads, dim, out);
+  };
+  quantise_all(shipped_quantise, shipped);
+  quantise_all(plain_quantise, plain);
+  if (shipped != plain) {
+    std::fprintf(stderr,
+                 "kvtier_bench_kv_quantise: the shipped codes differ from the plain ones\n");
+    return 1;
+  }
+
+  const auto per_token_us = [&](Clock::time_point start) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - start).count() / tokens;
+  };
+  std::vector<double> shipped_us;
+  std::vector<double> plain_us;
+  std::vector<double> dequantise_us;
+  for (int r = 0; r < repeats; ++r) {  // interleaved, so that drift hits both alike
+    auto start = Clock::now();
+    quantise_all(shipped_quantise, shipped);
+    shipped_us.push_back(per_token_us(start));
+    start = Clock::now();
+    quantise_all(plain_quantise, plain);
+    plain_us.push_back(per_token_us(start));
+    start = Clock::now();
+    for (int t = 0; t < tokens; ++t) {
+      q::dequantise_token(shipped.data() + static_cast<std::size_t>(t) * compressed, kv_heads,
+                          head_dim, back.data() + static_cast<std::size_t>(t) * values);
+    }
+    dequantise_us.push_back(per_token_us(start));
+  }
+#ifdef KVTIER_WITH_CUDA
+  // The CUDA backend's recodes: its T1 slots hold BF16.
+  namespace cuda = kvtier::kernels::cuda;
+  std::vector<std::uint16_t> slots(keys_values.size());
+  cuda::host_from_float(cuda::Dtype::kBF16, keys_values.data(), slots.data(),
+                        static_cast<std::int64_t>(slots.size()));
+  std::vector<float> token(values);
+  std::vector<double> bf16_quantise_us;
+  std::vector<double> bf16_dequantise_us;
+  for (int r = 0; r < repeats; ++r) {
+    auto start = Clock::now();
+    for (int t = 0; t < tokens; ++t) {
+      cuda::host_to_float(cuda::Dtype::kBF16, slots.data() + static_cast<std::size_t>(t) * values,
+                          token.data(), static_cast<std::int64_t>(values));
+      q::quantise_token(token.data(), kv_heads, head_dim,
+                        shipped.data() + static_cast<std::size_t>(t) * compressed);
+    }
+    bf16_quantise_us.push_back(per_token_us(start));
+    start = Clock::now();
+    for (int t = 0; t < tokens; ++t) {
+      q::dequantise_token(shipped.data() + static_cast<std::size_t>(t) * compressed, kv_heads,
+                          head_dim, token.data());
+      cuda::host_from_float(cuda::Dtype::kBF16, token.data(),
+                            slots.data() + static_cast<std::size_t>(t) * values,
+                            static_cast<std::int64_t>(values));
+    }
+    bf16_dequantise_us.push_back(per_token_us(start));
+  }
+  char cuda_figures[160];
+  std::snprintf(cuda_figures, sizeof cuda_figures,
+                ", \"bf16_slot_quantise_us_per_token_layer\": %.3f, "
+                "\"bf16_slot_dequantise_us_per_token_layer\": %.3f",
+                median(bf16_quantise_us), median(bf16_dequantise_us));
+#else
+  const char* const cuda_figures = "";
+#endif
+  const double quantise = median(shipped_us);
+  const double reference = median(plain_us);
+  std::printf(
+      "{\"kv_heads\": %d, \"head_dim\": %d, \"tokens\": %d, \"repeats\": %d, "
+      "\"quantise_us_per_token_layer\": %.3f, \"plain_quantise_us_per_token_layer\": %.3f, "
+      "\"plain_over_shipped\": %.2f, \"dequantise_us_per_token_layer\": %.3f, "
+      "\"checksum\": %.6f%s}\n",
+      kv_heads, head_dim, tokens, repeats, quantise, reference, reference / quantise,
+      median(dequantise_us), static_cast<double>(back[values / 2]), cuda_figures);
+  return 0;
+}
