@@ -59,6 +59,28 @@ namespace detail {
   return true;
 }
 
+// The UTF-8 bytes of one code point (at most U+10FFFF, not a surrogate).
+[[nodiscard]] inline std::string utf8_of(char32_t code_point) {
+  std::string text;
+  const auto byte = [&](char32_t value) { text += static_cast<char>(value); };
+  if (code_point < 0x80) {
+    byte(code_point);
+  } else if (code_point < 0x800) {
+    byte(0xC0 | (code_point >> 6));
+    byte(0x80 | (code_point & 0x3F));
+  } else if (code_point < 0x10000) {
+    byte(0xE0 | (code_point >> 12));
+    byte(0x80 | ((code_point >> 6) & 0x3F));
+    byte(0x80 | (code_point & 0x3F));
+  } else {
+    byte(0xF0 | (code_point >> 18));
+    byte(0x80 | ((code_point >> 12) & 0x3F));
+    byte(0x80 | ((code_point >> 6) & 0x3F));
+    byte(0x80 | (code_point & 0x3F));
+  }
+  return text;
+}
+
 // `text` with every byte that starts no valid sequence replaced by U+FFFD.
 [[nodiscard]] inline std::string valid_utf8(std::string_view text) {
   std::string out;

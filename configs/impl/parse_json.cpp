@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <set>
 #include <sstream>
 #include <string>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "common/utf8.hpp"
 #include "configs/parse.hpp"
 
 namespace kvtier::config {
@@ -171,6 +173,8 @@ class JsonScanner {
     }
   }
 
+  // The string's content with its escapes decoded (UTF-8), so that a key spelled with \u
+  // escapes is the key protobuf's parser will see: the duplicate check compares those.
   std::string string(const std::string& path) {
     advance();
     std::string content;
@@ -179,10 +183,8 @@ class JsonScanner {
         fail("unterminated string", path);
       }
       if (text_[pos_] == '\\') {
-        advance();
-        if (pos_ >= text_.size()) {
-          break;
-        }
+        escape(content, path);
+        continue;
       }
       content += text_[pos_];
       advance();
@@ -192,6 +194,60 @@ class JsonScanner {
     }
     advance();
     return content;
+  }
+
+  // One escape sequence, at its backslash, appended to `content`.
+  void escape(std::string& content, const std::string& path) {
+    advance();
+    if (pos_ >= text_.size()) {
+      fail("unterminated string", path);
+    }
+    const char kind = text_[pos_];
+    advance();
+    switch (kind) {
+      case '"': content += '"'; return;
+      case '\\': content += '\\'; return;
+      case '/': content += '/'; return;
+      case 'b': content += '\b'; return;
+      case 'f': content += '\f'; return;
+      case 'n': content += '\n'; return;
+      case 'r': content += '\r'; return;
+      case 't': content += '\t'; return;
+      case 'u': break;
+      default: fail(std::string("invalid escape '\\") + kind + "' in a string", path);
+    }
+    std::uint32_t code = hex4(path);
+    if (code >= 0xD800 && code <= 0xDBFF) {  // a high surrogate: its low half must follow
+      if (pos_ + 1 >= text_.size() || text_[pos_] != '\\' || text_[pos_ + 1] != 'u') {
+        fail("a \\u escape of a high surrogate without its low surrogate", path);
+      }
+      advance();
+      advance();
+      const std::uint32_t low = hex4(path);
+      if (low < 0xDC00 || low > 0xDFFF) {
+        fail("a \\u escape of a high surrogate without its low surrogate", path);
+      }
+      code = 0x10000 + ((code - 0xD800) << 10U) + (low - 0xDC00);
+    } else if (code >= 0xDC00 && code <= 0xDFFF) {
+      fail("a \\u escape of a low surrogate without its high surrogate", path);
+    }
+    content += utf8_of(static_cast<char32_t>(code));
+  }
+
+  std::uint32_t hex4(const std::string& path) {
+    std::uint32_t code = 0;
+    for (int digit = 0; digit < 4; ++digit) {
+      const char c = pos_ < text_.size() ? text_[pos_] : '"';
+      if (std::isxdigit(static_cast<unsigned char>(c)) == 0) {
+        fail("a \\u escape needs four hexadecimal digits", path);
+      }
+      code = code * 16 + static_cast<std::uint32_t>(
+                             std::isdigit(static_cast<unsigned char>(c)) != 0
+                                 ? c - '0'
+                                 : std::tolower(static_cast<unsigned char>(c)) - 'a' + 10);
+      advance();
+    }
+    return code;
   }
 
   void scalar(const std::string& path) {

@@ -6,25 +6,11 @@
 #include <array>
 
 #include "common/errors.hpp"
+#include "common/utf8.hpp"
 #include "kernels/impl/score_bpe.hpp"
 
 namespace kvtier::kernels {
 namespace {
-
-std::string utf8_of(char32_t code_point) {
-  std::string text;
-  if (code_point < 0x80) {
-    text += static_cast<char>(code_point);
-  } else if (code_point < 0x800) {
-    text += static_cast<char>(0xC0 | (code_point >> 6));
-    text += static_cast<char>(0x80 | (code_point & 0x3F));
-  } else {
-    text += static_cast<char>(0xE0 | (code_point >> 12));
-    text += static_cast<char>(0x80 | ((code_point >> 6) & 0x3F));
-    text += static_cast<char>(0x80 | (code_point & 0x3F));
-  }
-  return text;
-}
 
 // GPT-2's table as compile-time constants: the code point each byte maps to, and back.
 constexpr bool printable_byte(unsigned int byte) {

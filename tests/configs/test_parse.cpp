@@ -136,6 +136,30 @@ TEST_CASE("JSON errors name the file, line:column and field path", "[parse]") {
                  Catch::Contains("field model.hidden_size"));
 }
 
+TEST_CASE("JSON keys compare with their escapes decoded, as protobuf's parser reads them",
+          "[parse]") {
+  // "\u0073eed" is "seed": protobuf would merge the two, the last value winning.
+  CHECK_THAT(
+      parse_error("{\"seed\": 1,\n \"\\u0073eed\": 2}", "h.json"),
+      Catch::Contains("field 'seed' is given more than once") && Catch::Contains("h.json:2:2"));
+  CHECK_THAT(parse_error("{\"model\": {\"hidden\\u005fsize\": 64, \"hiddenSize\": 32}}", "i.json"),
+             Catch::Contains("field 'hidden_size' is given more than once"));
+  // An escaped key alone is the field it spells.
+  kvtier::config::RunSpec run;
+  LocationMap locations("j.json");
+  parse_config("{\"s\\u0065ed\": 7}", "j.json", run, locations);
+  CHECK(run.seed() == 7);
+  // Malformed escapes are refused where they are.
+  CHECK_THAT(parse_error("{\"seed\\x\": 1}", "k.json"),
+             Catch::Contains("invalid escape '\\x'") && Catch::Contains("k.json:1:"));
+  CHECK_THAT(parse_error("{\"se\\u00g5ed\": 1}", "l.json"),
+             Catch::Contains("four hexadecimal digits"));
+  CHECK_THAT(parse_error("{\"name\": \"\\ud800x\"}", "m.json"),
+             Catch::Contains("without its low surrogate"));
+  CHECK_THAT(parse_error("{\"name\": \"\\udc00\"}", "n.json"),
+             Catch::Contains("without its high surrogate"));
+}
+
 TEST_CASE("a file that starts with '{' is JSON, anything else text format", "[parse]") {
   CHECK(kvtier::config::looks_like_json("  # note\n {\"a\": 1}"));
   CHECK_FALSE(kvtier::config::looks_like_json("seed: 1"));

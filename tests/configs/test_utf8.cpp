@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "common/utf8.hpp"
@@ -58,4 +59,20 @@ TEST_CASE("every string field of a message is made valid UTF-8, nested and repea
   CHECK(spec.SerializeToString(&bytes));
   kvtier::config::SweepSpec parsed;
   CHECK(parsed.ParseFromString(bytes));
+}
+
+TEST_CASE("utf8_of writes each code point as its shortest sequence, one to four bytes", "[utf8]") {
+  CHECK(kvtier::utf8_of(U'a') == "a");
+  CHECK(kvtier::utf8_of(U'\u00e9') == "\xC3\xA9");
+  CHECK(kvtier::utf8_of(U'\u2581') == "\xE2\x96\x81");
+  CHECK(kvtier::utf8_of(U'\U0001F600') == "\xF0\x9F\x98\x80");
+  CHECK(kvtier::utf8_of(U'\U0010FFFF') == "\xF4\x8F\xBF\xBF");
+  // Every scalar value at the edges of each length is a valid sequence of that length.
+  for (const char32_t code :
+       {0x7FU, 0x80U, 0x7FFU, 0x800U, 0xD7FFU, 0xE000U, 0xFFFFU, 0x10000U, 0x10FFFFU}) {
+    CAPTURE(static_cast<std::uint32_t>(code));
+    const std::string text = kvtier::utf8_of(code);
+    CHECK(kvtier::is_valid_utf8(text));
+    CHECK(text.size() == (code < 0x80 ? 1U : code < 0x800 ? 2U : code < 0x10000 ? 3U : 4U));
+  }
 }
