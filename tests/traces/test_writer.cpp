@@ -113,6 +113,24 @@ TEST_CASE("an incomplete trace is never renamed into place", "[traces]") {
   CHECK_FALSE(folder_has_temporaries(folder));
 }
 
+TEST_CASE("a trace that cannot be created says why", "[traces]") {
+  const auto folder = trace_scratch() / "writer_uncreatable";
+  std::filesystem::create_directories(folder);
+  const auto file = folder / "a-file";
+  std::ofstream(file) << "not a folder";
+  const config::TraceMeta meta = tiny_meta(4, 2, {config::GRANULARITY_MEAN});
+  // Its folder cannot be made: a file stands where a folder of its path would be.
+  CHECK_THROWS_WITH(traces::TraceWriter(file / "below" / "t.h5", meta),
+                    Catch::Contains("cannot create the trace file's folder") &&
+                        Catch::Contains("Not a directory"));
+  CHECK_THROWS_WITH(traces::TraceWriter(file / "t.h5", meta),
+                    Catch::Contains("cannot create the trace file's folder"));
+  // The file itself cannot be made (a name longer than any file system allows): the operating
+  // system's reason.
+  CHECK_THROWS_WITH(traces::TraceWriter(folder / (std::string(300, 'n') + ".h5"), meta),
+                    Catch::Contains("cannot create the trace file: File name too long"));
+}
+
 TEST_CASE("invalid meta is refused before any file is made", "[traces]") {
   const auto path = trace_scratch() / "bad_meta.h5";
   config::TraceMeta meta = tiny_meta(4, 3, {config::GRANULARITY_TOP_K});  // no top_k value

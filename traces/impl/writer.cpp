@@ -1,6 +1,11 @@
 #include "traces/writer.hpp"
 
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <optional>
+#include <string>
+#include <system_error>
 #include <vector>
 
 #include "common/errors.hpp"
@@ -256,9 +261,15 @@ class TraceWriter::Impl {
 };
 
 void TraceWriter::Impl::create_file() {
-  std::error_code ignored;
   if (final_path_.has_parent_path()) {
-    std::filesystem::create_directories(final_path_.parent_path(), ignored);
+    std::error_code error;
+    std::filesystem::create_directories(final_path_.parent_path(), error);
+    if (error) {
+      h5::raise(Blame::kOutput,
+                "cannot create the trace file's folder " + final_path_.parent_path().string() +
+                    ": " + error.message(),
+                final_path_.string());
+    }
   }
   const Handle properties = h5::checked(H5Pcreate(H5P_FILE_CREATE), H5Pclose, Blame::kOutput,
                                         "cannot create the trace file", name_);
@@ -271,9 +282,18 @@ void TraceWriter::Impl::create_file() {
                                     "cannot create the trace file", name_);
   h5::check(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), Blame::kOutput,
             "cannot create the trace file", name_);
-  file_ = h5::checked(
-      H5Fcreate(temporary_.path().c_str(), H5F_ACC_TRUNC, properties.get(), access.get()), H5Fclose,
-      Blame::kOutput, "cannot create the trace file", final_path_.string());
+  // HDF5's error stack is silenced (h5.hpp); the operating system's reason is in errno.
+  errno = 0;
+  const hid_t file =
+      H5Fcreate(temporary_.path().c_str(), H5F_ACC_TRUNC, properties.get(), access.get());
+  if (file < 0) {
+    const int reason = errno;
+    h5::raise(Blame::kOutput,
+              std::string("cannot create the trace file") +
+                  (reason != 0 ? std::string(": ") + std::strerror(reason) : std::string()),
+              final_path_.string());
+  }
+  file_ = Handle(file, H5Fclose);
   const Handle root = h5::checked(H5Oopen(file_.get(), "/", H5P_DEFAULT), H5Oclose, Blame::kOutput,
                                   "cannot open the root group", name_);
   write_root_attributes(root.get(), options_.producer,
