@@ -17,9 +17,10 @@
 // have, since the next one reuses the HBM they free.
 //
 // Copies by kernels on the SMs (tiering.copy_method SM_KERNELS, the live cache's CUDA backend)
-// take turns with compute instead: layer l's staging runs after layer l − 1 has finished and
-// before layer l starts, whatever the lookahead, and the offloads of every layer run as one
-// batch after the iteration's last kernel (`trailing`), as the live cache moves them.
+// take turns with compute instead: layer l's staging (a kernel per kind, LayerCopies) runs after
+// layer l − 1 has finished and before layer l starts, whatever the lookahead, and the offloads
+// and then the promotions of every layer run as batches after the iteration's last kernel
+// (`trailing`), as the live cache moves them.
 
 #include <cstdint>
 #include <span>
@@ -41,17 +42,34 @@ struct CopyRates {
 
 [[nodiscard]] CopyRates measure_copy_rates(const config::RunSpec& run);
 
-// One layer's copies in one iteration, on one GPU.
+// One layer's copies in one iteration, on one GPU, bytes by kind. The kinds matter to copies by
+// SM kernels, which issue them as the live cache's CUDA backend does
+// (kernels/impl/cuda_tiered_cache.cpp): a layer's staging is one kernel for its T1 tokens and
+// one dequantising its T2 tokens, each with its own setup; the iteration's promotions and
+// offloads are batches over all layers after its last kernel, one kernel per kind. On the copy
+// engines a layer's bytes are one copy, promotions riding with its staging.
 struct LayerCopies {
-  double h2d_bytes = 0.0;
-  double d2h_bytes = 0.0;
-  sim::Tick extra_compute;  // dequantising T2 tokens, on top of the layer's own cost
+  double staged_full = 0.0;           // T1 tokens staged for attention
+  double staged_compressed = 0.0;     // T2 tokens' compressed bytes, dequantised into staging
+  double promoted_full = 0.0;         // T1 -> HBM
+  double promoted_compressed = 0.0;   // T2 -> HBM, dequantised
+  double offloaded_full = 0.0;        // HBM -> T1
+  double offloaded_compressed = 0.0;  // HBM -> T2, quantised
+  // Dequantising T2 tokens in HBM after copy-engine copies, on top of the layer's own cost
+  // (copies by SM kernels dequantise as they copy).
+  sim::Tick extra_compute;
+
+  [[nodiscard]] double h2d_bytes() const {
+    return staged_full + staged_compressed + promoted_full + promoted_compressed;
+  }
+  [[nodiscard]] double d2h_bytes() const { return offloaded_full + offloaded_compressed; }
 };
 
 struct PipelineTiming {
   sim::Tick layers_end;  // when the last layer finishes (the head follows)
   sim::Tick end;         // including outstanding offloads (copy engines)
-  sim::Tick trailing;    // after everything else of the iteration: offloads by SM kernels
+  sim::Tick trailing;    // after everything else of the iteration: SM kernels' offloads, then
+                         // their promotions
   sim::Tick stall;       // time layers waited for their prefetch
   sim::Tick h2d_busy;
   sim::Tick d2h_busy;

@@ -283,8 +283,8 @@ void ServingEngine::try_start_iteration() {
     totals_.h2d_busy += timing.h2d_busy;
     totals_.d2h_busy += timing.d2h_busy;
     for (const LayerCopies& copies : layer_copies_) {
-      totals_.h2d_bytes += copies.h2d_bytes;
-      totals_.d2h_bytes += copies.d2h_bytes;
+      totals_.h2d_bytes += copies.h2d_bytes();
+      totals_.d2h_bytes += copies.d2h_bytes();
     }
   }
   iteration_in_flight_ = true;
@@ -321,11 +321,12 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       // copies a promoted token in again, kernels/tier_book.hpp), T1 ones at full precision, T2
       // ones as their compressed bytes; offloads out of HBM. T1 <-> T2 recodes happen inside
       // host memory: no bus, and their host CPU time is not modelled.
-      const double promoted_full = demand.promoted - demand.promoted_from_compressed;
-      copies.h2d_bytes += (differential ? demand.unstaged_host : demand.host) * full +
-                          demand.compressed * compressed + promoted_full * full +
-                          demand.promoted_from_compressed * compressed;
-      copies.d2h_bytes += demand.demoted * full + demand.compressed_from_hbm * compressed;
+      copies.staged_full += (differential ? demand.unstaged_host : demand.host) * full;
+      copies.staged_compressed += demand.compressed * compressed;
+      copies.promoted_full += (demand.promoted - demand.promoted_from_compressed) * full;
+      copies.promoted_compressed += demand.promoted_from_compressed * compressed;
+      copies.offloaded_full += demand.demoted * full;
+      copies.offloaded_compressed += demand.compressed_from_hbm * compressed;
       staged[layer] += demand.host + demand.compressed;
       dequantised[layer] += demand.compressed + demand.promoted_from_compressed;
       // The held tokens and the step's own.
@@ -349,15 +350,19 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     request.tier_host = 0.0;
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
       const LayerDemand placed = tiers_->at(chunk.request, context, layer, true);
-      layer_copies_[layer].d2h_bytes += placed.host * full + placed.compressed * compressed;
+      layer_copies_[layer].offloaded_full += placed.host * full;
+      layer_copies_[layer].offloaded_compressed += placed.compressed * compressed;
       request.tier_hbm += placed.hbm * full;
       request.tier_host += placed.host * full + placed.compressed * compressed;
     }
   }
   // Attention reads every token still held, at full precision once staged.
   batch.decode_context_tokens = static_cast<std::uint64_t>(std::llround(resident / layers));
+  // Copy engines only copy: T2 tokens are dequantised in HBM afterwards. SM kernels dequantise
+  // as they copy.
   const hw::GpuModel& gpu = cost_model_.gpu();
-  for (std::uint32_t layer = 0; layer < layers; ++layer) {
+  for (std::uint32_t layer = 0; layer < layers && copy_rates_.method != config::SM_KERNELS;
+       ++layer) {
     if (dequantised[layer] > 0.0) {
       layer_copies_[layer].extra_compute = gpu.op_time(
           hw::OpKind::kElementwise, hw::OpCost{0.0, dequantised[layer] * (compressed + full)},

@@ -39,24 +39,35 @@ sim::Tick copy_time(double bytes, double rate, sim::Tick setup) {
   return setup + sim::from_seconds(bytes / rate, sim::Rounding::kUp);
 }
 
-// Copies and compute take turns on the SMs: each layer's staging, then the layer; the offloads
-// of every layer in one batch after the last layer (as the live cache moves them).
+// Copies and compute take turns on the SMs: each layer's staging, then the layer; after the last
+// layer the offloads of every layer, then the promotions, in batches (as the live cache moves
+// them). Every kind is a kernel of its own, with its own setup.
 PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> layers,
                           const CopyRates& rates) {
   PipelineTiming timing;
   sim::Tick now;
-  double offloaded = 0.0;
+  LayerCopies moved;  // the iteration's promotions and offloads, all layers together
   for (const LayerCopies& copies : layers) {
-    const sim::Tick h2d = copy_time(copies.h2d_bytes, rates.h2d_bytes_per_s, rates.h2d_setup);
+    const sim::Tick h2d =
+        copy_time(copies.staged_full, rates.h2d_bytes_per_s, rates.h2d_setup) +
+        copy_time(copies.staged_compressed, rates.h2d_bytes_per_s, rates.h2d_setup);
     timing.h2d_busy += h2d;
     timing.stall += h2d;
     now += h2d + layer_compute + copies.extra_compute;
-    offloaded += copies.d2h_bytes;
+    moved.promoted_full += copies.promoted_full;
+    moved.promoted_compressed += copies.promoted_compressed;
+    moved.offloaded_full += copies.offloaded_full;
+    moved.offloaded_compressed += copies.offloaded_compressed;
   }
   timing.layers_end = now;
   timing.end = now;
-  timing.trailing = copy_time(offloaded, rates.d2h_bytes_per_s, rates.d2h_setup);
-  timing.d2h_busy = timing.trailing;
+  timing.d2h_busy = copy_time(moved.offloaded_full, rates.d2h_bytes_per_s, rates.d2h_setup) +
+                    copy_time(moved.offloaded_compressed, rates.d2h_bytes_per_s, rates.d2h_setup);
+  const sim::Tick promotions =
+      copy_time(moved.promoted_full, rates.h2d_bytes_per_s, rates.h2d_setup) +
+      copy_time(moved.promoted_compressed, rates.h2d_bytes_per_s, rates.h2d_setup);
+  timing.h2d_busy += promotions;
+  timing.trailing = timing.d2h_busy + promotions;
   return timing;
 }
 
@@ -101,7 +112,7 @@ PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopie
     const sim::Tick slot = lookahead == 0       ? previous_end
                            : layer >= lookahead ? starts[layer - lookahead]
                                                 : sim::Tick::zero();
-    const sim::Tick h2d = copy_time(copies.h2d_bytes, rates.h2d_bytes_per_s, rates.h2d_setup);
+    const sim::Tick h2d = copy_time(copies.h2d_bytes(), rates.h2d_bytes_per_s, rates.h2d_setup);
     const sim::Tick copy_start = std::max(copy_free, slot);
     const sim::Tick arrived = h2d > sim::Tick::zero() ? copy_start + h2d : sim::Tick::zero();
     if (h2d > sim::Tick::zero()) {
@@ -111,7 +122,7 @@ PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopie
     starts[layer] = std::max(previous_end, arrived);
     timing.stall += starts[layer] - previous_end;
     previous_end = starts[layer] + layer_compute + copies.extra_compute;
-    const sim::Tick offload = copy_time(copies.d2h_bytes, rates.d2h_bytes_per_s, rates.d2h_setup);
+    const sim::Tick offload = copy_time(copies.d2h_bytes(), rates.d2h_bytes_per_s, rates.d2h_setup);
     d2h += offload;
     timing.d2h_busy += offload;
   }

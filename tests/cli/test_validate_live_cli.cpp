@@ -571,14 +571,16 @@ TEST_CASE("validate: the H200 live runs have the simulator's byte volumes, times
 // the kernel work"): the faster split-key attention, cuBLAS and the warp-per-row GEMM, copies by
 // kernels and by the copy engines. The host link's figures for copies by kernels come from the
 // copy benchmark (configs/hardware/links/PCIe-Gen5-x16-H200.textproto), not from these runs:
-// the runs that stage every step's T1 tokens by kernels are their out-of-sample check.
+// the runs whose copies are all slot kernels (no T2) are their out-of-sample check — staging
+// every step's T1 tokens, or with differential prefetch only the new ones, its promotions and
+// offloads batches of their own after each step.
 TEST_CASE("validate: the second H200 live runs, their kernel copies within 10%",
           "[cli][validate][live]") {
   const auto [rows, trace, err] = validate_committed_live("h200-2026-11-30b");
   INFO("validate's stderr: " << err);
   const std::set<std::string> staged_by_kernels = {
       "live-llama2-7b-tiered-hbm75", "live-llama2-7b-tiered-hbm50", "live-llama2-7b-tiered-hbm25",
-      "live-llama2-7b-tiered-hbm50-warp-rows"};
+      "live-llama2-7b-tiered-hbm50-warp-rows", "live-llama2-7b-tiered-hbm50-differential"};
   std::size_t byte_rows = 0;
   std::size_t moved = 0;
   std::size_t checked_times = 0;
@@ -609,5 +611,5 @@ TEST_CASE("validate: the second H200 live runs, their kernel copies within 10%",
   }
   CHECK(byte_rows == 20);      // ten runs, two directions
   CHECK(moved == 16);          // the eight tiered runs copy both ways
-  CHECK(checked_times == 12);  // four runs: time per token and both copy times
+  CHECK(checked_times == 15);  // five runs: time per token and both copy times
 }
