@@ -436,8 +436,9 @@ if [ "$built" -eq 1 ]; then
     run memcheck-graphs 90 "$sanitizer" --tool memcheck --error-exitcode 9 \
       "$tests/kvtier_cuda_engine_tests" "decode graphs*" || true
     # The split-key kernels share memory between warps: the path racecheck has most to find in.
-    run racecheck 90 "$sanitizer" --tool racecheck --error-exitcode 9 \
-      "$tests/kvtier_cuda_engine_tests" "the split-key attention path gives*" || true
+    # The random models' case: stories260K's (200 steps and observed runs) outlasted 90 s.
+    run racecheck 120 "$sanitizer" --tool racecheck --error-exitcode 9 \
+      "$tests/kvtier_cuda_engine_tests" "the split-key attention path on random models*" || true
   else
     record memcheck info null 0 '"reason":"compute-sanitizer not found"'
   fi
