@@ -10,6 +10,13 @@
 // T2 (host, compressed) and the persistent staging slots of differential prefetch each have a
 // pool. A slot freed while a plan is made is handed out again only after that plan: the moves of
 // one phase can then run in any order (the CUDA backend runs them grouped by kind).
+//
+// Host homes: given the most positions a layer holds (host_positions), a T1 or T2 token-layer's
+// slot is layer · host_positions + position instead of the next free one. A layer's host tokens
+// then lie in position order, so staging all of a layer's T1 tokens reads as many contiguous
+// runs as the layer has runs of T1 positions (about one per layer and step on the H200 runs'
+// trace) rather than one or two slots per run in allocation order; the copy engines copy each
+// run as one piece. The backends size their host tiers for every token-layer anyway.
 
 #include <array>
 #include <cstdint>
@@ -56,6 +63,10 @@ class SlotAllocator {
   // Freed now, handed out again after release_deferred().
   void release_later(std::uint32_t slot);
   void release_deferred();
+  // A pool of fixed homes instead (the host tiers' slots with TierBook's host_positions): each
+  // slot belongs to one token, which takes it and releases it; allocate() is not used then.
+  void take_home(std::uint32_t slot);
+  void release_home();
   // Every slot free; capacity() is kept (backends keep the memory for the next run).
   void clear();
 
@@ -126,9 +137,12 @@ struct StagePlan {
 class TierBook {
  public:
   // token_bytes: a token-layer at full precision; compressed_token_bytes: in T2 (codes and
-  // scales). ConfigError when the T0 budget holds no token-layer.
+  // scales); host_positions: the most positions a layer will hold, for host homes (0: host
+  // slots from their pools; layers · host_positions must fit 32 bits). ConfigError when the T0
+  // budget holds no token-layer.
   TierBook(int layers, std::uint64_t t0_budget_bytes, std::uint64_t token_bytes,
-           std::uint64_t compressed_token_bytes, PrefetchMode prefetch);
+           std::uint64_t compressed_token_bytes, PrefetchMode prefetch,
+           std::uint64_t host_positions = 0);
 
   // The placement a policy reads and changes; plan_moves() makes the book follow it.
   [[nodiscard]] std::vector<replay::LayerPlacement>& placement() noexcept { return placement_; }
@@ -180,12 +194,17 @@ class TierBook {
   };
 
   TokenMove plan_move(int layer, std::uint64_t position, replay::Tier to);
+  // A host tier's (T1, T2) slot for a token entering it, and its release when the token leaves.
+  [[nodiscard]] SlotAllocator& host_pool(replay::Tier tier);
+  [[nodiscard]] std::uint32_t host_slot(replay::Tier tier, int layer, std::uint64_t position);
+  void release_host(replay::Tier tier, std::uint32_t slot);
   void update_peaks(std::uint64_t transient_entries);
 
   PrefetchMode prefetch_;
   std::uint64_t t0_budget_bytes_;
   std::uint64_t token_bytes_;
   std::uint64_t compressed_token_bytes_;
+  std::uint64_t host_positions_;
   std::vector<replay::LayerPlacement> placement_;
   std::vector<Layer> state_;
   SlotAllocator t0_;

@@ -51,7 +51,9 @@ struct TieredCacheOptions {
   std::uint64_t t0_budget_bytes = 0;
   PrefetchMode prefetch = PrefetchMode::kFull;
   // Positions a run may reach (prompt + new tokens): the CUDA backend sizes its host tiers and
-  // page tables for it up front. 0: not known (the CPU backend grows its arenas instead).
+  // page tables for it up front, and both backends keep each host token-layer at its home slot
+  // (kernels/tier_book.hpp). 0: not known (the CPU backend grows its arenas instead, its host
+  // slots handed out in turn).
   std::uint64_t max_positions = 0;
   // Host tiers the policy can place tokens in: the CUDA backend pins them (sized for
   // max_positions) when it is made, so that the first offload does not pin hundreds of megabytes

@@ -154,7 +154,8 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
       slot_bytes_(2 * static_cast<std::uint64_t>(kv_heads_) *
                   static_cast<std::uint64_t>(head_dim_) * cuda::dtype_bytes(dtype_)),
       book_(layers_, resolved_t0_budget(options, layers_, slot_bytes_), slot_bytes_,
-            quantise::compressed_bytes(kv_heads_, head_dim_), options.prefetch),
+            quantise::compressed_bytes(kv_heads_, head_dim_), options.prefetch,
+            options.max_positions),
       plan_stride_(3 * static_cast<std::size_t>(options.max_positions)),
       copies_(options.copies),
       marks_(check_, false),

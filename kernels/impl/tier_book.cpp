@@ -59,6 +59,15 @@ void SlotAllocator::release_deferred() {
   deferred_.clear();
 }
 
+void SlotAllocator::take_home(std::uint32_t slot) {
+  ++used_;
+  capacity_ = std::max<std::uint64_t>(capacity_, std::uint64_t{slot} + 1);
+}
+
+void SlotAllocator::release_home() {
+  --used_;
+}
+
 void SlotAllocator::clear() {
   used_ = 0;
   deferred_.clear();
@@ -83,14 +92,51 @@ std::uint64_t t0_slots(std::uint64_t budget_bytes, std::uint64_t token_bytes) {
 }  // namespace
 
 TierBook::TierBook(int layers, std::uint64_t t0_budget_bytes, std::uint64_t token_bytes,
-                   std::uint64_t compressed_token_bytes, PrefetchMode prefetch)
+                   std::uint64_t compressed_token_bytes, PrefetchMode prefetch,
+                   std::uint64_t host_positions)
     : prefetch_(prefetch),
       t0_budget_bytes_(t0_budget_bytes),
       token_bytes_(token_bytes),
       compressed_token_bytes_(compressed_token_bytes),
+      host_positions_(host_positions),
       placement_(static_cast<std::size_t>(layers)),
       state_(static_cast<std::size_t>(layers)),
-      t0_(t0_slots(t0_budget_bytes, token_bytes)) {}
+      t0_(t0_slots(t0_budget_bytes, token_bytes)) {
+  if (host_positions_ >
+      std::uint64_t{0xFFFFFFFFU} / static_cast<std::uint64_t>(std::max(1, layers))) {
+    throw std::logic_error("tiered cache: " + std::to_string(layers) + " layers of " +
+                           std::to_string(host_positions_) +
+                           " positions have more host homes than 32-bit slots");
+  }
+}
+
+SlotAllocator& TierBook::host_pool(Tier tier) {
+  return tier == Tier::kHost ? t1_ : t2_;
+}
+
+std::uint32_t TierBook::host_slot(Tier tier, int layer, std::uint64_t position) {
+  SlotAllocator& pool = host_pool(tier);
+  if (host_positions_ == 0) {
+    return pool.allocate();
+  }
+  if (position >= host_positions_) {
+    throw std::logic_error("tiered cache: position " + std::to_string(position) +
+                           " is past the host homes' " + std::to_string(host_positions_));
+  }
+  const auto slot =
+      static_cast<std::uint32_t>(static_cast<std::uint64_t>(layer) * host_positions_ + position);
+  pool.take_home(slot);
+  return slot;
+}
+
+void TierBook::release_host(Tier tier, std::uint32_t slot) {
+  SlotAllocator& pool = host_pool(tier);
+  if (host_positions_ == 0) {
+    pool.release_later(slot);
+  } else {
+    pool.release_home();
+  }
+}
 
 std::uint64_t TierBook::unstaged_t1_tokens(int layer) const {
   return state_.at(static_cast<std::size_t>(layer)).unstaged;
@@ -172,7 +218,7 @@ TokenMove TierBook::plan_move(int layer_index, std::uint64_t position, Tier to) 
             move.from == Tier::kHost ? token_bytes_ : compressed_token_bytes_);
       break;
     case Tier::kHost:
-      move.to_slot = t1_.allocate();
+      move.to_slot = host_slot(Tier::kHost, layer_index, position);
       ++layer.t1_tokens;
       ++layer.unstaged;
       // A recode reads the T2 token: counted at the size read.
@@ -180,7 +226,7 @@ TokenMove TierBook::plan_move(int layer_index, std::uint64_t position, Tier to) 
             move.from == Tier::kHbm ? token_bytes_ : compressed_token_bytes_);
       break;
     case Tier::kCompressed:
-      move.to_slot = t2_.allocate();
+      move.to_slot = host_slot(Tier::kCompressed, layer_index, position);
       ++layer.t2_tokens;
       // Quantised where the data is: a T0 token crosses as compressed bytes; a recode reads the
       // full-precision T1 token.
@@ -192,7 +238,7 @@ TokenMove TierBook::plan_move(int layer_index, std::uint64_t position, Tier to) 
   switch (move.from) {
     case Tier::kHbm: t0_.release_later(move.from_slot); break;
     case Tier::kHost:
-      t1_.release_later(move.from_slot);
+      release_host(Tier::kHost, move.from_slot);
       --layer.t1_tokens;
       if (layer.staged[position] != kNone) {
         staging_.release_later(layer.staged[position]);
@@ -202,7 +248,7 @@ TokenMove TierBook::plan_move(int layer_index, std::uint64_t position, Tier to) 
       }
       break;
     case Tier::kCompressed:
-      t2_.release_later(move.from_slot);
+      release_host(Tier::kCompressed, move.from_slot);
       --layer.t2_tokens;
       break;
     case Tier::kEvicted: throw std::logic_error("tiered cache: an evicted token cannot come back");

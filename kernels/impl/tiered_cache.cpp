@@ -51,7 +51,7 @@ TieredKvCache::TieredKvCache(const config::ModelSpec& spec, const TieredCacheOpt
       book_(static_cast<int>(spec.num_hidden_layers()),
             resolved_t0_budget(options, static_cast<int>(spec.num_hidden_layers()),
                                token_floats_ * 4),
-            token_floats_ * 4, compressed_width_, options.prefetch),
+            token_floats_ * 4, compressed_width_, options.prefetch, options.max_positions),
       keys_(static_cast<std::size_t>(kv_heads_)),
       values_(static_cast<std::size_t>(kv_heads_)),
       key_pointers_(static_cast<std::size_t>(kv_heads_)),

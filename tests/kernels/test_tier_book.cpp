@@ -80,12 +80,17 @@ void check_phase(const std::vector<kk::TokenMove>& moves, Owners& owners) {
 
 TEST_CASE("the tier book never gives one slot to two tokens, nor reuses a slot within a phase",
           "[kernels][live][tier_book]") {
-  for (const kk::PrefetchMode prefetch :
-       {kk::PrefetchMode::kFull, kk::PrefetchMode::kDifferential}) {
+  // Host slots from their pools, and at their homes (60 positions: exactly enough).
+  for (const auto& [prefetch, host_positions] :
+       {std::pair{kk::PrefetchMode::kFull, std::uint64_t{0}},
+        std::pair{kk::PrefetchMode::kDifferential, std::uint64_t{0}},
+        std::pair{kk::PrefetchMode::kFull, std::uint64_t{60}},
+        std::pair{kk::PrefetchMode::kDifferential, std::uint64_t{60}}}) {
+    CAPTURE(host_positions);
     constexpr int kLayers = 3;
     // The placement keeps at most 40 token-layers in T0; each step appends one per layer.
     kk::TierBook book(kLayers, (40 + kLayers) * kTokenBytes, kTokenBytes, kCompressedBytes,
-                      prefetch);
+                      prefetch, host_positions);
     Owners owners;
     std::mt19937 random(11);
     std::uint64_t promoted = 0;
@@ -138,6 +143,14 @@ TEST_CASE("the tier book never gives one slot to two tokens, nor reuses a slot w
           if (it != staged.end()) {
             owners.give(kStaging, it->second, move.layer, move.position);
             staged.erase(it);
+          }
+        }
+      }
+      if (host_positions > 0) {
+        // A host token-layer is at its home.
+        for (const kk::TokenMove& move : plan.demotions) {
+          if (move.to == Tier::kHost || move.to == Tier::kCompressed) {
+            REQUIRE(move.to_slot == move.layer * host_positions + move.position);
           }
         }
       }
@@ -232,6 +245,65 @@ TEST_CASE("the tier book never gives one slot to two tokens, nor reuses a slot w
     REQUIRE(stats.t0_peak_bytes <= 40 * kTokenBytes + kLayers * kTokenBytes);
     REQUIRE(book.t0_capacity() <= 40 + kLayers);
   }
+}
+
+TEST_CASE("with host homes a layer's T1 tokens stage as one run per run of T1 positions",
+          "[kernels][live][tier_book]") {
+  // Layer 1 of 12 positions: 0-7 go to T1 and come back, which leaves the pool's free list
+  // in release order; then T1 takes 2-4 and 6-9, and T2 takes 10. At their homes they stage as
+  // two contiguous runs; from the pool, the last freed slot first, as seven single slots.
+  constexpr std::uint64_t kPositions = 12;
+  for (const std::uint64_t host_positions : {std::uint64_t{0}, kPositions}) {
+    CAPTURE(host_positions);
+    kk::TierBook book(2, 2 * kPositions * kTokenBytes, kTokenBytes, kCompressedBytes,
+                      kk::PrefetchMode::kFull, host_positions);
+    for (std::uint64_t p = 0; p < kPositions; ++p) {
+      for (int l = 0; l < 2; ++l) {
+        static_cast<void>(book.append(l, p));
+      }
+    }
+    auto& placement = book.placement()[1];
+    const auto move_all = [&](std::initializer_list<std::uint64_t> positions, Tier to) {
+      for (const std::uint64_t p : positions) {
+        placement.move(p, to);
+      }
+      static_cast<void>(book.plan_moves());
+    };
+    move_all({0, 1, 2, 3, 4, 5, 6, 7}, Tier::kHost);
+    move_all({0, 1, 2, 3, 4, 5, 6, 7}, Tier::kHbm);
+    for (const std::uint64_t p : {2, 3, 4, 6, 7, 8, 9}) {
+      placement.move(p, Tier::kHost);
+    }
+    move_all({10}, Tier::kCompressed);
+    kk::StagePlan stage;
+    book.plan_stage(1, kPositions, stage);
+    REQUIRE(stage.t1_copies.size() == 7);
+    std::size_t runs = 0;
+    for (std::size_t i = 0; i < stage.t1_copies.size(); ++i) {
+      const bool joins = i > 0 &&
+                         stage.t1_copies[i].from_slot == stage.t1_copies[i - 1].from_slot + 1 &&
+                         stage.t1_copies[i].to == stage.t1_copies[i - 1].to + 1;
+      runs += joins ? 0 : 1;
+    }
+    if (host_positions > 0) {
+      CHECK(runs == 2);
+      CHECK(stage.t1_copies.front().from_slot == kPositions + 2);  // layer 1, position 2
+      CHECK(stage.t2_reads.front().from_slot == kPositions + 10);
+      CHECK(book.t1_capacity() == kPositions + 10);  // the highest home taken, plus one
+    } else {
+      CHECK(runs == 7);
+    }
+  }
+  // Homes past 32-bit slots, or a position past the homes, are refused.
+  CHECK_THROWS_AS(kk::TierBook(2, kTokenBytes, kTokenBytes, kCompressedBytes,
+                               kk::PrefetchMode::kFull, std::uint64_t{1} << 31U),
+                  std::logic_error);
+  kk::TierBook small(1, 4 * kTokenBytes, kTokenBytes, kCompressedBytes, kk::PrefetchMode::kFull, 2);
+  for (std::uint64_t p = 0; p < 3; ++p) {
+    static_cast<void>(small.append(0, p));
+  }
+  small.placement()[0].move(2, Tier::kHost);
+  CHECK_THROWS_AS(small.plan_moves(), std::logic_error);
 }
 
 TEST_CASE("the tier book keeps T0 to its budget", "[kernels][live][tier_book]") {
