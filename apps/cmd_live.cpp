@@ -36,6 +36,7 @@ void fill(config::CopyMeasurement& out, const kernels::CopyCounter& counter) {
   out.set_bytes(counter.bytes);
   out.set_token_layers(counter.tokens);
   out.set_seconds(counter.seconds);
+  out.set_runs(counter.runs);
   out.set_gb_per_s(
       counter.seconds > 0.0 ? static_cast<double>(counter.bytes) / counter.seconds / 1e9 : 0.0);
 }

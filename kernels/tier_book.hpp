@@ -28,11 +28,14 @@ namespace kvtier::kernels {
 
 enum class PrefetchMode { kFull, kDifferential };
 
-// Bytes, token-layer copies and seconds of one kind of copy.
+// Bytes, token-layer copies and seconds of one kind of copy, and the contiguous pieces they
+// were: maximal runs of consecutive slots on both sides among a plan's copies of one kind (a
+// layer's staging, or one kind of move), as the CUDA backend's copy-engine batches copy them.
 struct CopyCounter {
   std::uint64_t bytes = 0;
   std::uint64_t tokens = 0;
   double seconds = 0.0;
+  std::uint64_t runs = 0;
 };
 
 struct TieredCacheStats {
@@ -198,6 +201,8 @@ class TierBook {
   [[nodiscard]] SlotAllocator& host_pool(replay::Tier tier);
   [[nodiscard]] std::uint32_t host_slot(replay::Tier tier, int layer, std::uint64_t position);
   void release_host(replay::Tier tier, std::uint32_t slot);
+  // Adds a phase's contiguous pieces, kind by kind, to their counters.
+  void count_runs(const std::vector<TokenMove>& moves);
   void update_peaks(std::uint64_t transient_entries);
 
   PrefetchMode prefetch_;
@@ -212,6 +217,7 @@ class TierBook {
   SlotAllocator t2_;
   SlotAllocator staging_;
   TieredCacheStats stats_;
+  std::vector<TokenMove> kind_moves_;  // count_runs' scratch
 };
 
 }  // namespace kvtier::kernels

@@ -110,6 +110,34 @@ class LiveKvCache {
   virtual void detach(Engine& engine) = 0;
 };
 
+// Host memory of the CPU backend's host tiers, in blocks of `block_slots` slots of `width`
+// elements, each allocated (and left unwritten) when a slot in it is first used, and never
+// moved. With host homes a block is a layer's positions, so a layer costs memory only once it
+// has a host token.
+template <typename T>
+class HostBlocks {
+ public:
+  HostBlocks(std::size_t width, std::uint64_t block_slots)
+      : width_(width), block_slots_(block_slots) {}
+
+  [[nodiscard]] T* slot(std::uint32_t slot) {
+    const auto block = static_cast<std::size_t>(slot / block_slots_);
+    if (block >= blocks_.size()) {
+      blocks_.resize(block + 1);
+    }
+    std::unique_ptr<T[]>& memory = blocks_[block];
+    if (!memory) {
+      memory = std::make_unique_for_overwrite<T[]>(static_cast<std::size_t>(block_slots_) * width_);
+    }
+    return memory.get() + static_cast<std::size_t>(slot % block_slots_) * width_;
+  }
+
+ private:
+  std::size_t width_;
+  std::uint64_t block_slots_;
+  std::vector<std::unique_ptr<T[]>> blocks_;
+};
+
 class TieredKvCache final : public LiveKvCache, public KeyValueStore {
  public:
   TieredKvCache(const config::ModelSpec& spec, const TieredCacheOptions& options);
@@ -147,10 +175,8 @@ class TieredKvCache final : public LiveKvCache, public KeyValueStore {
 
  private:
   [[nodiscard]] float* t0_slot(std::uint32_t slot) { return slot_of(t0_, slot, token_floats_); }
-  [[nodiscard]] float* t1_slot(std::uint32_t slot) { return slot_of(t1_, slot, token_floats_); }
-  [[nodiscard]] std::int8_t* t2_slot(std::uint32_t slot) {
-    return slot_of(t2_, slot, compressed_width_);
-  }
+  [[nodiscard]] float* t1_slot(std::uint32_t slot) { return t1_.slot(slot); }
+  [[nodiscard]] std::int8_t* t2_slot(std::uint32_t slot) { return t2_.slot(slot); }
   template <typename T>
   [[nodiscard]] static T* slot_of(std::vector<T>& arena, std::uint32_t slot, std::size_t width) {
     return arena.data() + static_cast<std::size_t>(slot) * width;
@@ -164,8 +190,8 @@ class TieredKvCache final : public LiveKvCache, public KeyValueStore {
   std::size_t compressed_width_ = 0;  // bytes of a compressed token-layer
   TierBook book_;
   std::vector<float> t0_;                // the T0 arena
-  std::vector<float> t1_;                // host arena, full precision
-  std::vector<std::int8_t> t2_;          // host, int8 codes then the float scales' bytes
+  HostBlocks<float> t1_;                 // host arena, full precision
+  HostBlocks<std::int8_t> t2_;           // host, int8 codes then the float scales' bytes
   std::vector<float> staging_;           // differential: kept staged copies of T1
   StagePlan stage_plan_;                 // the layer being loaded's
   std::vector<float> transient_;         // this layer's staged T1 (full) and dequantised T2

@@ -46,8 +46,8 @@ struct CopyRates {
 // SM kernels, which issue them as the live cache's CUDA backend does
 // (kernels/impl/cuda_tiered_cache.cpp): a layer's staging is one kernel for its T1 tokens and
 // one dequantising its T2 tokens, each with its own setup; the iteration's promotions and
-// offloads are batches over all layers after its last kernel, one kernel per kind. On the copy
-// engines a layer's bytes are one copy, promotions riding with its staging.
+// offloads are batches over all layers after its last kernel, one kernel per kind. The model of
+// copy engines has a layer's bytes one copy, promotions riding with its staging.
 struct LayerCopies {
   double staged_full = 0.0;           // T1 tokens staged for attention
   double staged_compressed = 0.0;     // T2 tokens' compressed bytes, dequantised into staging

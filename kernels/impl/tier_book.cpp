@@ -17,6 +17,19 @@ void count(CopyCounter& counter, std::uint64_t bytes_per_token) {
   counter.bytes += bytes_per_token;
 }
 
+// The contiguous pieces of a list of copies, in its order: a copy continues the piece before it
+// when both its slots follow that copy's.
+template <typename Copy, typename From, typename To>
+std::uint64_t runs_of(const std::vector<Copy>& copies, From from, To to) {
+  std::uint64_t runs = 0;
+  for (std::size_t i = 0; i < copies.size(); ++i) {
+    const bool continues = i > 0 && from(copies[i]) == from(copies[i - 1]) + 1 &&
+                           to(copies[i]) == to(copies[i - 1]) + 1;
+    runs += continues ? 0 : 1;
+  }
+  return runs;
+}
+
 }  // namespace
 
 CopyCounter* TieredCacheStats::counter_of(Tier from, Tier to) {
@@ -35,6 +48,7 @@ CopyCounter TieredCacheStats::h2d() const {
     total.bytes += part->bytes;
     total.tokens += part->tokens;
     total.seconds += part->seconds;
+    total.runs += part->runs;
   }
   return total;
 }
@@ -104,9 +118,9 @@ TierBook::TierBook(int layers, std::uint64_t t0_budget_bytes, std::uint64_t toke
       t0_(t0_slots(t0_budget_bytes, token_bytes)) {
   if (host_positions_ >
       std::uint64_t{0xFFFFFFFFU} / static_cast<std::uint64_t>(std::max(1, layers))) {
-    throw std::logic_error("tiered cache: " + std::to_string(layers) + " layers of " +
-                           std::to_string(host_positions_) +
-                           " positions have more host homes than 32-bit slots");
+    throw ConfigError(
+        "the tiered cache indexes host slots with 32 bits: " + std::to_string(host_positions_) +
+        " positions of " + std::to_string(layers) + " layers are too many");
   }
 }
 
@@ -280,8 +294,30 @@ MovePlan TierBook::plan_moves() {
     for (SlotAllocator* pool : {&t0_, &t1_, &t2_, &staging_}) {
       pool->release_deferred();
     }
+    count_runs(moves);
   }
   return plan;
+}
+
+void TierBook::count_runs(const std::vector<TokenMove>& moves) {
+  // The backends copy each kind of move (source tier, target tier) apart, in plan order.
+  for (std::size_t from = 0; from < replay::kTierCount; ++from) {
+    for (std::size_t to = 0; to < replay::kTierCount; ++to) {
+      CopyCounter* counter = stats_.counter_of(static_cast<Tier>(from), static_cast<Tier>(to));
+      if (from == to || counter == nullptr) {
+        continue;
+      }
+      kind_moves_.clear();
+      for (const TokenMove& move : moves) {
+        if (move.from == static_cast<Tier>(from) && move.to == static_cast<Tier>(to)) {
+          kind_moves_.push_back(move);
+        }
+      }
+      counter->runs += runs_of(
+          kind_moves_, [](const TokenMove& m) { return m.from_slot; },
+          [](const TokenMove& m) { return m.to_slot; });
+    }
+  }
 }
 
 void TierBook::plan_stage(int layer_index, std::uint64_t positions, StagePlan& plan) {
@@ -326,6 +362,10 @@ void TierBook::plan_stage(int layer_index, std::uint64_t positions, StagePlan& p
     }
   }
   plan.transient_entries = next_t2;
+  const auto from = [](const SlotCopy& copy) { return copy.from_slot; };
+  const auto to = [](const SlotCopy& copy) { return copy.to; };
+  stats_.h2d_prefetch.runs += runs_of(plan.t1_copies, from, to);
+  stats_.h2d_compressed.runs += runs_of(plan.t2_reads, from, to);
   stats_.h2d_prefetch.tokens += plan.t1_copies.size();
   stats_.h2d_prefetch.bytes += plan.t1_copies.size() * token_bytes_;
   stats_.h2d_compressed.tokens += plan.t2_reads.size();

@@ -18,6 +18,8 @@ namespace {
 using replay::Tier;
 using Clock = std::chrono::steady_clock;
 
+constexpr std::uint64_t kPooledBlockSlots = 4096;
+
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -52,6 +54,9 @@ TieredKvCache::TieredKvCache(const config::ModelSpec& spec, const TieredCacheOpt
             resolved_t0_budget(options, static_cast<int>(spec.num_hidden_layers()),
                                token_floats_ * 4),
             token_floats_ * 4, compressed_width_, options.prefetch, options.max_positions),
+      // A block per layer with host homes; else slots handed out in turn, 4,096 to a block.
+      t1_(token_floats_, options.max_positions > 0 ? options.max_positions : kPooledBlockSlots),
+      t2_(compressed_width_, options.max_positions > 0 ? options.max_positions : kPooledBlockSlots),
       keys_(static_cast<std::size_t>(kv_heads_)),
       values_(static_cast<std::size_t>(kv_heads_)),
       key_pointers_(static_cast<std::size_t>(kv_heads_)),
@@ -59,8 +64,6 @@ TieredKvCache::TieredKvCache(const config::ModelSpec& spec, const TieredCacheOpt
 
 void TieredKvCache::grow_arenas() {
   grow(t0_, book_.t0_capacity(), token_floats_);
-  grow(t1_, book_.t1_capacity(), token_floats_);
-  grow(t2_, book_.t2_capacity(), compressed_width_);
   grow(staging_, book_.staging_capacity(), token_floats_);
 }
 

@@ -358,8 +358,9 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   }
   // Attention reads every token still held, at full precision once staged.
   batch.decode_context_tokens = static_cast<std::uint64_t>(std::llround(resident / layers));
-  // Copy engines only copy: T2 tokens are dequantised in HBM afterwards. SM kernels dequantise
-  // as they copy.
+  // The model of copy engines: they only copy, so T2 tokens are dequantised in HBM afterwards
+  // (the live cache dequantises with kernels even in its copy-engine mode, so no live run
+  // checks this). SM kernels dequantise as they copy.
   const hw::GpuModel& gpu = cost_model_.gpu();
   for (std::uint32_t layer = 0; layer < layers && copy_rates_.method != config::SM_KERNELS;
        ++layer) {

@@ -319,6 +319,9 @@ struct CopyVolumes {
   [[nodiscard]] std::int64_t measured_token_layers(const char* field) const {
     return std::stoll(measured[field]["token_layers"].get<std::string>());
   }
+  [[nodiscard]] std::int64_t measured_runs(const char* field) const {
+    return std::stoll(measured[field]["runs"].get<std::string>());
+  }
   // What the live run's last decode step copied out (its offloads).
   [[nodiscard]] std::int64_t last_step_d2h() const {
     return std::stoll(measured["steps"].back()["d2h_bytes"].get<std::string>());
@@ -415,6 +418,16 @@ TEST_CASE("the simulator's PCIe volumes equal the live cache's measured copies w
     CHECK(volumes.last_step_d2h() > 0);
     CHECK(volumes.simulated_h2d == volumes.measured_bytes("h2d"));
     CHECK(volumes.simulated_d2h == volumes.measured_bytes("d2h"));
+    // Each kind's contiguous pieces: one or more token-layers each.
+    for (const char* field :
+         {"h2d_prefetch", "h2d_compressed", "h2d_promote", "d2h", "host_recode"}) {
+      CAPTURE(field);
+      CHECK(volumes.measured_runs(field) <= volumes.measured_token_layers(field));
+      CHECK((volumes.measured_runs(field) > 0) == (volumes.measured_token_layers(field) > 0));
+    }
+    CHECK(volumes.measured_runs("h2d") == volumes.measured_runs("h2d_prefetch") +
+                                              volumes.measured_runs("h2d_compressed") +
+                                              volumes.measured_runs("h2d_promote"));
   };
   for (const std::string prefetch : {"full", "differential"}) {
     CAPTURE(prefetch);

@@ -73,7 +73,8 @@ TEST_CASE("kv_quantise: a ratio's code is the plain definition's, at every edge"
 TEST_CASE("kv_quantise: every ratio in a sweep of float bit patterns codes as the plain definition",
           "[live][quantise]") {
   // Every 4099th bit pattern (a prime stride, through both signs, subnormals, infinities and
-  // NaNs), then a million random patterns from a fixed seed.
+  // NaNs), then a million random patterns from a fixed seed. (All 2^32 agree: checked once,
+  // 45 s in Release; too long for a test under the sanitizers.)
   std::size_t mismatches = 0;
   const auto check = [&](std::uint32_t bits) {
     const float ratio = from_bits(bits);

@@ -242,6 +242,13 @@ TEST_CASE("the tier book never gives one slot to two tokens, nor reuses a slot w
             offloaded_full * kTokenBytes + offloaded_compressed * kCompressedBytes);
     REQUIRE(stats.h2d_prefetch.bytes == stats.h2d_prefetch.tokens * kTokenBytes);
     REQUIRE(stats.h2d_compressed.bytes == stats.h2d_compressed.tokens * kCompressedBytes);
+    // Every copied token-layer is in one contiguous piece, and every piece holds one or more.
+    for (const kk::CopyCounter* counter :
+         {&stats.h2d_prefetch, &stats.h2d_compressed, &stats.h2d_promote, &stats.d2h_offload,
+          &stats.host_recode}) {
+      REQUIRE(counter->runs <= counter->tokens);
+      REQUIRE((counter->runs > 0) == (counter->tokens > 0));
+    }
     REQUIRE(stats.t0_peak_bytes <= 40 * kTokenBytes + kLayers * kTokenBytes);
     REQUIRE(book.t0_capacity() <= 40 + kLayers);
   }
@@ -285,6 +292,13 @@ TEST_CASE("with host homes a layer's T1 tokens stage as one run per run of T1 po
                          stage.t1_copies[i].to == stage.t1_copies[i - 1].to + 1;
       runs += joins ? 0 : 1;
     }
+    // The book counts the same pieces. Layer 1's T0 slots are every other one (the layers
+    // append in turn) and come back in reverse order, so none of its moves to or from T0 join:
+    // 8 + 7 offloads to T1 and 1 to T2, 8 promotions.
+    CHECK(book.stats().h2d_prefetch.runs == runs);
+    CHECK(book.stats().h2d_compressed.runs == 1);
+    CHECK(book.stats().d2h_offload.runs == 16);
+    CHECK(book.stats().h2d_promote.runs == 8);
     if (host_positions > 0) {
       CHECK(runs == 2);
       CHECK(stage.t1_copies.front().from_slot == kPositions + 2);  // layer 1, position 2
@@ -297,7 +311,7 @@ TEST_CASE("with host homes a layer's T1 tokens stage as one run per run of T1 po
   // Homes past 32-bit slots, or a position past the homes, are refused.
   CHECK_THROWS_AS(kk::TierBook(2, kTokenBytes, kTokenBytes, kCompressedBytes,
                                kk::PrefetchMode::kFull, std::uint64_t{1} << 31U),
-                  std::logic_error);
+                  kvtier::ConfigError);
   kk::TierBook small(1, 4 * kTokenBytes, kTokenBytes, kCompressedBytes, kk::PrefetchMode::kFull, 2);
   for (std::uint64_t p = 0; p < 3; ++p) {
     static_cast<void>(small.append(0, p));

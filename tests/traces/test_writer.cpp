@@ -127,8 +127,9 @@ TEST_CASE("a trace that cannot be created says why", "[traces]") {
                     Catch::Contains("cannot create the trace file's folder"));
   // The file itself cannot be made (a name longer than any file system allows): the operating
   // system's reason.
-  CHECK_THROWS_WITH(traces::TraceWriter(folder / (std::string(300, 'n') + ".h5"), meta),
-                    Catch::Contains("cannot create the trace file: File name too long"));
+  CHECK_THROWS_WITH(
+      traces::TraceWriter(folder / (std::string(300, 'n') + ".h5"), meta),
+      Catch::Contains("cannot create the trace file (system error: File name too long)"));
 }
 
 TEST_CASE("invalid meta is refused before any file is made", "[traces]") {

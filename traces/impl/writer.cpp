@@ -290,7 +290,8 @@ void TraceWriter::Impl::create_file() {
     const int reason = errno;
     h5::raise(Blame::kOutput,
               std::string("cannot create the trace file") +
-                  (reason != 0 ? std::string(": ") + std::strerror(reason) : std::string()),
+                  (reason != 0 ? std::string(" (system error: ") + std::strerror(reason) + ")"
+                               : std::string()),
               final_path_.string());
   }
   file_ = Handle(file, H5Fclose);
