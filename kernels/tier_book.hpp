@@ -16,7 +16,8 @@
 // then lie in position order, so staging all of a layer's T1 tokens reads as many contiguous
 // runs as the layer has runs of T1 positions (about one per layer and step on the H200 runs'
 // trace) rather than one or two slots per run in allocation order; the copy engines copy each
-// run as one piece. The backends size their host tiers for every token-layer anyway.
+// run as one piece. The CUDA backend sizes its host tiers for every token-layer anyway; the CPU
+// backend allocates a layer's block of them when the layer first has a host token.
 
 #include <array>
 #include <cstdint>
