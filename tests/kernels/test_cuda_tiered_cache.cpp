@@ -97,6 +97,8 @@ void require_same_counts(const kk::CopyCounter& cuda, const kk::CopyCounter& cpu
                          std::uint64_t cuda_bytes_per_cpu_byte_den = 1) {
   REQUIRE(cuda.tokens == cpu.tokens);
   REQUIRE(cuda.bytes * cuda_bytes_per_cpu_byte_den == cpu.bytes * cuda_bytes_per_cpu_byte_num);
+  // The same book, with the run's positions known to both: the same slots, so the same pieces.
+  REQUIRE(cuda.runs == cpu.runs);
 }
 
 }  // namespace
