@@ -218,7 +218,6 @@ class TierBook {
   SlotAllocator t2_;
   SlotAllocator staging_;
   TieredCacheStats stats_;
-  std::vector<TokenMove> kind_moves_;  // count_runs' scratch
 };
 
 }  // namespace kvtier::kernels

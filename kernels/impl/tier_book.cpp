@@ -2,6 +2,7 @@
 #include "kernels/tier_book.hpp"
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 #include <string>
 
@@ -17,15 +18,19 @@ void count(CopyCounter& counter, std::uint64_t bytes_per_token) {
   counter.bytes += bytes_per_token;
 }
 
-// The contiguous pieces of a list of copies, in its order: a copy continues the piece before it
-// when both its slots follow that copy's.
-template <typename Copy, typename From, typename To>
-std::uint64_t runs_of(const std::vector<Copy>& copies, From from, To to) {
+// Whether a copy continues the contiguous piece of the copy before it: both its slots follow.
+bool continues(std::uint32_t previous_from, std::uint32_t previous_to, std::uint32_t from,
+               std::uint32_t to) {
+  return from == previous_from + 1 && to == previous_to + 1;
+}
+
+// The contiguous pieces of a staging list, in its order.
+std::uint64_t runs_of(const std::vector<SlotCopy>& copies) {
   std::uint64_t runs = 0;
   for (std::size_t i = 0; i < copies.size(); ++i) {
-    const bool continues = i > 0 && from(copies[i]) == from(copies[i - 1]) + 1 &&
-                           to(copies[i]) == to(copies[i - 1]) + 1;
-    runs += continues ? 0 : 1;
+    const bool joined = i > 0 && continues(copies[i - 1].from_slot, copies[i - 1].to,
+                                           copies[i].from_slot, copies[i].to);
+    runs += joined ? 0 : 1;
   }
   return runs;
 }
@@ -300,23 +305,20 @@ MovePlan TierBook::plan_moves() {
 }
 
 void TierBook::count_runs(const std::vector<TokenMove>& moves) {
-  // The backends copy each kind of move (source tier, target tier) apart, in plan order.
-  for (std::size_t from = 0; from < replay::kTierCount; ++from) {
-    for (std::size_t to = 0; to < replay::kTierCount; ++to) {
-      CopyCounter* counter = stats_.counter_of(static_cast<Tier>(from), static_cast<Tier>(to));
-      if (from == to || counter == nullptr) {
-        continue;
-      }
-      kind_moves_.clear();
-      for (const TokenMove& move : moves) {
-        if (move.from == static_cast<Tier>(from) && move.to == static_cast<Tier>(to)) {
-          kind_moves_.push_back(move);
-        }
-      }
-      counter->runs += runs_of(
-          kind_moves_, [](const TokenMove& m) { return m.from_slot; },
-          [](const TokenMove& m) { return m.to_slot; });
+  // The backends copy each kind of move (source tier, target tier) apart, in plan order: a move
+  // joins the piece of the last move of its kind.
+  std::array<const TokenMove*, replay::kTierCount * replay::kTierCount> last{};
+  for (const TokenMove& move : moves) {
+    CopyCounter* counter = stats_.counter_of(move.from, move.to);
+    if (counter == nullptr) {
+      continue;
     }
+    const TokenMove*& previous = last[static_cast<std::size_t>(move.from) * replay::kTierCount +
+                                      static_cast<std::size_t>(move.to)];
+    const bool joined = previous != nullptr && continues(previous->from_slot, previous->to_slot,
+                                                         move.from_slot, move.to_slot);
+    counter->runs += joined ? 0 : 1;
+    previous = &move;
   }
 }
 
@@ -362,10 +364,8 @@ void TierBook::plan_stage(int layer_index, std::uint64_t positions, StagePlan& p
     }
   }
   plan.transient_entries = next_t2;
-  const auto from = [](const SlotCopy& copy) { return copy.from_slot; };
-  const auto to = [](const SlotCopy& copy) { return copy.to; };
-  stats_.h2d_prefetch.runs += runs_of(plan.t1_copies, from, to);
-  stats_.h2d_compressed.runs += runs_of(plan.t2_reads, from, to);
+  stats_.h2d_prefetch.runs += runs_of(plan.t1_copies);
+  stats_.h2d_compressed.runs += runs_of(plan.t2_reads);
   stats_.h2d_prefetch.tokens += plan.t1_copies.size();
   stats_.h2d_prefetch.bytes += plan.t1_copies.size() * token_bytes_;
   stats_.h2d_compressed.tokens += plan.t2_reads.size();

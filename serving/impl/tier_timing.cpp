@@ -39,6 +39,11 @@ sim::Tick copy_time(double bytes, double rate, sim::Tick setup) {
   return setup + sim::from_seconds(bytes / rate, sim::Rounding::kUp);
 }
 
+// Full-precision and compressed bytes copied by SM kernels: a kernel each, each with its setup.
+sim::Tick kernels_time(double full, double compressed, double rate, sim::Tick setup) {
+  return copy_time(full, rate, setup) + copy_time(compressed, rate, setup);
+}
+
 // Copies and compute take turns on the SMs: each layer's staging, then the layer; after the last
 // layer the offloads of every layer, then the promotions, in batches (as the live cache moves
 // them). Every kind is a kernel of its own, with its own setup.
@@ -48,9 +53,8 @@ PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> 
   sim::Tick now;
   LayerCopies moved;  // the iteration's promotions and offloads, all layers together
   for (const LayerCopies& copies : layers) {
-    const sim::Tick h2d =
-        copy_time(copies.staged_full, rates.h2d_bytes_per_s, rates.h2d_setup) +
-        copy_time(copies.staged_compressed, rates.h2d_bytes_per_s, rates.h2d_setup);
+    const sim::Tick h2d = kernels_time(copies.staged_full, copies.staged_compressed,
+                                       rates.h2d_bytes_per_s, rates.h2d_setup);
     timing.h2d_busy += h2d;
     timing.stall += h2d;
     now += h2d + layer_compute + copies.extra_compute;
@@ -61,11 +65,10 @@ PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> 
   }
   timing.layers_end = now;
   timing.end = now;
-  timing.d2h_busy = copy_time(moved.offloaded_full, rates.d2h_bytes_per_s, rates.d2h_setup) +
-                    copy_time(moved.offloaded_compressed, rates.d2h_bytes_per_s, rates.d2h_setup);
-  const sim::Tick promotions =
-      copy_time(moved.promoted_full, rates.h2d_bytes_per_s, rates.h2d_setup) +
-      copy_time(moved.promoted_compressed, rates.h2d_bytes_per_s, rates.h2d_setup);
+  timing.d2h_busy = kernels_time(moved.offloaded_full, moved.offloaded_compressed,
+                                 rates.d2h_bytes_per_s, rates.d2h_setup);
+  const sim::Tick promotions = kernels_time(moved.promoted_full, moved.promoted_compressed,
+                                            rates.h2d_bytes_per_s, rates.h2d_setup);
   timing.h2d_busy += promotions;
   timing.trailing = timing.d2h_busy + promotions;
   return timing;
