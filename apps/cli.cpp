@@ -322,10 +322,26 @@ void check_run_policies(const config::RunSpec& run, const config::LocationMap& l
   const replay::PolicyRegistry registry = replay::builtin_policies();
   const auto check = [&](const config::PolicySpec& policy, const std::string& field,
                          const char* option) {
+    const bool from_option = options != nullptr && options->count(option) != 0U;
     try {
       registry.check(policy);
+    } catch (const replay::ParameterValueError& error) {
+      // The value's position: its line in the file or the --set that wrote it, and which
+      // policy and parameter it is (error.where()).
+      std::string value_field = field;
+      for (int i = 0; i < policy.param_size(); ++i) {
+        const config::PolicyParam& param = policy.param(i);
+        if (param.name() == error.parameter()) {
+          const auto* set = param.GetDescriptor()->FindFieldByNumber(param.value_case());
+          value_field = field + ".param[" + std::to_string(i) + "]" +
+                        (set != nullptr ? "." + set->name() : std::string());
+        }
+      }
+      throw ConfigError(error.what(), (from_option ? std::string("--") + option
+                                                   : describe(locations.nearest(value_field)) +
+                                                         ", field " + value_field) +
+                                          ", " + error.where());
     } catch (const ConfigError& error) {
-      const bool from_option = options != nullptr && options->count(option) != 0U;
       // The name's position: the policy's line in the file, or the --set that named it.
       throw ConfigError(error.what(), from_option ? std::string("--") + option
                                                   : describe(locations.nearest(field + ".name")) +

@@ -121,8 +121,9 @@ int run_live(const Arguments& args, Context& context) {
   po::variables_map values;
   if (!parse_arguments(
           args, options, {}, values,
-          "usage: kvtier live --model PATH --policy P (--prompt TEXT | --prompt-file FILE |\n"
-          "                   --follow-trace TRACE) [--max-new-tokens N]\n"
+          "usage: kvtier live --model PATH [--tokenizer FILE] --policy P\n"
+          "                   (--prompt TEXT | --prompt-file FILE | --follow-trace TRACE)\n"
+          "                   [--max-new-tokens N]\n"
           "                   [--temperature T --top-p P --seed S]\n"
           "                   [--device cpu [--threads N] |\n"
           "                    --device cuda [--compute-dtype bf16|fp16|fp32]\n"

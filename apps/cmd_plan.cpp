@@ -72,6 +72,7 @@ int run_plan(const Arguments& args, Context& context) {
           context.out)) {
     return 0;
   }
+  const Format format = format_from(values);  // refused before the search, not after it
   const std::string file = values["run"].as<std::string>();
   config::RunSpec run;
   const config::LocationMap locations = context.loader.load_file(file, run, overrides_from(values));
@@ -112,7 +113,7 @@ int run_plan(const Arguments& args, Context& context) {
   }
 
   const bool with_target = plan.target_output_tokens_per_s.has_value();
-  if (format_from(values) == Format::kJson) {
+  if (format == Format::kJson) {
     context.out << "{\"run\": " << json_escape(file) << ", \"plans\": [";
     for (std::size_t i = 0; i < results.size(); ++i) {
       context.out << (i == 0 ? "" : ", ") << json_result(results[i], with_target);

@@ -75,8 +75,9 @@ std::pair<std::uint32_t, std::uint32_t> parse_range(const std::string& text, con
   const bool ok = parse(first_text, first) &&
                   (colon == std::string::npos ? (end = first + 1, true) : parse(end_text, end));
   if (!ok || end <= first) {
-    throw ConfigError(std::string("--") + option + " takes A:B (first, one past last), got '" +
-                      text + "'");
+    throw ConfigError(std::string("--") + option +
+                      " takes A:B (first, one past last) or A (that one alone), got '" + text +
+                      "'");
   }
   return {first, end};
 }
@@ -225,9 +226,9 @@ int convert(const Arguments& args, Context& context) {
       "to-mean", "average the per-head rows into mean rows (per-head rows dropped)")(
       "top-k", po::value<std::uint32_t>()->default_value(0),
       "compute top-k rows of K entries from the dense rows")(
-      "drop-dense", "with --top-k: keep only the top-k rows")("steps", po::value<std::string>(),
-                                                              "keep steps A:B (A becomes step 0)")(
-      "layers", po::value<std::string>(), "keep model layers A:B");
+      "drop-dense", "with --top-k: keep only the top-k rows")(
+      "steps", po::value<std::string>(), "keep steps A:B (A becomes step 0; A alone: step A)")(
+      "layers", po::value<std::string>(), "keep model layers A:B (A alone: layer A)");
   add_writer_options(options);
   po::positional_options_description positional;
   positional.add("file", 1);

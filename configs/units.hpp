@@ -36,6 +36,11 @@ struct Quantity {
   double base_value = 0.0;
   std::optional<Dimension> dimension;  // empty: a bare number (possibly with k/M/% multiplier)
   bool scaled = false;                 // a count multiplier (k, Mi, %) was applied
+  // The number as written and its unit's factor to the base unit (1 for bare numbers), so
+  // that a conversion between decimal units scales by an exact power of ten: "2ms" is 2000 us,
+  // where 0.002 s / 1e-6 is 2000.0000000000002.
+  double written = 0.0;
+  double unit_to_base = 1.0;
 };
 
 // Parses "80GiB", "4.8 TB/s", "5us", "64k", "0.5", "50%". Throws ConfigError naming `context`

@@ -6,8 +6,10 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/errors.hpp"
 #include "configs/schema/policy.pb.h"
 
 namespace kvtier::replay {
@@ -29,6 +31,19 @@ struct ParamSpec {
 };
 
 inline constexpr char kListSeparator = '/';
+
+// A value a policy's parameter does not take: a ConfigError placed at "policy P, parameter N",
+// which also says which parameter, so that a caller can name where the value was written.
+class ParameterValueError : public ConfigError {
+ public:
+  ParameterValueError(const std::string& what, const std::string& policy, std::string parameter)
+      : ConfigError(what, "policy " + policy + ", parameter " + parameter),
+        parameter_(std::move(parameter)) {}
+  [[nodiscard]] const std::string& parameter() const noexcept { return parameter_; }
+
+ private:
+  std::string parameter_;
+};
 
 // Values of one policy's parameters, defaults filled in, checked against the specs.
 class PolicyParameters {

@@ -18,6 +18,7 @@
 
 #include "common/errors.hpp"
 #include "common/input_file.hpp"
+#include "common/utf8.hpp"
 #include "configs/parse.hpp"
 
 namespace kvtier::config {
@@ -367,8 +368,36 @@ bool looks_like_json(std::string_view text) {
   return false;
 }
 
+namespace {
+
+// Refuses text that no config can be, before a parser reports its first odd byte as a
+// character: a NUL or a byte that is not UTF-8, at its line and column.
+void require_text(std::string_view text, const std::string& file_name) {
+  int line = 1;
+  int column = 1;
+  for (std::size_t i = 0; i < text.size();) {
+    const std::size_t length =
+        text[i] == '\0' ? 0 : kvtier::detail::utf8_sequence_length(text.substr(i));
+    if (length == 0) {
+      throw ConfigError(
+          "not a text or JSON config: byte " + std::to_string(i) + " is not UTF-8 text",
+          file_name + ":" + std::to_string(line) + ":" + std::to_string(column));
+    }
+    if (text[i] == '\n') {
+      ++line;
+      column = 1;
+    } else {
+      ++column;
+    }
+    i += length;
+  }
+}
+
+}  // namespace
+
 void parse_config(std::string_view text, const std::string& file_name, pb::Message& message,
                   LocationMap& locations) {
+  require_text(text, file_name);
   if (looks_like_json(text)) {
     detail::parse_json(text, file_name, message, locations);
   } else {

@@ -117,7 +117,7 @@ std::string_view dimension_name(Dimension dimension) {
     case Dimension::kNumber: return "a plain number";
     case Dimension::kTokens: return "a token count";
     case Dimension::kRequests: return "a request count";
-    case Dimension::kBytes: return "a size (B, KiB, MiB, GiB, kB, MB, GB)";
+    case Dimension::kBytes: return "a size (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)";
     case Dimension::kBandwidth: return "a bandwidth (GB/s, TB/s, GiB/s)";
     case Dimension::kTime: return "a duration (ps, ns, us, ms, s)";
     case Dimension::kCompute: return "a compute rate (TFLOP/s, TOP/s)";
@@ -164,16 +164,16 @@ Quantity parse_quantity(std::string_view text, std::string_view context) {
   }
   const std::string_view suffix = trim(std::string_view(stop, static_cast<size_t>(end - stop)));
   if (suffix.empty()) {
-    return Quantity{number, std::nullopt};
+    return Quantity{number, std::nullopt, false, number};
   }
   if (const auto unit = find_unit(suffix)) {
     if (is_count_like(unit->dimension) && unit->dimension != Dimension::kNumber) {
-      return Quantity{number, unit->dimension};
+      return Quantity{number, unit->dimension, false, number};
     }
     if (unit->dimension == Dimension::kNumber) {
-      return Quantity{number, std::nullopt};
+      return Quantity{number, std::nullopt, false, number};
     }
-    return Quantity{number * unit->to_base, unit->dimension};
+    return Quantity{number * unit->to_base, unit->dimension, false, number, unit->to_base};
   }
   for (const auto& multiplier : kMultipliers) {
     if (suffix.substr(0, multiplier.symbol.size()) != multiplier.symbol) {
@@ -181,13 +181,13 @@ Quantity parse_quantity(std::string_view text, std::string_view context) {
     }
     const std::string_view rest = trim(suffix.substr(multiplier.symbol.size()));
     if (rest.empty()) {
-      return Quantity{number * multiplier.factor, std::nullopt, true};
+      return Quantity{number * multiplier.factor, std::nullopt, true, number * multiplier.factor};
     }
     if (const auto unit = find_unit(rest); unit && is_count_like(unit->dimension)) {
       const auto dimension = unit->dimension == Dimension::kNumber
                                  ? std::optional<Dimension>{}
                                  : std::optional<Dimension>{unit->dimension};
-      return Quantity{number * multiplier.factor, dimension, true};
+      return Quantity{number * multiplier.factor, dimension, true, number * multiplier.factor};
     }
   }
   fail("unknown unit '" + std::string(suffix) + "' in '" + std::string(input) + "'", context);
@@ -217,6 +217,20 @@ double convert(std::string_view text, std::string_view target_unit, bool bare_nu
     fail("'" + shown + "' is " + std::string(dimension_name(*quantity.dimension)) + ", expected " +
              std::string(dimension_name(target->dimension)),
          context);
+  }
+  // Decimal units differ by an exact power of ten: scale the number as written by it.
+  const auto decimal_exponent = [](double factor) -> std::optional<int> {
+    const int exponent = static_cast<int>(std::lround(std::log10(factor)));
+    return exponent >= -15 && exponent <= 15 && std::pow(10.0, exponent) == factor
+               ? std::optional<int>(exponent)
+               : std::nullopt;
+  };
+  const auto from = decimal_exponent(quantity.unit_to_base);
+  const auto to = decimal_exponent(target->to_base);
+  if (from && to) {
+    const int shift = *from - *to;
+    return shift >= 0 ? quantity.written * std::pow(10.0, shift)
+                      : quantity.written / std::pow(10.0, -shift);
   }
   return quantity.base_value / target->to_base;
 }

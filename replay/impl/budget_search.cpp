@@ -493,7 +493,7 @@ void check_base_policy(const PolicyRegistry& registry, const std::string& base) 
   if (!per_layer) {
     throw ConfigError("policy " + spec.name() +
                       " takes no per-layer budgets: the search needs a budgeted policy (h2o, "
-                      "snapkv, adakv, knorm)");
+                      "snapkv, pyramidkv, adakv, knorm)");
   }
   for (const auto& param : spec.param()) {
     if (param.name() == "budget" || param.name() == "allocation" || param.name() == "budgets") {

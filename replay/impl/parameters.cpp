@@ -41,42 +41,42 @@ std::vector<std::string> split_list(const std::string& value) {
   }
 }
 
-// Checks one number or integer; `entry` names a list entry ("entry 2 ") or is empty.
+// Checks one number or integer of `policy`; `entry` names a list entry ("entry 2 ") or is empty.
 void check_number(const ParamSpec& spec, const std::string& value, const std::string& entry,
-                  const std::string& where) {
+                  const std::string& policy) {
   double number = 0.0;
   if (!parse_double(value, number) ||
       (spec.type == ParamType::kInteger && std::floor(number) != number)) {
-    throw ConfigError(entry + "'" + value + "' is not " +
-                          (spec.type == ParamType::kInteger ? "an integer" : "a number"),
-                      where);
+    throw ParameterValueError(entry + "'" + value + "' is not " +
+                                  (spec.type == ParamType::kInteger ? "an integer" : "a number"),
+                              policy, spec.name);
   }
   if (number < spec.min || number > spec.max) {
-    throw ConfigError(entry + "value " + value + " is out of range [" + format_double(spec.min) +
-                          ", " + format_double(spec.max) + "]",
-                      where);
+    throw ParameterValueError(entry + "value " + value + " is out of range [" +
+                                  format_double(spec.min) + ", " + format_double(spec.max) + "]",
+                              policy, spec.name);
   }
 }
 
-void check_value(const ParamSpec& spec, const std::string& value, const std::string& where) {
+void check_value(const ParamSpec& spec, const std::string& value, const std::string& policy) {
   if (spec.list) {
     if (value.empty()) {
-      throw ConfigError("an empty list: give one or more values separated by '" +
-                            std::string(1, kListSeparator) + "'",
-                        where);
+      throw ParameterValueError("an empty list: give one or more values separated by '" +
+                                    std::string(1, kListSeparator) + "'",
+                                policy, spec.name);
     }
     const std::vector<std::string> entries = split_list(value);
     for (std::size_t i = 0; i < entries.size(); ++i) {
-      check_number(spec, entries[i], "entry " + std::to_string(i + 1) + " ", where);
+      check_number(spec, entries[i], "entry " + std::to_string(i + 1) + " ", policy);
     }
     return;
   }
   switch (spec.type) {
     case ParamType::kNumber:
-    case ParamType::kInteger: check_number(spec, value, "", where); break;
+    case ParamType::kInteger: check_number(spec, value, "", policy); break;
     case ParamType::kFlag:
       if (value != "true" && value != "false") {
-        throw ConfigError("'" + value + "' is not true or false", where);
+        throw ParameterValueError("'" + value + "' is not true or false", policy, spec.name);
       }
       break;
     case ParamType::kChoice: {
@@ -88,7 +88,7 @@ void check_value(const ParamSpec& spec, const std::string& value, const std::str
         options += choice;
       }
       if (!allowed) {
-        throw ConfigError("'" + value + "' is not one of " + options, where);
+        throw ParameterValueError("'" + value + "' is not one of " + options, policy, spec.name);
       }
       break;
     }
@@ -124,7 +124,7 @@ PolicyParameters::PolicyParameters(const std::string& policy, const std::vector<
     const std::string value = is_given ? found->second : spec.default_value;
     // An absent list (empty default, not given) has no entries to check.
     if (is_given || !spec.list || !value.empty()) {
-      check_value(spec, value, "policy " + policy + ", parameter " + spec.name);
+      check_value(spec, value, policy);
     }
     values_.push_back({spec.name, value, is_given});
   }
@@ -190,7 +190,7 @@ bool PolicyParameters::given(const std::string& name) const {
 void PolicyParameters::set(const std::string& name, const std::string& value) {
   for (std::size_t i = 0; i < values_.size(); ++i) {
     if (values_[i].name == name) {
-      check_value(specs_[i], value, "policy " + policy_ + ", parameter " + name);
+      check_value(specs_[i], value, policy_);
       values_[i].text = value;
       return;
     }

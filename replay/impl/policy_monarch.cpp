@@ -88,10 +88,10 @@ class MonarchPolicy final : public Policy {
     // The window's pages are always hot, so they must fit in the hot capacity even when the
     // window starts mid-page.
     if (window_ + page_ - 1 > capacity_) {
-      throw ConfigError("window " + std::to_string(window_) + " (plus a partial page of " +
-                            std::to_string(page_ - 1) + ") does not fit in max_hot " +
-                            std::to_string(max_hot_) + " rounded up to pages",
-                        "policy monarch, parameter window");
+      throw ParameterValueError("window " + std::to_string(window_) + " (plus a partial page of " +
+                                    std::to_string(page_ - 1) + ") does not fit in max_hot " +
+                                    std::to_string(max_hot_) + " rounded up to pages",
+                                "monarch", "window");
     }
   }
 

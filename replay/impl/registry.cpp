@@ -87,18 +87,20 @@ std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::ui
   const std::vector<std::int64_t> explicit_budgets = params.integers("budgets");
   if (allocation != "explicit") {
     if (!explicit_budgets.empty()) {
-      throw ConfigError("budgets needs allocation=explicit (allocation is " + allocation + ")",
-                        "policy " + params.policy() + ", parameter budgets");
+      throw ParameterValueError(
+          "budgets needs allocation=explicit (allocation is " + allocation + ")", params.policy(),
+          "budgets");
     }
   } else {
     if (explicit_budgets.empty()) {
-      throw ConfigError("allocation=explicit needs budgets: one integer per layer, '/' between",
-                        "policy " + params.policy() + ", parameter budgets");
+      throw ParameterValueError(
+          "allocation=explicit needs budgets: one integer per layer, '/' between", params.policy(),
+          "budgets");
     }
     if (explicit_budgets.size() != layers) {
-      throw ConfigError("budgets has " + std::to_string(explicit_budgets.size()) +
-                            " entries for a model of " + std::to_string(layers) + " layers",
-                        "policy " + params.policy() + ", parameter budgets");
+      throw ParameterValueError("budgets has " + std::to_string(explicit_budgets.size()) +
+                                    " entries for a model of " + std::to_string(layers) + " layers",
+                                params.policy(), "budgets");
     }
     return {explicit_budgets.begin(), explicit_budgets.end()};
   }
@@ -142,9 +144,10 @@ void resolve_budget_params(PolicyParameters& params, std::uint32_t layers) {
   if (params.given("budget")) {
     const auto given = static_cast<double>(params.integer("budget"));
     if (given != std::floor(mean) && given != std::ceil(mean)) {
-      throw ConfigError("budget " + format_double(given) + " is not the mean of budgets (" +
-                            format_double(mean) + "); leave it out with allocation=explicit",
-                        "policy " + params.policy() + ", parameter budget");
+      throw ParameterValueError("budget " + format_double(given) + " is not the mean of budgets (" +
+                                    format_double(mean) +
+                                    "); leave it out with allocation=explicit",
+                                params.policy(), "budget");
     }
     return;
   }

@@ -410,7 +410,11 @@ Shard parse_shard(const std::string& text) {
   natural(whole.substr(0, slash), shard.index);
   natural(whole.substr(slash + 1), shard.count);
   if (shard.count == 0 || shard.index >= shard.count) {
-    throw ConfigError("--shard '" + text + "': K must be below N (0/4 ... 3/4)");
+    throw ConfigError("--shard '" + text +
+                      (shard.count == 0 ? "': N must be at least 1"
+                                        : "': K must be below N (0/" + std::to_string(shard.count) +
+                                              " ... " + std::to_string(shard.count - 1) + "/" +
+                                              std::to_string(shard.count) + ")"));
   }
   return shard;
 }

@@ -152,6 +152,11 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
     // A folder read as an empty file gave eight "missing required field" lines.
     expect_config_error(run("config check " + scratch_dir().string()), "a folder, not a config");
     expect_config_error(run("sim " + scratch_dir().string()), "a folder, not a config");
+    // Binary data (an HDF5 file's signature) is refused at its first byte, not parsed.
+    const auto binary = write_file("binary.textproto", std::string("\x89HDF\r\n\x1a\n\0\0", 10));
+    expect_config_error(
+        run("config check " + binary.string()),
+        "not a text or JSON config: byte 0 is not UTF-8 text (" + binary.string() + ":1:1)");
   }
   SECTION("a policy sim would refuse") {
     const std::string tiered =
@@ -161,13 +166,17 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
     CHECK_THAT(run(tiered).err, Catch::Contains("(--set policy.name=nosuch, field policy)"));
     // A parameter in the file: its line and column, and which compared policy; sim and plan
     // refuse it the same way before running, and name --policy when that set it.
-    std::string text = kRun;
-    text.replace(text.find("policy {"), 8,
-                 "compare { name: \"full\" }\ncompare { name: \"tiered\" param { name: "
-                 "\"bogus\" number: 1 } }\ntiering { synthetic_pattern: \"reasoning\" "
-                 "prefetch_lookahead_layers: 1 host_allocation: PINNED copy_method: COPY_ENGINES }"
-                 "\npolicy {");
-    const auto path = write_file("bogus-param.textproto", text);
+    // kRun comparing `full` with `tiered` given `param`.
+    const auto compared = [](const std::string& name, const std::string& param) {
+      std::string text = kRun;
+      text.replace(text.find("policy {"), 8,
+                   "compare { name: \"full\" }\ncompare { name: \"tiered\"\n  param { " + param +
+                       " } }\ntiering { synthetic_pattern: \"reasoning\" "
+                       "prefetch_lookahead_layers: 1 host_allocation: PINNED copy_method: "
+                       "COPY_ENGINES }\npolicy {");
+      return write_file(name, text);
+    };
+    const auto path = compared("bogus-param.textproto", "name: \"bogus\" number: 1");
     for (const char* command : {"config check ", "sim ", "plan --slo tpot_p99=50ms "}) {
       const Result bogus = run(command + path.string());
       expect_config_error(bogus, "policy tiered has no parameter 'bogus'");
@@ -175,6 +184,21 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
                                 Catch::Contains(", field compare[1])"));
     }
     expect_config_error(run("sim " + path.string() + " --policy tiered:bogus=1"), "(--policy)");
+    // A value out of range: the value's own line, or the option or --set that wrote it, and
+    // which policy and parameter it is.
+    const auto range = compared("range-param.textproto", "name: \"hbm\" number: 7");
+    const Result out_of_range = run("config check " + range.string());
+    expect_config_error(out_of_range, "value 7 is out of range [0, 1] (");
+    CHECK_THAT(out_of_range.err,
+               Catch::Contains("range-param.textproto:") &&
+                   Catch::Contains(", field compare[1].param[0].number, policy tiered, "
+                                   "parameter hbm)"));
+    expect_config_error(run("sim " + path.string() + " --policy tiered:hbm=2"),
+                        "value 2 is out of range [0, 1] (--policy, policy tiered, parameter hbm)");
+    expect_config_error(
+        run("config check " + range.string() + " --set 'compare[1].param[0].number=3'"),
+        "(--set compare[1].param[0].number=3, field compare[1].param[0].number, policy tiered, "
+        "parameter hbm)");
   }
   SECTION("missing required field") {
     std::string text = kRun;

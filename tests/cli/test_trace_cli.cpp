@@ -97,6 +97,13 @@ TEST_CASE("convert", "[cli][trace]") {
                            Catch::Contains("layers           2..3") &&
                            Catch::Contains("granularities    topk (k=16), key_norms"));
   expect_one_line_error(run("trace convert '" + file + "' --steps 10:5 --out x.h5"), 2, "--steps");
+  // A single index keeps that step (or layer) alone.
+  const std::string one = path_of("convert_one.h5");
+  REQUIRE(run("trace convert '" + file + "' --steps 7 --layers 1 --out '" + one + "'").exit_code ==
+          0);
+  CHECK_THAT(run("trace info '" + one + "'").out, Catch::Contains("prompt tokens    71") &&
+                                                      Catch::Contains("decode steps     1") &&
+                                                      Catch::Contains("layers           1..1"));
   expect_one_line_error(
       run("trace convert '" + topk + "' --top-k 4 --out '" + path_of("never.h5") + "'"), 2,
       "dense");

@@ -27,6 +27,19 @@ TEST_CASE("unit strings convert into the field's unit", "[units]") {
   CHECK(convert("10/s", "1/s", false, "t") == Approx(10.0));
 }
 
+// Between decimal units the written number is scaled by an exact power of ten: through the base
+// unit "2ms" came out as 2000.0000000000002 us, which `config check` printed.
+TEST_CASE("decimal unit conversions are exact where the number is", "[units]") {
+  CHECK(convert("2ms", "us", false, "t") == 2000.0);
+  CHECK(convert("4.8TB/s", "GB/s", false, "t") == 4800.0);
+  CHECK(convert("1.5us", "ps", false, "t") == 1.5e6);
+  CHECK(convert("3 MB", "B", false, "t") == 3e6);
+  CHECK(convert("700ns", "us", false, "t") == 0.7);
+  CHECK(convert("64 GB", "GB", false, "t") == 64.0);
+  // Binary units stay exact through the base: their factors are powers of two.
+  CHECK(convert("1.5GiB", "MiB", false, "t") == 1536.0);
+}
+
 TEST_CASE("counts take SI and binary multipliers and percentages", "[units]") {
   CHECK(convert("64k", "tokens", false, "t") == 64000.0);
   CHECK(convert("2Ki", "tokens", false, "t") == 2048.0);
