@@ -25,13 +25,14 @@
 //   alike: `per_head_*` with the per-head attention kernel (CudaAttention::kPerHead),
 //   `cublas_*` with cuBLAS for every GEMM (CudaGemm::kCublas), `launched_*` with every decode
 //   step launched kernel by kernel (CudaGraphs::kOff), `cublas_launched_*` with both (the
-//   default engine before 2026-11-30);
-//   for each, how many greedy tokens it decodes as the default engine before they first differ
-//   (BF16 rounding may flip a near tie of random weights' flat logits; a difference from the
-//   first step would point at a bug). Every other figure is
-//   the default engine's (its kernels named by `attention`, `gemm` and `graphs`). Six engines
-//   hold the 7B's weights at once (about 80 GB): on a smaller GPU the last alternatives report
-//   `*_error` (cudaMalloc).
+//   default engine before 2026-11-30), and three that change no result: `fused_*` with
+//   CudaFusion::kOn, `early_*` with CudaEarlyLaunch::kProgrammatic and `fused_early_*` with
+//   both; for each, how many greedy tokens it decodes as the default engine before they first
+//   differ (BF16 rounding may flip a near tie of random weights' flat logits; a difference from
+//   the first step would point at a bug, and any for the last three). Every other figure is
+//   the default engine's (its kernels named by `attention`, `gemm`, `graphs`, `fusion` and
+//   `early_launch`). Nine engines hold the 7B's weights at once (about 122 GB): on a smaller GPU
+//   the last alternatives report `*_error` (cudaMalloc).
 // The roofline is tokens/s = bandwidth / (weight bytes + mean KV bytes read per step), for the
 // HBM's peak bandwidth (from the device's memory clock and bus width) and for the bandwidth a
 // large device-to-device copy reaches. Prints one JSON line.
@@ -48,6 +49,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/errors.hpp"
@@ -251,17 +253,19 @@ int main(int argc, char** argv) {
         alternative.failure = error.what();
       }
     };
-    kk::CudaEngineOptions per_head;
-    per_head.attention = kk::CudaAttention::kPerHead;
-    add_alternative("per_head", per_head);
-    kk::CudaEngineOptions cublas;
-    cublas.gemm = kk::CudaGemm::kCublas;
-    add_alternative("cublas", cublas);
-    kk::CudaEngineOptions launched;
-    launched.graphs = kk::CudaGraphs::kOff;
-    add_alternative("launched", launched);
-    launched.gemm = kk::CudaGemm::kCublas;
-    add_alternative("cublas_launched", launched);
+    using Options = kk::CudaEngineOptions;
+    const std::vector<std::pair<std::string, Options>> changes = {
+        {"per_head", Options{.attention = kk::CudaAttention::kPerHead}},
+        {"cublas", Options{.gemm = kk::CudaGemm::kCublas}},
+        {"launched", Options{.graphs = kk::CudaGraphs::kOff}},
+        {"cublas_launched", Options{.gemm = kk::CudaGemm::kCublas, .graphs = kk::CudaGraphs::kOff}},
+        {"fused", Options{.fusion = kk::CudaFusion::kOn}},
+        {"early", Options{.early_launch = kk::CudaEarlyLaunch::kProgrammatic}},
+        {"fused_early", Options{.fusion = kk::CudaFusion::kOn,
+                                .early_launch = kk::CudaEarlyLaunch::kProgrammatic}}};
+    for (const auto& [name, options] : changes) {
+      add_alternative(name, options);
+    }
     // Prefills, then times `steps` greedy decode steps; the tokens go to `decoded`.
     const auto decode_alone = [&](kk::Engine& on, std::vector<std::int32_t>& decoded) {
       on.reset();
@@ -372,8 +376,10 @@ int main(int argc, char** argv) {
               << "\",\"layers\":" << layers << ",\"dtype\":\"bf16\",\"attention\":\""
               << kk::cuda_attention_name(kk::CudaEngineOptions{}.attention) << "\",\"gemm\":\""
               << kk::cuda_gemm_name(kk::CudaEngineOptions{}.gemm) << "\",\"graphs\":\""
-              << kk::cuda_graphs_name(kk::CudaEngineOptions{}.graphs) << "\",\"device\":\""
-              << properties.name << "\",\"prompt_tokens\":" << prompt_tokens
+              << kk::cuda_graphs_name(kk::CudaEngineOptions{}.graphs) << "\",\"fusion\":\""
+              << kk::cuda_fusion_name(kk::CudaEngineOptions{}.fusion) << "\",\"early_launch\":\""
+              << kk::cuda_early_launch_name(kk::CudaEngineOptions{}.early_launch)
+              << "\",\"device\":\"" << properties.name << "\",\"prompt_tokens\":" << prompt_tokens
               << ",\"steps\":" << steps << ",\"repeats\":" << repeats
               << ",\"weight_bytes\":" << weight_bytes << ",\"mean_kv_bytes_per_step\":" << kv_bytes
               << ",\"hbm_peak_bytes_per_s\":" << json_number(peak_bandwidth)

@@ -13,6 +13,9 @@
 // - cublas_bf16_out: the same call with a BF16 output, to see whether the FP32 output leads
 //   cuBLAS to a slower kernel;
 // - warp_rows: the engine's warp-per-row GEMM (CudaGemm::kWarpRows);
+// - warp_rows_early: the same kernel launched early (CudaEarlyLaunch::kProgrammatic, compute
+//   capability 9.0): each call scheduled while the one before finishes, its weight rows asked
+//   of L2 before it waits;
 // - warp_rows_rounds2, _rounds8, _warps4, _warps16: the same kernel with 2 or 8 16-byte loads
 //   in flight per lane (the engine's: 4) or 4 or 16 warps a block (the engine's: 8), at 1 row.
 // Measured, for rows (tokens per call) 1, 2, 4 and 8, each the median of REPEATS timings with CUDA
@@ -77,6 +80,7 @@ enum class Method {
   kCublas,
   kCublasBf16Out,
   kWarpRows,
+  kWarpRowsEarly,
   // The warp-per-row kernel with other loads in flight per lane / warps a block (1 row only).
   kWarpRowsRounds2,
   kWarpRowsRounds8,
@@ -84,9 +88,9 @@ enum class Method {
   kWarpRowsWarps16,
 };
 constexpr Method kMethods[] = {Method::kCublas,          Method::kCublasBf16Out,
-                               Method::kWarpRows,        Method::kWarpRowsRounds2,
-                               Method::kWarpRowsRounds8, Method::kWarpRowsWarps4,
-                               Method::kWarpRowsWarps16};
+                               Method::kWarpRows,        Method::kWarpRowsEarly,
+                               Method::kWarpRowsRounds2, Method::kWarpRowsRounds8,
+                               Method::kWarpRowsWarps4,  Method::kWarpRowsWarps16};
 
 // The variant's (loads in flight per lane, warps a block); {0, 0} for the other methods.
 std::pair<int, int> variant_of(Method method) {
@@ -104,6 +108,7 @@ const char* method_name(Method method) {
     case Method::kCublas: return "cublas";
     case Method::kCublasBf16Out: return "cublas_bf16_out";
     case Method::kWarpRows: return "warp_rows";
+    case Method::kWarpRowsEarly: return "warp_rows_early";
     case Method::kWarpRowsRounds2: return "warp_rows_rounds2";
     case Method::kWarpRowsRounds8: return "warp_rows_rounds8";
     case Method::kWarpRowsWarps4: return "warp_rows_warps4";
@@ -189,9 +194,10 @@ class GemvBench {
         return;
       }
       case Method::kWarpRows:
+      case Method::kWarpRowsEarly:
         check_(kc::launch_warp_rows_gemm(weight, kc::Dtype::kBF16, shape.out, shape.in,
                                          input_.get(), rows, static_cast<float*>(output_.get()),
-                                         false, stream_.get()),
+                                         false, {stream_.get(), method == Method::kWarpRowsEarly}),
                "warp-rows gemm kernel");
         return;
       case Method::kWarpRowsRounds2:

@@ -92,6 +92,28 @@ enum class CudaGraphs {
   kDecode,
 };
 
+// Whether two kernels of every layer are folded into their neighbours (docs/ENGINE.md, "Fused
+// and early-launched decode kernels").
+enum class CudaFusion {
+  kOff,
+  // The gate/up projection applies SwiGLU as it writes, where the warp-rows GEMM runs it
+  // (kWarpRows, calls of at most kCudaWarpRowsMaxRows rows), and the split-key path's chunks
+  // are combined by each (row, head)'s last chunk block instead of a second kernel. The results,
+  // observations included, are bit for bit kOff's.
+  kOn,
+};
+
+// Whether a forward pass's kernels may start before the previous one ends (docs/ENGINE.md).
+enum class CudaEarlyLaunch {
+  kOff,
+  // Passes with no observer and no device KV store (decode graphs' steps among them) launch
+  // each kernel after the embedding as a programmatic dependent of the one before: its blocks
+  // are scheduled while that one's last blocks run, a warp-rows GEMM asks L2 for its weight
+  // rows, and each waits for the previous kernel before it touches anything else. The results
+  // are bit for bit kOff's. Needs compute capability 9.0 (ConfigError on an older device).
+  kProgrammatic,
+};
+
 struct CudaEngineOptions {
   int device = 0;  // CUDA device index
   CudaComputeDtype dtype = CudaComputeDtype::kBF16;
@@ -105,6 +127,9 @@ struct CudaEngineOptions {
   // launched steps (docs/ENGINE.md, bench/RESULTS.md).
   CudaGemm gemm = CudaGemm::kWarpRows;
   CudaGraphs graphs = CudaGraphs::kDecode;
+  // Off until measured on a GPU (bench/cuda_decode.cpp's `fused` and `early` variants).
+  CudaFusion fusion = CudaFusion::kOff;
+  CudaEarlyLaunch early_launch = CudaEarlyLaunch::kOff;
   // Pinned host memory the observed rows are staged in; a larger ring lets the observer fall
   // further behind before decoding waits for it. Grown when one layer's rows need more.
   std::size_t observer_ring_bytes = std::size_t{256} << 20U;
@@ -126,10 +151,21 @@ struct CudaEngineOptions {
   return graphs == CudaGraphs::kDecode ? "decode" : "off";
 }
 
+// "off" or "on" (the decode benchmark's `fusion` field).
+[[nodiscard]] constexpr std::string_view cuda_fusion_name(CudaFusion fusion) {
+  return fusion == CudaFusion::kOn ? "on" : "off";
+}
+
+// "off" or "programmatic" (the decode benchmark's `early_launch` field).
+[[nodiscard]] constexpr std::string_view cuda_early_launch_name(CudaEarlyLaunch early) {
+  return early == CudaEarlyLaunch::kProgrammatic ? "programmatic" : "off";
+}
+
 // Uploads `weights` to the device and returns an engine (backend() "cuda"). Throws ConfigError
-// when this build has no CUDA targets, no usable CUDA device is present or `options.device` does
-// not exist; DataError for a model the engine cannot run (as the CPU engine); kvtier::Error (exit
-// 1) naming the CUDA or cuBLAS call that failed, e.g. cudaMalloc when the model does not fit.
+// when this build has no CUDA targets, no usable CUDA device is present, `options.device` does
+// not exist or CudaEarlyLaunch::kProgrammatic is asked of a device older than compute
+// capability 9.0; DataError for a model the engine cannot run (as the CPU engine); kvtier::Error
+// (exit 1) naming the CUDA or cuBLAS call that failed, e.g. cudaMalloc when the model does not fit.
 // The options `engine` was made with; ConfigError when it is not a CUDA engine.
 [[nodiscard]] CudaEngineOptions cuda_engine_options(const Engine& engine);
 // Device bytes of its weight matrices and embeddings; ConfigError when it is not a CUDA engine.

@@ -112,7 +112,31 @@ CudaEngine::CudaEngine(std::shared_ptr<const ModelWeights> weights,
                         " layers of weights; num_hidden_layers is " + std::to_string(layers_count_),
                     weights_->source);
   }
+  if (options_.early_launch == CudaEarlyLaunch::kProgrammatic) {
+    int major = 0;
+    check_(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_),
+           "cudaDeviceGetAttribute");
+    if (major < 9) {
+      throw ConfigError(
+          "early kernel launches (programmatic dependent launch) need compute "
+          "capability 9.0 or later; CUDA device " +
+          std::to_string(device_) + " is " + std::to_string(major) + ".x");
+    }
+    if (!cuda::early_launch_compiled()) {
+      throw ConfigError(
+          "early kernel launches need kernels compiled for compute capability 9.0 "
+          "or later (CMAKE_CUDA_ARCHITECTURES 90 or above); this build runs older "
+          "code on CUDA device " +
+          std::to_string(device_));
+    }
+  }
   upload_weights();
+  if (options_.fusion == CudaFusion::kOn) {
+    split_arrivals_ = DeviceMemory(
+        static_cast<std::size_t>(kCudaSplitKeysMaxRows) * heads_ * sizeof(std::uint32_t), check_);
+    check_(cudaMemsetAsync(split_arrivals_.get(), 0, split_arrivals_.bytes(), stream_.get()),
+           "cudaMemsetAsync (split-key arrivals)");
+  }
   if (options_.graphs == CudaGraphs::kDecode) {
     cublas_workspace_ = DeviceMemory(kCublasWorkspaceBytes, check_);
     check_(cublasSetWorkspace(cublas_.get(), cublas_workspace_.get(), cublas_workspace_.bytes()),
@@ -367,11 +391,11 @@ std::vector<Chunk> CudaEngine::plan_chunks(int rows, bool observed) const {
 }
 
 void CudaEngine::gemm(const void* weight, int out_features, int in_features, const void* input,
-                      int rows, float* output, bool accumulate) {
+                      int rows, float* output, bool accumulate, const cuda::Launch& launch) {
   if (options_.gemm == CudaGemm::kWarpRows && rows <= kCudaWarpRowsMaxRows &&
       cuda::warp_rows_gemm_applies(dtype_, in_features, rows, weight, input)) {
     launched(cuda::launch_warp_rows_gemm(weight, dtype_, out_features, in_features, input, rows,
-                                         output, accumulate, stream_.get()),
+                                         output, accumulate, launch),
              "warp-rows gemm kernel");
     return;
   }
@@ -381,6 +405,22 @@ void CudaEngine::gemm(const void* weight, int out_features, int in_features, con
   if (check_kernels_) {
     launched(cudaSuccess, "cublasGemmEx");
   }
+}
+
+void CudaEngine::gate_up_swiglu(const Layer& layer, int rows, const cuda::Launch& launch) {
+  if (options_.fusion == CudaFusion::kOn && options_.gemm == CudaGemm::kWarpRows &&
+      rows <= kCudaWarpRowsMaxRows &&
+      cuda::warp_rows_gemm_applies(dtype_, hidden_, rows, layer.gate_up.get(), normed_.get())) {
+    launched(cuda::launch_warp_rows_swiglu(layer.gate_up.get(), dtype_, intermediate_, hidden_,
+                                           normed_.get(), rows, activation_.get(), launch),
+             "warp-rows gate/up and swiglu kernel");
+    return;
+  }
+  gemm(layer.gate_up.get(), 2 * intermediate_, hidden_, normed_.get(), rows, gate_up_.floats(),
+       false, launch);
+  launched(cuda::launch_swiglu(gate_up_.floats(), rows, intermediate_, activation_.get(), dtype_,
+                               launch),
+           "swiglu kernel");
 }
 
 static_assert(kCudaWarpRowsMaxRows <= cuda::kWarpRowsMaxRows,
@@ -437,6 +477,12 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
   grow(split_scratch_, static_cast<std::size_t>(split_floats) * 4, check_);
   if (options_.observer_rows == ObserverRows::kHeadMean && observer != nullptr) {
     grow(mean_, static_cast<std::size_t>(most_keys) * 4, check_);
+  }
+  if (gathers_observation(observer, rows, prefill, chunks)) {
+    grow(observed_,
+         static_cast<std::size_t>(cuda::observed_layer_floats(observed_layer(0, chunks.front()))) *
+             layers_count_ * 4,
+         check_);
   }
   std::memcpy(tokens_host_.get(), tokens.data(), tokens.size_bytes());
   enqueue_forward(rows, chunks, prefill, observer, store,
@@ -516,6 +562,11 @@ void CudaEngine::enqueue_forward(int rows, const std::vector<Chunk>& chunks, boo
                                  ForwardObserver* observer, DeviceKeyValueStore* store,
                                  const ForwardInputs& inputs) {
   cudaStream_t stream = stream_.get();
+  // The embedding follows a copy, not a kernel: launched plainly, as any kernel of a pass whose
+  // observer or store synchronises with other streams.
+  const cuda::Launch launch(stream, options_.early_launch == CudaEarlyLaunch::kProgrammatic &&
+                                        observer == nullptr && store == nullptr);
+  const bool gathered = gathers_observation(observer, rows, prefill, chunks);
   const std::size_t element = dtype_bytes(dtype_);
   check_(cudaMemcpyAsync(inputs.tokens, inputs.host, inputs.host_bytes, cudaMemcpyHostToDevice,
                          stream),
@@ -528,9 +579,9 @@ void CudaEngine::enqueue_forward(int rows, const std::vector<Chunk>& chunks, boo
     const DeviceLayerSlots slots =
         store != nullptr ? store->layer(index, stream) : DeviceLayerSlots{};
     launched(cuda::launch_rms_norm(x_.floats(), layer.attention_norm.floats(), rows, hidden_, eps_,
-                                   normed_.get(), dtype_, stream),
+                                   normed_.get(), dtype_, launch),
              "rms_norm kernel");
-    gemm(layer.qkv.get(), qkv_width_, hidden_, normed_.get(), rows, qkv_.floats(), false);
+    gemm(layer.qkv.get(), qkv_width_, hidden_, normed_.get(), rows, qkv_.floats(), false, launch);
     cuda::QkvEpilogue epilogue;
     epilogue.qkv = qkv_.floats();
     epilogue.row_stride = qkv_width_;
@@ -551,8 +602,8 @@ void CudaEngine::enqueue_forward(int rows, const std::vector<Chunk>& chunks, boo
     epilogue.page_table = slots.page_table;
     epilogue.slots = slots.t0;
     epilogue.dtype = dtype_;
-    launched(cuda::launch_qkv_epilogue(epilogue, stream), "qkv epilogue kernel");
-    if (observer != nullptr) {
+    launched(cuda::launch_qkv_epilogue(epilogue, launch), "qkv epilogue kernel");
+    if (observer != nullptr && !gathered) {
       observe_key_values(observer, index, rows);
     }
     for (const Chunk& chunk : chunks) {
@@ -577,40 +628,44 @@ void CudaEngine::enqueue_forward(int rows, const std::vector<Chunk>& chunks, boo
       attention.window = window_;
       attention.scale = scale_;
       if (splits_keys(chunk)) {
-        launched(cuda::launch_split_key_attention(attention, split_scratch_.floats(), stream),
-                 "split-key attention kernels");
+        auto* arrivals = static_cast<std::uint32_t*>(split_arrivals_.get());  // null: unfused
+        launched(
+            cuda::launch_split_key_attention(attention, split_scratch_.floats(), arrivals, launch),
+            "split-key attention kernels");
       } else {
-        launched(cuda::launch_attention(attention, stream), "attention kernel");
+        launched(cuda::launch_attention(attention, launch), "attention kernel");
       }
-      if (observer != nullptr) {
+      if (gathered) {
+        gather_observed_layer(index, chunk);
+      } else if (observer != nullptr) {
         observe_attention(observer, index, chunk, prefill);
       }
     }
     if (store != nullptr) {
       store->end_layer(index, stream);
     }
-    gemm(layer.wo.get(), hidden_, q_width_, attention_out_.get(), rows, x_.floats(), true);
+    gemm(layer.wo.get(), hidden_, q_width_, attention_out_.get(), rows, x_.floats(), true, launch);
     launched(cuda::launch_rms_norm(x_.floats(), layer.mlp_norm.floats(), rows, hidden_, eps_,
-                                   normed_.get(), dtype_, stream),
+                                   normed_.get(), dtype_, launch),
              "rms_norm kernel");
-    gemm(layer.gate_up.get(), 2 * intermediate_, hidden_, normed_.get(), rows, gate_up_.floats(),
-         false);
-    launched(cuda::launch_swiglu(gate_up_.floats(), rows, intermediate_, activation_.get(), dtype_,
-                                 stream),
-             "swiglu kernel");
-    gemm(layer.down.get(), hidden_, intermediate_, activation_.get(), rows, x_.floats(), true);
+    gate_up_swiglu(layer, rows, launch);
+    gemm(layer.down.get(), hidden_, intermediate_, activation_.get(), rows, x_.floats(), true,
+         launch);
   }
 
   // Only the last token's logits are needed: normalise and project that row alone.
   launched(
       cuda::launch_rms_norm(x_.floats() + static_cast<std::ptrdiff_t>(rows - 1) * hidden_,
-                            final_norm_.floats(), 1, hidden_, eps_, normed_.get(), dtype_, stream),
+                            final_norm_.floats(), 1, hidden_, eps_, normed_.get(), dtype_, launch),
       "rms_norm kernel (final norm)");
   gemm(tied_ ? embedding_.get() : lm_head_.get(), vocab_, hidden_, normed_.get(), 1,
-       logits_.floats(), false);
+       logits_.floats(), false, launch);
   check_(cudaMemcpyAsync(logits_host_.get(), logits_.get(), static_cast<std::size_t>(vocab_) * 4,
                          cudaMemcpyDeviceToHost, stream),
          "cudaMemcpyAsync (logits)");
+  if (gathered) {
+    observe_gathered_step(observer, chunks.front());
+  }
 }
 
 }  // namespace kvtier::kernels::detail

@@ -127,9 +127,28 @@ class CudaEngine final : public Engine {
   void ensure_ring(std::size_t bytes);
 
   void gemm(const void* weight, int out_features, int in_features, const void* input, int rows,
-            float* output, bool accumulate);
+            float* output, bool accumulate, const cuda::Launch& launch);
+  // The gate/up projection and SwiGLU of `rows` rows into activation_: one fused kernel
+  // (CudaFusion::kOn, where the warp-rows GEMM takes the call) or the GEMM into gate_up_ and the
+  // SwiGLU kernel.
+  void gate_up_swiglu(const Layer& layer, int rows, const cuda::Launch& launch);
   void observe_key_values(ForwardObserver* observer, int layer, int rows);
   void observe_attention(ForwardObserver* observer, int layer, const Chunk& chunk, bool prefill);
+  // The observer calls of keys and values staged at `host` ([keys of each row][values of each
+  // row]) and of attention ([queries of each row][probabilities, packed]); delivery thread.
+  void show_key_values(ForwardObserver* observer, int layer, int first_position, int count,
+                       const float* host) const;
+  void show_attention(ForwardObserver* observer, int layer, int first_position, int rows,
+                      bool prefill, const float* host, std::size_t query_floats);
+  // An observed decode step (one row, asynchronous delivery) gathers each layer's observation
+  // on the device (cuda::ObservedLayer, into observed_) and copies the step's records to the
+  // ring once, after its last kernel: one copy and one event a step instead of four copies and
+  // two events a layer, each of which held up the next kernel.
+  [[nodiscard]] bool gathers_observation(const ForwardObserver* observer, int rows, bool prefill,
+                                         const std::vector<Chunk>& chunks) const;
+  [[nodiscard]] cuda::ObservedLayer observed_layer(int layer, const Chunk& chunk);
+  void gather_observed_layer(int layer, const Chunk& chunk);
+  void observe_gathered_step(ForwardObserver* observer, const Chunk& chunk);
   [[nodiscard]] std::byte* stage(std::size_t bytes, std::size_t& offset);
   void push_record(cudaEvent_t event, std::function<void()> deliver);
 
@@ -182,8 +201,12 @@ class CudaEngine final : public Engine {
   DeviceMemory activation_;     // [rows][intermediate]
   DeviceMemory probabilities_;  // float32, packed per head (cuda_kernels.cuh)
   DeviceMemory mean_;           // float32, packed head means
+  DeviceMemory observed_;       // float32 records of an observed decode step's layers
   DeviceMemory split_scratch_;  // float32 chunk records of the split-key attention path
-  DeviceMemory logits_;         // float32 [vocab]
+  // CudaFusion::kOn: the split path's arrival counters, one per (row, head) of a call of at
+  // most kCudaSplitKeysMaxRows rows; zero between launches.
+  DeviceMemory split_arrivals_;
+  DeviceMemory logits_;  // float32 [vocab]
   PinnedMemory tokens_host_;
   PinnedMemory logits_host_;
   // Decode graphs: the replayed step's [token, position], written on the host before each

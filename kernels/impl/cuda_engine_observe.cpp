@@ -111,22 +111,23 @@ void CudaEngine::observe_key_values(ForwardObserver* observer, int layer, int ro
       throw;
     }
     const int first_position = position_ + first;
-    const int kv_heads = kv_heads_;
-    const int head_dim = head_dim_;
-    const int kv_width = kv_width_;
-    push_record(event, [=] {
-      const auto width_floats = static_cast<std::size_t>(kv_width);
-      for (int row = 0; row < count; ++row) {
-        const float* keys = host + static_cast<std::ptrdiff_t>(row) * kv_width;
-        const float* values = keys + static_cast<std::ptrdiff_t>(count) * kv_width;
-        observer->on_key_value({layer,
-                                first_position + row,
-                                kv_heads,
-                                head_dim,
-                                {keys, width_floats},
-                                {values, width_floats}});
-      }
-    });
+    push_record(event,
+                [=, this] { show_key_values(observer, layer, first_position, count, host); });
+  }
+}
+
+void CudaEngine::show_key_values(ForwardObserver* observer, int layer, int first_position,
+                                 int count, const float* host) const {
+  const auto width_floats = static_cast<std::size_t>(kv_width_);
+  for (int row = 0; row < count; ++row) {
+    const float* keys = host + static_cast<std::ptrdiff_t>(row) * kv_width_;
+    const float* values = keys + static_cast<std::ptrdiff_t>(count) * kv_width_;
+    observer->on_key_value({layer,
+                            first_position + row,
+                            kv_heads_,
+                            head_dim_,
+                            {keys, width_floats},
+                            {values, width_floats}});
   }
 }
 
@@ -162,42 +163,95 @@ void CudaEngine::observe_attention(ForwardObserver* observer, int layer, const C
     throw;
   }
   const int rows = chunk.rows;
-  const int heads = heads_;
-  const int kv_heads = kv_heads_;
-  const int head_dim = head_dim_;
-  const int q_width = q_width_;
-  const int window = window_;
   push_record(event, [=, this] {
-    const float* probabilities = host + query_floats;
-    for (int row = 0; row < rows; ++row) {
-      const int position = first_position + row;
-      AttentionStep step;
-      step.layer = layer;
-      step.query_position = position;
-      step.prefill = prefill;
-      step.first_key_position = cuda::first_key(position, window);
-      step.key_count = position - step.first_key_position + 1;
-      step.query_heads = heads;
-      step.kv_heads = kv_heads;
-      step.head_dim = head_dim;
-      step.queries = {host + static_cast<std::ptrdiff_t>(row) * q_width,
-                      static_cast<std::size_t>(q_width)};
-      const auto keys = static_cast<std::size_t>(step.key_count);
-      const std::int64_t before = cuda::keys_before_row(row, first_position, window);
-      if (mean) {
-        // Every head's row is the mean (ObserverRows::kHeadMean).
-        const float* row_mean = probabilities + before;
-        broadcast_.resize(static_cast<std::size_t>(heads) * keys);
-        for (int head = 0; head < heads; ++head) {
-          std::copy_n(row_mean, keys,
-                      broadcast_.begin() + static_cast<std::ptrdiff_t>(head * keys));
-        }
-        step.probabilities = broadcast_;
-      } else {
-        step.probabilities = {probabilities + static_cast<std::ptrdiff_t>(heads) * before,
-                              static_cast<std::size_t>(heads) * keys};
+    show_attention(observer, layer, first_position, rows, prefill, host, query_floats);
+  });
+}
+
+void CudaEngine::show_attention(ForwardObserver* observer, int layer, int first_position, int rows,
+                                bool prefill, const float* host, std::size_t query_floats) {
+  const bool mean = options_.observer_rows == ObserverRows::kHeadMean;
+  const float* probabilities = host + query_floats;
+  for (int row = 0; row < rows; ++row) {
+    const int position = first_position + row;
+    AttentionStep step;
+    step.layer = layer;
+    step.query_position = position;
+    step.prefill = prefill;
+    step.first_key_position = cuda::first_key(position, window_);
+    step.key_count = position - step.first_key_position + 1;
+    step.query_heads = heads_;
+    step.kv_heads = kv_heads_;
+    step.head_dim = head_dim_;
+    step.queries = {host + static_cast<std::ptrdiff_t>(row) * q_width_,
+                    static_cast<std::size_t>(q_width_)};
+    const auto keys = static_cast<std::size_t>(step.key_count);
+    const std::int64_t before = cuda::keys_before_row(row, first_position, window_);
+    if (mean) {
+      // Every head's row is the mean (ObserverRows::kHeadMean).
+      const float* row_mean = probabilities + before;
+      broadcast_.resize(static_cast<std::size_t>(heads_) * keys);
+      for (int head = 0; head < heads_; ++head) {
+        std::copy_n(row_mean, keys, broadcast_.begin() + static_cast<std::ptrdiff_t>(head * keys));
       }
-      observer->on_attention(step);
+      step.probabilities = broadcast_;
+    } else {
+      step.probabilities = {probabilities + static_cast<std::ptrdiff_t>(heads_) * before,
+                            static_cast<std::size_t>(heads_) * keys};
+    }
+    observer->on_attention(step);
+  }
+}
+
+bool CudaEngine::gathers_observation(const ForwardObserver* observer, int rows, bool prefill,
+                                     const std::vector<Chunk>& chunks) const {
+  return observer != nullptr && rows == 1 && !prefill && chunks.size() == 1 &&
+         options_.observer_delivery == ObserverDelivery::kAsynchronous;
+}
+
+cuda::ObservedLayer CudaEngine::observed_layer(int layer, const Chunk& chunk) {
+  cuda::ObservedLayer record;
+  record.qkv = qkv_.floats();
+  record.q_width = q_width_;
+  record.kv_width = kv_width_;
+  record.probabilities = probabilities_.floats();
+  record.heads = heads_;
+  record.keys = static_cast<int>(chunk.keys);
+  record.head_mean = options_.observer_rows == ObserverRows::kHeadMean;
+  record.out =
+      observed_.floats() + static_cast<std::ptrdiff_t>(layer) * cuda::observed_layer_floats(record);
+  return record;
+}
+
+void CudaEngine::gather_observed_layer(int layer, const Chunk& chunk) {
+  launched(cuda::launch_gather_observation(observed_layer(layer, chunk), stream_.get()),
+           "gather observation kernel");
+}
+
+void CudaEngine::observe_gathered_step(ForwardObserver* observer, const Chunk& chunk) {
+  const std::int64_t floats = cuda::observed_layer_floats(observed_layer(0, chunk));
+  const std::size_t bytes = static_cast<std::size_t>(floats) * layers_count_ * sizeof(float);
+  std::size_t offset = 0;
+  auto* host = reinterpret_cast<float*>(stage(bytes, offset));
+  const cudaEvent_t event = events_.take();
+  try {
+    check_(cudaMemcpyAsync(host, observed_.get(), bytes, cudaMemcpyDeviceToHost, stream_.get()),
+           "cudaMemcpyAsync (observed step)");
+    check_(cudaEventRecord(event, stream_.get()), "cudaEventRecord");
+  } catch (...) {
+    events_.give_back(event);
+    throw;
+  }
+  const int first_position = position_ + chunk.first_row;
+  const int layers = layers_count_;
+  const int kv_floats = 2 * kv_width_;
+  const auto query_floats = static_cast<std::size_t>(q_width_);
+  // The CPU engine's order: each layer's keys and values, then its attention.
+  push_record(event, [=, this] {
+    for (int layer = 0; layer < layers; ++layer) {
+      const float* record = host + static_cast<std::ptrdiff_t>(layer) * floats;
+      show_key_values(observer, layer, first_position, 1, record);
+      show_attention(observer, layer, first_position, 1, false, record + kv_floats, query_floats);
     }
   });
 }

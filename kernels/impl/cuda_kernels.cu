@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kernels/impl/cuda_elementwise.cuh"
 #include "kernels/impl/cuda_kernels.cuh"
+#include "kernels/impl/cuda_launch.cuh"
 #include "kernels/impl/cuda_vector.cuh"
 #include "kernels/impl/kv_quantise.hpp"
 
@@ -20,31 +22,6 @@ constexpr int kBlock = 256;
 constexpr unsigned kFullMask = 0xFFFFFFFFU;
 // Grid-stride kernels launch at most this many blocks.
 constexpr std::int64_t kMaxBlocks = 8192;
-
-__host__ __device__ __forceinline__ float to_float(float value) {
-  return value;
-}
-__host__ __device__ __forceinline__ float to_float(__half value) {
-  return __half2float(value);
-}
-__host__ __device__ __forceinline__ float to_float(__nv_bfloat16 value) {
-  return __bfloat162float(value);
-}
-
-template <typename T>
-__host__ __device__ __forceinline__ T from_float(float value);
-template <>
-__host__ __device__ __forceinline__ float from_float<float>(float value) {
-  return value;
-}
-template <>
-__host__ __device__ __forceinline__ __half from_float<__half>(float value) {
-  return __float2half_rn(value);
-}
-template <>
-__host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
-  return __float2bfloat16_rn(value);
-}
 
 __device__ __forceinline__ float warp_sum(float value) {
   for (int offset = 16; offset > 0; offset >>= 1) {
@@ -90,21 +67,19 @@ int grid_for(std::int64_t count) {
   return static_cast<int>(blocks < kMaxBlocks ? (blocks > 0 ? blocks : 1) : kMaxBlocks);
 }
 
-// Runs body(T{}) for the C++ type of `dtype`.
-template <typename Body>
-void with_type(Dtype dtype, Body&& body) {
-  switch (dtype) {
-    case Dtype::kF32: body(float{}); break;
-    case Dtype::kF16: body(__half{}); break;
-    case Dtype::kBF16: body(__nv_bfloat16{}); break;
-  }
-}
-
 // Runs launch(T{}) for the C++ type of `dtype`, then returns cudaGetLastError().
-template <typename Launch>
-cudaError_t dispatch(Dtype dtype, Launch&& launch) {
+template <typename Launcher>
+cudaError_t dispatch(Dtype dtype, Launcher&& launch) {
   with_type(dtype, launch);
   return cudaGetLastError();
+}
+
+// As dispatch for launches through start_kernel, whose status start(T{}) returns.
+template <typename Starter>
+cudaError_t dispatch_started(Dtype dtype, Starter&& start) {
+  cudaError_t status = cudaErrorInvalidValue;
+  with_type(dtype, [&](auto tag) { status = start(tag); });
+  return status;
 }
 
 template <typename T>
@@ -141,6 +116,8 @@ int rms_norm_threads(int cols) {
 template <typename T>
 __global__ void __launch_bounds__(1024)
     rms_norm_kernel(const float* x, const float* gain, int cols, float eps, T* out) {
+  await_previous_kernel();  // launched early (cuda_launch.cuh): nothing is read before
+  release_next_kernel();
   __shared__ float scratch[32];
   const float* row = x + static_cast<std::int64_t>(blockIdx.x) * cols;
   T* out_row = out + static_cast<std::int64_t>(blockIdx.x) * cols;
@@ -169,6 +146,8 @@ __device__ __forceinline__ int first_position_of(const Args& a) {
 // has no 65,535 limit.
 template <typename T>
 __global__ void qkv_epilogue_kernel(QkvEpilogue a) {
+  await_previous_kernel();
+  release_next_kernel();
   extern __shared__ float shared[];
   float* vector = shared;                // head_dim
   float* scratch = shared + a.head_dim;  // 32
@@ -362,6 +341,8 @@ __device__ __forceinline__ float slice_total(const float* partial, int slices, i
 // the weighted sum of the values.
 template <typename T>
 __global__ void attention_kernel(AttentionArgs a) {
+  await_previous_kernel();
+  release_next_kernel();
   extern __shared__ float shared[];
   const int threads = static_cast<int>(blockDim.x);
   const int tid = static_cast<int>(threadIdx.x);
@@ -441,12 +422,81 @@ __global__ void attention_kernel(AttentionArgs a) {
 // round trips to memory (page table, keys, values) rather than one per key.
 constexpr int kSplitBlock = 2 * kSplitKeysPerChunk;
 
+// A chunk's weights are relative to its own maximum m; relative to the row's maximum they are
+// scaled by exp(m - row maximum), 0 for a chunk with nothing in it.
+__device__ __forceinline__ float chunk_factor(float chunk_max, float row_max) {
+  return chunk_max == -INFINITY ? 0.0F : expf(chunk_max - row_max);
+}
+
+// How combine_chunks reads the records and probabilities: as any load in the combine kernel,
+// which runs after the scores kernel; from L2 (past this SM's L1, which another block's writes
+// do not reach) in the scores kernel's last block of a (row, head).
+struct CachedLoad {
+  __device__ float operator()(const float* at) const { return *at; }
+};
+struct L2Load {
+  __device__ float operator()(const float* at) const { return __ldcg(at); }
+};
+
+// The (row, head)'s chunk records in `scratch` combined into `out`, and the chunks' weights in
+// the probabilities rescaled to the normalised softmax, by one block of kSplitBlock threads
+// (the combine kernel's, or the last chunk block's in the scores kernel: the same arithmetic).
+template <typename T, typename Load>
+__device__ void combine_chunks(const AttentionArgs& a, const float* scratch, int chunks, int row,
+                               int head, float* reduce, Load load) {
+  const int threads = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  const int first_position = first_position_of(a);
+  const int position = first_position + row;
+  const int keys = key_count(position, a.window);
+  const int row_chunks = split_key_chunks(keys);
+  const std::int64_t record_floats = static_cast<std::int64_t>(a.head_dim) + 2;
+  const float* records =
+      scratch + (static_cast<std::int64_t>(row) * a.heads + head) * chunks * record_floats;
+
+  float largest = -INFINITY;
+  for (int c = tid; c < row_chunks; c += threads) {
+    largest = fmaxf(largest, load(records + c * record_floats));
+  }
+  largest = block_reduce<true>(largest, reduce);
+  float total = 0.0F;
+  for (int c = tid; c < row_chunks; c += threads) {
+    // fmaf rather than a contraction the compiler may or may not make in each instantiation.
+    total = fmaf(load(records + c * record_floats + 1),
+                 chunk_factor(load(records + c * record_floats), largest), total);
+  }
+  total = block_reduce<false>(total, reduce);
+  // total is 0 only when every key of the row is evicted; then the output and probabilities are
+  // 0 rather than 0/0.
+  const bool any = total > 0.0F;
+
+  T* out = static_cast<T*>(a.out) + static_cast<std::int64_t>(row) * a.heads * a.head_dim +
+           static_cast<std::int64_t>(head) * a.head_dim;
+  for (int d = tid; d < a.head_dim; d += threads) {
+    float sum = 0.0F;
+    for (int c = 0; c < row_chunks; ++c) {
+      sum = fmaf(load(records + c * record_floats + 2 + d),
+                 chunk_factor(load(records + c * record_floats), largest), sum);
+    }
+    out[d] = from_float<T>(any ? sum / total : 0.0F);
+  }
+  float* p = probability_row(a, first_position, row, head, keys);
+  for (int key = tid; key < keys; key += threads) {
+    const float factor =
+        chunk_factor(load(records + (key / kSplitKeysPerChunk) * record_floats), largest);
+    p[key] = any ? load(p + key) * factor / total : 0.0F;
+  }
+}
+
 // One block per (row, query head, chunk of kSplitKeysPerChunk keys): the chunk's scores, their
 // maximum m, weights exp(score - m) into the probabilities, their sum s and the weighted values,
 // left as the record [m, s, sums] in `scratch` for split_key_combine_kernel. With kVector the
 // key and value rows are read in 16-byte loads.
 template <typename T, bool kVector>
-__global__ void split_key_scores_kernel(AttentionArgs a, float* scratch, int chunks) {
+__global__ void split_key_scores_kernel(AttentionArgs a, float* scratch, int chunks,
+                                        unsigned* arrivals) {
+  await_previous_kernel();
+  release_next_kernel();
   using Units = RowUnits<T, kVector>;
   constexpr int kSize = Units::kSize;
   extern __shared__ float shared[];
@@ -536,59 +586,47 @@ __global__ void split_key_scores_kernel(AttentionArgs a, float* scratch, int chu
   for (int d = tid; d < a.head_dim; d += threads) {
     record[2 + d] = slice_total(partial, slices, a.head_dim, d);
   }
+  if (arrivals == nullptr) {
+    return;  // the combine kernel follows
+  }
+  // The (row, head)'s last chunk block to arrive combines: each block makes its record and
+  // weights visible device-wide before it counts itself, so the last one sees every block's.
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();
+  unsigned* arrived = arrivals + static_cast<std::int64_t>(row) * a.heads + head;
+  if (tid == 0) {
+    last = atomicAdd(arrived, 1U) + 1U == static_cast<unsigned>(split_key_chunks(keys));
+    __threadfence();  // the other blocks' writes, seen by their count, come before the reads below
+  }
+  __syncthreads();
+  if (!last) {
+    return;
+  }
+  combine_chunks<T>(a, scratch, chunks, row, head, reduce, L2Load{});
+  if (tid == 0) {
+    *arrived = 0;  // every chunk block has counted itself: ready for the next launch
+  }
 }
 
-// A chunk's weights are relative to its own maximum m; relative to the row's maximum they are
-// scaled by exp(m - row maximum), 0 for a chunk with nothing in it.
-__device__ __forceinline__ float chunk_factor(float chunk_max, float row_max) {
-  return chunk_max == -INFINITY ? 0.0F : expf(chunk_max - row_max);
-}
-
-// One block per (row, query head): the row's chunk records combined into `out`, and the chunks'
-// weights in the probabilities rescaled to the normalised softmax.
+// One block per (row, query head): combine_chunks.
 template <typename T>
 __global__ void split_key_combine_kernel(AttentionArgs a, const float* scratch, int chunks) {
+  await_previous_kernel();
+  release_next_kernel();
   __shared__ float reduce[32];
-  const int threads = static_cast<int>(blockDim.x);
-  const int tid = static_cast<int>(threadIdx.x);
-  const int row = static_cast<int>(blockIdx.x);
-  const int head = static_cast<int>(blockIdx.y);
-  const int first_position = first_position_of(a);
-  const int position = first_position + row;
-  const int keys = key_count(position, a.window);
-  const int row_chunks = split_key_chunks(keys);
-  const std::int64_t record_floats = static_cast<std::int64_t>(a.head_dim) + 2;
-  const float* records =
-      scratch + (static_cast<std::int64_t>(row) * a.heads + head) * chunks * record_floats;
+  combine_chunks<T>(a, scratch, chunks, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
+                    reduce, CachedLoad{});
+}
 
-  float largest = -INFINITY;
-  for (int c = tid; c < row_chunks; c += threads) {
-    largest = fmaxf(largest, records[c * record_floats]);
+// The mean over heads of one key's probabilities, p holding a row's heads one after another:
+// added in head order and scaled once, as the tracer does (one definition for both kernels).
+__device__ __forceinline__ float head_mean_of(const float* p, int heads, int keys, int key) {
+  float sum = p[key];
+  for (int head = 1; head < heads; ++head) {
+    sum += p[static_cast<std::int64_t>(head) * keys + key];
   }
-  largest = block_reduce<true>(largest, reduce);
-  float total = 0.0F;
-  for (int c = tid; c < row_chunks; c += threads) {
-    total += records[c * record_floats + 1] * chunk_factor(records[c * record_floats], largest);
-  }
-  total = block_reduce<false>(total, reduce);
-  // total is 0 only when every key of the row is evicted; then the output and probabilities are
-  // 0 rather than 0/0.
-  const bool any = total > 0.0F;
-
-  T* out = static_cast<T*>(a.out) + static_cast<std::int64_t>(row) * a.heads * a.head_dim +
-           static_cast<std::int64_t>(head) * a.head_dim;
-  for (int d = tid; d < a.head_dim; d += threads) {
-    float sum = 0.0F;
-    for (int c = 0; c < row_chunks; ++c) {
-      sum += records[c * record_floats + 2 + d] * chunk_factor(records[c * record_floats], largest);
-    }
-    out[d] = from_float<T>(any ? sum / total : 0.0F);
-  }
-  float* p = probability_row(a, first_position, row, head, keys);
-  for (int key = tid; key < keys; key += threads) {
-    const float factor = chunk_factor(records[(key / kSplitKeysPerChunk) * record_floats], largest);
-    p[key] = any ? p[key] * factor / total : 0.0F;
-  }
+  return sum * (1.0F / static_cast<float>(heads));
 }
 
 __global__ void head_mean_kernel(const float* probabilities, float* mean, int heads,
@@ -601,16 +639,35 @@ __global__ void head_mean_kernel(const float* probabilities, float* mean, int he
     return;
   }
   const std::int64_t before = keys_before_row(row, first_position, window);
-  const float* p = probabilities + static_cast<std::int64_t>(heads) * before;
-  float sum = p[key];
-  for (int head = 1; head < heads; ++head) {
-    sum += p[static_cast<std::int64_t>(head) * keys + key];
+  mean[before + key] =
+      head_mean_of(probabilities + static_cast<std::int64_t>(heads) * before, heads, keys, key);
+}
+
+// A decode step's observed layer gathered into one record (cuda_kernels.cuh).
+__global__ void gather_observation_kernel(ObservedLayer a) {
+  const int kv = 2 * a.kv_width;
+  const std::int64_t total = observed_layer_floats(a);
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += stride) {
+    float value = 0.0F;
+    if (i < kv) {
+      value = a.qkv[a.q_width + i];  // keys, then values: adjacent in the row
+    } else if (i < kv + a.q_width) {
+      value = a.qkv[i - kv];
+    } else {
+      const auto key = static_cast<int>(i - kv - a.q_width);
+      value =
+          a.head_mean ? head_mean_of(a.probabilities, a.heads, a.keys, key) : a.probabilities[key];
+    }
+    a.out[i] = value;
   }
-  mean[before + key] = sum * (1.0F / static_cast<float>(heads));
 }
 
 template <typename T>
 __global__ void swiglu_kernel(const float* gate_up, int rows, int intermediate, T* out) {
+  await_previous_kernel();
+  release_next_kernel();
   const std::int64_t count = static_cast<std::int64_t>(rows) * intermediate;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
@@ -619,7 +676,7 @@ __global__ void swiglu_kernel(const float* gate_up, int rows, int intermediate, 
     const std::int64_t column = i % intermediate;
     const float gate = gate_up[row * 2 * intermediate + column];
     const float up = gate_up[row * 2 * intermediate + intermediate + column];
-    out[i] = from_float<T>(gate / (1.0F + expf(-gate)) * up);
+    out[i] = swiglu_of<T>(gate, up);
   }
 }
 
@@ -822,36 +879,46 @@ cudaError_t launch_embedding(const void* table, Dtype dtype, const std::int32_t*
   });
 }
 
+bool early_launch_compiled() {
+  cudaFuncAttributes attributes{};
+  if (cudaFuncGetAttributes(&attributes, rms_norm_kernel<float>) != cudaSuccess) {
+    static_cast<void>(cudaGetLastError());
+    return false;
+  }
+  return attributes.ptxVersion >= 90;
+}
+
 cudaError_t launch_rms_norm(const float* x, const float* gain, int rows, int cols, float eps,
-                            void* out, Dtype dtype, cudaStream_t stream) {
-  return dispatch(dtype, [&](auto tag) {
+                            void* out, Dtype dtype, const Launch& launch) {
+  return dispatch_started(dtype, [&](auto tag) {
     using T = decltype(tag);
-    rms_norm_kernel<T>
-        <<<rows, rms_norm_threads(cols), 0, stream>>>(x, gain, cols, eps, static_cast<T*>(out));
+    return start_kernel(rms_norm_kernel<T>, dim3(static_cast<unsigned>(rows)),
+                        dim3(static_cast<unsigned>(rms_norm_threads(cols))), 0, launch, x, gain,
+                        cols, eps, static_cast<T*>(out));
   });
 }
 
-cudaError_t launch_qkv_epilogue(const QkvEpilogue& args, cudaStream_t stream) {
+cudaError_t launch_qkv_epilogue(const QkvEpilogue& args, const Launch& launch) {
   const dim3 grid(static_cast<unsigned>(args.rows),
                   static_cast<unsigned>(args.heads + 2 * args.kv_heads));
   const std::size_t shared = (static_cast<std::size_t>(args.head_dim) + 32) * sizeof(float);
-  return dispatch(args.dtype, [&](auto tag) {
+  return dispatch_started(args.dtype, [&](auto tag) {
     using T = decltype(tag);
-    qkv_epilogue_kernel<T><<<grid, 128, shared, stream>>>(args);
+    return start_kernel(qkv_epilogue_kernel<T>, grid, dim3(128), shared, launch, args);
   });
 }
 
-cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream) {
+cudaError_t launch_attention(const AttentionArgs& args, const Launch& launch) {
   const dim3 grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(args.heads));
   const std::size_t shared = attention_shared_bytes(kBlock, args.head_dim, 1);
-  return dispatch(args.dtype, [&](auto tag) {
+  return dispatch_started(args.dtype, [&](auto tag) {
     using T = decltype(tag);
-    attention_kernel<T><<<grid, kBlock, shared, stream>>>(args);
+    return start_kernel(attention_kernel<T>, grid, dim3(kBlock), shared, launch, args);
   });
 }
 
 cudaError_t launch_split_key_attention(const AttentionArgs& args, float* scratch,
-                                       cudaStream_t stream) {
+                                       std::uint32_t* arrivals, const Launch& launch) {
   const int most_keys = key_count(args.first_position + args.rows - 1, args.window);
   const int chunks = split_key_chunks(most_keys);
   const dim3 score_grid(static_cast<unsigned>(args.rows), static_cast<unsigned>(args.heads),
@@ -867,23 +934,22 @@ cudaError_t launch_split_key_attention(const AttentionArgs& args, float* scratch
       row_bytes % 16 == 0 &&
       (args.page_table != nullptr ? aligned(args.t0_slots) && aligned(args.staging_slots)
                                   : aligned(args.cache_keys) && aligned(args.cache_values));
-  return dispatch(args.dtype, [&](auto tag) {
+  return dispatch_started(args.dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (vector) {
-      split_key_scores_kernel<T, true>
-          <<<score_grid, kSplitBlock,
-             attention_shared_bytes(kSplitBlock, args.head_dim, Vector<T>::kSize), stream>>>(
-              args, scratch, chunks);
-    } else {
-      split_key_scores_kernel<T, false>
-          <<<score_grid, kSplitBlock, attention_shared_bytes(kSplitBlock, args.head_dim, 1),
-             stream>>>(args, scratch, chunks);
-    }
+    const cudaError_t scored =
+        vector ? start_kernel(split_key_scores_kernel<T, true>, score_grid, dim3(kSplitBlock),
+                              attention_shared_bytes(kSplitBlock, args.head_dim, Vector<T>::kSize),
+                              launch, args, scratch, chunks, arrivals)
+               : start_kernel(split_key_scores_kernel<T, false>, score_grid, dim3(kSplitBlock),
+                              attention_shared_bytes(kSplitBlock, args.head_dim, 1), launch, args,
+                              scratch, chunks, arrivals);
     // A failed scores launch leaves nothing to combine; its error is the one to report.
-    if (cudaPeekAtLastError() != cudaSuccess) {
-      return;
+    if (scored != cudaSuccess || arrivals != nullptr) {
+      return scored;
     }
-    split_key_combine_kernel<T><<<combine_grid, kBlock, 0, stream>>>(args, scratch, chunks);
+    // kSplitBlock threads, as the scores kernel's last blocks combine with.
+    return start_kernel(split_key_combine_kernel<T>, combine_grid, dim3(kSplitBlock), 0, launch,
+                        args, static_cast<const float*>(scratch), chunks);
   });
 }
 
@@ -896,13 +962,19 @@ cudaError_t launch_head_mean(const float* probabilities, float* mean, int rows, 
   return cudaGetLastError();
 }
 
+cudaError_t launch_gather_observation(const ObservedLayer& layer, cudaStream_t stream) {
+  gather_observation_kernel<<<grid_for(observed_layer_floats(layer)), kBlock, 0, stream>>>(layer);
+  return cudaGetLastError();
+}
+
 cudaError_t launch_swiglu(const float* gate_up, int rows, int intermediate, void* out, Dtype dtype,
-                          cudaStream_t stream) {
-  return dispatch(dtype, [&](auto tag) {
+                          const Launch& launch) {
+  return dispatch_started(dtype, [&](auto tag) {
     using T = decltype(tag);
-    swiglu_kernel<T>
-        <<<grid_for(static_cast<std::int64_t>(rows) * intermediate), kBlock, 0, stream>>>(
-            gate_up, rows, intermediate, static_cast<T*>(out));
+    return start_kernel(
+        swiglu_kernel<T>,
+        dim3(static_cast<unsigned>(grid_for(static_cast<std::int64_t>(rows) * intermediate))),
+        dim3(kBlock), 0, launch, gate_up, rows, intermediate, static_cast<T*>(out));
   });
 }
 

@@ -5,8 +5,9 @@
 // by the host compiler and includes it; the kernels are compiled by nvcc as C++17
 // (cuda_kernels.cu). So nothing here names a CUDA device type: tensors are `void*` in a Dtype.
 //
-// Every launcher enqueues its kernel on `stream` and returns cudaGetLastError(), which the engine
-// checks with the kernel's name. Layouts are row-major; a "row" is one token of the call.
+// Every launcher enqueues its kernel on `stream` (or a Launch's) and returns cudaGetLastError(),
+// which the engine checks with the kernel's name. Layouts are row-major; a "row" is one token of
+// the call.
 
 #include <cuda_runtime_api.h>
 
@@ -23,6 +24,20 @@ namespace kvtier::kernels::cuda {
 // Storage of the weight matrices, the KV cache and the inputs of every GEMM. Norm gains, biases,
 // the residual stream, GEMM outputs, queries and attention probabilities are always float32.
 enum class Dtype { kF32, kF16, kBF16 };
+
+// How a decode step's kernel is launched: on `stream`, and with `early`, as a programmatic
+// dependent launch (compute capability 9.0): the GPU may schedule its blocks once every block
+// of the stream's previous kernel has started, and they wait for that kernel to finish before
+// they read or write anything an earlier kernel uses. Only the weight matrices, which no kernel
+// writes, are touched before (the GEMMs prefetch theirs into L2), so the next kernel's start
+// overlaps the previous one's last blocks instead of following its end. A plain launch when
+// `early` is false, or converted from a bare stream.
+struct Launch {
+  Launch(cudaStream_t on) : stream(on) {}  // NOLINT(google-explicit-constructor): a bare stream
+  Launch(cudaStream_t on, bool early_start) : stream(on), early(early_start) {}
+  cudaStream_t stream = nullptr;
+  bool early = false;
+};
 
 // Keys the query at `position` attends to: positions first .. position, where first is 0, or
 // position - window + 1 with a sliding window (window > 0), as the CPU engine.
@@ -48,6 +63,11 @@ KVTIER_HOST_DEVICE inline std::int64_t keys_before_row(int row, int first_positi
   return growing * first_count + growing * (growing - 1) / 2 + (rows - growing) * window;
 }
 
+// Whether the kernels the current device runs were compiled for compute capability 9.0 or later,
+// where they carry early launches' waits (cuda_launch.cuh): a build for older architectures
+// only, run through PTX JIT, leaves them out, and launching early would then race.
+[[nodiscard]] bool early_launch_compiled();
+
 // out[i] = in[i] converted to `dtype` (round to nearest even), for weight upload.
 cudaError_t launch_convert(const float* in, void* out, Dtype dtype, std::int64_t count,
                            cudaStream_t stream);
@@ -58,7 +78,7 @@ cudaError_t launch_embedding(const void* table, Dtype dtype, const std::int32_t*
 
 // out[row] = (x[row] * 1/sqrt(mean(x[row]^2) + eps)) * gain, rows of `cols`, written in `dtype`.
 cudaError_t launch_rms_norm(const float* x, const float* gain, int rows, int cols, float eps,
-                            void* out, Dtype dtype, cudaStream_t stream);
+                            void* out, Dtype dtype, const Launch& launch);
 
 // What follows the fused Q/K/V projection, for each row and head: bias (Qwen2), per-head RMSNorm
 // of queries and keys (Qwen3), RoPE of queries and keys; then keys and values are stored in the
@@ -89,7 +109,7 @@ struct QkvEpilogue {
   void* slots = nullptr;
   Dtype dtype = Dtype::kF32;
 };
-cudaError_t launch_qkv_epilogue(const QkvEpilogue& args, cudaStream_t stream);
+cudaError_t launch_qkv_epilogue(const QkvEpilogue& args, const Launch& launch);
 
 // Causal attention of `rows` query rows (row r at first_position + r) over one layer's cache: for
 // every (query head, row) the softmax of q.k * scale over the row's keys, written to
@@ -122,7 +142,7 @@ struct AttentionArgs {
   int window = 0;  // sliding window in tokens; 0: global
   float scale = 1.0F;
 };
-cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
+cudaError_t launch_attention(const AttentionArgs& args, const Launch& launch);
 
 // Split-key ("flash-decoding") attention, for calls of few rows: the per-head kernel above runs
 // one block per (row, head), which at decode is heads blocks (32 for a 7B model, a quarter of an
@@ -150,17 +170,44 @@ inline std::int64_t split_key_scratch_floats(int rows, int heads, int head_dim, 
          (static_cast<std::int64_t>(head_dim) + 2);
 }
 // `scratch` holds split_key_scratch_floats(...) floats; it is overwritten.
+//
+// With `arrivals` (rows * heads counters, zero, left zero) there is no second kernel: each chunk
+// block counts itself in its (row, head)'s counter once its record is written, and the block
+// that arrives last combines the row's records as the combine kernel does, with the same
+// arithmetic, so `out` and the probabilities are bit for bit the two-kernel path's. It saves a
+// launch and a kernel's fixed cost per layer; the combine then waits for no other (row, head).
 cudaError_t launch_split_key_attention(const AttentionArgs& args, float* scratch,
-                                       cudaStream_t stream);
+                                       std::uint32_t* arrivals, const Launch& launch);
 
 // The head mean of packed per-head probabilities: mean row r (packed at keys_before_row(r)) is
 // the heads' rows added one after another and scaled once by 1/heads, as the tracer does.
 cudaError_t launch_head_mean(const float* probabilities, float* mean, int rows, int heads,
                              int first_position, int window, cudaStream_t stream);
 
+// What an observer is shown of one layer of a decode step (one row), gathered on the device into
+// one record of float32: the row's keys and values (kv_width each, as the Q/K/V epilogue wrote
+// them back into qkv), its queries (q_width), then its probabilities, every head's row (heads x
+// keys) or their head mean (keys, as launch_head_mean computes it). A step's records go to the
+// host in one copy instead of four per layer.
+struct ObservedLayer {
+  const float* qkv = nullptr;  // the step's row: queries, keys, values
+  int q_width = 0;
+  int kv_width = 0;
+  const float* probabilities = nullptr;  // [heads][keys]
+  int heads = 0;
+  int keys = 0;
+  bool head_mean = false;
+  float* out = nullptr;  // observed_layer_floats(*this) floats
+};
+KVTIER_HOST_DEVICE inline std::int64_t observed_layer_floats(const ObservedLayer& layer) {
+  return 2 * static_cast<std::int64_t>(layer.kv_width) + layer.q_width +
+         static_cast<std::int64_t>(layer.keys) * (layer.head_mean ? 1 : layer.heads);
+}
+cudaError_t launch_gather_observation(const ObservedLayer& layer, cudaStream_t stream);
+
 // out[r][c] = silu(gate_up[r][c]) * gate_up[r][intermediate + c], written in `dtype`.
 cudaError_t launch_swiglu(const float* gate_up, int rows, int intermediate, void* out, Dtype dtype,
-                          cudaStream_t stream);
+                          const Launch& launch);
 
 // --- Small GEMMs (impl/cuda_gemv.cu) -------------------------------------------------------
 // Calls of at most this many rows may use the warp-per-row GEMM (CudaGemm::kWarpRows).
@@ -174,7 +221,15 @@ bool warp_rows_gemm_applies(Dtype dtype, int in_features, int rows, const void* 
 // accumulation in another order than cuBLAS's. cudaErrorInvalidValue when it does not apply.
 cudaError_t launch_warp_rows_gemm(const void* weight, Dtype dtype, int out_features,
                                   int in_features, const void* input, int rows, float* out,
-                                  bool accumulate, cudaStream_t stream);
+                                  bool accumulate, const Launch& launch);
+// The gate/up projection and SwiGLU in one kernel: a warp computes gate feature c (weight row c)
+// and up feature c (row intermediate + c) as the GEMM above computes each, then writes
+// out[r][c] = silu(gate) * up in `dtype` as launch_swiglu does, so `out` is bit for bit the GEMM
+// followed by launch_swiglu, without the float32 [rows][2 * intermediate] in between or the
+// second kernel. Operands as launch_warp_rows_gemm with out_features = 2 * intermediate.
+cudaError_t launch_warp_rows_swiglu(const void* weight, Dtype dtype, int intermediate,
+                                    int in_features, const void* input, int rows, void* out,
+                                    const Launch& launch);
 // For the GEMV benchmark: the same kernel for one BF16 row (no accumulation) with `rounds`
 // 16-byte loads in flight per lane and `warps` warps a block, where the engine's has 4 and 8;
 // the variants built are (2, 8), (8, 8), (4, 4) and (4, 16), others cudaErrorInvalidValue.

@@ -11,11 +11,14 @@
 // staging rings small enough to split prefills into many records and to be grown.
 #include <catch2/catch.hpp>
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -749,5 +752,107 @@ TEST_CASE("decode graphs give the launched engine's tokens, logits and observati
     CHECK(relative_logit_difference(*reference, *graphed, prompt, decoded) < 1e-4);
     CHECK(kk::cuda_engine_graph_counts(*graphed).captures == 4);  // 16, 32, 64 and 128
     CHECK(greedy(*graphed, prompt, 112) == tokens);
+  }
+}
+
+// CudaFusion::kOn and CudaEarlyLaunch::kProgrammatic change which kernels run and when, not what
+// they compute: logits bit for bit those of the engine without them (launched, and from decode
+// graphs against decode graphs, whose cuBLAS workspace differs), in FP32 and BF16, on stories260K
+// and random Qwen2 and Mistral (a sliding window) models; observations too (an observed pass
+// keeps the fusion and launches plainly). Prompts of 1, 2 and 8 tokens: the fused SwiGLU at both
+// of the warp-rows GEMM's row counts, the fused combine over prefills of up to 8 rows; on
+// stories260K also a second prefill whose rows straddle a chunk boundary and decode steps past
+// five chunks. Early launches need compute capability 9.0 and are refused below it.
+TEST_CASE("fused kernels and early launches give the plain engine's results bit for bit",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  int major = 0;
+  REQUIRE(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess);
+  const auto variant = [](kk::CudaComputeDtype dtype, kk::CudaFusion fusion,
+                          kk::CudaEarlyLaunch early, kk::CudaGraphs graphs) {
+    kk::CudaEngineOptions result = options(dtype, kk::CudaAttention::kSplitKeys);
+    result.gemm = kk::CudaGemm::kWarpRows;
+    result.fusion = fusion;
+    result.early_launch = early;
+    result.graphs = graphs;
+    return result;
+  };
+  if (major < 9) {
+    CHECK_THROWS_AS(
+        kk::make_cuda_engine(stories_model(),
+                             variant(kk::CudaComputeDtype::kFP32, kk::CudaFusion::kOff,
+                                     kk::CudaEarlyLaunch::kProgrammatic, kk::CudaGraphs::kOff)),
+        kvtier::ConfigError);
+  }
+  // Logits equal to the last bit over `tokens`: prefills of tokens [0, 60) and [60, 68), whose
+  // rows have 61 to 68 keys (one or two chunks of the split path, different per row), then
+  // decode steps to the end.
+  const auto same_logits = [](kk::Engine& a, kk::Engine& b, std::span<const std::int32_t> tokens) {
+    a.reset();
+    b.reset();
+    bool same = true;
+    const auto compare = [&](std::span<const float> first, std::span<const float> second) {
+      same = same && std::equal(first.begin(), first.end(), second.begin(), second.end());
+    };
+    const auto copy = [](std::span<const float> logits) {
+      return std::vector<float>(logits.begin(), logits.end());
+    };
+    compare(copy(a.prefill(tokens.first(60))), b.prefill(tokens.first(60)));
+    compare(copy(a.prefill(tokens.subspan(60, 8))), b.prefill(tokens.subspan(60, 8)));
+    for (std::size_t i = 68; i < tokens.size(); ++i) {
+      compare(copy(a.decode(tokens[i])), b.decode(tokens[i]));
+    }
+    return same;
+  };
+  const kk::testing::TempDir temp("cuda-fusion");
+  const auto qwen2 = random_model(cfg::QWEN2, temp.path() / "qwen2");
+  const auto mistral = random_model(cfg::MISTRAL, temp.path() / "mistral", 80);
+  // Within every model's 64-token vocabulary; 4 prompt tokens and 116 decoded: 120 positions.
+  const std::vector<std::int32_t> prompt = {1, 14, 15, 9};
+  const std::vector<std::pair<kk::CudaFusion, kk::CudaEarlyLaunch>> changes = {
+      {kk::CudaFusion::kOn, kk::CudaEarlyLaunch::kOff},
+      {kk::CudaFusion::kOff, kk::CudaEarlyLaunch::kProgrammatic},
+      {kk::CudaFusion::kOn, kk::CudaEarlyLaunch::kProgrammatic}};
+  for (const auto& [label, weights] : {std::pair{"stories260K", stories_model()},
+                                       std::pair{"qwen2", qwen2}, std::pair{"mistral", mistral}}) {
+    for (const auto dtype : {kk::CudaComputeDtype::kFP32, kk::CudaComputeDtype::kBF16}) {
+      for (const auto graphs : {kk::CudaGraphs::kOff, kk::CudaGraphs::kDecode}) {
+        const auto plain = kk::make_cuda_engine(
+            weights, variant(dtype, kk::CudaFusion::kOff, kk::CudaEarlyLaunch::kOff, graphs));
+        const std::vector<std::int32_t> decoded = greedy(*plain, prompt, 116);
+        const std::span<const std::int32_t> all(decoded);
+        Recording expected;
+        forced_observed_run(*plain, decoded, 8, expected);
+        // stories260K also past five 64-key chunks (334 positions).
+        const std::vector<std::int32_t> long_run = std::string_view(label) == "stories260K"
+                                                       ? greedy(*plain, prompt, 330)
+                                                       : std::vector<std::int32_t>{};
+        for (const auto& [fusion, early] : changes) {
+          if (early == kk::CudaEarlyLaunch::kProgrammatic && major < 9) {
+            continue;
+          }
+          CAPTURE(label, kk::cuda_compute_dtype_name(dtype), kk::cuda_graphs_name(graphs),
+                  kk::cuda_fusion_name(fusion), kk::cuda_early_launch_name(early));
+          const auto engine = kk::make_cuda_engine(weights, variant(dtype, fusion, early, graphs));
+          for (const std::size_t rows : {std::size_t{1}, std::size_t{2}, std::size_t{8}}) {
+            CAPTURE(rows);
+            CHECK(relative_logit_difference(*plain, *engine, all.first(rows), all.subspan(rows)) ==
+                  0.0);
+          }
+          CHECK(greedy(*engine, prompt, 116) == decoded);
+          if (graphs == kk::CudaGraphs::kDecode) {
+            CHECK(kk::cuda_engine_graph_counts(*engine).replays > 0);
+          }
+          Recording got;
+          forced_observed_run(*engine, decoded, 8, got);
+          check_observations(expected, got, 0.0, 0.0, false);
+          if (std::string_view(label) == "stories260K") {
+            CHECK(same_logits(*plain, *engine, long_run));
+          }
+        }
+      }
+    }
   }
 }

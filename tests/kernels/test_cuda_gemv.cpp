@@ -1,7 +1,8 @@
 // The warp-per-row GEMM (kernels/impl/cuda_gemv.cu) against a double-precision product on the
 // host, over the shapes its loops treat differently: inputs shorter than one pass of a warp, one
 // and several unrolled rounds with and without a tail, output counts that leave a block's last
-// warps idle, every row count it takes, with and without accumulation, in every dtype. Needs a
+// warps idle, every row count it takes, with and without accumulation, in every dtype; and its
+// fused gate/up and SwiGLU form against the GEMM and the SwiGLU kernel, bit for bit. Needs a
 // GPU (label `gpu`), as tests/kernels/test_cuda_engine.cpp.
 #include <catch2/catch.hpp>
 
@@ -168,4 +169,96 @@ TEST_CASE("the warp-rows GEMM refuses operands it does not take", "[kernels][cud
                                   static_cast<float*>(out.get()), false,
                                   nullptr) == cudaErrorInvalidValue);
   CHECK(cudaGetLastError() == cudaSuccess);  // refused before any launch
+}
+
+// The gate/up projection with SwiGLU applied as it writes (CudaFusion::kOn) against the GEMM
+// into float32 followed by the SwiGLU kernel: the same bits, over the shapes of the GEMM test,
+// every row count and dtype, launched plainly and (compute capability 9.0) early.
+TEST_CASE("the fused gate/up and SwiGLU kernel writes the GEMM and SwiGLU kernels' bits",
+          "[kernels][cuda][gpu]") {
+  if (!gpu_present()) {
+    return;
+  }
+  int major = 0;
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0),
+        "cudaDeviceGetAttribute");
+  cudaStream_t stream = nullptr;
+  check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  // (intermediate, in_features): 13 and 37 leave warps of the last block without a feature.
+  const std::vector<std::pair<int, int>> shapes = {{1, 8},     {13, 264}, {37, 1032},
+                                                   {64, 4104}, {3, 12},   {5, 172}};
+  for (const kc::Dtype dtype : {kc::Dtype::kF32, kc::Dtype::kF16, kc::Dtype::kBF16}) {
+    for (const auto& [intermediate, in_features] : shapes) {
+      if (dtype != kc::Dtype::kF32 && in_features % 8 != 0) {
+        continue;
+      }
+      const std::size_t element = element_bytes(dtype);
+      std::vector<unsigned char> weight_bytes;
+      static_cast<void>(values(static_cast<std::size_t>(2 * intermediate) * in_features, 17, dtype,
+                               weight_bytes));
+      Buffer weight(weight_bytes.size());
+      check(cudaMemcpy(weight.get(), weight_bytes.data(), weight_bytes.size(),
+                       cudaMemcpyHostToDevice),
+            "cudaMemcpy (weight)");
+      for (int rows = 1; rows <= kc::kWarpRowsMaxRows; ++rows) {
+        // The input is written by a kernel right before each GEMM, as in the engine, so that an
+        // early launch overlaps its writer: float32 values exact in `dtype`, converted on the
+        // device.
+        std::vector<unsigned char> input_bytes;
+        const std::vector<float> input_values =
+            values(static_cast<std::size_t>(rows) * in_features, 200 + rows, dtype, input_bytes);
+        Buffer input_floats(input_values.size() * 4);
+        check(cudaMemcpy(input_floats.get(), input_values.data(), input_values.size() * 4,
+                         cudaMemcpyHostToDevice),
+              "cudaMemcpy (input)");
+        Buffer input(input_bytes.size());
+        const auto write_input = [&] {
+          check(kc::launch_convert(static_cast<const float*>(input_floats.get()), input.get(),
+                                   dtype, static_cast<std::int64_t>(input_values.size()), stream),
+                "launch_convert");
+        };
+        write_input();
+        const std::size_t out_bytes = static_cast<std::size_t>(rows) * intermediate * element;
+        Buffer gate_up(static_cast<std::size_t>(rows) * 2 * intermediate * 4);
+        Buffer expected_device(out_bytes);
+        check(kc::launch_warp_rows_gemm(weight.get(), dtype, 2 * intermediate, in_features,
+                                        input.get(), rows, static_cast<float*>(gate_up.get()),
+                                        false, stream),
+              "launch_warp_rows_gemm");
+        check(kc::launch_swiglu(static_cast<const float*>(gate_up.get()), rows, intermediate,
+                                expected_device.get(), dtype, stream),
+              "launch_swiglu");
+        std::vector<unsigned char> expected(out_bytes);
+        check(cudaMemcpyAsync(expected.data(), expected_device.get(), out_bytes,
+                              cudaMemcpyDeviceToHost, stream),
+              "cudaMemcpyAsync (expected)");
+        for (const bool early : {false, true}) {
+          if (early && major < 9) {
+            continue;
+          }
+          CAPTURE(name(dtype), intermediate, in_features, rows, early);
+          // A guard of sentinel bytes after the output: a warp past the last feature would write
+          // it.
+          constexpr std::size_t kGuard = 64;
+          std::vector<unsigned char> got(out_bytes + kGuard, 0xA5);
+          Buffer out(got.size());
+          check(cudaMemcpyAsync(out.get(), got.data(), got.size(), cudaMemcpyHostToDevice, stream),
+                "cudaMemcpyAsync (out)");
+          // NaN bytes first: a kernel reading the input before its writer finished would see them.
+          check(cudaMemsetAsync(input.get(), 0xFF, input_bytes.size(), stream), "cudaMemsetAsync");
+          write_input();
+          check(kc::launch_warp_rows_swiglu(weight.get(), dtype, intermediate, in_features,
+                                            input.get(), rows, out.get(), {stream, early}),
+                "launch_warp_rows_swiglu");
+          check(cudaMemcpyAsync(got.data(), out.get(), got.size(), cudaMemcpyDeviceToHost, stream),
+                "cudaMemcpyAsync (result)");
+          check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+          CHECK(std::equal(expected.begin(), expected.end(), got.begin()));
+          CHECK(std::all_of(got.begin() + static_cast<std::ptrdiff_t>(out_bytes), got.end(),
+                            [](unsigned char byte) { return byte == 0xA5; }));
+        }
+      }
+    }
+  }
+  check(cudaStreamDestroy(stream), "cudaStreamDestroy");
 }
