@@ -148,7 +148,8 @@ std::string read_prompt_file(const std::string& path) {
   switch (input.status) {
     case InputText::Status::kRead: break;
     case InputText::Status::kFolder:
-      throw ConfigError("--prompt-file names a folder, not a file", path);
+      // A prompt file is data, as its other failures (exit 3).
+      throw DataError("--prompt-file names a folder, not a file", path);
     case InputText::Status::kTooLarge:
       throw DataError("the prompt file is larger than " + input_limit_text(kTextInputLimitBytes),
                       path);

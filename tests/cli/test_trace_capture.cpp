@@ -211,7 +211,7 @@ TEST_CASE("bad capture requests: one line, the documented exit code, no file",
       {capture("--prompt x --granularity topk:2000000" + out), 2, "at most 1048576"},
       {capture("--prompt x --threads 0" + out), 2, "--threads 0: from 1 to 1024"},
       {capture("--prompt x --device cuda --threads 2" + out), 2, "applies to --device cpu"},
-      {capture("--prompt-file " + quoted(scratch_dir()) + out), 2, "names a folder"},
+      {capture("--prompt-file " + quoted(scratch_dir()) + out), 3, "names a folder"},
   };
   for (const Case& c : cases) {
     INFO(c.args);
