@@ -1,8 +1,8 @@
 #pragma once
-// The storage dtypes' C++ types, conversions between them and float32, and the SwiGLU activation:
-// one definition
-// for every kernel that must produce the same bits (the SwiGLU kernel and the gate/up GEMM that
-// applies it as it writes). Device code: included by .cu files only.
+// The storage dtypes' C++ types (and launches dispatched on them), conversions between them and
+// float32, and the SwiGLU activation: one definition for every kernel that must produce the same
+// bits (the SwiGLU kernel and the gate/up GEMM that applies it as it writes). Device code:
+// included by .cu files only.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -44,6 +44,13 @@ __host__ __device__ __forceinline__ __half from_float<__half>(float value) {
 template <>
 __host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
   return __float2bfloat16_rn(value);
+}
+
+// Runs launch(T{}) for the C++ type of `dtype`, then returns cudaGetLastError().
+template <typename Launcher>
+cudaError_t dispatch(Dtype dtype, Launcher&& launch) {
+  with_type(dtype, launch);
+  return cudaGetLastError();
 }
 
 // silu(gate) * up in `T`, as the MLP's input to its down projection.

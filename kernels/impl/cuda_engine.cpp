@@ -475,10 +475,11 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
     }
   }
   grow(split_scratch_, static_cast<std::size_t>(split_floats) * 4, check_);
-  if (options_.observer_rows == ObserverRows::kHeadMean && observer != nullptr) {
+  const bool gathered = gathers_observation(observer, rows, prefill, chunks);
+  if (options_.observer_rows == ObserverRows::kHeadMean && observer != nullptr && !gathered) {
     grow(mean_, static_cast<std::size_t>(most_keys) * 4, check_);
   }
-  if (gathers_observation(observer, rows, prefill, chunks)) {
+  if (gathered) {
     grow(observed_,
          static_cast<std::size_t>(cuda::observed_layer_floats(observed_layer(0, chunks.front()))) *
              layers_count_ * 4,

@@ -144,8 +144,9 @@ class CudaEngine final : public Engine {
   // on the device (cuda::ObservedLayer, into observed_) and copies the step's records to the
   // ring once, after its last kernel: one copy and one event a step instead of four copies and
   // two events a layer, each of which held up the next kernel.
+  // (Steps whose records would take more than a quarter of the ring keep the per-layer copies.)
   [[nodiscard]] bool gathers_observation(const ForwardObserver* observer, int rows, bool prefill,
-                                         const std::vector<Chunk>& chunks) const;
+                                         const std::vector<Chunk>& chunks);
   [[nodiscard]] cuda::ObservedLayer observed_layer(int layer, const Chunk& chunk);
   void gather_observed_layer(int layer, const Chunk& chunk);
   void observe_gathered_step(ForwardObserver* observer, const Chunk& chunk);

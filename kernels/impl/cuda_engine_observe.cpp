@@ -204,9 +204,17 @@ void CudaEngine::show_attention(ForwardObserver* observer, int layer, int first_
 }
 
 bool CudaEngine::gathers_observation(const ForwardObserver* observer, int rows, bool prefill,
-                                     const std::vector<Chunk>& chunks) const {
-  return observer != nullptr && rows == 1 && !prefill && chunks.size() == 1 &&
-         options_.observer_delivery == ObserverDelivery::kAsynchronous;
+                                     const std::vector<Chunk>& chunks) {
+  if (observer == nullptr || rows != 1 || prefill || chunks.size() != 1 ||
+      options_.observer_delivery != ObserverDelivery::kAsynchronous) {
+    return false;
+  }
+  // At most a quarter of the ring, as the per-layer records: a step of per-head rows at a long
+  // context would otherwise hold much of the ring (and as much device memory) at once.
+  const auto bytes =
+      static_cast<std::size_t>(cuda::observed_layer_floats(observed_layer(0, chunks.front()))) *
+      layers_count_ * sizeof(float);
+  return bytes <= ring_.capacity() / 4;
 }
 
 cuda::ObservedLayer CudaEngine::observed_layer(int layer, const Chunk& chunk) {

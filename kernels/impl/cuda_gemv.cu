@@ -14,6 +14,7 @@
 #include "kernels/impl/cuda_elementwise.cuh"
 #include "kernels/impl/cuda_kernels.cuh"
 #include "kernels/impl/cuda_launch.cuh"
+#include "kernels/impl/cuda_reduce.cuh"
 #include "kernels/impl/cuda_vector.cuh"
 
 namespace kvtier::kernels::cuda {
@@ -24,13 +25,6 @@ constexpr int kLanes = 32;
 // 16-byte loads a lane issues before it multiplies: enough bytes in flight per SM to cover the
 // HBM's latency when the grid does not fill every SM with eight blocks.
 constexpr int kUnroll = 4;
-
-__device__ __forceinline__ float lanes_sum(float value) {
-  for (int offset = kLanes / 2; offset > 0; offset >>= 1) {
-    value += __shfl_xor_sync(0xFFFFFFFFU, value, offset);
-  }
-  return value;
-}
 
 // 16 bytes of the input rows. Through the read-only cache, except in a kernel launched early:
 // its predecessor writes the input while this kernel runs (before its wait), which the
@@ -125,7 +119,7 @@ __global__ void __launch_bounds__(kBlockWarps* kLanes)
                                   early, acc);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float sum = lanes_sum(acc[r]);
+    const float sum = warp_sum(acc[r]);
     if (lane == 0) {
       float* target = out + static_cast<std::int64_t>(r) * out_features + feature;
       *target = accumulate ? *target + sum : sum;
@@ -160,8 +154,8 @@ __global__ void __launch_bounds__(kWarps* kLanes)
                                   input, in, lane, early, up);
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float gate_sum = lanes_sum(gate[r]);
-    const float up_sum = lanes_sum(up[r]);
+    const float gate_sum = warp_sum(gate[r]);
+    const float up_sum = warp_sum(up[r]);
     if (lane == 0) {
       out[static_cast<std::int64_t>(r) * intermediate + feature] = swiglu_of<T>(gate_sum, up_sum);
     }

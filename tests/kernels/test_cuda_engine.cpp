@@ -346,12 +346,18 @@ TEST_CASE("random Qwen2, Qwen3, Mistral and Llama models: FP32 tokens, logits, o
       std::size_t ring_bytes;
     };
     // Default ring; a 4 KiB ring that splits the prefill into many records and wraps; a 256-byte
-    // ring that single records outgrow.
+    // ring that single records outgrow. With the default ring and asynchronous delivery a decode
+    // step's observation is gathered on the device and copied once; otherwise layer by layer:
+    // the two must agree to the last bit (the recordings of the first and last mode of each
+    // kind of rows are compared below).
+    std::vector<Recording> recordings;
     for (const Mode mode :
          {Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kAsynchronous,
                std::size_t{256} << 20U},
           Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kAsynchronous, 4096},
           Mode{kk::ObserverRows::kPerHead, kk::ObserverDelivery::kSynchronous, 4096},
+          Mode{kk::ObserverRows::kHeadMean, kk::ObserverDelivery::kAsynchronous,
+               std::size_t{256} << 20U},
           Mode{kk::ObserverRows::kHeadMean, kk::ObserverDelivery::kAsynchronous, 256},
           Mode{kk::ObserverRows::kHeadMean, kk::ObserverDelivery::kSynchronous,
                std::size_t{256} << 20U}}) {
@@ -365,7 +371,10 @@ TEST_CASE("random Qwen2, Qwen3, Mistral and Llama models: FP32 tokens, logits, o
       CHECK(observed_run(*engine, prompt, 12, cuda_calls) == tokens);
       check_observations(cpu_calls, cuda_calls, 1e-4, 1e-5,
                          mode.rows == kk::ObserverRows::kHeadMean);
+      recordings.push_back(std::move(cuda_calls));
     }
+    check_observations(recordings[2], recordings[0], 0.0, 0.0, false);
+    check_observations(recordings[5], recordings[3], 0.0, 0.0, false);
   }
 }
 
