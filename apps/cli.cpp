@@ -455,7 +455,11 @@ boost::program_options::options_description cuda_engine_options() {
                         "chunks of keys at decode) or per-head (docs/ENGINE.md)")(
       "cuda-gemm", boost::program_options::value<std::string>(),
       "--device cuda: the GEMM of calls of at most 2 rows (decode), warp-rows (default: one "
-      "warp per weight row, 16-byte loads) or cublas (docs/ENGINE.md)");
+      "warp per weight row, 16-byte loads) or cublas (docs/ENGINE.md)")(
+      "cuda-fusion", boost::program_options::value<std::string>(),
+      "--device cuda: off (default) or on: SwiGLU applied by the warp-rows gate/up GEMM and "
+      "split-key attention combined by its last chunk blocks, the same results with two kernels "
+      "fewer a layer (docs/ENGINE.md)");
   return options;
 }
 
@@ -499,6 +503,13 @@ kernels::CudaGemm cuda_gemm_option(const boost::program_options::variables_map& 
   return cuda_choice(
       values, device, "cuda-gemm", {kernels::CudaGemm::kWarpRows, kernels::CudaGemm::kCublas},
       +[](kernels::CudaGemm choice) { return kernels::cuda_gemm_name(choice); }, "");
+}
+
+kernels::CudaFusion cuda_fusion_option(const boost::program_options::variables_map& values,
+                                       const std::string& device) {
+  return cuda_choice(
+      values, device, "cuda-fusion", {kernels::CudaFusion::kOff, kernels::CudaFusion::kOn},
+      +[](kernels::CudaFusion choice) { return kernels::cuda_fusion_name(choice); }, "");
 }
 
 kernels::CacheCopies cuda_copies_option(const boost::program_options::variables_map& values,

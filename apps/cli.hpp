@@ -157,15 +157,17 @@ kernels::DeviceInfo check_engine_device(const std::string& device);
 [[nodiscard]] boost::program_options::options_description cpu_engine_options();
 [[nodiscard]] kernels::CpuEngineOptions cpu_engine_option(
     const boost::program_options::variables_map& values, const std::string& device);
-// The options --cuda-attention split-keys|per-head and --cuda-gemm cublas|warp-rows (the CUDA
-// engine's attention kernel and small-call GEMM, docs/ENGINE.md), for commands that run an
-// engine.
+// The options --cuda-attention split-keys|per-head, --cuda-gemm cublas|warp-rows and
+// --cuda-fusion off|on (the CUDA engine's attention kernel, small-call GEMM and fused kernels,
+// docs/ENGINE.md), for commands that run an engine.
 [[nodiscard]] boost::program_options::options_description cuda_engine_options();
 // Their values: the engine's defaults when not given; ConfigError for another value, or when
 // given with a device other than cuda.
 [[nodiscard]] kernels::CudaAttention cuda_attention_option(
     const boost::program_options::variables_map& values, const std::string& device);
 [[nodiscard]] kernels::CudaGemm cuda_gemm_option(
+    const boost::program_options::variables_map& values, const std::string& device);
+[[nodiscard]] kernels::CudaFusion cuda_fusion_option(
     const boost::program_options::variables_map& values, const std::string& device);
 // --cuda-copies kernels|copy-engines of `kvtier live` (the CUDA cache's copies, docs/LIVE.md)
 // likewise: kernels when not given.

@@ -129,6 +129,7 @@ int run_live(const Arguments& args, Context& context) {
           "                    --device cuda [--compute-dtype bf16|fp16|fp32]\n"
           "                                  [--cuda-attention split-keys|per-head]\n"
           "                                  [--cuda-gemm cublas|warp-rows]\n"
+          "                                  [--cuda-fusion off|on]\n"
           "                                  [--cuda-copies kernels|copy-engines]]\n"
           "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
           "Decodes (greedy, or sampled with a seed) with the real tiered KV cache (T0 arena, T1\n"
@@ -143,6 +144,7 @@ int run_live(const Arguments& args, Context& context) {
   const std::string device = values["device"].as<std::string>();
   const kernels::CudaAttention attention = cuda_attention_option(values, device);
   const kernels::CudaGemm gemm = cuda_gemm_option(values, device);
+  const kernels::CudaFusion fusion = cuda_fusion_option(values, device);
   const kernels::CacheCopies copies = cuda_copies_option(values, device);
   const kernels::CudaComputeDtype compute_dtype = cuda_compute_dtype_option(values, device);
   const kernels::CpuEngineOptions cpu_options = cpu_engine_option(values, device);
@@ -230,6 +232,7 @@ int run_live(const Arguments& args, Context& context) {
     cuda.observer_delivery = kernels::ObserverDelivery::kSynchronous;
     cuda.attention = attention;
     cuda.gemm = gemm;
+    cuda.fusion = fusion;
     // The cached engine launches every kernel (graphs do not apply with a device KV store); the
     // reference launches them too, so that a cache that changes nothing changes no logit.
     cuda.graphs = kernels::CudaGraphs::kOff;
@@ -260,6 +263,7 @@ int run_live(const Arguments& args, Context& context) {
     ran_on.detail += ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype)) + ", " +
                      std::string(kernels::cuda_attention_name(attention)) + " attention, " +
                      std::string(kernels::cuda_gemm_name(gemm)) + " gemm, " +
+                     (fusion == kernels::CudaFusion::kOn ? "fused kernels, " : "") +
                      std::string(kernels::cache_copies_name(copies)) + " copies";
   }
   provenance.set_tool(version_line() + " live");

@@ -406,7 +406,7 @@ int capture(const Arguments& args, Context& context) {
           "--prompt-file FILE) [--max-new-tokens N] [--no-stop] [--granularity mean|heads|topk:K] "
           "[--window W] [--key-norms] [--temperature T --top-p P --seed S] [--dtype fp16|fp32] "
           "[--deflate L] [--chunk-elements N] [--device cpu [--threads N] | --device cuda "
-          "[--cuda-attention KERNEL] [--cuda-gemm GEMM]] --out FILE\n\n"
+          "[--cuda-attention KERNEL] [--cuda-gemm GEMM] [--cuda-fusion off|on]] --out FILE\n\n"
           "Runs a model on the prompt and writes the attention of every decode step: step t "
           "runs the token at position prompt + t and attends to positions 0 .. prompt + t. "
           "Generation stops after the tokenizer's EOS (and, for llama2.c tokenizers, BOS) "
@@ -419,6 +419,7 @@ int capture(const Arguments& args, Context& context) {
   const std::string device = values["device"].as<std::string>();
   const kernels::CudaAttention attention = cuda_attention_option(values, device);
   const kernels::CudaGemm gemm = cuda_gemm_option(values, device);
+  const kernels::CudaFusion fusion = cuda_fusion_option(values, device);
   const kernels::CpuEngineOptions cpu_options = cpu_engine_option(values, device);
   check_engine_device(device);
   if ((values.count("prompt") != 0U) == (values.count("prompt-file") != 0U)) {
@@ -479,6 +480,7 @@ int capture(const Arguments& args, Context& context) {
                              : kernels::ObserverRows::kHeadMean;
     cuda.attention = attention;
     cuda.gemm = gemm;
+    cuda.fusion = fusion;
     engine = kernels::make_cuda_engine(weights, cuda);
   } else {
     engine = kernels::make_cpu_engine(weights, cpu_options);

@@ -144,6 +144,7 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
   for (const auto& [option, good, bad, expected] :
        {std::tuple{"--cuda-attention", "split-keys", "flash", "one of split-keys, per-head"},
         std::tuple{"--cuda-gemm", "warp-rows", "cutlass", "one of warp-rows, cublas"},
+        std::tuple{"--cuda-fusion", "on", "yes", "one of off, on"},
         std::tuple{"--cuda-copies", "copy-engines", "dma", "one of kernels, copy-engines"}}) {
     CAPTURE(option);
     expect_one_line_error(run(live(std::string("--policy full ") + option + " " + good +
