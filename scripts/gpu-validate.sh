@@ -439,6 +439,9 @@ if [ "$built" -eq 1 ]; then
     # The random models' case: stories260K's (200 steps and observed runs) outlasted 90 s.
     run racecheck 120 "$sanitizer" --tool racecheck --error-exitcode 9 \
       "$tests/kvtier_cuda_engine_tests" "the split-key attention path on random models*" || true
+    # The fused gate/up and SwiGLU kernel, launched plainly and early, over every shape it takes.
+    run memcheck-fused 60 "$sanitizer" --tool memcheck --error-exitcode 9 \
+      "$tests/kvtier_cuda_engine_tests" "the fused gate/up and SwiGLU kernel*" || true
   else
     record memcheck info null 0 '"reason":"compute-sanitizer not found"'
   fi
