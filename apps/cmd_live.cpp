@@ -260,11 +260,16 @@ int run_live(const Arguments& args, Context& context) {
   config::MeasurementProvenance& provenance = *measurement.mutable_provenance();
   const kernels::DeviceInfo cpu = device == "cpu" ? ran_on : kernels::host_cpu();
   if (device == "cuda") {
-    ran_on.detail += ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype)) + ", " +
-                     std::string(kernels::cuda_attention_name(attention)) + " attention, " +
-                     std::string(kernels::cuda_gemm_name(gemm)) + " gemm, " +
-                     (fusion == kernels::CudaFusion::kOn ? "fused kernels, " : "") +
-                     std::string(kernels::cache_copies_name(copies)) + " copies";
+    ran_on.detail +=
+        ", " + std::string(kernels::cuda_compute_dtype_name(compute_dtype)) + ", " +
+        std::string(kernels::cuda_attention_name(attention)) + " attention, " +
+        std::string(kernels::cuda_gemm_name(gemm)) + " gemm, " +
+        // Fused kernels replace warp-rows GEMM and split-key kernels only.
+        (fusion == kernels::CudaFusion::kOn && (gemm == kernels::CudaGemm::kWarpRows ||
+                                                attention == kernels::CudaAttention::kSplitKeys)
+             ? "fused kernels, "
+             : "") +
+        std::string(kernels::cache_copies_name(copies)) + " copies";
   }
   provenance.set_tool(version_line() + " live");
   provenance.set_device(device);

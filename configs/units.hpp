@@ -21,7 +21,7 @@ enum class Dimension {
   kRate,     // events per second
 };
 
-[[nodiscard]] std::string_view dimension_name(Dimension dimension);
+[[nodiscard]] std::string dimension_name(Dimension dimension);
 
 struct Unit {
   Dimension dimension;
@@ -36,10 +36,10 @@ struct Quantity {
   double base_value = 0.0;
   std::optional<Dimension> dimension;  // empty: a bare number (possibly with k/M/% multiplier)
   bool scaled = false;                 // a count multiplier (k, Mi, %) was applied
-  // The number as written and its unit's factor to the base unit (1 for bare numbers), so
-  // that a conversion between decimal units scales by an exact power of ten: "2ms" is 2000 us,
-  // where 0.002 s / 1e-6 is 2000.0000000000002.
-  double written = 0.0;
+  // With a unit: the number's text as written and the unit's factor to the base unit, so that a
+  // conversion between decimal units moves the decimal exponent and rounds once: "2ms" is 2000
+  // us, where 0.002 s / 1e-6 is 2000.0000000000002. Empty without a unit.
+  std::string written = {};
   double unit_to_base = 1.0;
 };
 

@@ -23,6 +23,10 @@ struct PolicyInfo {
   // Optional: settles values that follow from others (a preset's), so that the canonical string
   // holds what the policy really runs with; called by create() before make.
   std::function<void(PolicyParameters&, const ReplayShape&)> resolve = {};
+  // Optional: checks of values together that need no trace (a window that must fit in the hot
+  // capacity); ParameterValueError when one fails. check() runs it, so that a config check
+  // places the value; make() checks again when it builds the policy.
+  std::function<void(const PolicyParameters&)> check = {};
 };
 
 class PolicyRegistry {
@@ -69,5 +73,8 @@ class PolicyRegistry {
 // that mean rounded either way. PolicyRegistry::create calls it for every policy declaring
 // `allocation`, before the canonical string is made.
 void resolve_budget_params(PolicyParameters& params, std::uint32_t layers);
+// The budget parameters' checks that need no trace: a budgets list only with allocation=explicit
+// and then required, a given budget the list's mean; ParameterValueError.
+void check_budget_params(const PolicyParameters& params);
 
 }  // namespace kvtier::replay

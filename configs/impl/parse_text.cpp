@@ -371,23 +371,43 @@ bool looks_like_json(std::string_view text) {
 namespace {
 
 // Refuses text that no config can be, before a parser reports its first odd byte as a
-// character: a NUL or a byte that is not UTF-8, at its line and column.
+// character: a NUL anywhere, or outside comments a byte that is not UTF-8, at its line and
+// column (bytes from the line's start, as the parsers count). A comment ('#' outside a string, to
+// the line's end) may hold any other byte, as the text format's tokenizer skips it.
 void require_text(std::string_view text, const std::string& file_name) {
+  std::size_t line_start = 0;
   int line = 1;
-  int column = 1;
+  char quote = 0;        // the open string's quote, or 0
+  bool escaped = false;  // the string's previous character was a backslash
+  bool comment = false;
   for (std::size_t i = 0; i < text.size();) {
-    const std::size_t length =
-        text[i] == '\0' ? 0 : kvtier::detail::utf8_sequence_length(text.substr(i));
+    const char c = text[i];
+    std::size_t length = 1;
+    if (c == '\0' || !comment) {
+      length = c == '\0' ? 0 : kvtier::detail::utf8_sequence_length(text.substr(i));
+    }
     if (length == 0) {
       throw ConfigError(
           "not a text or JSON config: byte " + std::to_string(i) + " is not UTF-8 text",
-          file_name + ":" + std::to_string(line) + ":" + std::to_string(column));
+          file_name + ":" + std::to_string(line) + ":" + std::to_string(i - line_start + 1));
     }
-    if (text[i] == '\n') {
+    if (c == '\n') {
       ++line;
-      column = 1;
-    } else {
-      ++column;
+      line_start = i + 1;
+      comment = false;
+      quote = 0;  // strings do not span lines
+      escaped = false;
+    } else if (quote != 0) {
+      if (escaped) {
+        escaped = false;  // an escaped character, whole, ends no string
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == quote) {
+        quote = 0;
+      }
+    } else if (!comment) {
+      comment = c == '#';
+      quote = c == '"' || c == '\'' ? c : 0;
     }
     i += length;
   }
@@ -397,6 +417,12 @@ void require_text(std::string_view text, const std::string& file_name) {
 
 void parse_config(std::string_view text, const std::string& file_name, pb::Message& message,
                   LocationMap& locations) {
+  // A UTF-8 byte order mark, as some editors write, is not part of the config (positions on the
+  // first line then count from after it).
+  constexpr std::string_view kByteOrderMark = "\xEF\xBB\xBF";
+  if (text.substr(0, kByteOrderMark.size()) == kByteOrderMark) {
+    text.remove_prefix(kByteOrderMark.size());
+  }
   require_text(text, file_name);
   if (looks_like_json(text)) {
     detail::parse_json(text, file_name, message, locations);

@@ -110,20 +110,54 @@ std::string_view trim(std::string_view text) {
   throw ConfigError(std::move(what), std::string(context));
 }
 
+// The decimal number `text` (as from_chars read it: digits, a point, an exponent) times
+// 10^shift, correctly rounded; nullopt when that is out of a double's range.
+std::optional<double> shifted_decimal(std::string_view text, int shift) {
+  std::string mantissa(text);
+  long long exponent = 0;
+  if (const std::size_t e = mantissa.find_first_of("eE"); e != std::string::npos) {
+    std::string_view digits = std::string_view(mantissa).substr(e + 1);
+    if (!digits.empty() && digits.front() == '+') {
+      digits.remove_prefix(1);
+    }
+    const auto [end, error] =
+        std::from_chars(digits.data(), digits.data() + digits.size(), exponent);
+    if (error != std::errc{} || end != digits.data() + digits.size()) {
+      return std::nullopt;
+    }
+    mantissa.resize(e);
+  }
+  const std::string shifted = mantissa + "e" + std::to_string(exponent + shift);
+  double value = 0.0;
+  const auto [end, error] = std::from_chars(shifted.data(), shifted.data() + shifted.size(), value);
+  if (error != std::errc{} || end != shifted.data() + shifted.size() || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
 }  // namespace
 
-std::string_view dimension_name(Dimension dimension) {
+std::string dimension_name(Dimension dimension) {
+  std::string what;
   switch (dimension) {
     case Dimension::kNumber: return "a plain number";
     case Dimension::kTokens: return "a token count";
     case Dimension::kRequests: return "a request count";
-    case Dimension::kBytes: return "a size (B, KiB, MiB, GiB, TiB, kB, MB, GB, TB)";
-    case Dimension::kBandwidth: return "a bandwidth (GB/s, TB/s, GiB/s)";
-    case Dimension::kTime: return "a duration (ps, ns, us, ms, s)";
-    case Dimension::kCompute: return "a compute rate (TFLOP/s, TOP/s)";
-    case Dimension::kRate: return "a rate (/s)";
+    case Dimension::kBytes: what = "a size"; break;
+    case Dimension::kBandwidth: what = "a bandwidth"; break;
+    case Dimension::kTime: what = "a duration"; break;
+    case Dimension::kCompute: what = "a compute rate"; break;
+    case Dimension::kRate: what = "a rate"; break;
   }
-  return "a value";
+  // Every symbol the parser takes for it, from the one table.
+  std::string symbols;
+  for (const auto& entry : kUnits) {
+    if (entry.dimension == dimension) {
+      symbols += (symbols.empty() ? "" : ", ") + std::string(entry.symbol);
+    }
+  }
+  return what + " (" + symbols + ")";
 }
 
 std::optional<Unit> find_unit(std::string_view symbol) {
@@ -164,16 +198,17 @@ Quantity parse_quantity(std::string_view text, std::string_view context) {
   }
   const std::string_view suffix = trim(std::string_view(stop, static_cast<size_t>(end - stop)));
   if (suffix.empty()) {
-    return Quantity{number, std::nullopt, false, number};
+    return Quantity{number, std::nullopt};
   }
   if (const auto unit = find_unit(suffix)) {
     if (is_count_like(unit->dimension) && unit->dimension != Dimension::kNumber) {
-      return Quantity{number, unit->dimension, false, number};
+      return Quantity{number, unit->dimension};
     }
     if (unit->dimension == Dimension::kNumber) {
-      return Quantity{number, std::nullopt, false, number};
+      return Quantity{number, std::nullopt};
     }
-    return Quantity{number * unit->to_base, unit->dimension, false, number, unit->to_base};
+    return Quantity{number * unit->to_base, unit->dimension, false,
+                    std::string(begin, static_cast<std::size_t>(stop - begin)), unit->to_base};
   }
   for (const auto& multiplier : kMultipliers) {
     if (suffix.substr(0, multiplier.symbol.size()) != multiplier.symbol) {
@@ -181,13 +216,13 @@ Quantity parse_quantity(std::string_view text, std::string_view context) {
     }
     const std::string_view rest = trim(suffix.substr(multiplier.symbol.size()));
     if (rest.empty()) {
-      return Quantity{number * multiplier.factor, std::nullopt, true, number * multiplier.factor};
+      return Quantity{number * multiplier.factor, std::nullopt, true};
     }
     if (const auto unit = find_unit(rest); unit && is_count_like(unit->dimension)) {
       const auto dimension = unit->dimension == Dimension::kNumber
                                  ? std::optional<Dimension>{}
                                  : std::optional<Dimension>{unit->dimension};
-      return Quantity{number * multiplier.factor, dimension, true, number * multiplier.factor};
+      return Quantity{number * multiplier.factor, dimension, true};
     }
   }
   fail("unknown unit '" + std::string(suffix) + "' in '" + std::string(input) + "'", context);
@@ -218,7 +253,8 @@ double convert(std::string_view text, std::string_view target_unit, bool bare_nu
              std::string(dimension_name(target->dimension)),
          context);
   }
-  // Decimal units differ by an exact power of ten: scale the number as written by it.
+  // Decimal units differ by an exact power of ten: move the written number's decimal exponent
+  // by it and read it again, rounding once.
   const auto decimal_exponent = [](double factor) -> std::optional<int> {
     const int exponent = static_cast<int>(std::lround(std::log10(factor)));
     return exponent >= -15 && exponent <= 15 && std::pow(10.0, exponent) == factor
@@ -227,10 +263,10 @@ double convert(std::string_view text, std::string_view target_unit, bool bare_nu
   };
   const auto from = decimal_exponent(quantity.unit_to_base);
   const auto to = decimal_exponent(target->to_base);
-  if (from && to) {
-    const int shift = *from - *to;
-    return shift >= 0 ? quantity.written * std::pow(10.0, shift)
-                      : quantity.written / std::pow(10.0, -shift);
+  if (!quantity.written.empty() && from && to) {
+    if (const auto shifted = shifted_decimal(quantity.written, *from - *to)) {
+      return *shifted;
+    }
   }
   return quantity.base_value / target->to_base;
 }

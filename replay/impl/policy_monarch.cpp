@@ -284,6 +284,14 @@ class MonarchPolicy final : public Policy {
   std::uint64_t hot_tokens_ = 0;
 };
 
+// The policy's own check of its values together (the window within the hot capacity), with
+// the preset's values, for PolicyRegistry::check: building the policy runs it.
+void check_values(const PolicyParameters& params) {
+  PolicyParameters resolved = params;
+  resolve_preset(resolved, ReplayShape{});
+  static_cast<void>(MonarchPolicy(resolved));
+}
+
 }  // namespace
 
 PolicyInfo monarch_policy_info() {
@@ -352,7 +360,8 @@ PolicyInfo monarch_policy_info() {
       [](const PolicyParameters& params, const ReplayShape&) -> std::unique_ptr<Policy> {
         return std::make_unique<MonarchPolicy>(params);
       },
-      resolve_preset};
+      resolve_preset,
+      check_values};
 }
 
 }  // namespace kvtier::replay

@@ -83,20 +83,10 @@ std::vector<ParamSpec> budget_params(const std::string& default_budget,
 
 std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::uint32_t layers,
                                          std::optional<std::uint64_t> compressed_prompt) {
+  check_budget_params(params);
   const std::string& allocation = params.choice("allocation");
   const std::vector<std::int64_t> explicit_budgets = params.integers("budgets");
-  if (allocation != "explicit") {
-    if (!explicit_budgets.empty()) {
-      throw ParameterValueError(
-          "budgets needs allocation=explicit (allocation is " + allocation + ")", params.policy(),
-          "budgets");
-    }
-  } else {
-    if (explicit_budgets.empty()) {
-      throw ParameterValueError(
-          "allocation=explicit needs budgets: one integer per layer, '/' between", params.policy(),
-          "budgets");
-    }
+  if (allocation == "explicit") {
     if (explicit_budgets.size() != layers) {
       throw ParameterValueError("budgets has " + std::to_string(explicit_budgets.size()) +
                                     " entries for a model of " + std::to_string(layers) + " layers",
@@ -131,27 +121,51 @@ std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::ui
   return round_to_total(shares, static_cast<std::uint64_t>(budget) * layers);
 }
 
-void resolve_budget_params(PolicyParameters& params, std::uint32_t layers) {
-  if (params.choice("allocation") != "explicit") {
-    (void)layer_budgets(params, layers);  // rejects a budgets list without allocation=explicit
+namespace {
+
+// The mean of an explicit budgets list (allocation=explicit; budgets checked non-empty).
+double mean_budget(const PolicyParameters& params) {
+  const std::vector<std::int64_t> budgets = params.integers("budgets");
+  return std::accumulate(budgets.begin(), budgets.end(), 0.0) / static_cast<double>(budgets.size());
+}
+
+}  // namespace
+
+void check_budget_params(const PolicyParameters& params) {
+  const std::string& allocation = params.choice("allocation");
+  const bool listed = !params.integers("budgets").empty();
+  if (allocation != "explicit") {
+    if (listed) {
+      throw ParameterValueError(
+          "budgets needs allocation=explicit (allocation is " + allocation + ")", params.policy(),
+          "budgets");
+    }
     return;
   }
-  const std::vector<std::uint64_t> budgets = layer_budgets(params, layers);
-  const double mean =
-      std::accumulate(budgets.begin(), budgets.end(), 0.0) / static_cast<double>(budgets.size());
+  if (!listed) {
+    throw ParameterValueError(
+        "allocation=explicit needs budgets: one integer per layer, '/' between", params.policy(),
+        "budgets");
+  }
   // `budget` keeps meaning the mean: when given it must be the mean rounded either way, and the
   // canonical string carries the mean rounded to nearest, so that it parses back.
   if (params.given("budget")) {
     const auto given = static_cast<double>(params.integer("budget"));
+    const double mean = mean_budget(params);
     if (given != std::floor(mean) && given != std::ceil(mean)) {
       throw ParameterValueError("budget " + format_double(given) + " is not the mean of budgets (" +
                                     format_double(mean) +
                                     "); leave it out with allocation=explicit",
                                 params.policy(), "budget");
     }
-    return;
   }
-  params.set("budget", std::to_string(std::llround(mean)));
+}
+
+void resolve_budget_params(PolicyParameters& params, std::uint32_t layers) {
+  (void)layer_budgets(params, layers);  // the list against the layers, and check_budget_params
+  if (params.choice("allocation") == "explicit" && !params.given("budget")) {
+    params.set("budget", std::to_string(std::llround(mean_budget(params))));
+  }
 }
 
 PolicyInfo oracle_policy_info() {
@@ -193,7 +207,15 @@ const PolicyInfo& PolicyRegistry::known(const std::string& name) const {
 
 void PolicyRegistry::check(const config::PolicySpec& spec) const {
   const PolicyInfo& info = known(spec.name());
-  (void)PolicyParameters(info.name, info.params, spec);
+  const PolicyParameters params(info.name, info.params, spec);
+  for (const auto& param : info.params) {
+    if (param.name == "allocation") {
+      check_budget_params(params);
+    }
+  }
+  if (info.check) {
+    info.check(params);
+  }
 }
 
 std::unique_ptr<Policy> PolicyRegistry::create(const config::PolicySpec& spec,

@@ -157,6 +157,16 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
     expect_config_error(
         run("config check " + binary.string()),
         "not a text or JSON config: byte 0 is not UTF-8 text (" + binary.string() + ":1:1)");
+    // Columns in bytes from the line's start; a byte order mark, and any byte but NUL in a
+    // comment, are no more the config's than the parser's.
+    const auto stray = write_file("stray.textproto", "seed: 7\n\t\t\xff\n");
+    expect_config_error(run("config check " + stray.string()),
+                        "byte 10 is not UTF-8 text (" + stray.string() + ":2:3)");
+    CHECK(run("config check " + write_file("bom.textproto", "\xEF\xBB\xBF" + kRun).string())
+              .exit_code == 0);
+    CHECK(run("config check " +
+              write_file("latin1.textproto", kRun + "# caf\xe9 (Latin-1)\n").string())
+              .exit_code == 0);
   }
   SECTION("a policy sim would refuse") {
     const std::string tiered =
@@ -199,6 +209,17 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
         run("config check " + range.string() + " --set 'compare[1].param[0].number=3'"),
         "(--set compare[1].param[0].number=3, field compare[1].param[0].number, policy tiered, "
         "parameter hbm)");
+    // Values that are wrong together, and need no trace to say so, are refused by the check
+    // too, at their place.
+    expect_config_error(run("config check " + range.string() +
+                            " --set compare[1].name=h2o --set 'compare[1].param[0].name=budgets'"
+                            " --set 'compare[1].param[0].text=64/128'"),
+                        "budgets needs allocation=explicit (allocation is uniform) (--set "
+                        "compare[1].param[0].text=64/128, field compare[1].param[0].text, policy "
+                        "h2o, parameter budgets)");
+    expect_config_error(run("sim " + range.string() + " --policy monarch:window=100000"),
+                        "does not fit in max_hot 768 rounded up to pages (--policy, policy "
+                        "monarch, parameter window)");
   }
   SECTION("missing required field") {
     std::string text = kRun;

@@ -35,6 +35,15 @@ TEST_CASE("decimal unit conversions are exact where the number is", "[units]") {
   CHECK(convert("1.5us", "ps", false, "t") == 1.5e6);
   CHECK(convert("3 MB", "B", false, "t") == 3e6);
   CHECK(convert("700ns", "us", false, "t") == 0.7);
+  // Where multiplying or dividing the parsed number by the power of ten would round twice.
+  CHECK(convert("2.002ms", "us", false, "t") == 2002.0);
+  CHECK(convert("446.9ns", "us", false, "t") == 0.4469);
+  CHECK(convert("8.2s", "us", false, "t") == 8.2e6);
+  CHECK(convert("526.30s", "us", false, "t") == 526300000.0);
+  CHECK(convert("16.98MB/s", "GB/s", false, "t") == 0.01698);
+  CHECK(convert("7.836GFLOP/s", "TFLOP/s", false, "t") == 0.007836);
+  CHECK(convert("1.5e-3s", "us", false, "t") == 1500.0);
+  CHECK(convert("+2E+0ms", "us", false, "t") == 2000.0);
   CHECK(convert("64 GB", "GB", false, "t") == 64.0);
   // Binary units stay exact through the base: their factors are powers of two.
   CHECK(convert("1.5GiB", "MiB", false, "t") == 1536.0);
