@@ -475,20 +475,17 @@ std::span<const float> CudaEngine::forward(std::span<const std::int32_t> tokens,
     }
   }
   grow(split_scratch_, static_cast<std::size_t>(split_floats) * 4, check_);
-  const bool gathered = gathers_observation(observer, rows, prefill, chunks);
-  if (options_.observer_rows == ObserverRows::kHeadMean && observer != nullptr && !gathered) {
+  const std::size_t gathered_bytes = gathered_step_bytes(observer, rows, prefill, chunks);
+  if (options_.observer_rows == ObserverRows::kHeadMean && observer != nullptr &&
+      gathered_bytes == 0) {
     grow(mean_, static_cast<std::size_t>(most_keys) * 4, check_);
   }
-  if (gathered) {
-    grow(observed_,
-         static_cast<std::size_t>(cuda::observed_layer_floats(observed_layer(0, chunks.front()))) *
-             layers_count_ * 4,
-         check_);
-  }
+  grow(observed_, gathered_bytes, check_);
   std::memcpy(tokens_host_.get(), tokens.data(), tokens.size_bytes());
   enqueue_forward(rows, chunks, prefill, observer, store,
                   {tokens_host_.get(), tokens.size_bytes(),
-                   static_cast<std::int32_t*>(tokens_.get()), nullptr, position_});
+                   static_cast<std::int32_t*>(tokens_.get()), nullptr, position_},
+                  gathered_bytes);
   return finish_forward(rows);
 }
 
@@ -523,7 +520,7 @@ std::span<const float> CudaEngine::decode_graphed(std::int32_t token) {
                                static_cast<std::int32_t*>(step_.get()),
                                static_cast<const int*>(step_.get()) + 1, last};
     graph_.capture(stream_.get(), check_, std::move(key),
-                   [&] { enqueue_forward(1, {chunk}, false, nullptr, nullptr, inputs); });
+                   [&] { enqueue_forward(1, {chunk}, false, nullptr, nullptr, inputs, 0); });
     ++graph_counts_.captures;
   }
   // The previous replay has finished (finish_forward): its inputs can be overwritten.
@@ -561,13 +558,13 @@ cuda::StreamGraph::Key CudaEngine::graph_key(int bound) const {
 
 void CudaEngine::enqueue_forward(int rows, const std::vector<Chunk>& chunks, bool prefill,
                                  ForwardObserver* observer, DeviceKeyValueStore* store,
-                                 const ForwardInputs& inputs) {
+                                 const ForwardInputs& inputs, std::size_t gathered_step_bytes) {
   cudaStream_t stream = stream_.get();
   // The embedding follows a copy, not a kernel: launched plainly, as any kernel of a pass whose
   // observer or store synchronises with other streams.
   const cuda::Launch launch(stream, options_.early_launch == CudaEarlyLaunch::kProgrammatic &&
                                         observer == nullptr && store == nullptr);
-  const bool gathered = gathers_observation(observer, rows, prefill, chunks);
+  const bool gathered = gathered_step_bytes > 0;
   const std::size_t element = dtype_bytes(dtype_);
   check_(cudaMemcpyAsync(inputs.tokens, inputs.host, inputs.host_bytes, cudaMemcpyHostToDevice,
                          stream),
@@ -665,7 +662,7 @@ void CudaEngine::enqueue_forward(int rows, const std::vector<Chunk>& chunks, boo
                          cudaMemcpyDeviceToHost, stream),
          "cudaMemcpyAsync (logits)");
   if (gathered) {
-    observe_gathered_step(observer, chunks.front());
+    observe_gathered_step(observer, chunks.front(), gathered_step_bytes);
   }
 }
 

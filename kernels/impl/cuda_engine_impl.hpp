@@ -111,9 +111,11 @@ class CudaEngine final : public Engine {
   std::span<const float> decode_graphed(std::int32_t token);
   [[nodiscard]] cuda::StreamGraph::Key graph_key(int bound) const;
   // Everything of one forward pass from the token copy to the logits copy, on stream_.
+  // `gathered_step_bytes`: the step's gathered observation (gathered_step_bytes()), 0 when the
+  // observer, if any, takes per-layer records.
   void enqueue_forward(int rows, const std::vector<Chunk>& chunks, bool prefill,
                        ForwardObserver* observer, DeviceKeyValueStore* store,
-                       const ForwardInputs& inputs);
+                       const ForwardInputs& inputs, std::size_t gathered_step_bytes);
   [[nodiscard]] std::span<const float> finish_forward(int rows);
   void check_input(std::span<const std::int32_t> tokens) const;
   void report_observer_failure();
@@ -145,11 +147,12 @@ class CudaEngine final : public Engine {
   // ring once, after its last kernel: one copy and one event a step instead of four copies and
   // two events a layer, each of which held up the next kernel.
   // (Steps whose records would take more than a quarter of the ring keep the per-layer copies.)
-  [[nodiscard]] bool gathers_observation(const ForwardObserver* observer, int rows, bool prefill,
-                                         const std::vector<Chunk>& chunks);
+  // The bytes of the pass's gathered records; 0 when the pass gathers none.
+  [[nodiscard]] std::size_t gathered_step_bytes(const ForwardObserver* observer, int rows,
+                                                bool prefill, const std::vector<Chunk>& chunks);
   [[nodiscard]] cuda::ObservedLayer observed_layer(int layer, const Chunk& chunk);
   void gather_observed_layer(int layer, const Chunk& chunk);
-  void observe_gathered_step(ForwardObserver* observer, const Chunk& chunk);
+  void observe_gathered_step(ForwardObserver* observer, const Chunk& chunk, std::size_t bytes);
   [[nodiscard]] std::byte* stage(std::size_t bytes, std::size_t& offset);
   void push_record(cudaEvent_t event, std::function<void()> deliver);
 

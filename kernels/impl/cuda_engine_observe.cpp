@@ -203,18 +203,18 @@ void CudaEngine::show_attention(ForwardObserver* observer, int layer, int first_
   }
 }
 
-bool CudaEngine::gathers_observation(const ForwardObserver* observer, int rows, bool prefill,
-                                     const std::vector<Chunk>& chunks) {
+std::size_t CudaEngine::gathered_step_bytes(const ForwardObserver* observer, int rows, bool prefill,
+                                            const std::vector<Chunk>& chunks) {
   if (observer == nullptr || rows != 1 || prefill || chunks.size() != 1 ||
       options_.observer_delivery != ObserverDelivery::kAsynchronous) {
-    return false;
+    return 0;
   }
   // At most a quarter of the ring, as the per-layer records: a step of per-head rows at a long
   // context would otherwise hold much of the ring (and as much device memory) at once.
   const auto bytes =
       static_cast<std::size_t>(cuda::observed_layer_floats(observed_layer(0, chunks.front()))) *
       layers_count_ * sizeof(float);
-  return bytes <= ring_.capacity() / 4;
+  return bytes <= ring_.capacity() / 4 ? bytes : 0;
 }
 
 cuda::ObservedLayer CudaEngine::observed_layer(int layer, const Chunk& chunk) {
@@ -236,9 +236,9 @@ void CudaEngine::gather_observed_layer(int layer, const Chunk& chunk) {
            "gather observation kernel");
 }
 
-void CudaEngine::observe_gathered_step(ForwardObserver* observer, const Chunk& chunk) {
+void CudaEngine::observe_gathered_step(ForwardObserver* observer, const Chunk& chunk,
+                                       std::size_t bytes) {
   const std::int64_t floats = cuda::observed_layer_floats(observed_layer(0, chunk));
-  const std::size_t bytes = static_cast<std::size_t>(floats) * layers_count_ * sizeof(float);
   std::size_t offset = 0;
   auto* host = reinterpret_cast<float*>(stage(bytes, offset));
   const cudaEvent_t event = events_.take();
