@@ -19,6 +19,8 @@
 #include "kernels/random_model.hpp"
 #include "replay/parameters.hpp"
 #include "replay/registry.hpp"
+// Generated at build time (cmake/write_commit.cmake): KVTIER_GIT_COMMIT.
+#include "kvtier_commit.hpp"
 
 namespace kvtier::app {
 
