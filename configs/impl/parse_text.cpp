@@ -368,13 +368,7 @@ bool looks_like_json(std::string_view text) {
   return false;
 }
 
-namespace {
-
-// Refuses text that no config can be, before a parser reports its first odd byte as a
-// character: a NUL anywhere, or outside comments a byte that is not UTF-8, at its line and
-// column (bytes from the line's start, as the parsers count). A comment ('#' outside a string, to
-// the line's end) may hold any other byte, as the text format's tokenizer skips it.
-void require_text(std::string_view text, const std::string& file_name) {
+std::optional<NonTextByte> find_non_text_byte(std::string_view text, const std::string& file_name) {
   std::size_t line_start = 0;
   int line = 1;
   char quote = 0;        // the open string's quote, or 0
@@ -387,9 +381,8 @@ void require_text(std::string_view text, const std::string& file_name) {
       length = c == '\0' ? 0 : kvtier::detail::utf8_sequence_length(text.substr(i));
     }
     if (length == 0) {
-      throw ConfigError(
-          "not a text or JSON config: byte " + std::to_string(i) + " is not UTF-8 text",
-          file_name + ":" + std::to_string(line) + ":" + std::to_string(i - line_start + 1));
+      return NonTextByte{
+          i, file_name + ":" + std::to_string(line) + ":" + std::to_string(i - line_start + 1)};
     }
     if (c == '\n') {
       ++line;
@@ -411,9 +404,8 @@ void require_text(std::string_view text, const std::string& file_name) {
     }
     i += length;
   }
+  return std::nullopt;
 }
-
-}  // namespace
 
 void parse_config(std::string_view text, const std::string& file_name, pb::Message& message,
                   LocationMap& locations) {
@@ -423,7 +415,12 @@ void parse_config(std::string_view text, const std::string& file_name, pb::Messa
   if (text.substr(0, kByteOrderMark.size()) == kByteOrderMark) {
     text.remove_prefix(kByteOrderMark.size());
   }
-  require_text(text, file_name);
+  // Refused before a parser reports the first odd byte as a character.
+  if (const std::optional<NonTextByte> odd = find_non_text_byte(text, file_name)) {
+    throw ConfigError(
+        "not a text or JSON config: byte " + std::to_string(odd->offset) + " is not UTF-8 text",
+        odd->place);
+  }
   if (looks_like_json(text)) {
     detail::parse_json(text, file_name, message, locations);
   } else {

@@ -222,6 +222,15 @@ TEST_CASE("validate: broken live files fail with one line naming the file and fi
 
   const fs::path binary = write_text("trace.bin", std::string("\x89HDF\r\n\x1a\n\0\0", 10));
   expect_one_line_error(run("validate " + quoted(binary)), 3, "trace.bin");
+  // Binary without a NUL (a PNG's signature): neither kind either, placed at its first odd byte.
+  const fs::path image = write_text("figure.png", "\x89PNG\r\n\x1a\n");
+  const Result image_run = run("validate " + quoted(image));
+  expect_one_line_error(image_run, 3, "figure.png:1:1");
+  CHECK_THAT(image_run.err, Catch::Contains("neither a live measurement"));
+  // A comment may hold any byte but NUL, as in configs: this one is a reference, and its error
+  // (no configuration named) is a configuration error.
+  const fs::path latin1 = write_text("latin1.textproto", "# caf\xe9\nname: \"x\"\n");
+  CHECK(run("validate " + quoted(latin1)).exit_code == 2);
 
   nlohmann::json missing = followed_run();
   missing["follow_trace"] = "no-such-trace.h5";

@@ -503,9 +503,13 @@ std::string read_measurement(const std::string& path) {
                     path);
   }
   std::string text = std::move(input.text);
-  if (text.find('\0') != std::string::npos) {
+  // Binary: neither kind of file (exit 3), where a config's loader would say "not a config".
+  if (const std::optional<config::NonTextByte> odd = config::find_non_text_byte(text, path)) {
     throw DataError(
-        "neither a live measurement (JSON) nor a measured reference (protobuf text format)", path);
+        "neither a live measurement (JSON) nor a measured reference (protobuf text "
+        "format): byte " +
+            std::to_string(odd->offset) + " is not UTF-8 text",
+        odd->place);
   }
   return text;
 }
