@@ -84,6 +84,7 @@
 #include <vector>
 
 #include "bench/cuda_copy_load.cuh"
+#include "bench/median.hpp"
 #include "common/text_output.hpp"
 #include "kernels/impl/cuda_kernels.cuh"
 #include "kernels/impl/kv_quantise.hpp"
@@ -222,11 +223,7 @@ std::vector<std::uint32_t> shuffled(std::size_t n, std::uint64_t seed) {
   return order;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
-}
+using kvtier::bench::median;
 
 // JSON has no infinities or NaN: a figure that is not finite is null.
 std::string json_number(double value) {

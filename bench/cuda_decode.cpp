@@ -52,6 +52,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/median.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "kernels/cuda_engine.hpp"
@@ -76,10 +77,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using kvtier::bench::median;
 
 // JSON has no infinities or NaN: a figure that could not be measured (a device reporting no
 // memory clock gives no peak bandwidth) is null.

@@ -46,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/median.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "kernels/impl/cuda_graph.hpp"
@@ -117,10 +118,7 @@ const char* method_name(Method method) {
   return "?";
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using kvtier::bench::median;
 
 std::uint64_t matrix_bytes(const Shape& shape) {
   return static_cast<std::uint64_t>(shape.out) * static_cast<std::uint64_t>(shape.in) *

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median.hpp"
 #include "common/errors.hpp"
 #include "configs/loader.hpp"
 #include "configs/presets.hpp"
@@ -60,10 +61,7 @@ struct Rates {
   long checksum = 0;  // sum of generated ids: equal runs decode the same tokens
 };
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using kvtier::bench::median;
 
 void print_list(const std::vector<double>& values) {
   std::cout << "[";

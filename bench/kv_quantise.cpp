@@ -19,6 +19,7 @@
 #include <random>
 #include <vector>
 
+#include "bench/median.hpp"
 #include "kernels/impl/kv_quantise.hpp"
 
 #ifdef KVTIER_WITH_CUDA
@@ -43,11 +44,7 @@ int argument(int argc, char** argv, int index, int fallback) {
   return value;
 }
 
-// The middle of `times` (the upper middle for an even count).
-double median(std::vector<double> times) {
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using kvtier::bench::median;
 
 }  // namespace
 

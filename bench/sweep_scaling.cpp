@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median.hpp"
 #include "common/errors.hpp"
 #include "configs/loader.hpp"
 #include "configs/presets.hpp"
@@ -64,10 +65,7 @@ double cpu_seconds() {
          static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using kvtier::bench::median;
 
 }  // namespace
 

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/median.hpp"
 #include "common/errors.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/generate.hpp"
@@ -40,10 +41,7 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-double median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
-}
+using kvtier::bench::median;
 
 // Seeded normal weights of standard deviation 0.02 (norm gains 1), as an initialised model.
 kk::ModelWeights random_model() {

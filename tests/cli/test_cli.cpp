@@ -313,21 +313,12 @@ TEST_CASE("usage errors exit 2 with one line", "[cli]") {
   expect_config_error(run("presets list --bogus"), "unrecognised option '--bogus'");
   expect_config_error(run("presets"), "presets needs a subcommand");
   expect_config_error(run("config wrong"), "unknown config subcommand");
-  const Result bare = run("");
-  CHECK(bare.exit_code == 2);
 }
 
 TEST_CASE("devices lists at least the host CPU", "[cli]") {
   const Result result = run("devices --format json");
   CHECK(result.exit_code == 0);
   CHECK_THAT(result.out, Catch::Contains("\"kind\": \"cpu\"") && Catch::Contains("cuda_status"));
-}
-
-TEST_CASE("output is byte-identical from run to run", "[cli]") {
-  const Result first = run("presets show Qwen2.5-72B --format json");
-  const Result second = run("presets show Qwen2.5-72B --format json");
-  CHECK(first.out == second.out);
-  CHECK_FALSE(first.out.empty());
 }
 
 TEST_CASE("sim runs the quickstart by default and reports the serving metrics", "[cli]") {
@@ -378,8 +369,19 @@ TEST_CASE("sim output is byte-identical for the same config and seed", "[cli]") 
   const Result second = run("sim " + path.string() + " --format json");
   CHECK(first.exit_code == 0);
   CHECK(first.out == second.out);
-  const Result reseeded = run("sim " + path.string() + " --format json --set seed=8");
+  // Lengths drawn from the seed: the same seed gives the same figures, another seed others (CSV
+  // holds the figures alone, not the seed).
+  const std::string drawn =
+      " --format csv --set workload.closed_loop.output_tokens.uniform"
+      ".min_tokens=16 --set workload.closed_loop.output_tokens.uniform"
+      ".max_tokens=256";
+  const Result seeded = run("sim " + path.string() + drawn);
+  INFO(seeded.err);
+  REQUIRE(seeded.exit_code == 0);
+  CHECK(run("sim " + path.string() + drawn).out == seeded.out);
+  const Result reseeded = run("sim " + path.string() + drawn + " --set seed=8");
   CHECK(reseeded.exit_code == 0);
+  CHECK(reseeded.out != seeded.out);
 }
 
 TEST_CASE("sim --out writes the report files whole", "[cli]") {

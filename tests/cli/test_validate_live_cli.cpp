@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -528,7 +529,21 @@ TEST_CASE("validate: the H200 live runs have the simulator's byte volumes, times
       const bool full = row["policy"] == "full";
       CHECK(row["calibrated"] == full);
     } else {
-      CHECK(row["projected"].get<double>() >= 0.0);
+      // Copy times under the HGX H200's measured link (docs/VALIDATION.md): H2D within 10% for
+      // the runs without T2; their offloads short by less than a quarter (the slot kernel they
+      // ran stored before it loaded). T2's are reported, not yet within reach.
+      const double measured_s = row["measured"].get<double>();
+      const double projected_s = row["projected"].get<double>();
+      CHECK(projected_s >= 0.0);
+      const std::string id = row["id"];
+      if (measured_s > 0.0 && !id.ends_with("-t2")) {
+        if (metric == "pcie_h2d_busy_s") {
+          CHECK(std::abs(projected_s / measured_s - 1.0) <= 0.10);
+        } else if (metric == "pcie_d2h_busy_s") {
+          CHECK(projected_s < measured_s);
+          CHECK(projected_s >= 0.75 * measured_s);
+        }
+      }
     }
   }
   CHECK(byte_rows == 16);  // eight runs, two directions

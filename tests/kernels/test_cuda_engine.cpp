@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -85,11 +86,14 @@ kk::CudaEngineOptions options(kk::CudaComputeDtype dtype = kk::CudaComputeDtype:
   return result;
 }
 
+// A NaN on either side is the largest difference there is (std::max would drop it).
 float max_difference(std::span<const float> a, std::span<const float> b) {
   REQUIRE(a.size() == b.size());
   float most = 0.0F;
   for (std::size_t i = 0; i < a.size(); ++i) {
-    most = std::max(most, std::abs(a[i] - b[i]));
+    const float difference = std::abs(a[i] - b[i]);
+    most = std::isnan(difference) ? std::numeric_limits<float>::infinity()
+                                  : std::max(most, difference);
   }
   return most;
 }

@@ -140,7 +140,8 @@ def check_model(kind: str, args, scratch: str, device: str) -> None:
         prompt_ids = ",".join(str(t) for t in ours["tokens"][: ours["prompt_tokens"]])
         run([sys.executable, args.script, "--model", model_dir, "--prompt-ids", prompt_ids,
              "--device", device, "--kvtier", args.kvtier, *options, "--out", captured])  # fmt: skip
-        run([args.kvtier, "trace", "validate", captured])
+        for trace in (reference, captured):
+            run([args.kvtier, "trace", "validate", trace])
         compare(kind, dtype, ours, read(captured))
         print(f"  {kind} {dtype}: tokens equal, attention within tolerance")
 

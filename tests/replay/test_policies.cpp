@@ -307,3 +307,69 @@ TEST_CASE("a row that is not finite scores nothing and leaves the layer's later 
     CHECK(skipped_mass == Approx(clean_mass).epsilon(0.05));
   }
 }
+
+namespace {
+
+// Steps `policy` over one layer of `prompt` tokens, step t's row (over prompt + t + 1 tokens,
+// the step's own last) given by `row_of(t, length)`; `check(t, placement)` after each step.
+template <typename RowOf, typename Check>
+void step_one_layer(const std::string& policy, std::uint64_t prompt, std::uint64_t steps,
+                    RowOf row_of, Check check) {
+  const kvtier::replay::ReplayShape shape{1, prompt, steps};
+  const auto registry = kvtier::replay::builtin_policies();
+  auto instance = registry.create(kvtier::replay::parse_policy_string(policy), shape);
+  std::vector<kvtier::replay::LayerPlacement> placement(1);
+  for (std::uint64_t token = 0; token < prompt; ++token) {
+    placement[0].append();
+  }
+  instance->start(shape, placement);
+  kvtier::replay::ReplayStepper stepper(*instance, 1);
+  std::vector<kvtier::replay::StepLayerRecord> records(1);
+  for (std::uint64_t step = 0; step < steps; ++step) {
+    const std::vector<std::vector<float>> rows = {row_of(step, prompt + step + 1)};
+    stepper.step(step, rows, {}, 0, placement, records, true);
+    check(step, placement[0]);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("TOVA never evicts the query's own token, even when it scores lowest", "[replay]") {
+  // Every older token is attended equally and the newest not at all; one row is not finite
+  // (the previous scores stand, the new token's 0).
+  constexpr std::uint64_t kBroken = 7;
+  const auto row_of = [](std::uint64_t step, std::uint64_t length) {
+    std::vector<float> row(length, 1.0F / static_cast<float>(length - 1));
+    row.back() = 0.0F;
+    if (step == kBroken) {
+      row.front() = std::numeric_limits<float>::quiet_NaN();
+    }
+    return row;
+  };
+  step_one_layer("tova:budget=8", 4, 40, row_of,
+                 [](std::uint64_t step, const kvtier::replay::LayerPlacement& layer) {
+                   INFO("step " << step);
+                   CHECK(layer.tier(layer.size() - 1) != Tier::kEvicted);
+                   CHECK(layer.resident() <= 8);
+                 });
+}
+
+TEST_CASE("H2O keeps its whole recent window, even the tokens scoring lowest", "[replay]") {
+  // budget 8, recent 0.5: the newest 4 tokens are never candidates. They get no attention (the
+  // lowest accumulated scores); the older ones share it all.
+  constexpr std::uint64_t kRecent = 4;
+  const auto row_of = [](std::uint64_t, std::uint64_t length) {
+    std::vector<float> row(length, 0.0F);
+    std::fill(row.begin(), row.end() - kRecent, 1.0F / static_cast<float>(length - kRecent));
+    return row;
+  };
+  step_one_layer("h2o:budget=8,recent=0.5", 6, 40, row_of,
+                 [](std::uint64_t step, const kvtier::replay::LayerPlacement& layer) {
+                   INFO("step " << step);
+                   for (std::uint64_t token = layer.size() - kRecent; token < layer.size();
+                        ++token) {
+                     CHECK(layer.tier(token) != Tier::kEvicted);
+                   }
+                   CHECK(layer.resident() == std::min<std::uint64_t>(layer.size(), 8));
+                 });
+}

@@ -29,7 +29,11 @@ float prefill_decode_gap(Engine& batched, Engine& stepwise, std::span<const std:
   }
   float gap = 0.0F;
   for (std::size_t i = 0; i < expected.size(); ++i) {
-    gap = std::max(gap, std::abs(logits[i] - expected[i]));
+    const float difference = std::abs(logits[i] - expected[i]);
+    if (std::isnan(difference)) {
+      return std::numeric_limits<float>::infinity();  // std::max would drop it
+    }
+    gap = std::max(gap, difference);
   }
   return gap;
 }
