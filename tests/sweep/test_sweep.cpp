@@ -333,6 +333,13 @@ TEST_CASE("sweep: metric columns keep the simulator's order when rows lack some"
   CHECK(table.rows.front().point == 0);
   CHECK(kvtier::sweep::results_csv(table) ==
         "point,policy,error,a,b,c,d\n0,full,,1,2,3,4\n1,full,,1,,3,\n2,full,boom,,,,\n");
+  // The first row (by point) lacking some: each later name goes after the one before it.
+  const std::vector<Row> sparse_first = {
+      {0, {}, "full", "", {{"a", "1"}, {"c", "3"}}},
+      {1, {}, "full", "", {{"a", "1"}, {"b", "2"}, {"c", "3"}, {"d", "4"}}},
+  };
+  CHECK(kvtier::sweep::make_table("t", "hash", {}, sparse_first).metric_columns ==
+        std::vector<std::string>{"a", "b", "c", "d"});
 }
 
 TEST_CASE("sweep: results are the same bytes for any number of threads", "[sweep]") {

@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/traces/trace_fixture.hpp"
@@ -224,10 +226,23 @@ TEST_CASE("NaN rows are refused by reads and reported by validation", "[traces][
 
 TEST_CASE("weights that are no probability and broken key norms are refused by reads",
           "[traces][corruption]") {
-  // Before, a negative or huge weight replayed to a kept mass of 1e28 with exit 0.
-  for (const float weight : {-0.5F, 2.0F}) {
-    INFO("weight " << weight);
-    const fs::path path = fresh(weight < 0 ? "negative" : "above_one");
+  // Before, a negative or huge weight replayed to a kept mass of 1e28 with exit 0. Each storage
+  // dtype has its own read path (FP16 through the half conversions, FP32 directly).
+  const auto fresh_as = [](const std::string& name, config::DType dtype) {
+    config::TraceMeta meta = corruptible_meta();
+    meta.set_attention_dtype(dtype);
+    const fs::path path = trace_scratch() / (name + ".h5");
+    traces::WriterOptions options;
+    options.chunk_elements = 32;
+    kvtier::test::write_test_trace(path, meta, options);
+    return path;
+  };
+  for (const auto& [weight, dtype] :
+       {std::pair{-0.5F, config::FP16}, std::pair{2.0F, config::FP16},
+        std::pair{-0.5F, config::FP32}, std::pair{2.0F, config::FP32},
+        std::pair{std::numeric_limits<float>::infinity(), config::FP32}}) {
+    INFO("weight " << weight << ", stored as " << config::DType_Name(dtype));
+    const fs::path path = fresh_as("bad_weight_" + config::DType_Name(dtype), dtype);
     RawFile(path).write_element("/attention/mean/layer_001", H5T_NATIVE_FLOAT, 50, &weight);
     const traces::TraceReader reader(path);
     traces::DenseRows rows;
