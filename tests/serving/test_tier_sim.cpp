@@ -11,10 +11,12 @@
 #include "common/errors.hpp"
 #include "configs/schema/run.pb.h"
 #include "hwmodels/link_math.hpp"
+#include "hwmodels/model_shape.hpp"
 #include "serving/engine.hpp"
 #include "serving/simulation.hpp"
 #include "serving/tier_demand.hpp"
 #include "serving/tier_timing.hpp"
+#include "serving/workload.hpp"
 #include "tests/support/config_fixture.hpp"
 #include "traces/synth.hpp"
 
@@ -128,6 +130,29 @@ TEST_CASE("a deeper staging buffer starts a late layer's copy earlier", "[tiers]
   const auto synchronous = time_pipeline(Tick::ms(1), layers, 0, rates);
   CHECK(synchronous.layers_end == Tick::ms(7));
   CHECK(synchronous.stall == Tick::ms(3));
+}
+
+TEST_CASE("admission reserves a tiered request's HBM peak and staging for lookahead + 1 layers",
+          "[tiers]") {
+  for (const std::uint32_t lookahead : {1U, 3U}) {
+    INFO("lookahead " << lookahead);
+    const RunSpec run =
+        tiered_run("tiered:hbm=0.5,evict=0,delta=64,recent=32",
+                   {"tiering.prefetch_lookahead_layers=" + std::to_string(lookahead),
+                    "workload.closed_loop.concurrency=1", "workload.closed_loop.num_requests=1"});
+    const kvtier::serving::Workload workload =
+        kvtier::serving::make_workload(run.workload(), run.seed());
+    const kvtier::serving::TierDemand demand(run, run.policy(), workload);
+    const kvtier::serving::RequestPeaks& peaks = demand.peaks(0);
+    REQUIRE(peaks.staged_tokens > 0.0);
+    // The staging buffer holds the layer being read and the `lookahead` layers copied ahead.
+    const double bytes =
+        kvtier::hw::kv_bytes_per_token_per_layer(run.model()) / run.tensor_parallel_degree();
+    const double expected =
+        (peaks.hbm_token_layers + peaks.staged_tokens * (lookahead + 1)) * bytes;
+    const auto values = metrics(run);
+    CHECK(values.at("hbm_kv_reserved_peak_gib") == Approx(expected / (1U << 30U)).epsilon(1e-12));
+  }
 }
 
 TEST_CASE("offloads extend an iteration only when they outlast the layers", "[tiers]") {
