@@ -3,6 +3,7 @@
 // presets use) and float32 views of every weight, plus what keeps those views alive.
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,11 @@ struct ModelWeights {
 // Checks the architecture fields the forward pass relies on (head grouping, even head_dim,
 // supported RoPE scaling); throws DataError naming the field and `where`.
 void check_engine_spec(const config::ModelSpec& spec, const std::string& where);
+
+// Checks the tokens of one forward call starting at `position`: at least one, each inside the
+// vocabulary, the last within max_position_embeddings. Throws DataError naming the model.
+void check_forward_tokens(const config::ModelSpec& spec, int position,
+                          std::span<const std::int32_t> tokens);
 
 // The tensor shapes a spec implies, for loaders to check against.
 struct ExpectedShapes {

@@ -64,7 +64,6 @@ class CpuEngine final : public Engine {
   };
 
   std::span<const float> run(std::span<const std::int32_t> tokens, bool prefill);
-  void check_input(std::span<const std::int32_t> tokens) const;
   void ensure_capacity(int positions);
   void rms_norm_rows(const WeightTensor& weight);
   void head_rms_norm(float* vectors, int heads, const WeightTensor& weight) const;
@@ -104,26 +103,6 @@ class CpuEngine final : public Engine {
   VectorXf logits_;
 };
 
-void CpuEngine::check_input(std::span<const std::int32_t> tokens) const {
-  if (tokens.empty()) {
-    throw DataError("no tokens to run", spec_.name());
-  }
-  const auto end = static_cast<std::int64_t>(position_) + static_cast<std::int64_t>(tokens.size());
-  if (end > max_positions_) {
-    throw DataError(std::to_string(tokens.size()) + " tokens at position " +
-                        std::to_string(position_) + " pass the model's max_position_embeddings (" +
-                        std::to_string(max_positions_) + ")",
-                    spec_.name());
-  }
-  for (const std::int32_t token : tokens) {
-    if (token < 0 || static_cast<std::uint32_t>(token) >= spec_.vocab_size()) {
-      throw DataError("token id " + std::to_string(token) + " is outside the vocabulary (" +
-                          std::to_string(spec_.vocab_size()) + " tokens)",
-                      spec_.name());
-    }
-  }
-}
-
 void CpuEngine::ensure_capacity(int positions) {
   if (positions <= capacity_) {
     return;
@@ -138,9 +117,9 @@ void CpuEngine::ensure_capacity(int positions) {
 }
 
 std::span<const float> CpuEngine::run(std::span<const std::int32_t> tokens, bool prefill) {
-  check_input(tokens);
+  check_forward_tokens(spec_, position_, tokens);
   const int rows = static_cast<int>(tokens.size());
-  if (rows < 1) {  // check_input refuses this already; stated again for the analyzer
+  if (rows < 1) {  // check_forward_tokens refuses this already; stated again for the analyzer
     throw DataError("no tokens to run", spec_.name());
   }
   if (kv_store_ == nullptr) {

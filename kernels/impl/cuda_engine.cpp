@@ -288,26 +288,6 @@ void CudaEngine::upload_weights() {
   check_(cudaStreamSynchronize(stream_.get()), "cudaStreamSynchronize (weight upload)");
 }
 
-void CudaEngine::check_input(std::span<const std::int32_t> tokens) const {
-  if (tokens.empty()) {
-    throw DataError("no tokens to run", spec_.name());
-  }
-  const auto end = static_cast<std::int64_t>(position_) + static_cast<std::int64_t>(tokens.size());
-  if (end > max_positions_) {
-    throw DataError(std::to_string(tokens.size()) + " tokens at position " +
-                        std::to_string(position_) + " pass the model's max_position_embeddings (" +
-                        std::to_string(max_positions_) + ")",
-                    spec_.name());
-  }
-  for (const std::int32_t token : tokens) {
-    if (token < 0 || static_cast<std::uint32_t>(token) >= spec_.vocab_size()) {
-      throw DataError("token id " + std::to_string(token) + " is outside the vocabulary (" +
-                          std::to_string(spec_.vocab_size()) + " tokens)",
-                      spec_.name());
-    }
-  }
-}
-
 void CudaEngine::reset() {
   select_device();
   position_ = 0;
@@ -429,7 +409,7 @@ static_assert(kCudaWarpRowsMaxRows <= cuda::kWarpRowsMaxRows,
 std::span<const float> CudaEngine::run(std::span<const std::int32_t> tokens, bool prefill) {
   select_device();
   report_observer_failure();
-  check_input(tokens);
+  check_forward_tokens(spec_, position_, tokens);
   try {
     return forward(tokens, prefill);
   } catch (...) {

@@ -117,7 +117,6 @@ class CudaEngine final : public Engine {
                        ForwardObserver* observer, DeviceKeyValueStore* store,
                        const ForwardInputs& inputs, std::size_t gathered_step_bytes);
   [[nodiscard]] std::span<const float> finish_forward(int rows);
-  void check_input(std::span<const std::int32_t> tokens) const;
   void report_observer_failure();
   void abandon_deliveries() noexcept;
   void ensure_cache(int positions);

@@ -1,5 +1,7 @@
 #include "kernels/model_weights.hpp"
 
+#include <string>
+
 #include "common/errors.hpp"
 
 namespace kvtier::kernels {
@@ -63,6 +65,27 @@ void check_engine_spec(const config::ModelSpec& spec, const std::string& where) 
           "rope_scaling of type llama3 needs 0 < low_freq_factor < high_freq_factor and "
           "original_max_position_embeddings",
           where);
+    }
+  }
+}
+
+void check_forward_tokens(const config::ModelSpec& spec, int position,
+                          std::span<const std::int32_t> tokens) {
+  if (tokens.empty()) {
+    throw DataError("no tokens to run", spec.name());
+  }
+  const auto end = static_cast<std::int64_t>(position) + static_cast<std::int64_t>(tokens.size());
+  if (end > spec.max_position_embeddings()) {
+    throw DataError(std::to_string(tokens.size()) + " tokens at position " +
+                        std::to_string(position) + " pass the model's max_position_embeddings (" +
+                        std::to_string(spec.max_position_embeddings()) + ")",
+                    spec.name());
+  }
+  for (const std::int32_t token : tokens) {
+    if (token < 0 || static_cast<std::uint32_t>(token) >= spec.vocab_size()) {
+      throw DataError("token id " + std::to_string(token) + " is outside the vocabulary (" +
+                          std::to_string(spec.vocab_size()) + " tokens)",
+                      spec.name());
     }
   }
 }

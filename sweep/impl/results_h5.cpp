@@ -161,16 +161,7 @@ void write_results_h5(const std::filesystem::path& path, const ResultTable& tabl
   TemporaryFile temporary(path);
   {
     const char* what = "cannot create the results file";
-    const Handle creation =
-        h5::checked(H5Pcreate(H5P_FILE_CREATE), H5Pclose, Blame::kOutput, what, name);
-    h5::check(H5Pset_obj_track_times(creation.get(), 0), Blame::kOutput, what, name);
-    const Handle access =
-        h5::checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, Blame::kOutput, what, name);
-    h5::check(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), Blame::kOutput,
-              what, name);
-    Handle file = h5::checked(
-        H5Fcreate(temporary.path().c_str(), H5F_ACC_TRUNC, creation.get(), access.get()), H5Fclose,
-        Blame::kOutput, what, name);
+    Handle file = h5::create_file(temporary.path().string(), what, name);
     write_table(file.get(), table, name);
     if (!file.reset()) {
       h5::raise(Blame::kOutput, "cannot close the results file (disk full?)", name);

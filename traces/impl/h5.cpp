@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <utility>
 
 #include "common/errors.hpp"
@@ -338,6 +340,28 @@ void write_uint_attribute(hid_t object, const char* name, std::uint64_t value,
       checked(H5Acreate2(object, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
               Blame::kOutput, what, where_text);
   check(H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &value), Blame::kOutput, what, where_text);
+}
+
+Handle create_file(const std::string& path, const char* what, const std::string& file_name) {
+  const Handle creation =
+      checked(H5Pcreate(H5P_FILE_CREATE), H5Pclose, Blame::kOutput, what, file_name);
+  check(H5Pset_obj_track_times(creation.get(), 0), Blame::kOutput, what, file_name);
+  const Handle access =
+      checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, Blame::kOutput, what, file_name);
+  check(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), Blame::kOutput, what,
+        file_name);
+  // HDF5's error stack is silenced; the operating system's reason is in errno.
+  errno = 0;
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, creation.get(), access.get());
+  if (file < 0) {
+    const int reason = errno;
+    raise(Blame::kOutput,
+          std::string(what) + (reason != 0
+                                   ? std::string(" (system error: ") + std::strerror(reason) + ")"
+                                   : std::string()),
+          file_name);
+  }
+  return {file, H5Fclose};
 }
 
 void create_parent_groups(hid_t file, std::string_view path, const std::string& file_name) {

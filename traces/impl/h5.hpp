@@ -87,6 +87,15 @@ void read_block(hid_t dataset, hid_t memory_type, std::span<const hsize_t> start
 
 // --- Writing ------------------------------------------------------------------------------
 
+// Creates (truncating) the HDF5 file at `path` with no timestamps, so that the same content gives
+// the same bytes, in the HDF5 1.10 file format: chunk indexes of fixed-size datasets are a flat
+// array (or nothing, for a single chunk) instead of a B-tree, smaller and faster to look up, and
+// readable by every HDF5 since 1.10 (2016), h5dump and h5py included. Failures raise as
+// Blame::kOutput with `what`, the operating system's reason when there is one, and `file_name`
+// (the name to report: usually the final path, where `path` is its temporary twin).
+[[nodiscard]] Handle create_file(const std::string& path, const char* what,
+                                 const std::string& file_name);
+
 void write_string_attribute(hid_t object, const char* name, std::string_view value,
                             const std::string& where_text);
 void write_uint_attribute(hid_t object, const char* name, std::uint64_t value,

@@ -271,30 +271,8 @@ void TraceWriter::Impl::create_file() {
                 final_path_.string());
     }
   }
-  const Handle properties = h5::checked(H5Pcreate(H5P_FILE_CREATE), H5Pclose, Blame::kOutput,
-                                        "cannot create the trace file", name_);
-  h5::check(H5Pset_obj_track_times(properties.get(), 0), Blame::kOutput,
-            "cannot create the trace file", name_);
-  // HDF5 1.10 file format: chunk indexes for fixed-size datasets are a flat array (or nothing,
-  // for a single chunk) instead of a B-tree, smaller and faster to look up. Readable by every
-  // HDF5 since 1.10 (2016), h5dump and h5py included.
-  const Handle access = h5::checked(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, Blame::kOutput,
-                                    "cannot create the trace file", name_);
-  h5::check(H5Pset_libver_bounds(access.get(), H5F_LIBVER_V110, H5F_LIBVER_V110), Blame::kOutput,
-            "cannot create the trace file", name_);
-  // HDF5's error stack is silenced (h5.hpp); the operating system's reason is in errno.
-  errno = 0;
-  const hid_t file =
-      H5Fcreate(temporary_.path().c_str(), H5F_ACC_TRUNC, properties.get(), access.get());
-  if (file < 0) {
-    const int reason = errno;
-    h5::raise(Blame::kOutput,
-              std::string("cannot create the trace file") +
-                  (reason != 0 ? std::string(" (system error: ") + std::strerror(reason) + ")"
-                               : std::string()),
-              final_path_.string());
-  }
-  file_ = Handle(file, H5Fclose);
+  file_ = h5::create_file(temporary_.path().string(), "cannot create the trace file",
+                          final_path_.string());
   const Handle root = h5::checked(H5Oopen(file_.get(), "/", H5P_DEFAULT), H5Oclose, Blame::kOutput,
                                   "cannot open the root group", name_);
   write_root_attributes(root.get(), options_.producer,
