@@ -9,7 +9,8 @@
 // request longer than its trace is a ConfigError unless the run sets tiering.extend_synthetic;
 // the steps past the trace then read a synthetic trace's replay, and the report gives their
 // share. Requests are assigned to traces uniformly at random from the run's seed (stream
-// kTraceAssignment), in request order.
+// kTraceAssignment), in request order. On a sliding-window model a request attending past the
+// window is a ConfigError (the window drops tokens that a trace's placement still holds).
 //
 // Step semantics are the live cache's (kernels/live.hpp, docs/LIVE.md): decode step t stages
 // for attention the placement in force before its policy step (the previous step's, or the

@@ -42,6 +42,20 @@ TierDemand::~TierDemand() = default;
 
 TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& policy,
                        const Workload& workload, DemandMemo* memo) {
+  // Past a sliding window a serving engine drops the oldest KV rather than tiering it, and the
+  // window caps what attention reads, so a trace step's placement no longer describes the cache.
+  if (run.model().has_sliding_window()) {
+    for (std::size_t i = 0; i < workload.requests.size(); ++i) {
+      const std::uint64_t context = last_context(workload.requests[i]);
+      if (context > run.model().sliding_window()) {
+        throw ConfigError(describe_request(workload, i) + " attends up to " +
+                          std::to_string(context) + " tokens, past model.sliding_window (" +
+                          std::to_string(run.model().sliding_window()) +
+                          "): tier policies are modelled within a sliding window only; use the "
+                          "full cache (policy full) or requests that fit the window");
+      }
+    }
+  }
   DemandMemo local;
   DemandMemo& shared = memo != nullptr ? *memo : local;
   const std::string policy_key = policy.SerializeAsString();

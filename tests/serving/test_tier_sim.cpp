@@ -459,6 +459,20 @@ TEST_CASE("requests follow traces, and one too short is refused unless extended"
   std::filesystem::remove_all(folder);
 }
 
+TEST_CASE("tier policies run within a sliding window and are refused past it", "[tiers]") {
+  // Requests attend up to 1,023 tokens: a 1,024-token window changes nothing.
+  const std::string policy = "tiered:hbm=0.5,evict=0.1";
+  const auto unwindowed = metrics(tiered_run(policy));
+  const auto windowed = metrics(tiered_run(policy, {"model.sliding_window=1024"}));
+  CHECK(windowed == unwindowed);
+  // Past the window a step's trace placement no longer describes the cache (the window drops
+  // the oldest tokens): refused, naming the field. The full cache still runs.
+  const RunSpec past = tiered_run(policy, {"model.sliding_window=1000"});
+  CHECK_THROWS_WITH(kvtier::serving::simulate(past),
+                    Catch::Contains("past model.sliding_window (1000)"));
+  CHECK_NOTHROW(kvtier::serving::simulate(tiered_run("full", {"model.sliding_window=1000"})));
+}
+
 TEST_CASE("a policy other than full needs a tiering block", "[tiers]") {
   const auto lines = kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run() +
                                                      "\ncompare { name: \"tiered\" }\n");
