@@ -104,9 +104,13 @@ std::vector<std::uint64_t> layer_budgets(const PolicyParameters& params, std::ui
   const double spread = std::max(budget - kWindow, 0.0);
   double low = spread / kBeta;
   double high = 2.0 * spread - low;
-  // PyramidKV's own code caps the first layer at the prompt beyond the window and raises the last
-  // by as much, so that a short prompt does not leave the budget of the first layers unused.
+  // PyramidKV's own code (PyramidKVCluster.update_kv) compresses a prompt shorter than 2(B − w)
+  // with the uniform budget, and otherwise caps the first layer at the prompt beyond the window
+  // and raises the last by as much, so that the budget of the first layers is not left unused.
   if (compressed_prompt.has_value()) {
+    if (static_cast<double>(*compressed_prompt) < 2.0 * spread) {
+      return std::vector<std::uint64_t>(layers, static_cast<std::uint64_t>(budget));
+    }
     const double prompt_beyond_window = static_cast<double>(*compressed_prompt) - kWindow;
     if (prompt_beyond_window > 0.0 && high >= prompt_beyond_window) {
       high = prompt_beyond_window;

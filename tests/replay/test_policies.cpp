@@ -162,17 +162,23 @@ TEST_CASE("pyramid budgets fall with depth and average the mean budget", "[repla
   }
 }
 
-TEST_CASE("a prompt-compressing pyramid is capped at the prompt, as PyramidKV's code does",
-          "[replay]") {
+TEST_CASE(
+    "a prompt-compressing pyramid is uniform for a short prompt and capped at the prompt, "
+    "as PyramidKV's code does",
+    "[replay]") {
   const auto registry = kvtier::replay::builtin_policies();
   const auto* info = registry.find("pyramidkv");
   REQUIRE(info != nullptr);
   const kvtier::replay::PolicyParameters params(
       "pyramidkv", info->params, kvtier::replay::parse_policy_string("pyramidkv:budget=400"));
-  // B 400, w 64: min 16.8, max 655.2 — beyond a 512-token prompt's 448 tokens past the window,
-  // so max becomes 448 and min 2·336 − 448 = 224: 448, 392, 336, 280, 224, each plus 64.
   using Budgets = std::vector<std::uint64_t>;
-  CHECK(kvtier::replay::layer_budgets(params, 5, 512) == Budgets{512, 456, 400, 344, 288});
+  // B 400, w 64: a prompt shorter than 2(B − w) = 672 is compressed with B in every layer.
+  const Budgets uniform(5, 400);
+  CHECK(kvtier::replay::layer_budgets(params, 5, 512) == uniform);
+  CHECK(kvtier::replay::layer_budgets(params, 5, 671) == uniform);
+  // From 672 on, the pyramid: min 16.8, max 655.2 — beyond a 700-token prompt's 636 tokens past
+  // the window, so max becomes 636 and min 2·336 − 636 = 36: 636, 486, 336, 186, 36, each + 64.
+  CHECK(kvtier::replay::layer_budgets(params, 5, 700) == Budgets{700, 550, 400, 250, 100});
   // A prompt long enough leaves the paper's pyramid; no prompt (decode-time policies) as well.
   const Budgets uncapped{719, 560, 400, 240, 81};
   CHECK(kvtier::replay::layer_budgets(params, 5, 4096) == uncapped);
