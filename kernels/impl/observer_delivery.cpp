@@ -207,6 +207,11 @@ void DeliveryQueue::discard_pending() {
   discarding_ = false;
 }
 
+bool DeliveryQueue::releasing_undelivered() {
+  const std::lock_guard lock(mutex_);
+  return stopping_ || discarding_;
+}
+
 void DeliveryQueue::forget_failure() {
   const std::lock_guard lock(mutex_);
   failure_ = nullptr;

@@ -94,6 +94,9 @@ class DeliveryQueue {
   void discard_pending();
   // Drops a failure not yet reported (for paths that must not throw).
   void forget_failure();
+  // Whether discard_pending() or the destructor has begun, so that jobs popped from now on are
+  // released without being delivered (what a test waits for rather than sleeping).
+  [[nodiscard]] bool releasing_undelivered();
 
  private:
   void run_thread();

@@ -114,6 +114,19 @@ TEST_CASE("an observer's exception is reported once, on the engine's thread",
   CHECK(delivered == std::vector<int>{0, 1, 7});
 }
 
+namespace {
+
+// Until `queue` releases jobs undelivered; bounded, so that a queue that never does fails the
+// test's checks instead of hanging it.
+void wait_until_releasing(DeliveryQueue& queue) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!queue.releasing_undelivered() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+}
+
+}  // namespace
+
 TEST_CASE("discarded jobs are released without being delivered", "[kernels][cuda][delivery]") {
   DeliveryQueue queue(true);
   std::vector<int> delivered;
@@ -132,8 +145,9 @@ TEST_CASE("discarded jobs are released without being delivered", "[kernels][cuda
     queue.push({[] {}, [&, i] { delivered.push_back(i); }, [&] { ++released; }});
   }
   started.get_future().wait();
+  // The first job's wait ends only once discard_pending() has begun, whatever the scheduling.
   std::thread opener([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    wait_until_releasing(queue);
     go.set_value();
   });
   queue.discard_pending();
@@ -150,24 +164,30 @@ TEST_CASE("a queue destroyed with jobs pending releases them without delivering"
           "[kernels][cuda][delivery]") {
   std::atomic<int> delivered{0};
   std::atomic<int> released{0};
+  std::promise<void> started;
   std::promise<void> go;
   std::shared_future<void> go_future = go.get_future().share();
   std::thread opener;
   {
     DeliveryQueue queue(true);
-    queue.push({[go_future] { go_future.wait(); }, [&] { ++delivered; }, [&] { ++released; }});
+    queue.push({[&started, go_future] {
+                  started.set_value();
+                  go_future.wait();
+                },
+                [&] { ++delivered; }, [&] { ++released; }});
     for (int i = 0; i < 10; ++i) {
       queue.push({[] {}, [&] { ++delivered; }, [&] { ++released; }});
     }
-    // The first job is still waiting when the destructor begins.
-    opener = std::thread([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    started.get_future().wait();
+    // The first job, popped before the destructor began, waits until the destructor has begun.
+    opener = std::thread([&queue, &go] {
+      wait_until_releasing(queue);
       go.set_value();
     });
   }
   opener.join();
   CHECK(released == 11);
-  CHECK(delivered <= 1);  // at most the job already popped when the destructor began
+  CHECK(delivered == 1);  // the job already popped when the destructor began, and no other
 }
 
 TEST_CASE("synchronous delivery runs each job at once on the caller's thread",
