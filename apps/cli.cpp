@@ -442,12 +442,18 @@ kernels::CpuEngineOptions cpu_engine_option(const boost::program_options::variab
   if (device != "cpu") {
     throw ConfigError("--threads applies to --device cpu (the CUDA engine runs on the GPU)");
   }
-  options.threads = values["threads"].as<int>();
-  if (options.threads < 1 || options.threads > kMaxEngineThreads) {
-    throw ConfigError("--threads " + std::to_string(options.threads) + ": from 1 to " +
+  options.threads = thread_count_option(values, "threads");
+  return options;
+}
+
+int thread_count_option(const boost::program_options::variables_map& values,
+                        const std::string& name) {
+  const int threads = values[name].as<int>();
+  if (threads < 1 || threads > kMaxEngineThreads) {
+    throw ConfigError("--" + name + " " + std::to_string(threads) + ": from 1 to " +
                       std::to_string(kMaxEngineThreads));
   }
-  return options;
+  return threads;
 }
 
 boost::program_options::options_description cuda_engine_options() {

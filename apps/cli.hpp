@@ -157,6 +157,9 @@ kernels::DeviceInfo check_engine_device(const std::string& device);
 [[nodiscard]] boost::program_options::options_description cpu_engine_options();
 [[nodiscard]] kernels::CpuEngineOptions cpu_engine_option(
     const boost::program_options::variables_map& values, const std::string& device);
+// The value of the thread-count option --NAME (given): ConfigError outside 1 to 1024.
+[[nodiscard]] int thread_count_option(const boost::program_options::variables_map& values,
+                                      const std::string& name);
 // The options --cuda-attention split-keys|per-head, --cuda-gemm cublas|warp-rows and
 // --cuda-fusion off|on (the CUDA engine's attention kernel, small-call GEMM and fused kernels,
 // docs/ENGINE.md), for commands that run an engine.

@@ -111,6 +111,9 @@ int run_live(const Arguments& args, Context& context) {
       "cuda-copies", po::value<std::string>(),
       "--device cuda: what moves the tiers' full-precision slots: kernels (default: over mapped "
       "host memory, on the SMs) or copy-engines (batched DMA copies; docs/LIVE.md)")(
+      "recode-threads", po::value<int>()->default_value(1),
+      "host threads recoding T1 <-> T2 tokens between steps, on the step's path; the same bytes "
+      "for every count")(
       "t0-budget", po::value<std::string>(),
       "hard limit of the T0 arena, e.g. 2MiB (default: the full cache of prompt + new tokens)")(
       "no-reference", "skip the full-cache run (no divergence figures)")(
@@ -131,7 +134,8 @@ int run_live(const Arguments& args, Context& context) {
           "                                  [--cuda-gemm cublas|warp-rows]\n"
           "                                  [--cuda-fusion off|on]\n"
           "                                  [--cuda-copies kernels|copy-engines]]\n"
-          "                   [--t0-budget BYTES] [--no-reference] [--measure FILE]\n\n"
+          "                   [--recode-threads N] [--t0-budget BYTES] [--no-reference]\n"
+          "                   [--measure FILE]\n\n"
           "Decodes (greedy, or sampled with a seed) with the real tiered KV cache (T0 arena, T1\n"
           "host staged before each layer's attention, T2 8-bit, T3 dropped), placed step by step\n"
           "by the replay's policy, and compares it with the full cache on the same tokens\n"
@@ -164,6 +168,7 @@ int run_live(const Arguments& args, Context& context) {
   }
   kernels::LiveOptions live_options;
   live_options.copies = copies;
+  live_options.recode_threads = thread_count_option(values, "recode-threads");
   live_options.max_new_tokens = values["max-new-tokens"].as<int>();
   if (live_options.max_new_tokens < 1) {
     throw ConfigError("--max-new-tokens must be at least 1");
@@ -270,6 +275,10 @@ int run_live(const Arguments& args, Context& context) {
              ? "fused kernels, "
              : "") +
         std::string(kernels::cache_copies_name(copies)) + " copies";
+  }
+  // A cache recoding on one thread, as every run did before the option, names none.
+  if (live_options.recode_threads > 1) {
+    ran_on.detail += ", " + std::to_string(live_options.recode_threads) + " recode threads";
   }
   provenance.set_tool(version_line() + " live");
   provenance.set_device(device);

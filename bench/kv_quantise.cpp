@@ -6,6 +6,11 @@
 // In a CUDA build it also times the CUDA backend's whole recodes of BF16 slots
 // (cuda::host_to_float then quantise_token; dequantise_token then cuda::host_from_float).
 //
+// Then the batch of `tokens` quantised as the live cache spreads a phase's recodes over its
+// recode threads (kernels/impl/host_recode.hpp, `kvtier live --recode-threads`): 1, 2, 4, ...
+// threads up to this machine's hardware threads (16 at most), interleaved, wall time per
+// token-layer; the codes must equal the single-threaded ones.
+//
 // Usage: kvtier_bench_kv_quantise [kv_heads=32] [head_dim=128] [tokens=512] [repeats=15]
 // Prints one JSON line: microseconds per token-layer (medians over the repeats, each repeat
 // recoding `tokens` distinct token-layers), and the plain form's time over the shipped one's.
@@ -16,11 +21,16 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <random>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "bench/median.hpp"
+#include "kernels/impl/host_recode.hpp"
 #include "kernels/impl/kv_quantise.hpp"
+#include "kernels/impl/worker_pool.hpp"
 
 #ifdef KVTIER_WITH_CUDA
 #include "kernels/impl/cuda_kernels.cuh"
@@ -142,14 +152,56 @@ int main(int argc, char** argv) {
 #else
   const char* const cuda_figures = "";
 #endif
+  // The batch over the recode pool, as the live cache recodes a phase.
+  std::vector<int> pool_threads;
+  const int hardware = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  for (int threads = 1; threads <= std::min(hardware, 16); threads *= 2) {
+    pool_threads.push_back(threads);
+  }
+  std::vector<std::unique_ptr<kvtier::kernels::WorkerPool>> pools;
+  pools.reserve(pool_threads.size());
+  for (const int threads : pool_threads) {
+    pools.push_back(std::make_unique<kvtier::kernels::WorkerPool>(threads));
+  }
+  std::vector<std::vector<double>> pool_us(pools.size());
+  std::vector<std::int8_t> pooled(shipped.size());
+  quantise_all(shipped_quantise, shipped);
+  for (int r = 0; r < repeats; ++r) {
+    for (std::size_t p = 0; p < pools.size(); ++p) {
+      std::fill(pooled.begin(), pooled.end(), std::int8_t{0});
+      const auto start = Clock::now();
+      kvtier::kernels::recode_on_pool(*pools[p], static_cast<std::size_t>(tokens), values, 0,
+                                      [&](std::size_t t, float*) {
+                                        q::quantise_token(keys_values.data() + t * values, kv_heads,
+                                                          head_dim, pooled.data() + t * compressed);
+                                      });
+      pool_us[p].push_back(per_token_us(start));
+      if (pooled != shipped) {
+        std::fprintf(stderr, "kvtier_bench_kv_quantise: %d threads wrote other codes\n",
+                     pool_threads[p]);
+        return 1;
+      }
+    }
+  }
+  std::string pool_figures = ", \"pool_threads\": [";
+  std::string pool_times = "], \"pool_quantise_us_per_token_layer\": [";
+  for (std::size_t p = 0; p < pools.size(); ++p) {
+    char figure[32];
+    std::snprintf(figure, sizeof figure, "%.3f", median(pool_us[p]));
+    pool_figures += (p == 0 ? "" : ", ") + std::to_string(pool_threads[p]);
+    pool_times += (p == 0 ? "" : ", ") + std::string(figure);
+  }
+  pool_figures += pool_times + "]";
+
   const double quantise = median(shipped_us);
   const double reference = median(plain_us);
   std::printf(
       "{\"kv_heads\": %d, \"head_dim\": %d, \"tokens\": %d, \"repeats\": %d, "
       "\"quantise_us_per_token_layer\": %.3f, \"plain_quantise_us_per_token_layer\": %.3f, "
       "\"plain_over_shipped\": %.2f, \"dequantise_us_per_token_layer\": %.3f, "
-      "\"checksum\": %.6f%s}\n",
+      "\"checksum\": %.6f%s%s}\n",
       kv_heads, head_dim, tokens, repeats, quantise, reference, reference / quantise,
-      median(dequantise_us), static_cast<double>(back[values / 2]), cuda_figures);
+      median(dequantise_us), static_cast<double>(back[values / 2]), cuda_figures,
+      pool_figures.c_str());
   return 0;
 }

@@ -39,6 +39,8 @@ struct LiveOptions {
   std::uint64_t t0_budget_bytes = 0;
   // What moves the CUDA backend's full-precision slots (TieredCacheOptions::copies).
   CacheCopies copies = CacheCopies::kKernels;
+  // Host threads recoding T1 <-> T2 tokens between steps (TieredCacheOptions::recode_threads).
+  int recode_threads = 1;
   // Keep every decode step's logits in LiveResult::logits (tests).
   bool keep_logits = false;
   // Trace-driven mode: model layer l reads the source's layer replay::project_layers(source

@@ -29,6 +29,8 @@
 
 namespace kvtier::kernels {
 
+class WorkerPool;
+
 // What moves full-precision slots between device and host memory on the CUDA backend.
 enum class CacheCopies {
   // Kernels that read or write the mapped host tiers in place, one block per slot: any batch
@@ -62,6 +64,10 @@ struct TieredCacheOptions {
   bool reserve_t2 = false;
   // The CUDA backend's copies (the CPU backend copies in host memory either way).
   CacheCopies copies = CacheCopies::kKernels;
+  // Host threads (the caller included) recoding T1 <-> T2 token-layers between steps, on the
+  // step's path (kernels/impl/host_recode.hpp); at least 1. The bytes are the same for every
+  // count.
+  int recode_threads = 1;
 };
 
 // options.t0_budget_bytes, or when it is 0 the full cache: max_positions * layers * token_bytes
@@ -141,7 +147,7 @@ class HostBlocks {
 class TieredKvCache final : public LiveKvCache, public KeyValueStore {
  public:
   TieredKvCache(const config::ModelSpec& spec, const TieredCacheOptions& options);
-  ~TieredKvCache() override = default;
+  ~TieredKvCache() override;
   TieredKvCache(const TieredKvCache&) = delete;
   TieredKvCache& operator=(const TieredKvCache&) = delete;
   TieredKvCache(TieredKvCache&&) = delete;
@@ -183,6 +189,8 @@ class TieredKvCache final : public LiveKvCache, public KeyValueStore {
   }
   void grow_arenas();
   void perform(const TokenMove& move);
+  // The T1 <-> T2 recodes of one phase, on the recode pool.
+  void recode(const std::vector<const TokenMove*>& moves);
 
   int kv_heads_ = 0;
   int head_dim_ = 0;
@@ -196,6 +204,7 @@ class TieredKvCache final : public LiveKvCache, public KeyValueStore {
   StagePlan stage_plan_;                 // the layer being loaded's
   std::vector<float> transient_;         // this layer's staged T1 (full) and dequantised T2
   std::vector<std::int8_t> compressed_;  // this layer's T2 bytes as copied to the device
+  std::unique_ptr<WorkerPool> recode_pool_;
   // What attention reads: per KV head [positions][head_dim], and the readable mask.
   std::vector<std::vector<float>> keys_;
   std::vector<std::vector<float>> values_;

@@ -16,7 +16,9 @@
 #include "kernels/device_plan.hpp"
 #include "kernels/impl/cuda_handles.hpp"
 #include "kernels/impl/cuda_kernels.cuh"
+#include "kernels/impl/host_recode.hpp"
 #include "kernels/impl/kv_quantise.hpp"
+#include "kernels/impl/worker_pool.hpp"
 #include "kernels/tier_book.hpp"
 
 namespace kvtier::kernels {
@@ -126,7 +128,7 @@ class CudaTieredCache final : public LiveKvCache, public DeviceKeyValueStore {
   PinnedMemory moves_;  // mapped: the move batches' slot pairs, read by the kernels in place
   std::vector<StagePlan> stage_plans_;  // per layer, buffers reused call after call
   std::vector<DevicePlanSize> layer_plans_;
-  std::vector<float> recode_values_;
+  WorkerPool recode_pool_;  // recode_on_host's threads
   CacheCopies copies_;
   // copy_runs' arrays, reused (the batch call reads them before it returns).
   std::vector<void*> run_targets_;
@@ -157,6 +159,7 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
             quantise::compressed_bytes(kv_heads_, head_dim_), options.prefetch,
             options.max_positions),
       plan_stride_(3 * static_cast<std::size_t>(options.max_positions)),
+      recode_pool_(options.recode_threads),
       copies_(options.copies),
       marks_(check_, false),
       timing_events_(check_, true),
@@ -383,24 +386,25 @@ void CudaTieredCache::end_layer(int layer, void* stream) {
 void CudaTieredCache::recode_on_host(const std::vector<TokenMove>& moves) {
   const std::size_t values =
       2 * static_cast<std::size_t>(kv_heads_) * static_cast<std::size_t>(head_dim_);
-  recode_values_.resize(values);
   const std::uint64_t compressed = book_.compressed_token_bytes();
   const auto start = Clock::now();
-  for (const TokenMove& move : moves) {
+  // Each chunk converts through float32 scratch of its own.
+  recode_on_pool(recode_pool_, moves.size(), values, values, [&](std::size_t i, float* scratch) {
+    const TokenMove& move = moves[i];
     if (move.to == Tier::kCompressed) {
-      cuda::host_to_float(dtype_, t1_.get() + move.from_slot * slot_bytes_, recode_values_.data(),
+      cuda::host_to_float(dtype_, t1_.get() + move.from_slot * slot_bytes_, scratch,
                           static_cast<std::int64_t>(values));
       quantise::quantise_token(
-          recode_values_.data(), kv_heads_, head_dim_,
+          scratch, kv_heads_, head_dim_,
           reinterpret_cast<std::int8_t*>(t2_.get() + move.to_slot * compressed));
     } else {
       quantise::dequantise_token(
           reinterpret_cast<const std::int8_t*>(t2_.get() + move.from_slot * compressed), kv_heads_,
-          head_dim_, recode_values_.data());
-      cuda::host_from_float(dtype_, recode_values_.data(), t1_.get() + move.to_slot * slot_bytes_,
+          head_dim_, scratch);
+      cuda::host_from_float(dtype_, scratch, t1_.get() + move.to_slot * slot_bytes_,
                             static_cast<std::int64_t>(values));
     }
-  }
+  });
   book_.stats().host_recode.seconds += std::chrono::duration<double>(Clock::now() - start).count();
 }
 

@@ -10,7 +10,9 @@
 
 #include "common/errors.hpp"
 #include "kernels/cuda_tiered_cache.hpp"
+#include "kernels/impl/host_recode.hpp"
 #include "kernels/impl/kv_quantise.hpp"
+#include "kernels/impl/worker_pool.hpp"
 
 namespace kvtier::kernels {
 namespace {
@@ -19,6 +21,12 @@ using replay::Tier;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t kPooledBlockSlots = 4096;
+
+// T1 -> T2 or T2 -> T1: inside host memory, on the recode pool.
+bool is_recode(const TokenMove& move) {
+  const auto host = [](Tier tier) { return tier == Tier::kHost || tier == Tier::kCompressed; };
+  return host(move.from) && host(move.to) && move.from != move.to;
+}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -57,10 +65,13 @@ TieredKvCache::TieredKvCache(const config::ModelSpec& spec, const TieredCacheOpt
       // A block per layer with host homes; else slots handed out in turn, 4,096 to a block.
       t1_(token_floats_, options.max_positions > 0 ? options.max_positions : kPooledBlockSlots),
       t2_(compressed_width_, options.max_positions > 0 ? options.max_positions : kPooledBlockSlots),
+      recode_pool_(std::make_unique<WorkerPool>(options.recode_threads)),
       keys_(static_cast<std::size_t>(kv_heads_)),
       values_(static_cast<std::size_t>(kv_heads_)),
       key_pointers_(static_cast<std::size_t>(kv_heads_)),
       value_pointers_(static_cast<std::size_t>(kv_heads_)) {}
+
+TieredKvCache::~TieredKvCache() = default;
 
 void TieredKvCache::grow_arenas() {
   grow(t0_, book_.t0_capacity(), token_floats_);
@@ -83,7 +94,11 @@ void TieredKvCache::store(const KeyValueWrite& write) {
   std::copy_n(write.values.data(), half, target + half);
 }
 
+// Every move but the T1 <-> T2 recodes (recode()).
 void TieredKvCache::perform(const TokenMove& move) {
+  if (move.to != Tier::kHbm && move.to != Tier::kEvicted && move.from != Tier::kHbm) {
+    throw std::logic_error("tiered cache: a recode outside recode()");
+  }
   switch (move.to) {
     case Tier::kHbm:
       if (move.from == Tier::kHost) {
@@ -94,21 +109,11 @@ void TieredKvCache::perform(const TokenMove& move) {
       }
       break;
     case Tier::kHost:
-      if (move.from == Tier::kHbm) {
-        std::copy_n(t0_slot(move.from_slot), token_floats_, t1_slot(move.to_slot));
-      } else {
-        quantise::dequantise_token(t2_slot(move.from_slot), kv_heads_, head_dim_,
-                                   t1_slot(move.to_slot));
-      }
+      std::copy_n(t0_slot(move.from_slot), token_floats_, t1_slot(move.to_slot));
       break;
     case Tier::kCompressed:
-      if (move.from == Tier::kHbm) {
-        quantise::quantise_token(t0_slot(move.from_slot), kv_heads_, head_dim_,
-                                 t2_slot(move.to_slot));
-      } else {
-        quantise::quantise_token(t1_slot(move.from_slot), kv_heads_, head_dim_,
-                                 t2_slot(move.to_slot));
-      }
+      quantise::quantise_token(t0_slot(move.from_slot), kv_heads_, head_dim_,
+                               t2_slot(move.to_slot));
       break;
     case Tier::kEvicted: return;
   }
@@ -119,10 +124,17 @@ void TieredKvCache::apply_placement() {
   grow_arenas();
   // A token-layer's copy takes nanoseconds, as long as reading the clock: the clock is read
   // where the kind of move changes, and each run of moves of one kind is charged to its counter.
-  CopyCounter* running = nullptr;
-  Clock::time_point run_start;
+  // A phase's recodes run after its other moves, on the pool (any order within a phase is the
+  // same: kernels/impl/host_recode.hpp).
   for (const std::vector<TokenMove>* moves : {&plan.demotions, &plan.promotions}) {
+    CopyCounter* running = nullptr;
+    Clock::time_point run_start;
+    std::vector<const TokenMove*> recodes;
     for (const TokenMove& move : *moves) {
+      if (is_recode(move)) {
+        recodes.push_back(&move);
+        continue;
+      }
       CopyCounter* counter = book_.stats().counter_of(move.from, move.to);
       if (counter != running) {
         const auto now = Clock::now();
@@ -134,10 +146,43 @@ void TieredKvCache::apply_placement() {
       }
       perform(move);
     }
+    if (running != nullptr) {
+      running->seconds += seconds_since(run_start);
+    }
+    if (!recodes.empty()) {
+      const auto start = Clock::now();
+      recode(recodes);
+      book_.stats().host_recode.seconds += seconds_since(start);
+    }
   }
-  if (running != nullptr) {
-    running->seconds += seconds_since(run_start);
+}
+
+void TieredKvCache::recode(const std::vector<const TokenMove*>& moves) {
+  // Slots are found here, on this thread: finding one may allocate its host block.
+  struct Recode {
+    const void* source;
+    void* target;
+    bool quantise;
+  };
+  std::vector<Recode> recodes;
+  recodes.reserve(moves.size());
+  for (const TokenMove* move : moves) {
+    if (move->to == Tier::kCompressed) {
+      recodes.push_back({t1_slot(move->from_slot), t2_slot(move->to_slot), true});
+    } else {
+      recodes.push_back({t2_slot(move->from_slot), t1_slot(move->to_slot), false});
+    }
   }
+  recode_on_pool(*recode_pool_, recodes.size(), token_floats_, 0, [&](std::size_t i, float*) {
+    const Recode& item = recodes[i];
+    if (item.quantise) {
+      quantise::quantise_token(static_cast<const float*>(item.source), kv_heads_, head_dim_,
+                               static_cast<std::int8_t*>(item.target));
+    } else {
+      quantise::dequantise_token(static_cast<const std::int8_t*>(item.source), kv_heads_, head_dim_,
+                                 static_cast<float*>(item.target));
+    }
+  });
 }
 
 LayerKeyValues TieredKvCache::load(int layer, int positions) {

@@ -122,6 +122,31 @@ TEST_CASE("kvtier live samples with --temperature, --top-p and --seed, and recor
   expect_one_line_error(run(live("--policy full --temperature 0.8 --top-p 0")), 2, "top_p");
 }
 
+TEST_CASE("kvtier live --recode-threads recodes the same tokens and records the count",
+          "[cli][live]") {
+  const std::string policy = "--policy tiered:hbm=0.3,evict=0.1,compress=0.5,delta=8,recent=16 ";
+  const auto measure = [&](const std::string& threads) {
+    const fs::path file = scratch_dir() / ("recode-" + threads + ".json");
+    const Result result = run(live(policy + "--max-new-tokens 120 --recode-threads " + threads +
+                                   " --measure " + quoted(file)));
+    INFO("stderr: " << result.err);
+    REQUIRE(result.exit_code == 0);
+    return nlohmann::json::parse(slurp(file));
+  };
+  const nlohmann::json one = measure("1");
+  const nlohmann::json three = measure("3");
+  CHECK(std::stoull(one["host_recode"]["bytes"].get<std::string>()) > 0);
+  CHECK(three["host_recode"]["bytes"] == one["host_recode"]["bytes"]);
+  CHECK(three["host_recode"]["token_layers"] == one["host_recode"]["token_layers"]);
+  CHECK(three["generated_tokens"] == one["generated_tokens"]);
+  CHECK(three["divergence"]["mean_kl_nats"] == one["divergence"]["mean_kl_nats"]);
+  // One thread, as before the option, is not named.
+  CHECK_THAT(three["provenance"]["device_detail"].get<std::string>(),
+             Catch::EndsWith(", 3 recode threads"));
+  CHECK_THAT(one["provenance"]["device_detail"].get<std::string>(),
+             !Catch::Contains("recode threads"));
+}
+
 TEST_CASE("kvtier live with eviction reports divergence", "[cli][live]") {
   const fs::path file = scratch_dir() / "h2o.json";
   const Result result =
@@ -168,6 +193,10 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
                         "--t0-budget must be from one byte to 4 EiB");
   expect_one_line_error(run(live("--policy full --threads 0 --measure " + quoted(file))), 2,
                         "--threads 0");
+  expect_one_line_error(run(live("--policy full --recode-threads 0 --measure " + quoted(file))), 2,
+                        "--recode-threads 0: from 1 to 1024");
+  expect_one_line_error(run(live("--policy full --recode-threads 1025 --measure " + quoted(file))),
+                        2, "--recode-threads 1025: from 1 to 1024");
   // A tokenizer.bin cut at a token boundary reads as a smaller vocabulary.
   const fs::path truncated = scratch_dir() / "truncated_tok.bin";
   {

@@ -351,6 +351,17 @@ TEST_CASE("validate: a CUDA run's engine is calibrated on its full-cache twin",
   CHECK(on_engines["projected"].get<double>() <
         tpot(both, "twin-tiered")["projected"].get<double>());
 
+  // A run whose cache recoded on several host threads: the same engine, so the same twin, and
+  // the same projection (the simulator prices no host recode).
+  nlohmann::json recoded_json = tiered_json;
+  recoded_json["provenance"]["device_detail"] =
+      tiered_json["provenance"]["device_detail"].get<std::string>() + ", 8 recode threads";
+  const fs::path recoded = write_json("twin-recoded.json", recoded_json);
+  const Result with_recodes = run("validate --format json " + quoted(full) + " " + quoted(recoded));
+  const nlohmann::json on_threads = tpot(with_recodes, "twin-recoded");
+  CHECK_THAT(on_threads["note"].get<std::string>(), Catch::Contains("from twin-full"));
+  CHECK(on_threads["projected"] == calibrated["projected"]);
+
   // The twin may come after the runs it calibrates.
   const Result after = run("validate --format json " + quoted(tiered) + " " + quoted(full));
   CHECK(tpot(after, "twin-tiered")["projected"] == calibrated["projected"]);

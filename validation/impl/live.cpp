@@ -403,9 +403,9 @@ std::unique_ptr<LiveRun> read_live(const std::string& path, const std::string& t
   return run;
 }
 
-// Runs whose engines are alike: the same GPU and engine settings (the cache's copies aside: a
-// full cache copies nothing), model, lengths and trace (the same file however its path is
-// spelt: absolute or relative, through links).
+// Runs whose engines are alike: the same GPU and engine settings (the cache's copies and recode
+// threads aside: a full cache copies and recodes nothing), model, lengths and trace (the same
+// file however its path is spelt: absolute or relative, through links).
 std::string twin_key(const LiveRun& run) {
   const config::LiveMeasurement& m = *run.file;
   std::error_code error;
@@ -415,7 +415,7 @@ std::string twin_key(const LiveRun& run) {
   }
   std::string engine;
   for (const std::string& item : detail_items(m)) {
-    if (!item.ends_with(" copies")) {
+    if (!item.ends_with(" copies") && !item.ends_with(" recode threads")) {
       engine += item + ",";
     }
   }
