@@ -19,6 +19,7 @@
 #include "configs/units.hpp"
 #include "configs/utf8_fields.hpp"
 #include "kernels/cuda_engine.hpp"
+#include "kernels/cuda_tiered_cache.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/live.hpp"
@@ -86,6 +87,25 @@ std::string trace_path_for(const std::string& trace, const std::string& measurem
   return fs::absolute(fs::path(trace)).lexically_normal().lexically_relative(folder).string();
 }
 
+// --cuda-lookahead N: the cache's default when not given; ConfigError with another device or out
+// of range, checked before the device is, like the other CUDA choices.
+int cuda_lookahead_option(const po::variables_map& values, const std::string& device) {
+  if (values.count("cuda-lookahead") == 0U) {
+    return kernels::TieredCacheOptions{}.staging_lookahead;
+  }
+  if (device != "cuda") {
+    throw ConfigError(
+        "--cuda-lookahead applies to --device cuda (the CPU cache stages a layer when its "
+        "attention reads it)");
+  }
+  const int layers = values["cuda-lookahead"].as<int>();
+  if (layers < 0 || layers > kernels::kMostStagingLookahead) {
+    throw ConfigError("--cuda-lookahead " + std::to_string(layers) + ": from 0 to " +
+                      std::to_string(kernels::kMostStagingLookahead) + " layers");
+  }
+  return layers;
+}
+
 }  // namespace
 
 int run_live(const Arguments& args, Context& context) {
@@ -111,6 +131,8 @@ int run_live(const Arguments& args, Context& context) {
       "cuda-copies", po::value<std::string>(),
       "--device cuda: what moves the tiers' full-precision slots: kernels (default: over mapped "
       "host memory, on the SMs) or copy-engines (batched DMA copies; docs/LIVE.md)")(
+      "cuda-lookahead", po::value<int>(),
+      "--device cuda: layers the cache stages ahead of the one computing, 0 to 16 (default 1)")(
       "recode-threads", po::value<int>()->default_value(1),
       "host threads recoding T1 <-> T2 tokens between steps, on the step's path; the same bytes "
       "for every count")(
@@ -133,7 +155,8 @@ int run_live(const Arguments& args, Context& context) {
           "                                  [--cuda-attention split-keys|per-head]\n"
           "                                  [--cuda-gemm cublas|warp-rows]\n"
           "                                  [--cuda-fusion off|on]\n"
-          "                                  [--cuda-copies kernels|copy-engines]]\n"
+          "                                  [--cuda-copies kernels|copy-engines]\n"
+          "                                  [--cuda-lookahead N]]\n"
           "                   [--recode-threads N] [--t0-budget BYTES] [--no-reference]\n"
           "                   [--measure FILE]\n\n"
           "Decodes (greedy, or sampled with a seed) with the real tiered KV cache (T0 arena, T1\n"
@@ -151,6 +174,7 @@ int run_live(const Arguments& args, Context& context) {
   const kernels::CudaFusion fusion = cuda_fusion_option(values, device);
   const kernels::CacheCopies copies = cuda_copies_option(values, device);
   const kernels::CudaComputeDtype compute_dtype = cuda_compute_dtype_option(values, device);
+  const int staging_lookahead = cuda_lookahead_option(values, device);
   const kernels::CpuEngineOptions cpu_options = cpu_engine_option(values, device);
   kernels::DeviceInfo ran_on = check_engine_device(device);
   const bool follow = values.count("follow-trace") != 0U;
@@ -169,6 +193,7 @@ int run_live(const Arguments& args, Context& context) {
   kernels::LiveOptions live_options;
   live_options.copies = copies;
   live_options.recode_threads = thread_count_option(values, "recode-threads");
+  live_options.staging_lookahead = staging_lookahead;
   live_options.max_new_tokens = values["max-new-tokens"].as<int>();
   if (live_options.max_new_tokens < 1) {
     throw ConfigError("--max-new-tokens must be at least 1");
@@ -279,6 +304,10 @@ int run_live(const Arguments& args, Context& context) {
   // A cache recoding on one thread, as every run did before the option, names none.
   if (live_options.recode_threads > 1) {
     ran_on.detail += ", " + std::to_string(live_options.recode_threads) + " recode threads";
+  }
+  if (device == "cuda") {
+    measurement.set_staging_lookahead_layers(
+        static_cast<std::uint32_t>(live_options.staging_lookahead));
   }
   provenance.set_tool(version_line() + " live");
   provenance.set_device(device);

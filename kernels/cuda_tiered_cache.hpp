@@ -7,14 +7,17 @@
 //   T1:      pinned, mapped host memory at the compute dtype;
 //   T2:      pinned, mapped host memory in the T2 format (kernels/impl/kv_quantise.hpp);
 //   staging: device memory — the persistent staged copies of differential prefetch, and
-//            `lookahead + 1` transient regions (full prefetch's T1 copies, dequantised T2).
+//            staging_lookahead + 1 transient regions (full prefetch's T1 copies, dequantised
+//            T2).
 //
 // Every copy runs on a copy stream of the cache's own, as a kernel that moves a batch of
 // scattered slots over the bus (it reads or writes the mapped host memory in place), timed with
-// CUDA events: staging of layer l + lookahead overlaps the computation of layer l, the
-// engine's stream waits for a layer's staging only before that layer's first kernel, and the
-// moves after a step overlap the host's work until the next forward call. Recodes between T1
-// and T2 run on the host, as in the CPU backend. Attention reads T0 and staging through a page
+// CUDA events: staging of layer l + lookahead + 1 starts once layer l's attention has read its
+// region, so it overlaps the rest of layer l and the layers up to it (lookahead 0: the next
+// layer's staging overlaps only the rest of this one); the engine's stream waits for a layer's
+// staging only before that layer's first kernel, and the moves after a step overlap the host's
+// work until the next forward call. Recodes between T1 and T2 run on the host, as in the CPU
+// backend. Attention reads T0 and staging through a page
 // table per layer (kernels/engine.hpp DeviceLayerSlots) and skips evicted positions.
 //
 // Declared in every build; without the CUDA targets make_cuda_tiered_cache throws ConfigError.
@@ -26,11 +29,13 @@
 
 namespace kvtier::kernels {
 
-// Layers staged ahead of the one computing.
-inline constexpr int kCudaStagingLookahead = 1;
+// The most layers TieredCacheOptions::staging_lookahead may stage ahead of the one computing:
+// the simulator's range (tiering.prefetch_lookahead_layers).
+inline constexpr int kMostStagingLookahead = 16;
 
-// `engine` must be a CUDA engine (ConfigError otherwise) and options.max_positions set (the host
-// tiers, page tables and plans are sized for it up front). kvtier::Error (exit 1) naming the CUDA
+// `engine` must be a CUDA engine (ConfigError otherwise), options.max_positions set (the host
+// tiers, page tables and plans are sized for it up front) and options.staging_lookahead within
+// 0 .. kMostStagingLookahead (ConfigError). kvtier::Error (exit 1) naming the CUDA
 // call that failed, e.g. cudaMalloc when the T0 budget does not fit on the device.
 [[nodiscard]] std::unique_ptr<LiveKvCache> make_cuda_tiered_cache(
     Engine& engine, const TieredCacheOptions& options);

@@ -40,7 +40,10 @@ struct LiveOptions {
   // What moves the CUDA backend's full-precision slots (TieredCacheOptions::copies).
   CacheCopies copies = CacheCopies::kKernels;
   // Host threads recoding T1 <-> T2 tokens between steps (TieredCacheOptions::recode_threads).
-  int recode_threads = 1;
+  int recode_threads = TieredCacheOptions{}.recode_threads;
+  // Layers the CUDA backend stages ahead of the one computing
+  // (TieredCacheOptions::staging_lookahead).
+  int staging_lookahead = TieredCacheOptions{}.staging_lookahead;
   // Keep every decode step's logits in LiveResult::logits (tests).
   bool keep_logits = false;
   // Trace-driven mode: model layer l reads the source's layer replay::project_layers(source

@@ -68,6 +68,10 @@ struct TieredCacheOptions {
   // step's path (kernels/impl/host_recode.hpp); at least 1. The bytes are the same for every
   // count.
   int recode_threads = 1;
+  // The CUDA backend: layers staged ahead of the one computing (its copy stream fills
+  // staging_lookahead + 1 transient regions in turn; kernels/cuda_tiered_cache.hpp). The CPU
+  // backend stages a layer when its attention asks for it and has no use for this.
+  int staging_lookahead = 1;
 };
 
 // options.t0_budget_bytes, or when it is 0 the full cache: max_positions * layers * token_bytes

@@ -351,27 +351,31 @@ if [ "$built" -eq 1 ]; then
   if run live-trace 90 "$bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 1024 \
     --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
     live_files=()
-    # name|policy|attention kernel|GEMM|copies|recode threads: the default kernels (split-key
-    # attention, the warp-per-row GEMM, copies by kernels, one recode thread), then cuBLAS, the
-    # copy engines and the T2 run's host recodes on 8 threads, each on the full cache or on
-    # tiered shares, to see what each changes in the time per token (the per-head attention
-    # kernel was the default of the first H200 runs, committed with them).
-    for live in "full|full|split-keys|warp-rows|kernels|1" \
-      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1" \
-      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1" \
-      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1" \
-      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys|warp-rows|kernels|1" \
-      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|1" \
-      "tiered-hbm50-t2-recode8|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|8" \
-      "tiered-hbm50-copy-engines|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1" \
-      "tiered-hbm25-copy-engines|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1" \
-      "full-cublas|full|split-keys|cublas|kernels|1" \
-      "tiered-hbm50-cublas|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|kernels|1"; do
-      IFS='|' read -r name policy attention gemm copies recode_threads <<<"$live"
+    # name|policy|attention kernel|GEMM|copies|recode threads|lookahead: the default kernels
+    # (split-key attention, the warp-per-row GEMM, copies by kernels, one recode thread, one
+    # layer staged ahead), then cuBLAS, the copy engines (also staging 0 and 4 layers ahead) and
+    # the T2 run's host recodes on 8 threads, each on the full cache or on tiered shares, to see
+    # what each changes in the time per token (the per-head attention kernel was the default of
+    # the first H200 runs, committed with them).
+    for live in "full|full|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm50-t2-recode8|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|8|1" \
+      "tiered-hbm50-copy-engines|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|1" \
+      "tiered-hbm25-copy-engines|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|1" \
+      "tiered-hbm25-copy-engines-lookahead0|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|0" \
+      "tiered-hbm25-copy-engines-lookahead4|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|4" \
+      "full-cublas|full|split-keys|cublas|kernels|1|1" \
+      "tiered-hbm50-cublas|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|kernels|1|1"; do
+      IFS='|' read -r name policy attention gemm copies recode_threads lookahead <<<"$live"
       file="$OUT/live-llama2-7b-$name.json"
       if run "live-$name" 75 "$bin/kvtier" live --model random:Llama-2-7B --device cuda \
         --cuda-attention "$attention" --cuda-gemm "$gemm" --cuda-copies "$copies" \
-        --recode-threads "$recode_threads" --follow-trace "$live_trace" \
+        --recode-threads "$recode_threads" --cuda-lookahead "$lookahead" \
+        --follow-trace "$live_trace" \
         --policy "$policy" --no-reference --measure "$file"; then
         live_files+=("$file")
       fi

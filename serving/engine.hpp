@@ -156,6 +156,9 @@ class ServingEngine {
   const TierDemand* tiers_;
   CopyRates copy_rates_;
   std::uint32_t lookahead_ = 1;
+  // Layers whose staging the buffer holds at once: the one computing and those ahead, no more
+  // than the model has (as the live cache's transient regions).
+  std::uint32_t staged_layers_ = 2;
   double bytes_per_token_layer_ = 0.0;             // full precision, this GPU's share
   double compressed_bytes_per_token_layer_ = 0.0;  // T2
   std::vector<LayerCopies> layer_copies_;

@@ -33,8 +33,6 @@ using cuda::Stream;
 using replay::Tier;
 using Clock = std::chrono::steady_clock;
 
-// Transient staging regions: the layer computing and those staged ahead of it.
-constexpr int kRegions = kCudaStagingLookahead + 1;
 constexpr unsigned kMappedHost = cudaHostAllocMapped | cudaHostAllocPortable;
 
 class CudaTieredCache final : public LiveKvCache, public DeviceKeyValueStore {
@@ -111,6 +109,8 @@ class CudaTieredCache final : public LiveKvCache, public DeviceKeyValueStore {
   int layers_;
   int kv_heads_;
   int head_dim_;
+  // Transient staging regions: the layer computing and the staging lookahead's layers ahead.
+  int regions_;
   std::uint64_t max_positions_;
   std::uint64_t slot_bytes_;
   TierBook book_;
@@ -152,6 +152,8 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
       layers_(static_cast<int>(spec.num_hidden_layers())),
       kv_heads_(static_cast<int>(spec.num_key_value_heads())),
       head_dim_(static_cast<int>(spec.head_dim())),
+      // No more regions than layers: a forward call stages each layer once.
+      regions_(std::min(options.staging_lookahead + 1, layers_)),
       max_positions_(options.max_positions),
       slot_bytes_(2 * static_cast<std::uint64_t>(kv_heads_) *
                   static_cast<std::uint64_t>(head_dim_) * cuda::dtype_bytes(dtype_)),
@@ -167,12 +169,16 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
   if (max_positions_ == 0) {
     throw std::logic_error("the CUDA tiered cache needs max_positions");
   }
+  if (options.staging_lookahead < 0 || options.staging_lookahead > kMostStagingLookahead) {
+    throw ConfigError("staging lookahead " + std::to_string(options.staging_lookahead) +
+                      ": from 0 to " + std::to_string(kMostStagingLookahead) + " layers");
+  }
   // A budget above the whole run's cache is allocated only as far as the run can use it.
   const std::uint64_t token_layers = max_positions_ * static_cast<std::uint64_t>(layers_);
   const std::uint64_t t0_slots = std::min(book_.t0_limit(), token_layers);
   // Page-table entries and slot pairs are 32-bit: T0 slots, and staging slots (at most one kept
-  // copy per token-layer, and kRegions transient regions of at most max_positions slots).
-  if (token_layers + kRegions * max_positions_ + t0_slots >
+  // copy per token-layer, and regions_ transient regions of at most max_positions slots).
+  if (token_layers + static_cast<std::uint64_t>(regions_) * max_positions_ + t0_slots >
       static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max())) {
     throw ConfigError("the CUDA tiered cache indexes slots with 32-bit entries; " +
                       std::to_string(max_positions_) + " positions of " + std::to_string(layers_) +
@@ -271,7 +277,8 @@ void CudaTieredCache::ensure_staging(std::uint64_t persistent, std::uint64_t reg
   if (new_persistent < persistent || new_region < region) {
     throw std::logic_error("CUDA tiered cache: staging needs more slots than the run has");
   }
-  DeviceMemory grown((new_persistent + kRegions * new_region) * slot_bytes_, check_);
+  DeviceMemory grown(
+      (new_persistent + static_cast<std::uint64_t>(regions_) * new_region) * slot_bytes_, check_);
   // Called before the forward call's first kernel: nothing reads staging now. The staged copies
   // of differential prefetch move with it; the transient regions are refilled every call.
   if (persistent_slots_ > 0) {
@@ -288,16 +295,16 @@ void CudaTieredCache::ensure_staging(std::uint64_t persistent, std::uint64_t reg
 
 void CudaTieredCache::write_plan(int layer, const StagePlan& plan) {
   const std::uint64_t region_base =
-      persistent_slots_ + static_cast<std::uint64_t>(layer % kRegions) * region_slots_;
+      persistent_slots_ + static_cast<std::uint64_t>(layer % regions_) * region_slots_;
   layer_plans_[static_cast<std::size_t>(layer)] =
       write_device_plan(plan, region_base, book_.prefetch(), host_plan(layer));
 }
 
 void CudaTieredCache::stage(int layer) {
   cudaStream_t copy = copy_stream_.get();
-  if (layer >= kRegions) {
-    // Its transient region was the one of layer - kRegions: wait until that attention ran.
-    check_(cudaStreamWaitEvent(copy, attended_[static_cast<std::size_t>(layer - kRegions)], 0),
+  if (layer >= regions_) {
+    // Its transient region was the one of layer - regions_: wait until that attention ran.
+    check_(cudaStreamWaitEvent(copy, attended_[static_cast<std::size_t>(layer - regions_)], 0),
            "cudaStreamWaitEvent (staging region)");
   }
   const DevicePlanSize& plan = layer_plans_[static_cast<std::size_t>(layer)];
@@ -358,7 +365,7 @@ void CudaTieredCache::begin_forward(int first_position, int rows, void* stream) 
   // The engine's first kernel writes T0 slots the last moves may still be reading.
   check_(cudaEventRecord(moved_, copy_stream_.get()), "cudaEventRecord (moves)");
   check_(cudaStreamWaitEvent(compute, moved_, 0), "cudaStreamWaitEvent (moves)");
-  for (int l = 0; l < std::min(kRegions, layers_); ++l) {
+  for (int l = 0; l < std::min(regions_, layers_); ++l) {
     stage(l);
   }
 }
@@ -378,8 +385,8 @@ void CudaTieredCache::end_layer(int layer, void* stream) {
   check_(cudaEventRecord(attended_[static_cast<std::size_t>(layer)],
                          static_cast<cudaStream_t>(stream)),
          "cudaEventRecord (attended)");
-  if (layer + kRegions < layers_) {
-    stage(layer + kRegions);
+  if (layer + regions_ < layers_) {
+    stage(layer + regions_);
   }
 }
 

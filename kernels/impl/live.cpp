@@ -217,6 +217,7 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
   cache_options.max_positions = positions;
   cache_options.copies = options.copies;
   cache_options.recode_threads = options.recode_threads;
+  cache_options.staging_lookahead = options.staging_lookahead;
   std::tie(cache_options.reserve_t1, cache_options.reserve_t2) = host_tiers_of(result.policy);
   const std::unique_ptr<LiveKvCache> owned_cache = make_live_cache(engine, cache_options);
   LiveKvCache& cache = *owned_cache;

@@ -45,6 +45,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
   if (tiers_ != nullptr) {
     copy_rates_ = measure_copy_rates(run);
     lookahead_ = run.tiering().prefetch_lookahead_layers();
+    staged_layers_ = std::min(lookahead_ + 1, run.model().num_hidden_layers());
     bytes_per_token_layer_ =
         hw::kv_bytes_per_token_per_layer(run.model()) / run.tensor_parallel_degree();
     // One token in one layer on this GPU (its share of the KV heads) in the policy's T2 format:
@@ -162,7 +163,7 @@ double ServingEngine::hbm_reservation(std::uint32_t request) const {
     return plan_.kv_bytes_for(spec.prompt_tokens + spec.output_tokens);
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
-  return (peaks.hbm_token_layers + peaks.staged_tokens * (lookahead_ + 1)) * bytes_per_token_layer_;
+  return (peaks.hbm_token_layers + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
 }
 
 double ServingEngine::host_reservation(std::uint32_t request) const {
@@ -370,7 +371,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
           run_.model().activation_dtype());
     }
   }
-  const double staging = *std::max_element(staged.begin(), staged.end()) * (lookahead_ + 1) * full;
+  const double staging = *std::max_element(staged.begin(), staged.end()) * staged_layers_ * full;
   tier_staging_bytes_ = staging;
 }
 

@@ -86,6 +86,7 @@ TEST_CASE("kvtier live writes a measurement file", "[cli][live]") {
   CHECK(json["divergence"]["mean_kl_nats"].get<double>() == 0.0);
   CHECK(json["divergence"]["identical_logit_steps"] == "120");
   CHECK(json["sampling"]["temperature"].get<double>() == 0.0);  // greedy
+  CHECK_FALSE(json.contains("staging_lookahead_layers"));       // a CUDA backend's only
   CHECK_FALSE(fs::exists(file.string() + ".tmp"));
 }
 
@@ -193,6 +194,12 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
                         "--t0-budget must be from one byte to 4 EiB");
   expect_one_line_error(run(live("--policy full --threads 0 --measure " + quoted(file))), 2,
                         "--threads 0");
+  // The CUDA cache's lookahead: only with --device cuda, its range checked before the device.
+  expect_one_line_error(run(live("--policy full --cuda-lookahead 2 --measure " + quoted(file))), 2,
+                        "--cuda-lookahead applies to --device cuda");
+  expect_one_line_error(
+      run(live("--policy full --device cuda --cuda-lookahead 17 --measure " + quoted(file))), 2,
+      "--cuda-lookahead 17: from 0 to 16 layers");
   expect_one_line_error(run(live("--policy full --recode-threads 0 --measure " + quoted(file))), 2,
                         "--recode-threads 0: from 1 to 1024");
   expect_one_line_error(run(live("--policy full --recode-threads 1025 --measure " + quoted(file))),

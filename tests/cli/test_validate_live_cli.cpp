@@ -351,6 +351,25 @@ TEST_CASE("validate: a CUDA run's engine is calibrated on its full-cache twin",
   CHECK(on_engines["projected"].get<double>() <
         tpot(both, "twin-tiered")["projected"].get<double>());
 
+  // The layers the cache staged ahead (--cuda-lookahead) are the simulator's lookahead: on the
+  // copy engines, none ahead leaves each layer waiting for its copy; files before the field
+  // staged one, as the base run does.
+  const auto with_lookahead = [&](int layers) {
+    nlohmann::json json = engines_json;
+    json["staging_lookahead_layers"] = layers;
+    const std::string name = "twin-lookahead-" + std::to_string(layers);
+    const Result result = run("validate --format json " + quoted(full) + " " +
+                              quoted(write_json(name + ".json", json)));
+    return tpot(result, name)["projected"].get<double>();
+  };
+  CHECK(with_lookahead(1) == on_engines["projected"].get<double>());
+  CHECK(with_lookahead(0) > with_lookahead(1));
+  CHECK(with_lookahead(4) <= with_lookahead(1));
+  nlohmann::json too_far = engines_json;
+  too_far["staging_lookahead_layers"] = 17;
+  expect_one_line_error(run("validate " + quoted(write_json("twin-lookahead-17.json", too_far))), 3,
+                        "prefetch_lookahead_layers");
+
   // A run whose cache recoded on several host threads: the same engine, so the same twin, and
   // the same projection (the simulator prices no host recode).
   nlohmann::json recoded_json = tiered_json;

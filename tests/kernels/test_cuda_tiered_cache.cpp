@@ -11,6 +11,7 @@
 // - T2 encoded on the device (offloads) and on the host (recodes) decodes on the device to what
 //   the CPU backend reads: logits within the engines' FP32 tolerance of the CPU run's.
 // - The T0 budget is enforced on the device.
+// - Staging any number of layers ahead (0 to past the model's layers) changes no logit.
 
 #include <catch2/catch.hpp>
 
@@ -22,6 +23,7 @@
 
 #include "common/errors.hpp"
 #include "kernels/cuda_engine.hpp"
+#include "kernels/cuda_tiered_cache.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/live.hpp"
 #include "kernels/llama2c_checkpoint.hpp"
@@ -263,4 +265,49 @@ TEST_CASE("the CUDA cache's T0 arena is the budget", "[gpu][live]") {
   options.policy = kr::parse_policy_string("full");
   options.t0_budget_bytes = 5 * 20 * kTokenLayer;
   REQUIRE_THROWS_AS(kk::run_live(*engine, nullptr, prompt(), options), kvtier::ConfigError);
+}
+
+TEST_CASE("the CUDA cache stages any number of layers ahead without changing a logit",
+          "[gpu][live]") {
+  if (!gpu_present()) {
+    return;
+  }
+  constexpr int kSteps = 60;
+  const auto engine = cuda_engine(kk::CudaComputeDtype::kFP32);
+  const auto reference = cuda_engine(kk::CudaComputeDtype::kFP32);
+  const auto run = [&](const std::string& policy, int lookahead) {
+    kk::LiveOptions options;
+    options.policy = kr::parse_policy_string(policy);
+    options.max_new_tokens = kSteps;
+    options.staging_lookahead = lookahead;
+    options.keep_logits = true;
+    return kk::run_live(*engine, reference.get(), prompt(), options);
+  };
+  for (const std::string prefetch : {"full", "differential"}) {
+    const std::string exact = tiered("evict=0,compress=0,hbm=0.3,prefetch=" + prefetch);
+    const std::string with_t2 = tiered("evict=0.1,compress=0.5,hbm=0.3,prefetch=" + prefetch);
+    const kk::LiveResult one_ahead = run(with_t2, 1);
+    // stories260K has 5 layers: 0 stages each layer behind the previous one's attention, 8 the
+    // whole model at the forward call's start.
+    for (const int lookahead : {0, 2, 4, 8}) {
+      INFO("prefetch " << prefetch << ", lookahead " << lookahead);
+      const kk::LiveResult tiered_exact = run(exact, lookahead);
+      CHECK(tiered_exact.identical_logit_steps == static_cast<std::uint64_t>(kSteps));
+      CHECK(tiered_exact.cache.h2d_prefetch.tokens > 0);
+      // The same staged values in any order of staging: the T2 run's logits too.
+      const kk::LiveResult t2 = run(with_t2, lookahead);
+      CHECK(t2.logits == one_ahead.logits);
+      CHECK(t2.cache.h2d_compressed.tokens == one_ahead.cache.h2d_compressed.tokens);
+      // One transient region per layer in flight: more memory ahead, none for lookahead 0 beyond
+      // its single region.
+      if (lookahead > 1 && prefetch == "full") {
+        CHECK(t2.allocation.staging_bytes > one_ahead.allocation.staging_bytes);
+      }
+    }
+  }
+  kk::LiveOptions options;
+  options.policy = kr::parse_policy_string(tiered("hbm=0.3"));
+  options.max_new_tokens = 4;
+  options.staging_lookahead = kk::kMostStagingLookahead + 1;
+  CHECK_THROWS_AS(kk::run_live(*engine, nullptr, prompt(), options), kvtier::ConfigError);
 }

@@ -272,6 +272,11 @@ serving::SimulationReport simulate(const LiveFile& file, const std::string& mode
     overrides.push_back(config::parse_override(copied_with_copy_engines(m)
                                                    ? "tiering.copy_method=COPY_ENGINES"
                                                    : "tiering.copy_method=SM_KERNELS"));
+    // Layers the cache staged ahead (files before the field staged one, the base run's).
+    if (m.has_staging_lookahead_layers()) {
+      overrides.push_back(config::parse_override("tiering.prefetch_lookahead_layers=" +
+                                                 std::to_string(m.staging_lookahead_layers())));
+    }
   }
   if (engine_overhead_us > 0.0) {
     overrides.push_back(config::parse_override("engine.iteration_overhead_us=" +
