@@ -35,6 +35,16 @@ using Clock = std::chrono::steady_clock;
 
 constexpr unsigned kMappedHost = cudaHostAllocMapped | cudaHostAllocPortable;
 
+// Transient staging regions for `lookahead` layers ahead of the one computing: one each, and no
+// more than the layers (a forward call stages each layer once). ConfigError out of range.
+int staging_regions(int lookahead, int layers) {
+  if (lookahead < 0 || lookahead > kMostStagingLookahead) {
+    throw ConfigError("staging lookahead " + std::to_string(lookahead) + ": from 0 to " +
+                      std::to_string(kMostStagingLookahead) + " layers");
+  }
+  return std::min(lookahead + 1, layers);
+}
+
 class CudaTieredCache final : public LiveKvCache, public DeviceKeyValueStore {
  public:
   CudaTieredCache(const config::ModelSpec& spec, const CudaEngineOptions& engine,
@@ -152,8 +162,7 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
       layers_(static_cast<int>(spec.num_hidden_layers())),
       kv_heads_(static_cast<int>(spec.num_key_value_heads())),
       head_dim_(static_cast<int>(spec.head_dim())),
-      // No more regions than layers: a forward call stages each layer once.
-      regions_(std::min(options.staging_lookahead + 1, layers_)),
+      regions_(staging_regions(options.staging_lookahead, layers_)),
       max_positions_(options.max_positions),
       slot_bytes_(2 * static_cast<std::uint64_t>(kv_heads_) *
                   static_cast<std::uint64_t>(head_dim_) * cuda::dtype_bytes(dtype_)),
@@ -168,10 +177,6 @@ CudaTieredCache::CudaTieredCache(const config::ModelSpec& spec, const CudaEngine
       copy_stream_(check_, engine.device) {
   if (max_positions_ == 0) {
     throw std::logic_error("the CUDA tiered cache needs max_positions");
-  }
-  if (options.staging_lookahead < 0 || options.staging_lookahead > kMostStagingLookahead) {
-    throw ConfigError("staging lookahead " + std::to_string(options.staging_lookahead) +
-                      ": from 0 to " + std::to_string(kMostStagingLookahead) + " layers");
   }
   // A budget above the whole run's cache is allocated only as far as the run can use it.
   const std::uint64_t token_layers = max_positions_ * static_cast<std::uint64_t>(layers_);

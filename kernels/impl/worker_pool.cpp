@@ -19,7 +19,7 @@ WorkerPool::WorkerPool(int threads) {
     }
   } catch (const std::system_error& error) {
     stop();
-    throw Error("cannot start " + std::to_string(threads - 1) + " engine threads: " + error.what(),
+    throw Error("cannot start " + std::to_string(threads - 1) + " worker threads: " + error.what(),
                 "", ExitCode::kRuntimeFailure);
   }
 }

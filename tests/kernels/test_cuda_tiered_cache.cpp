@@ -11,7 +11,9 @@
 // - T2 encoded on the device (offloads) and on the host (recodes) decodes on the device to what
 //   the CPU backend reads: logits within the engines' FP32 tolerance of the CPU run's.
 // - The T0 budget is enforced on the device.
-// - Staging any number of layers ahead (0 to past the model's layers) changes no logit.
+// - Staging any number of layers ahead (0 to past the model's layers) changes no logit, with
+//   either way of copying.
+// - Recodes on several host threads change no logit, byte count or move.
 
 #include <catch2/catch.hpp>
 
@@ -32,6 +34,7 @@
 #include "replay/synthetic_attention.hpp"
 #include "tests/kernels/support/gpu.hpp"
 #include "tests/kernels/support/model_files.hpp"
+#include "tests/kernels/support/wide_recodes.hpp"
 #include "traces/synth.hpp"
 
 namespace {
@@ -46,7 +49,8 @@ std::vector<std::int32_t> prompt() {
 }
 
 std::unique_ptr<kk::Engine> cuda_engine(
-    kk::CudaComputeDtype dtype, kk::CudaAttention attention = kk::CudaEngineOptions{}.attention) {
+    kk::CudaComputeDtype dtype, kk::CudaAttention attention = kk::CudaEngineOptions{}.attention,
+    std::shared_ptr<const kk::ModelWeights> weights = stories_model()) {
   kk::CudaEngineOptions options;
   options.dtype = dtype;
   options.attention = attention;
@@ -55,7 +59,7 @@ std::unique_ptr<kk::Engine> cuda_engine(
   options.observer_rows = kk::ObserverRows::kHeadMean;
   // As `kvtier live`: the reference launches every kernel, as the cached engine must.
   options.graphs = kk::CudaGraphs::kOff;
-  return kk::make_cuda_engine(stories_model(), options);
+  return kk::make_cuda_engine(std::move(weights), options);
 }
 
 std::string tiered(const std::string& params) {
@@ -275,14 +279,24 @@ TEST_CASE("the CUDA cache stages any number of layers ahead without changing a l
   constexpr int kSteps = 60;
   const auto engine = cuda_engine(kk::CudaComputeDtype::kFP32);
   const auto reference = cuda_engine(kk::CudaComputeDtype::kFP32);
-  const auto run = [&](const std::string& policy, int lookahead) {
+  const auto run = [&](const std::string& policy, int lookahead,
+                       kk::CacheCopies copies = kk::CacheCopies::kKernels) {
     kk::LiveOptions options;
     options.policy = kr::parse_policy_string(policy);
     options.max_new_tokens = kSteps;
     options.staging_lookahead = lookahead;
+    options.copies = copies;
     options.keep_logits = true;
     return kk::run_live(*engine, reference.get(), prompt(), options);
   };
+  // The copy engines stage beside compute, where the lookahead lets copies run ahead.
+  for (const int lookahead : {0, 1, 3, 8}) {
+    INFO("copy engines, lookahead " << lookahead);
+    const kk::LiveResult engines =
+        run(tiered("evict=0,compress=0,hbm=0.3"), lookahead, kk::CacheCopies::kCopyEngines);
+    CHECK(engines.identical_logit_steps == static_cast<std::uint64_t>(kSteps));
+    CHECK(engines.cache.h2d_prefetch.tokens > 0);
+  }
   for (const std::string prefetch : {"full", "differential"}) {
     const std::string exact = tiered("evict=0,compress=0,hbm=0.3,prefetch=" + prefetch);
     const std::string with_t2 = tiered("evict=0.1,compress=0.5,hbm=0.3,prefetch=" + prefetch);
@@ -310,4 +324,29 @@ TEST_CASE("the CUDA cache stages any number of layers ahead without changing a l
   options.max_new_tokens = 4;
   options.staging_lookahead = kk::kMostStagingLookahead + 1;
   CHECK_THROWS_AS(kk::run_live(*engine, nullptr, prompt(), options), kvtier::ConfigError);
+}
+
+TEST_CASE("the CUDA cache's recodes on several threads change no logit", "[gpu][live]") {
+  if (!gpu_present()) {
+    return;
+  }
+  const auto engine = cuda_engine(kk::CudaComputeDtype::kFP32, kk::CudaEngineOptions{}.attention,
+                                  kk::testing::wide_kv_model());
+  const kk::LiveResult one = kk::testing::follow_with_recodes(*engine, 1);
+  // Enough recodes at once for the pool to wake its threads (8,192 values a token-layer).
+  REQUIRE(kk::testing::most_recodes_in_a_step(one) >= 8);
+  const kk::LiveResult eight = kk::testing::follow_with_recodes(*engine, 8);
+  REQUIRE(eight.logits == one.logits);
+  require_same_counts(eight.cache.host_recode, one.cache.host_recode);
+  require_same_counts(eight.cache.h2d_compressed, one.cache.h2d_compressed);
+  require_same_counts(eight.cache.h2d_promote, one.cache.h2d_promote);
+  // The CPU backend makes the same moves from the same attention.
+  const auto cpu = kk::make_cpu_engine(kk::testing::wide_kv_model());
+  const kk::LiveResult on_cpu = kk::testing::follow_with_recodes(*cpu, 1);
+  for (std::uint64_t step = 0; step < on_cpu.demand.steps(); ++step) {
+    for (std::uint32_t layer = 0; layer < on_cpu.demand.layers(); ++layer) {
+      CAPTURE(step, layer);
+      REQUIRE(eight.demand.at(step, layer) == on_cpu.demand.at(step, layer));
+    }
+  }
 }

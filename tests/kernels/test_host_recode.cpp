@@ -1,6 +1,6 @@
 // The live cache's T1 <-> T2 recodes on the host (kernels/impl/host_recode.hpp): every move runs
 // once, each chunk with scratch of its own, and the CPU backend's recodes write the same bytes,
-// the T2 format's, for every recode thread count.
+// the T2 format's, for every recode thread count, in the cache alone and in a live run.
 
 #include <catch2/catch.hpp>
 
@@ -16,6 +16,7 @@
 #include "kernels/impl/kv_quantise.hpp"
 #include "kernels/impl/worker_pool.hpp"
 #include "kernels/tiered_cache.hpp"
+#include "tests/kernels/support/wide_recodes.hpp"
 
 namespace {
 
@@ -96,8 +97,13 @@ TEST_CASE("host recodes run every move once, each chunk with scratch of its own"
       kk::WorkerPool pool(threads);
       std::vector<std::atomic<int>> runs(moves);
       std::atomic<bool> scratch_shared{false};
+      std::atomic<bool> scratch_missing{false};
+      // Catch's assertions are not thread-safe: the body records, the checks come after.
       kk::recode_on_pool(pool, moves, 8192, 16, [&](std::size_t i, float* scratch) {
-        REQUIRE(scratch != nullptr);
+        if (scratch == nullptr) {
+          scratch_missing = true;
+          return;
+        }
         for (int k = 0; k < 16; ++k) {
           scratch[k] = static_cast<float>(i);
         }
@@ -109,6 +115,7 @@ TEST_CASE("host recodes run every move once, each chunk with scratch of its own"
         }
         ++runs[i];
       });
+      CHECK_FALSE(scratch_missing);
       CHECK_FALSE(scratch_shared);
       for (std::size_t i = 0; i < moves; ++i) {
         REQUIRE(runs[i] == 1);
@@ -117,10 +124,12 @@ TEST_CASE("host recodes run every move once, each chunk with scratch of its own"
   }
   kk::WorkerPool pool(2);
   int without_scratch = 0;
+  bool null_scratch = true;
   kk::recode_on_pool(pool, 3, 8, 0, [&](std::size_t, float* scratch) {
-    CHECK(scratch == nullptr);
+    null_scratch = null_scratch && scratch == nullptr;
     ++without_scratch;  // a small loop runs on the caller alone
   });
+  CHECK(null_scratch);
   CHECK(without_scratch == 3);
 }
 
@@ -168,4 +177,21 @@ TEST_CASE("the CPU backend's recodes write the T2 format's bytes for every threa
       }
     }
   }
+}
+
+TEST_CASE("a live run's recodes on several threads leave every logit and count as on one",
+          "[kernels][live][recode]") {
+  const auto engine = kk::make_cpu_engine(kk::testing::wide_kv_model());
+  const kk::LiveResult one = kk::testing::follow_with_recodes(*engine, 1);
+  // Steps whose recodes are enough for the pool to wake its threads: its threshold in
+  // token-layers of 8,192 values.
+  REQUIRE(kk::testing::most_recodes_in_a_step(one) >=
+          static_cast<std::uint64_t>(kk::WorkerPool::kParallelWork / 8192));
+  const kk::LiveResult many = kk::testing::follow_with_recodes(*engine, 3);
+  CHECK(many.logits == one.logits);
+  CHECK(many.cache.host_recode.tokens == one.cache.host_recode.tokens);
+  CHECK(many.cache.host_recode.bytes == one.cache.host_recode.bytes);
+  CHECK(many.cache.host_recode.runs == one.cache.host_recode.runs);
+  CHECK(many.cache.h2d_compressed.tokens == one.cache.h2d_compressed.tokens);
+  CHECK(many.final_tier_tokens == one.final_tier_tokens);
 }
