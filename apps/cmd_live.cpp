@@ -19,7 +19,6 @@
 #include "configs/units.hpp"
 #include "configs/utf8_fields.hpp"
 #include "kernels/cuda_engine.hpp"
-#include "kernels/cuda_tiered_cache.hpp"
 #include "kernels/device_info.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/live.hpp"
@@ -99,10 +98,7 @@ int cuda_lookahead_option(const po::variables_map& values, const std::string& de
         "attention reads it)");
   }
   const int layers = values["cuda-lookahead"].as<int>();
-  if (layers < 0 || layers > kernels::kMostStagingLookahead) {
-    throw ConfigError("--cuda-lookahead " + std::to_string(layers) + ": from 0 to " +
-                      std::to_string(kernels::kMostStagingLookahead) + " layers");
-  }
+  kernels::check_staging_lookahead(layers, "--cuda-lookahead");
   return layers;
 }
 

@@ -29,14 +29,10 @@
 
 namespace kvtier::kernels {
 
-// The most layers TieredCacheOptions::staging_lookahead may stage ahead of the one computing:
-// the simulator's range (tiering.prefetch_lookahead_layers).
-inline constexpr int kMostStagingLookahead = 16;
-
 // `engine` must be a CUDA engine (ConfigError otherwise), options.max_positions set (the host
 // tiers, page tables and plans are sized for it up front) and options.staging_lookahead within
-// 0 .. kMostStagingLookahead (ConfigError). kvtier::Error (exit 1) naming the CUDA
-// call that failed, e.g. cudaMalloc when the T0 budget does not fit on the device.
+// 0 .. kMostStagingLookahead (ConfigError, check_staging_lookahead). kvtier::Error (exit 1) naming
+// the CUDA call that failed, e.g. cudaMalloc when the T0 budget does not fit on the device.
 [[nodiscard]] std::unique_ptr<LiveKvCache> make_cuda_tiered_cache(
     Engine& engine, const TieredCacheOptions& options);
 

@@ -99,6 +99,14 @@ struct TokenMove {
   std::uint32_t to_slot = 0;
 };
 
+// T1 -> T2 or T2 -> T1: a recode inside host memory (the backends run them on the host).
+[[nodiscard]] inline bool is_recode(const TokenMove& move) {
+  const auto host = [](replay::Tier tier) {
+    return tier == replay::Tier::kHost || tier == replay::Tier::kCompressed;
+  };
+  return host(move.from) && host(move.to) && move.from != move.to;
+}
+
 // The moves of one apply_placement: every demotion (phase 1: out of T0, T1 <-> T2, evictions)
 // before any promotion into T0 (phase 2), so T0 slots freed by phase 1 serve phase 2.
 struct MovePlan {

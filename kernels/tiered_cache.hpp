@@ -74,6 +74,12 @@ struct TieredCacheOptions {
   int staging_lookahead = 1;
 };
 
+// The most layers TieredCacheOptions::staging_lookahead may stage ahead of the one computing:
+// the simulator's range (tiering.prefetch_lookahead_layers).
+inline constexpr int kMostStagingLookahead = 16;
+// ConfigError "WHAT N: from 0 to 16 layers" when `layers` is outside 0 .. kMostStagingLookahead.
+void check_staging_lookahead(int layers, std::string_view what);
+
 // options.t0_budget_bytes, or when it is 0 the full cache: max_positions * layers * token_bytes
 // (std::logic_error when max_positions is 0 too).
 [[nodiscard]] std::uint64_t resolved_t0_budget(const TieredCacheOptions& options, int layers,

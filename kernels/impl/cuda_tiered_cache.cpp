@@ -38,10 +38,7 @@ constexpr unsigned kMappedHost = cudaHostAllocMapped | cudaHostAllocPortable;
 // Transient staging regions for `lookahead` layers ahead of the one computing: one each, and no
 // more than the layers (a forward call stages each layer once). ConfigError out of range.
 int staging_regions(int lookahead, int layers) {
-  if (lookahead < 0 || lookahead > kMostStagingLookahead) {
-    throw ConfigError("staging lookahead " + std::to_string(lookahead) + ": from 0 to " +
-                      std::to_string(kMostStagingLookahead) + " layers");
-  }
+  check_staging_lookahead(lookahead, "staging lookahead");
   return std::min(lookahead + 1, layers);
 }
 
@@ -370,7 +367,7 @@ void CudaTieredCache::begin_forward(int first_position, int rows, void* stream) 
   // The engine's first kernel writes T0 slots the last moves may still be reading.
   check_(cudaEventRecord(moved_, copy_stream_.get()), "cudaEventRecord (moves)");
   check_(cudaStreamWaitEvent(compute, moved_, 0), "cudaStreamWaitEvent (moves)");
-  for (int l = 0; l < std::min(regions_, layers_); ++l) {
+  for (int l = 0; l < regions_; ++l) {
     stage(l);
   }
 }
@@ -474,7 +471,7 @@ void CudaTieredCache::apply_placement() {
       to_t1.insert(to_t1.end(), {move.from_slot, move.to_slot});
     } else if (move.from == Tier::kHbm && move.to == Tier::kCompressed) {
       to_t2.insert(to_t2.end(), {move.from_slot, move.to_slot});
-    } else if (move.to != Tier::kEvicted) {
+    } else if (is_recode(move)) {
       recodes.push_back(move);
     }
   }

@@ -22,12 +22,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t kPooledBlockSlots = 4096;
 
-// T1 -> T2 or T2 -> T1: inside host memory, on the recode pool.
-bool is_recode(const TokenMove& move) {
-  const auto host = [](Tier tier) { return tier == Tier::kHost || tier == Tier::kCompressed; };
-  return host(move.from) && host(move.to) && move.from != move.to;
-}
-
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -41,6 +35,13 @@ void grow(std::vector<T>& arena, std::uint64_t slots, std::size_t width) {
 }
 
 }  // namespace
+
+void check_staging_lookahead(int layers, std::string_view what) {
+  if (layers < 0 || layers > kMostStagingLookahead) {
+    throw ConfigError(std::string(what) + " " + std::to_string(layers) + ": from 0 to " +
+                      std::to_string(kMostStagingLookahead) + " layers");
+  }
+}
 
 std::uint64_t resolved_t0_budget(const TieredCacheOptions& options, int layers,
                                  std::uint64_t token_bytes) {
