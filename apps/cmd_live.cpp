@@ -172,6 +172,9 @@ int run_live(const Arguments& args, Context& context) {
   const kernels::CudaComputeDtype compute_dtype = cuda_compute_dtype_option(values, device);
   const int staging_lookahead = cuda_lookahead_option(values, device);
   const kernels::CpuEngineOptions cpu_options = cpu_engine_option(values, device);
+  // Every option's value is checked before the device, so a bad one fails alike with or
+  // without a GPU.
+  const int recode_threads = thread_count_option(values, "recode-threads");
   kernels::DeviceInfo ran_on = check_engine_device(device);
   const bool follow = values.count("follow-trace") != 0U;
   const int prompt_sources = static_cast<int>(values.count("prompt") != 0U) +
@@ -188,7 +191,7 @@ int run_live(const Arguments& args, Context& context) {
   }
   kernels::LiveOptions live_options;
   live_options.copies = copies;
-  live_options.recode_threads = thread_count_option(values, "recode-threads");
+  live_options.recode_threads = recode_threads;
   live_options.staging_lookahead = staging_lookahead;
   live_options.max_new_tokens = values["max-new-tokens"].as<int>();
   if (live_options.max_new_tokens < 1) {
@@ -305,6 +308,7 @@ int run_live(const Arguments& args, Context& context) {
     measurement.set_staging_lookahead_layers(
         static_cast<std::uint32_t>(live_options.staging_lookahead));
   }
+  measurement.set_recode_threads(static_cast<std::uint32_t>(live_options.recode_threads));
   provenance.set_tool(version_line() + " live");
   provenance.set_device(device);
   provenance.set_device_name(ran_on.name);

@@ -13,7 +13,9 @@
 //
 // Usage: kvtier_bench_kv_quantise [kv_heads=32] [head_dim=128] [tokens=512] [repeats=15]
 // Prints one JSON line: microseconds per token-layer (medians over the repeats, each repeat
-// recoding `tokens` distinct token-layers), and the plain form's time over the shipped one's.
+// recoding `tokens` distinct token-layers), the plain form's time over the shipped one's, and
+// the host's kv_recode rates as a host config takes them (nanoseconds a value, one thread: the
+// BF16 slot recodes in a CUDA build, the float32 ones otherwise).
 
 #include <algorithm>
 #include <chrono>
@@ -149,9 +151,23 @@ int main(int argc, char** argv) {
                 ", \"bf16_slot_quantise_us_per_token_layer\": %.3f, "
                 "\"bf16_slot_dequantise_us_per_token_layer\": %.3f",
                 median(bf16_quantise_us), median(bf16_dequantise_us));
+  // The host's kv_recode rates as a host config takes them (HostSpec.kv_recode): one thread's
+  // time per value, from the recodes of BF16 slots (what a BF16 KV cache recodes).
+  const char* const rates_dtype = "bf16";
+  const double to_compressed_us = median(bf16_quantise_us);
+  const double to_full_us = median(bf16_dequantise_us);
 #else
   const char* const cuda_figures = "";
+  const char* const rates_dtype = "fp32";
+  const double to_compressed_us = median(shipped_us);
+  const double to_full_us = median(dequantise_us);
 #endif
+  char rate_figures[192];
+  std::snprintf(rate_figures, sizeof rate_figures,
+                ", \"kv_recode_dtype\": \"%s\", \"kv_recode_to_compressed_ns_per_value\": %.4f, "
+                "\"kv_recode_to_full_ns_per_value\": %.4f",
+                rates_dtype, to_compressed_us * 1e3 / static_cast<double>(values),
+                to_full_us * 1e3 / static_cast<double>(values));
   // The batch over the recode pool, as the live cache recodes a phase.
   std::vector<int> pool_threads;
   const int hardware = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
@@ -199,9 +215,9 @@ int main(int argc, char** argv) {
       "{\"kv_heads\": %d, \"head_dim\": %d, \"tokens\": %d, \"repeats\": %d, "
       "\"quantise_us_per_token_layer\": %.3f, \"plain_quantise_us_per_token_layer\": %.3f, "
       "\"plain_over_shipped\": %.2f, \"dequantise_us_per_token_layer\": %.3f, "
-      "\"checksum\": %.6f%s%s}\n",
+      "\"checksum\": %.6f%s%s%s}\n",
       kv_heads, head_dim, tokens, repeats, quantise, reference, reference / quantise,
-      median(dequantise_us), static_cast<double>(back[values / 2]), cuda_figures,
+      median(dequantise_us), static_cast<double>(back[values / 2]), cuda_figures, rate_figures,
       pool_figures.c_str());
   return 0;
 }

@@ -17,11 +17,14 @@
 // evicted of the placement in force before its policy step, the T1/T2 tokens of every layer are
 // prefetched, and the step's moves (promotions, offloads) follow, timed as tier_timing.hpp
 // describes; admission reserves the request's peak T0 KV plus its staging share in HBM and its
-// peak T1 + T2 in host memory.
+// peak T1 + T2 in host memory. The step's T1 <-> T2 recodes take the host's threads
+// (tiering.host_recode): after the iteration, before the next one (STEP_PATH), or beside the
+// next iteration, the one after it waiting for them (OVERLAPPED).
 
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "configs/schema/run.pb.h"
@@ -64,6 +67,12 @@ struct ServingTotals {
   sim::Tick d2h_busy;
   sim::Tick prefetch_stall;
   sim::Tick copy_wait;
+  // The host's T1 <-> T2 recodes: bytes read (per GPU: T1 -> T2 tokens at full precision,
+  // T2 -> T1 ones as their compressed bytes), and, when tiering.host_recode costs them, the
+  // engine's recode threads' busy time and the time iterations waited for them.
+  double host_recode_bytes = 0.0;
+  sim::Tick host_recode_busy;
+  sim::Tick host_recode_stall;
 };
 
 class ServingEngine {
@@ -100,6 +109,8 @@ class ServingEngine {
   }
   [[nodiscard]] const TierDemand* tiers() const noexcept { return tiers_; }
   [[nodiscard]] const CopyRates& copy_rates() const noexcept { return copy_rates_; }
+  // Whether the run times the host's recodes (tiering.host_recode).
+  [[nodiscard]] bool host_recode_costed() const noexcept { return recode_timing_.has_value(); }
   // HBM and host bytes admission reserves for a request (HBM includes staging).
   [[nodiscard]] double hbm_reservation(std::uint32_t request) const;
   [[nodiscard]] double host_reservation(std::uint32_t request) const;
@@ -144,6 +155,9 @@ class ServingEngine {
   // Sets the decode context of `batch` and fills layer_copies_ from the decoding requests'
   // tier demand and the placement of prompts this iteration completes (tiered runs only).
   void plan_tier_traffic(hw::BatchShape& batch);
+  // Times this iteration's recodes (of `duration` on the GPU) as tiering.host_recode says and
+  // returns how long the iteration waits for recodes beyond its own work; zero when not costed.
+  sim::Tick time_host_recodes(sim::Tick duration);
 
   sim::Simulator& simulator_;
   config::RunSpec run_;
@@ -163,6 +177,18 @@ class ServingEngine {
   double compressed_bytes_per_token_layer_ = 0.0;  // T2
   std::vector<LayerCopies> layer_copies_;
   double tier_staging_bytes_ = 0.0;  // the staging buffer of this iteration's prefetches
+  // This iteration's recodes, in token-layers, from plan_tier_traffic.
+  double recoded_to_compressed_ = 0.0;
+  double recoded_to_full_ = 0.0;
+  // Costing them (tiering.host_recode; no timing: not costed): nanoseconds of one thread per
+  // token-layer each way (every KV head of the model: the engine's threads recode each GPU's
+  // share), the threads, and when the recodes issued by the last two iterations end.
+  std::optional<config::HostRecodeTiming> recode_timing_;
+  double recode_ns_to_compressed_ = 0.0;
+  double recode_ns_to_full_ = 0.0;
+  std::uint32_t recode_threads_ = 1;
+  sim::Tick recodes_done_latest_;
+  sim::Tick recodes_done_previous_;
 
   std::vector<Request> requests_;
   std::uint32_t next_arrival_ = 0;

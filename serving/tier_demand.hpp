@@ -51,9 +51,11 @@ struct LayerDemand {
   double promoted = 0.0;  // host (T1/T2) -> HBM
   // Of `promoted`, those from T2: their compressed bytes cross and are dequantised in HBM.
   double promoted_from_compressed = 0.0;
-  // HBM -> T2 at this step, offloaded as compressed bytes. Tokens T1 -> T2 (and T2 -> T1) are
-  // recoded inside host memory and cross no bus, so they are not counted here.
+  // HBM -> T2 at this step, offloaded as compressed bytes.
   double compressed_from_hbm = 0.0;
+  // Recoded inside host memory by the host's CPU, crossing no bus: T1 -> T2 and T2 -> T1.
+  double recoded_to_compressed = 0.0;
+  double recoded_to_full = 0.0;
 };
 
 // What admission reserves for a request over its whole life, in token-layers (Σ over target

@@ -18,9 +18,11 @@ namespace kvtier::validation {
 [[nodiscard]] bool is_live_measurement(std::string_view text);
 
 // The figures of measurement files, references and live files told apart by content (a live
-// file is JSON). A live file's figures: pcie_h2d_bytes, pcie_d2h_bytes, tpot_mean_ms,
-// pcie_h2d_busy_s and pcie_d2h_busy_s, each compared or skipped with the reason (a free-running
-// run, a model that is no preset, timings of the CPU backend or of a GPU no node preset holds).
+// file is JSON). A live file's figures: pcie_h2d_bytes, pcie_d2h_bytes, host_recode_bytes,
+// tpot_mean_ms, pcie_h2d_busy_s, pcie_d2h_busy_s and host_recode_busy_s, each compared or
+// skipped with the reason (a free-running run, a model that is no preset, timings of the CPU
+// backend or of a GPU no node preset holds, recodes on a host without kv_recode rates). The
+// host's recodes are simulated on the file's recode_threads, on the step's path.
 // A CUDA run's time per token is projected with its engine calibrated on the first full-cache
 // run among `paths` of the same GPU, engine settings, model, lengths and trace, unless that run
 // was faster than the simulator's model (the full run's own figure is then marked calibrated;

@@ -213,6 +213,13 @@ void check_tiering(const RunSpec& run, const std::string& path, Problems& proble
     problems.push_back({at(path, "tiering.synthetic_pattern"),
                         "extend_synthetic needs a synthetic_pattern for the tail"});
   }
+  const NodeSpec& node = run.hardware().node();
+  if (tiering.has_host_recode() && node.has_host() && !node.host().has_kv_recode()) {
+    problems.push_back({at(path, "tiering.host_recode"),
+                        "timing the host's recodes needs its rates: host " + node.host().name() +
+                            " declares no kv_recode (hardware.node.host.kv_recode: "
+                            "to_compressed_ns_per_value, to_full_ns_per_value, source)"});
+  }
 }
 
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {

@@ -55,6 +55,15 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     compressed_bytes_per_token_layer_ =
         tiers_->compressed_format().token_layer_bytes(kv_heads_per_gpu, run.model().head_dim());
     layer_copies_.resize(run.model().num_hidden_layers());
+    if (run.tiering().has_host_recode()) {
+      // configs/impl/consistency.cpp requires the host's rates with it.
+      const config::KvRecodeRates& rates = run.hardware().node().host().kv_recode();
+      const double values = 2.0 * run.model().num_key_value_heads() * run.model().head_dim();
+      recode_timing_ = run.tiering().host_recode().timing();
+      recode_ns_to_compressed_ = values * rates.to_compressed_ns_per_value();
+      recode_ns_to_full_ = values * rates.to_full_ns_per_value();
+      recode_threads_ = run.tiering().host_recode().threads();
+    }
   }
   const auto max_positions = run.model().max_position_embeddings();
   for (size_t i = 0; i < workload_.requests.size(); ++i) {
@@ -275,6 +284,7 @@ void ServingEngine::try_start_iteration() {
   }
   const hw::IterationCost cost = cost_model_.cost(batch);
   sim::Tick duration = cost.total;
+  sim::Tick host_wait;
   if (tiers_ != nullptr) {
     const PipelineTiming timing = time_pipeline(cost.layer, layer_copies_, lookahead_, copy_rates_);
     const sim::Tick computed = timing.layers_end + cost.head;
@@ -287,6 +297,9 @@ void ServingEngine::try_start_iteration() {
       totals_.h2d_bytes += copies.h2d_bytes();
       totals_.d2h_bytes += copies.d2h_bytes();
     }
+    totals_.host_recode_bytes += recoded_to_compressed_ * bytes_per_token_layer_ +
+                                 recoded_to_full_ * compressed_bytes_per_token_layer_;
+    host_wait = time_host_recodes(duration);
   }
   iteration_in_flight_ = true;
   iteration_started_ = simulator_.now();
@@ -294,7 +307,33 @@ void ServingEngine::try_start_iteration() {
   totals_.hbm_bytes += cost.hbm_bytes;
   totals_.interconnect_bytes += cost.interconnect_bytes;
   totals_.busy += duration;
-  simulator_.schedule_after(duration + iteration_overhead_, [this] { finish_iteration(); });
+  simulator_.schedule_after(duration + iteration_overhead_ + host_wait,
+                            [this] { finish_iteration(); });
+}
+
+sim::Tick ServingEngine::time_host_recodes(sim::Tick duration) {
+  if (!recode_timing_) {
+    return {};
+  }
+  const sim::Tick recodes = sim::from_nanoseconds(
+      (recoded_to_compressed_ * recode_ns_to_compressed_ + recoded_to_full_ * recode_ns_to_full_) /
+          recode_threads_,
+      sim::Rounding::kUp);
+  totals_.host_recode_busy += recodes;
+  sim::Tick wait;
+  if (*recode_timing_ == config::STEP_PATH) {
+    wait = recodes;
+  } else {
+    // The recodes of the iteration before the previous one must be done before this one starts;
+    // this iteration's recodes start when it ends, after those of the previous one.
+    const sim::Tick now = simulator_.now();
+    wait = std::max(recodes_done_previous_ - now, sim::Tick::zero());
+    const sim::Tick ends = now + wait + duration + iteration_overhead_;
+    recodes_done_previous_ = recodes_done_latest_;
+    recodes_done_latest_ = std::max(ends, recodes_done_latest_) + recodes;
+  }
+  totals_.host_recode_stall += wait;
+  return wait;
 }
 
 void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
@@ -306,6 +345,8 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   std::vector<double> staged(layers, 0.0);
   std::vector<double> dequantised(layers, 0.0);
   double resident = 0.0;
+  recoded_to_compressed_ = 0.0;
+  recoded_to_full_ = 0.0;
   for (const std::uint32_t id : decoding_now_) {
     Request& request = requests_[id];
     request.tier_hbm = 0.0;
@@ -321,13 +362,15 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       // step's moves: promotions into HBM (a staged copy is not kept for them: the live cache
       // copies a promoted token in again, kernels/tier_book.hpp), T1 ones at full precision, T2
       // ones as their compressed bytes; offloads out of HBM. T1 <-> T2 recodes happen inside
-      // host memory: no bus, and their host CPU time is not modelled.
+      // host memory: no bus, but the host's threads (time_host_recodes).
       copies.staged_full += (differential ? demand.unstaged_host : demand.host) * full;
       copies.staged_compressed += demand.compressed * compressed;
       copies.promoted_full += (demand.promoted - demand.promoted_from_compressed) * full;
       copies.promoted_compressed += demand.promoted_from_compressed * compressed;
       copies.offloaded_full += demand.demoted * full;
       copies.offloaded_compressed += demand.compressed_from_hbm * compressed;
+      recoded_to_compressed_ += demand.recoded_to_compressed;
+      recoded_to_full_ += demand.recoded_to_full;
       staged[layer] += demand.host + demand.compressed;
       dequantised[layer] += demand.compressed + demand.promoted_from_compressed;
       // The held tokens and the step's own.

@@ -92,10 +92,18 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
   }
   if (!violated.empty()) {
     const double wait = metric(metrics, "copy_wait_fraction");
-    evaluation.binding = (wait > kPcieBound ? "PCIe (" + format_fixed(100 * wait, 0) +
-                                                  "% of GPU time waits for copies): "
-                                            : std::string("compute: ")) +
-                         violated;
+    // Iterations waiting for the host's recodes, a share of the run (NaN when not timed).
+    const double recode_wait =
+        metric(metrics, "host_recode_stall_s") / std::max(metric(metrics, "duration_s"), 1e-12);
+    if (recode_wait > kPcieBound && !(wait > recode_wait)) {
+      evaluation.binding = "host recodes (" + format_fixed(100 * recode_wait, 0) +
+                           "% of the run waits for T1 <-> T2 recodes): " + violated;
+    } else {
+      evaluation.binding = (wait > kPcieBound ? "PCIe (" + format_fixed(100 * wait, 0) +
+                                                    "% of GPU time waits for copies): "
+                                              : std::string("compute: ")) +
+                           violated;
+    }
     return evaluation;
   }
   evaluation.feasible = true;

@@ -59,6 +59,13 @@ void add_tier_metrics(std::vector<Metric>& m, const ServingEngine& engine, doubl
   m.push_back({"copy_wait_fraction",
                sim::to_seconds(totals.copy_wait) / std::max(sim::to_seconds(totals.busy), 1e-12),
                4});
+  m.push_back({"host_recode_gb", totals.host_recode_bytes / 1e9, 3});
+  // Recodes a run does not time have no time (null, "-"); none take none.
+  const double untimed = totals.host_recode_bytes > 0.0 && !engine.host_recode_costed()
+                             ? std::numeric_limits<double>::quiet_NaN()
+                             : 0.0;
+  m.push_back({"host_recode_s", untimed + sim::to_seconds(totals.host_recode_busy), 4});
+  m.push_back({"host_recode_stall_s", untimed + sim::to_seconds(totals.host_recode_stall), 4});
   const TierDemand* tiers = engine.tiers();
   const double kept = tiers != nullptr ? tiers->mean_kept_mass() : 1.0;
   m.push_back({"attention_mass_kept_mean", kept, 4});
@@ -149,6 +156,12 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   report.workload = engine.workload().description;
   report.events = simulator.events_executed();
   const ServingTotals& totals = engine.totals();
+  if (totals.host_recode_bytes > 0.0 && !engine.host_recode_costed()) {
+    report.notes.push_back("T1 <-> T2 recodes read " +
+                           format_fixed(totals.host_recode_bytes / 1e9, 3) +
+                           " GB of host memory per GPU, not timed: the run sets no "
+                           "tiering.host_recode (docs/SIMULATION.md)");
+  }
   const MemoryPlan& plan = engine.memory();
   const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);
   const auto& node = run.hardware().node();

@@ -309,6 +309,11 @@ LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context, std::ui
   demand.promoted = own(&replay::StepLayerRecord::promoted);
   demand.promoted_from_compressed = own(&replay::StepLayerRecord::promoted_from_compressed);
   demand.compressed_from_hbm = own(&replay::StepLayerRecord::compressed_from_hbm);
+  // Of the tokens entering T2, those not from HBM came from T1; of those entering T1, those not
+  // demoted from HBM came from T2 (replay/placement.hpp counts each move by its target).
+  demand.recoded_to_compressed =
+      own(&replay::StepLayerRecord::compressed) - demand.compressed_from_hbm;
+  demand.recoded_to_full = own(&replay::StepLayerRecord::newly_host) - demand.demoted;
   return demand;
 }
 

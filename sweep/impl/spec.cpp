@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 
 #include "common/errors.hpp"
@@ -307,7 +308,11 @@ std::vector<Row> simulate_point(const Sweep& sweep, std::uint64_t point,
       Row row{point, values, report.policy, {}, {}};
       row.metrics.reserve(report.metrics.size());
       for (const serving::Metric& metric : report.metrics) {
-        row.metrics.emplace_back(metric.name, format_double(metric.value));
+        // A figure the policy has no value for (host recodes not timed) is left out: an empty
+        // cell, NaN in results.h5.
+        if (!std::isnan(metric.value)) {
+          row.metrics.emplace_back(metric.name, format_double(metric.value));
+        }
       }
       rows.push_back(std::move(row));
     }

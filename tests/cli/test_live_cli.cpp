@@ -146,6 +146,9 @@ TEST_CASE("kvtier live --recode-threads recodes the same tokens and records the 
              Catch::EndsWith(", 3 recode threads"));
   CHECK_THAT(one["provenance"]["device_detail"].get<std::string>(),
              !Catch::Contains("recode threads"));
+  // The count, for kvtier validate's simulation of the host's recodes.
+  CHECK(one["recode_threads"] == 1);
+  CHECK(three["recode_threads"] == 3);
 }
 
 TEST_CASE("kvtier live with eviction reports divergence", "[cli][live]") {
@@ -204,6 +207,10 @@ TEST_CASE("kvtier live errors", "[cli][live]") {
                         "--recode-threads 0: from 1 to 1024");
   expect_one_line_error(run(live("--policy full --recode-threads 1025 --measure " + quoted(file))),
                         2, "--recode-threads 1025: from 1 to 1024");
+  // Checked before the device too: this fails alike with or without a GPU.
+  expect_one_line_error(
+      run(live("--policy full --device cuda --recode-threads 0 --measure " + quoted(file))), 2,
+      "--recode-threads 0: from 1 to 1024");
   // A tokenizer.bin cut at a token boundary reads as a smaller vocabulary.
   const fs::path truncated = scratch_dir() / "truncated_tok.bin";
   {

@@ -174,3 +174,33 @@ TEST_CASE("planning needs a closed loop", "[plan]") {
   options.slos = {{"tpot_p99_ms", 50}};
   CHECK_THROWS_AS(plan_capacity(run, options), kvtier::ConfigError);
 }
+
+TEST_CASE("an SLO missed while the GPU waits for the host's recodes is bound by them", "[plan]") {
+  // T2 tokens recoded on the step's path by one slow host thread: most of the run waits.
+  RunSpec tiered =
+      small_run({"workload.closed_loop.prompt_tokens.fixed_tokens=64",
+                 "workload.closed_loop.output_tokens.fixed_tokens=512",
+                 "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
+                 "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning",
+                 "hardware.node.host.kv_recode.to_compressed_ns_per_value=20000",
+                 "hardware.node.host.kv_recode.to_full_ns_per_value=20000",
+                 "hardware.node.host.kv_recode.source=a test's figures",
+                 "tiering.host_recode.threads=1", "tiering.host_recode.timing=STEP_PATH"});
+  tiered.mutable_policy()->set_name("tiered");
+  for (const auto& [name, value] :
+       {std::pair{"hbm", 0.3}, std::pair{"evict", 0.0}, std::pair{"compress", 0.5}}) {
+    auto* param = tiered.mutable_policy()->add_param();
+    param->set_name(name);
+    param->set_number(value);
+  }
+  const auto measured = at_batch(tiered, 1, 1);
+  REQUIRE(measured.at("host_recode_stall_s") > 0.25 * measured.at("duration_s"));
+  PlanOptions options;
+  options.rounds = 1;
+  options.slos = {{"tpot_p99_ms", measured.at("tpot_p99_ms") / 2}};
+  const auto result = plan_capacity(tiered, options);
+  CHECK(result.max_batch == 0);
+  CHECK_THAT(result.binding,
+             Catch::StartsWith("host recodes (") &&
+                 Catch::Contains("% of the run waits for T1 <-> T2 recodes): tpot_p99_ms"));
+}

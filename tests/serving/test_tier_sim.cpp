@@ -516,3 +516,107 @@ TEST_CASE("a compared policy whose requests do not fit is reported so while the 
   CHECK_THROWS_AS(kvtier::serving::simulate_all(only_full), kvtier::serving::DoesNotFit);
   CHECK_THROWS_AS(kvtier::serving::simulate(only_full), kvtier::serving::DoesNotFit);
 }
+
+namespace {
+
+// A request whose policy recodes tokens between T1 and T2 (compress > 0), alone on its engine so
+// that every iteration runs after the one before; `extra` last.
+RunSpec recoding_run(
+    const std::vector<std::string>& extra = {},
+    const std::string& policy = "tiered:hbm=0.5,evict=0.1,compress=0.3,delta=8,recent=32") {
+  std::vector<std::string> sets = {"workload.closed_loop.concurrency=1",
+                                   "workload.closed_loop.num_requests=1",
+                                   "hardware.node.host.kv_recode.to_compressed_ns_per_value=2",
+                                   "hardware.node.host.kv_recode.to_full_ns_per_value=1",
+                                   "hardware.node.host.kv_recode.source=a test's figures"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return tiered_run(policy, sets);
+}
+
+const std::vector<std::string> kOnStepPath = {"tiering.host_recode.threads=1",
+                                              "tiering.host_recode.timing=STEP_PATH"};
+
+std::vector<std::string> with(std::vector<std::string> sets, const std::string& set) {
+  sets.push_back(set);
+  return sets;
+}
+
+}  // namespace
+
+TEST_CASE("the host's T1 <-> T2 recodes are counted always and timed where the run says how",
+          "[tiers]") {
+  const RunSpec untimed_run = recoding_run();
+  const auto untimed = metrics(untimed_run);
+  REQUIRE(untimed.at("host_recode_gb") > 0.0);
+  // Not timed: no time rather than none, and the report says why.
+  CHECK(std::isnan(untimed.at("host_recode_s")));
+  CHECK(std::isnan(untimed.at("host_recode_stall_s")));
+  bool noted = false;
+  for (const std::string& note : kvtier::serving::simulate(untimed_run).notes) {
+    noted =
+        noted || note.find("not timed: the run sets no tiering.host_recode") != std::string::npos;
+  }
+  CHECK(noted);
+
+  // On the step's path every recode adds its time to the run of this lone request.
+  const auto one = metrics(recoding_run(kOnStepPath));
+  CHECK(one.at("host_recode_gb") == untimed.at("host_recode_gb"));
+  const double recode_s = one.at("host_recode_s");
+  REQUIRE(recode_s > 0.0);
+  CHECK(one.at("host_recode_stall_s") == recode_s);
+  CHECK(one.at("duration_s") - untimed.at("duration_s") == Approx(recode_s).epsilon(1e-6));
+  CHECK(one.at("tpot_mean_ms") > untimed.at("tpot_mean_ms"));
+  // Threads split the work; slower rates take longer in proportion.
+  const auto four = metrics(recoding_run(with(kOnStepPath, "tiering.host_recode.threads=4")));
+  CHECK(four.at("host_recode_s") == Approx(recode_s / 4).epsilon(1e-6));
+  const auto slower = metrics(recoding_run(
+      with(with(kOnStepPath, "hardware.node.host.kv_recode.to_compressed_ns_per_value=4"),
+           "hardware.node.host.kv_recode.to_full_ns_per_value=2")));
+  CHECK(slower.at("host_recode_s") == Approx(2 * recode_s).epsilon(1e-6));
+
+  // Beside the next iteration they cost at most what they cost on the path, and no less than
+  // nothing.
+  const auto overlapped = metrics(
+      recoding_run({"tiering.host_recode.threads=1", "tiering.host_recode.timing=OVERLAPPED"}));
+  CHECK(overlapped.at("host_recode_s") == Approx(recode_s).epsilon(1e-9));
+  CHECK(overlapped.at("host_recode_stall_s") <= overlapped.at("host_recode_s"));
+  CHECK(overlapped.at("duration_s") < one.at("duration_s"));
+  CHECK(overlapped.at("duration_s") >= untimed.at("duration_s"));
+
+  // A policy without T2 recodes nothing: no bytes and no time, costed or not.
+  for (const auto& sets : {std::vector<std::string>{}, kOnStepPath}) {
+    const auto none =
+        metrics(recoding_run(sets, "tiered:hbm=0.5,evict=0.1,compress=0,delta=8,recent=32"));
+    CHECK(none.at("host_recode_gb") == 0.0);
+    CHECK(none.at("host_recode_s") == 0.0);
+    CHECK(none.at("host_recode_stall_s") == 0.0);
+  }
+}
+
+TEST_CASE("overlapped recodes longer than an iteration hold back the iteration after next",
+          "[tiers]") {
+  // Slow enough that each iteration's recodes outlast the next iteration.
+  const std::vector<std::string> slow = {
+      "hardware.node.host.kv_recode.to_compressed_ns_per_value=20000",
+      "hardware.node.host.kv_recode.to_full_ns_per_value=20000", "tiering.host_recode.threads=1"};
+  const auto on_path = metrics(recoding_run(with(slow, "tiering.host_recode.timing=STEP_PATH")));
+  const auto beside = metrics(recoding_run(with(slow, "tiering.host_recode.timing=OVERLAPPED")));
+  REQUIRE(beside.at("host_recode_s") > 0.5 * beside.at("duration_s"));
+  CHECK(beside.at("host_recode_stall_s") > 0.0);
+  CHECK(beside.at("host_recode_stall_s") < on_path.at("host_recode_stall_s"));
+  CHECK(beside.at("duration_s") < on_path.at("duration_s"));
+  // Recode-bound: the run lasts at least its recodes but the last two iterations'.
+  CHECK(beside.at("duration_s") > 0.5 * beside.at("host_recode_s"));
+}
+
+TEST_CASE("timing the host's recodes needs the host's rates", "[tiers]") {
+  const auto lines = kvtier::test::problems<RunSpec>(
+      kvtier::test::quickstart_run(),
+      {"policy.name=tiered", "tiering.prefetch_lookahead_layers=1",
+       "tiering.host_allocation=PINNED", "tiering.copy_method=COPY_ENGINES",
+       "tiering.synthetic_pattern=reasoning", "tiering.host_recode.threads=2",
+       "tiering.host_recode.timing=STEP_PATH"});
+  REQUIRE_FALSE(lines.empty());
+  CHECK_THAT(lines.front(),
+             Catch::Contains("tiering.host_recode") && Catch::Contains("declares no kv_recode"));
+}

@@ -39,11 +39,13 @@ struct Figure {
   bool timing;
   int decimals;
 };
-constexpr std::array<Figure, 5> kFigures = {{{"pcie_h2d_bytes", 0.0, false, 0},
+constexpr std::array<Figure, 7> kFigures = {{{"pcie_h2d_bytes", 0.0, false, 0},
                                              {"pcie_d2h_bytes", 0.0, false, 0},
+                                             {"host_recode_bytes", 0.0, false, 0},
                                              {"tpot_mean_ms", 0.1, true, 3},
                                              {"pcie_h2d_busy_s", 0.1, true, 6},
-                                             {"pcie_d2h_busy_s", 0.1, true, 6}}};
+                                             {"pcie_d2h_busy_s", 0.1, true, 6},
+                                             {"host_recode_busy_s", 0.1, true, 6}}};
 
 // The node a byte-only comparison is simulated on: byte volumes are the same on every node.
 constexpr std::string_view kBytesNode = "hgx-h100-8";
@@ -127,7 +129,8 @@ void check_fields(const LiveFile& file) {
   }
   for (const auto& [seconds, field] :
        {std::pair{m.decode_seconds(), "decode_seconds"},
-        std::pair{m.h2d().seconds(), "h2d.seconds"}, std::pair{m.d2h().seconds(), "d2h.seconds"}}) {
+        std::pair{m.h2d().seconds(), "h2d.seconds"}, std::pair{m.d2h().seconds(), "d2h.seconds"},
+        std::pair{m.host_recode().seconds(), "host_recode.seconds"}}) {
     if (!std::isfinite(seconds) || seconds < 0.0) {
       file.fail("a time is a finite number of seconds, 0 or more", field);
     }
@@ -149,8 +152,8 @@ std::array<double, kFigures.size()> tolerances(const LiveFile& file) {
     });
     if (figure == kFigures.end()) {
       file.fail("no figure '" + tolerance.metric() +
-                    "'; a live file has pcie_h2d_bytes, pcie_d2h_bytes, tpot_mean_ms, "
-                    "pcie_h2d_busy_s and pcie_d2h_busy_s",
+                    "'; a live file has pcie_h2d_bytes, pcie_d2h_bytes, host_recode_bytes, "
+                    "tpot_mean_ms, pcie_h2d_busy_s, pcie_d2h_busy_s and host_recode_busy_s",
                 field + ".metric");
     }
     const auto index = static_cast<std::size_t>(figure - kFigures.begin());
@@ -297,6 +300,13 @@ serving::SimulationReport simulate(const LiveFile& file, const std::string& mode
     file.fail(error.what(), "policy");
   }
   run.mutable_tiering()->add_traces(trace);
+  // The cache recodes T1 <-> T2 tokens on the host between steps, on the step's path; timed
+  // where the node's host has recode rates (files before the field recoded on one thread).
+  if (run.hardware().node().host().has_kv_recode()) {
+    config::HostRecodeSpec& recode = *run.mutable_tiering()->mutable_host_recode();
+    recode.set_threads(m.has_recode_threads() ? m.recode_threads() : 1U);
+    recode.set_timing(config::STEP_PATH);
+  }
   // What does not hold is the file's (its lengths against the model, its policy), so data.
   if (const auto problems = config::validate(run, loader, locations); !problems.empty()) {
     throw DataError("cannot be simulated: " + problems.front().path + ": " + problems.front().what,
@@ -342,8 +352,14 @@ std::optional<double> projected(const serving::SimulationReport& report, std::st
   if (figure == "pcie_d2h_bytes") {
     return bytes("pcie_d2h_gb");
   }
+  if (figure == "host_recode_bytes") {
+    return bytes("host_recode_gb");
+  }
   if (figure == "tpot_mean_ms") {
     return value("tpot_mean_ms");
+  }
+  if (figure == "host_recode_busy_s") {
+    return value("host_recode_s");  // NaN: recodes the simulation does not time
   }
   return busy(figure == "pcie_h2d_busy_s" ? "pcie_h2d_utilisation" : "pcie_d2h_utilisation");
 }
@@ -355,8 +371,14 @@ double measured(const config::LiveMeasurement& m, std::string_view figure) {
   if (figure == "pcie_d2h_bytes") {
     return static_cast<double>(m.d2h().bytes());
   }
+  if (figure == "host_recode_bytes") {
+    return static_cast<double>(m.host_recode().bytes());
+  }
   if (figure == "tpot_mean_ms") {
     return m.decode_seconds() * 1e3 / static_cast<double>(m.new_tokens());
+  }
+  if (figure == "host_recode_busy_s") {
+    return m.host_recode().seconds();
   }
   return figure == "pcie_h2d_busy_s" ? m.h2d().seconds() : m.d2h().seconds();
 }
@@ -476,6 +498,11 @@ std::vector<ReferenceCheck> live_checks(const LiveRun& run, std::size_t index,
     const std::optional<double> value = projected(*report, figure.metric);
     if (!value) {
       check.skipped_because = "the simulation reports no " + check.metric;
+      continue;
+    }
+    if (std::isnan(*value)) {
+      check.skipped_because = "not timed: node " + run.node.value_or(GpuNode{}).node +
+                              "'s host declares no kv_recode rates";
       continue;
     }
     check.projected = *value;
