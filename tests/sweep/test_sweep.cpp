@@ -520,3 +520,21 @@ TEST_CASE("sweep: a compared policy that does not fit has the error while the po
   CHECK_THAT(rows[1].error, Catch::Contains("GiB of KV per GPU"));
   CHECK(rows[1].metrics.empty());
 }
+
+TEST_CASE("sweep: a figure a policy has no value for is left out of its row", "[sweep]") {
+  // The host's recodes of a T2 policy, not timed (no tiering.host_recode): counted, no time.
+  // A longer run than the base's, so that T2 tokens come back to T1.
+  const Sweep sweep =
+      load(spec_text(axis("policy", {"tiered:hbm=0.5,evict=0.1,compress=0.3,delta=8,recent=16",
+                                     "tiered:hbm=0.5,evict=0.1,delta=8,recent=16"}) +
+                     axis("workload.closed_loop.output_tokens.fixed_tokens", {"512"})));
+  kvtier::serving::DemandMemo memo;
+  const auto recoding = kvtier::sweep::simulate_point(sweep, 0, kvtier::test::loader(), memo);
+  REQUIRE(recoding.size() == 1);
+  CHECK(std::stod(metric(recoding[0], "host_recode_gb")) > 0.0);
+  CHECK(metric(recoding[0], "host_recode_s").empty());  // absent, not "nan"
+  CHECK(metric(recoding[0], "host_recode_stall_s").empty());
+  const auto none = kvtier::sweep::simulate_point(sweep, 1, kvtier::test::loader(), memo);
+  REQUIRE(none.size() == 1);
+  CHECK(metric(none[0], "host_recode_s") == "0");
+}
