@@ -36,6 +36,12 @@ void add_distribution(std::vector<Metric>& metrics, const std::string& name,
   metrics.push_back({name + "_mean_ms", distribution.mean_ps() * 1e-9, 3});
 }
 
+// The run's policy recodes tokens between T1 and T2 but the run does not time them (no
+// tiering.host_recode): its recode times have no value, and a note says why.
+bool recodes_untimed(const ServingEngine& engine) {
+  return engine.totals().host_recode_bytes > 0.0 && !engine.host_recode_costed();
+}
+
 void add_tier_metrics(std::vector<Metric>& m, const ServingEngine& engine, double seconds) {
   const ServingTotals& totals = engine.totals();
   const double full_peak = engine.full_kv().max();
@@ -61,9 +67,7 @@ void add_tier_metrics(std::vector<Metric>& m, const ServingEngine& engine, doubl
                4});
   m.push_back({"host_recode_gb", totals.host_recode_bytes / 1e9, 3});
   // Recodes a run does not time have no time (null, "-"); none take none.
-  const double untimed = totals.host_recode_bytes > 0.0 && !engine.host_recode_costed()
-                             ? std::numeric_limits<double>::quiet_NaN()
-                             : 0.0;
+  const double untimed = recodes_untimed(engine) ? std::numeric_limits<double>::quiet_NaN() : 0.0;
   m.push_back({"host_recode_s", untimed + sim::to_seconds(totals.host_recode_busy), 4});
   m.push_back({"host_recode_stall_s", untimed + sim::to_seconds(totals.host_recode_stall), 4});
   const TierDemand* tiers = engine.tiers();
@@ -156,7 +160,7 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   report.workload = engine.workload().description;
   report.events = simulator.events_executed();
   const ServingTotals& totals = engine.totals();
-  if (totals.host_recode_bytes > 0.0 && !engine.host_recode_costed()) {
+  if (recodes_untimed(engine)) {
     report.notes.push_back("T1 <-> T2 recodes read " +
                            format_fixed(totals.host_recode_bytes / 1e9, 3) +
                            " GB of host memory per GPU, not timed: the run sets no "
