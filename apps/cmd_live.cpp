@@ -22,6 +22,7 @@
 #include "kernels/device_info.hpp"
 #include "kernels/engine.hpp"
 #include "kernels/live.hpp"
+#include "kernels/tiered_cache.hpp"
 #include "kernels/tokenizer.hpp"
 #include "replay/parameters.hpp"
 #include "replay/trace_source.hpp"
@@ -309,6 +310,9 @@ int run_live(const Arguments& args, Context& context) {
         static_cast<std::uint32_t>(live_options.staging_lookahead));
   }
   measurement.set_recode_threads(static_cast<std::uint32_t>(live_options.recode_threads));
+  const kernels::RecodePoolShape recode_pool = kernels::recode_pool_shape();
+  measurement.set_recode_chunk_token_layers(recode_pool.chunk_token_layers);
+  measurement.set_recode_parallel_min_values(recode_pool.parallel_min_values);
   provenance.set_tool(version_line() + " live");
   provenance.set_device(device);
   provenance.set_device_name(ran_on.name);

@@ -26,6 +26,14 @@ namespace kvtier::hw {
 [[nodiscard]] double sm_kernel_overhead_us(const config::LinkSpec& link,
                                            config::Direction direction);
 
+// The same for the T2 kernels among copies by SM kernels, in compressed bytes over the link
+// (LinkSpec::sm_kernel_t2_measured and sm_kernel_t2_h2d/d2h_overhead_us), the slot kernel's
+// figures above where the link has none for `direction`.
+[[nodiscard]] double sm_kernel_t2_gb_per_s(const config::LinkSpec& link,
+                                           config::Direction direction);
+[[nodiscard]] double sm_kernel_t2_overhead_us(const config::LinkSpec& link,
+                                              config::Direction direction);
+
 // Size at which a copy reaches `fraction` of the asymptotic bandwidth under the model
 // T = t0 + S / B: S = t0 · B · f / (1 − f).
 [[nodiscard]] double bytes_for_efficiency(const config::LinkSpec& link, config::Direction direction,

@@ -74,6 +74,15 @@ struct TieredCacheOptions {
   int staging_lookahead = 1;
 };
 
+// How the recode threads share a step's recodes (kernels/impl/host_recode.hpp), as the
+// simulator's tiering.host_recode states a pool: token-layers a thread takes at a time, and the
+// values below which a step's recodes run on the calling thread alone.
+struct RecodePoolShape {
+  std::uint32_t chunk_token_layers;
+  std::uint64_t parallel_min_values;
+};
+[[nodiscard]] RecodePoolShape recode_pool_shape();
+
 // The most layers TieredCacheOptions::staging_lookahead may stage ahead of the one computing:
 // the simulator's range (tiering.prefetch_lookahead_layers).
 inline constexpr int kMostStagingLookahead = 16;

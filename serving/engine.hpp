@@ -182,11 +182,12 @@ class ServingEngine {
   double recoded_to_full_ = 0.0;
   // Costing them (tiering.host_recode; no timing: not costed): nanoseconds of one thread per
   // token-layer each way (every KV head of the model: the engine's threads recode each GPU's
-  // share), the threads, and when the recodes issued by the last two iterations end.
+  // share), the values of a token-layer, and when the recodes issued by the last two
+  // iterations end (the threads: run_.tiering().host_recode()).
   std::optional<config::HostRecodeTiming> recode_timing_;
   double recode_ns_to_compressed_ = 0.0;
   double recode_ns_to_full_ = 0.0;
-  std::uint32_t recode_threads_ = 1;
+  double recode_values_per_token_layer_ = 0.0;
   sim::Tick recodes_done_latest_;
   sim::Tick recodes_done_previous_;
 

@@ -31,12 +31,18 @@
 namespace kvtier::serving {
 
 // For copies by SM kernels, the host link's SM-kernel figures where it has them
-// (LinkSpec::sm_kernel_measured and overheads): the probed rate, at most the kernels' own.
+// (LinkSpec::sm_kernel_measured and overheads): the probed rate, at most the kernels' own; their
+// T2 kernels' compressed bytes at the link's T2 figures (sm_kernel_t2_*), the same way. The copy
+// engines copy compressed bytes as any others.
 struct CopyRates {
   double h2d_bytes_per_s = 0.0;  // per GPU, with every GPU of the node copying at once
   double d2h_bytes_per_s = 0.0;
   sim::Tick h2d_setup;  // per copy
   sim::Tick d2h_setup;
+  double t2_h2d_bytes_per_s = 0.0;  // compressed bytes
+  double t2_d2h_bytes_per_s = 0.0;
+  sim::Tick t2_h2d_setup;
+  sim::Tick t2_d2h_setup;
   config::CopyMethod method = config::COPY_ENGINES;
 };
 
@@ -78,5 +84,13 @@ struct PipelineTiming {
 [[nodiscard]] PipelineTiming time_pipeline(sim::Tick layer_compute,
                                            std::span<const LayerCopies> layers,
                                            std::uint32_t lookahead, const CopyRates& rates);
+
+// How long one iteration's host recodes of `token_layers` take on the host's threads, from the
+// first starting to the last finishing, in nanoseconds, when one thread alone would take
+// `one_thread_ns`; `values_per_token_layer` measures the work against the pool's one-thread
+// threshold (tiering.host_recode).
+[[nodiscard]] double recode_makespan_ns(double token_layers, double one_thread_ns,
+                                        double values_per_token_layer,
+                                        const config::HostRecodeSpec& pool);
 
 }  // namespace kvtier::serving

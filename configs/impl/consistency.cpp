@@ -104,7 +104,8 @@ void check_link(const LinkSpec& link, const std::string& path, Problems& problem
     if (link.has_peak_gb_per_s_per_direction()) {
       for (const auto& [points, field] :
            {std::pair{&link.measured(), "measured"},
-            std::pair{&link.sm_kernel_measured(), "sm_kernel_measured"}}) {
+            std::pair{&link.sm_kernel_measured(), "sm_kernel_measured"},
+            std::pair{&link.sm_kernel_t2_measured(), "sm_kernel_t2_measured"}}) {
         for (int i = 0; i < points->size(); ++i) {
           if (points->Get(i).effective_gb_per_s() > link.peak_gb_per_s_per_direction()) {
             problems.push_back(
@@ -125,10 +126,14 @@ void check_link(const LinkSpec& link, const std::string& path, Problems& problem
     }
   }
   // Copies by SM kernels read or write host memory: H2D or D2H.
-  for (int i = 0; i < link.sm_kernel_measured_size(); ++i) {
-    if (link.sm_kernel_measured(i).direction() == PEER) {
-      problems.push_back({at(path, "sm_kernel_measured[" + std::to_string(i) + "].direction"),
-                          "copies by SM kernels are measured H2D or D2H, not PEER"});
+  for (const auto& [points, field] :
+       {std::pair{&link.sm_kernel_measured(), "sm_kernel_measured"},
+        std::pair{&link.sm_kernel_t2_measured(), "sm_kernel_t2_measured"}}) {
+    for (int i = 0; i < points->size(); ++i) {
+      if (points->Get(i).direction() == PEER) {
+        problems.push_back({at(path, std::string(field) + "[" + std::to_string(i) + "].direction"),
+                            "copies by SM kernels are measured H2D or D2H, not PEER"});
+      }
     }
   }
 }

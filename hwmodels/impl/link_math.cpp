@@ -39,6 +39,19 @@ double largest_point_gb_per_s(
   return largest > 0 ? bandwidth : 0.0;
 }
 
+// A figure a link may give per direction: `h2d` or `d2h` where given for `direction`, else
+// `otherwise`.
+double directed_or(config::Direction direction, bool has_h2d, double h2d, bool has_d2h, double d2h,
+                   double otherwise) {
+  if (direction == config::H2D && has_h2d) {
+    return h2d;
+  }
+  if (direction == config::D2H && has_d2h) {
+    return d2h;
+  }
+  return otherwise;
+}
+
 }  // namespace
 
 double asymptotic_gb_per_s(const config::LinkSpec& link, config::Direction direction) {
@@ -52,13 +65,20 @@ double sm_kernel_gb_per_s(const config::LinkSpec& link, config::Direction direct
 }
 
 double sm_kernel_overhead_us(const config::LinkSpec& link, config::Direction direction) {
-  if (direction == config::H2D && link.has_sm_kernel_h2d_overhead_us()) {
-    return link.sm_kernel_h2d_overhead_us();
-  }
-  if (direction == config::D2H && link.has_sm_kernel_d2h_overhead_us()) {
-    return link.sm_kernel_d2h_overhead_us();
-  }
-  return link.per_copy_overhead_us();
+  return directed_or(direction, link.has_sm_kernel_h2d_overhead_us(),
+                     link.sm_kernel_h2d_overhead_us(), link.has_sm_kernel_d2h_overhead_us(),
+                     link.sm_kernel_d2h_overhead_us(), link.per_copy_overhead_us());
+}
+
+double sm_kernel_t2_gb_per_s(const config::LinkSpec& link, config::Direction direction) {
+  const double measured = largest_point_gb_per_s(link.sm_kernel_t2_measured(), direction);
+  return measured > 0.0 ? measured : sm_kernel_gb_per_s(link, direction);
+}
+
+double sm_kernel_t2_overhead_us(const config::LinkSpec& link, config::Direction direction) {
+  return directed_or(direction, link.has_sm_kernel_t2_h2d_overhead_us(),
+                     link.sm_kernel_t2_h2d_overhead_us(), link.has_sm_kernel_t2_d2h_overhead_us(),
+                     link.sm_kernel_t2_d2h_overhead_us(), sm_kernel_overhead_us(link, direction));
 }
 
 double bytes_for_efficiency(const config::LinkSpec& link, config::Direction direction,

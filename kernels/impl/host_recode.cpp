@@ -8,6 +8,11 @@
 
 namespace kvtier::kernels {
 
+RecodePoolShape recode_pool_shape() {
+  return {static_cast<std::uint32_t>(kRecodeChunk),
+          static_cast<std::uint64_t>(WorkerPool::kParallelWork)};
+}
+
 void recode_on_pool(WorkerPool& pool, std::size_t moves, std::size_t values,
                     std::size_t scratch_floats,
                     const std::function<void(std::size_t, float*)>& recode) {

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "kernels/impl/worker_pool.hpp"
+#include "kernels/tiered_cache.hpp"
 
 namespace kvtier::kernels {
 

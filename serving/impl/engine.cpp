@@ -62,7 +62,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       recode_timing_ = run.tiering().host_recode().timing();
       recode_ns_to_compressed_ = values * rates.to_compressed_ns_per_value();
       recode_ns_to_full_ = values * rates.to_full_ns_per_value();
-      recode_threads_ = run.tiering().host_recode().threads();
+      recode_values_per_token_layer_ = values;
     }
   }
   const auto max_positions = run.model().max_position_embeddings();
@@ -316,8 +316,10 @@ sim::Tick ServingEngine::time_host_recodes(sim::Tick duration) {
     return {};
   }
   const sim::Tick recodes = sim::from_nanoseconds(
-      (recoded_to_compressed_ * recode_ns_to_compressed_ + recoded_to_full_ * recode_ns_to_full_) /
-          recode_threads_,
+      recode_makespan_ns(
+          recoded_to_compressed_ + recoded_to_full_,
+          recoded_to_compressed_ * recode_ns_to_compressed_ + recoded_to_full_ * recode_ns_to_full_,
+          recode_values_per_token_layer_, run_.tiering().host_recode()),
       sim::Rounding::kUp);
   totals_.host_recode_busy += recodes;
   sim::Tick wait;

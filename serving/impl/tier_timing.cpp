@@ -1,6 +1,7 @@
 #include "serving/tier_timing.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "hwmodels/link_math.hpp"
@@ -39,9 +40,13 @@ sim::Tick copy_time(double bytes, double rate, sim::Tick setup) {
   return setup + sim::from_seconds(bytes / rate, sim::Rounding::kUp);
 }
 
-// Full-precision and compressed bytes copied by SM kernels: a kernel each, each with its setup.
-sim::Tick kernels_time(double full, double compressed, double rate, sim::Tick setup) {
-  return copy_time(full, rate, setup) + copy_time(compressed, rate, setup);
+// Full-precision and compressed bytes copied by SM kernels in one direction: a kernel each (the
+// slot kernel, a T2 kernel), each with its setup.
+sim::Tick kernels_time(double full, double compressed, const CopyRates& rates, bool to_gpu) {
+  return to_gpu ? copy_time(full, rates.h2d_bytes_per_s, rates.h2d_setup) +
+                      copy_time(compressed, rates.t2_h2d_bytes_per_s, rates.t2_h2d_setup)
+                : copy_time(full, rates.d2h_bytes_per_s, rates.d2h_setup) +
+                      copy_time(compressed, rates.t2_d2h_bytes_per_s, rates.t2_d2h_setup);
 }
 
 // Copies and compute take turns on the SMs: each layer's staging, then the layer; after the last
@@ -53,8 +58,8 @@ PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> 
   sim::Tick now;
   LayerCopies moved;  // the iteration's promotions and offloads, all layers together
   for (const LayerCopies& copies : layers) {
-    const sim::Tick h2d = kernels_time(copies.staged_full, copies.staged_compressed,
-                                       rates.h2d_bytes_per_s, rates.h2d_setup);
+    const sim::Tick h2d =
+        kernels_time(copies.staged_full, copies.staged_compressed, rates, /*to_gpu=*/true);
     timing.h2d_busy += h2d;
     timing.stall += h2d;
     now += h2d + layer_compute + copies.extra_compute;
@@ -65,10 +70,10 @@ PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> 
   }
   timing.layers_end = now;
   timing.end = now;
-  timing.d2h_busy = kernels_time(moved.offloaded_full, moved.offloaded_compressed,
-                                 rates.d2h_bytes_per_s, rates.d2h_setup);
-  const sim::Tick promotions = kernels_time(moved.promoted_full, moved.promoted_compressed,
-                                            rates.h2d_bytes_per_s, rates.h2d_setup);
+  timing.d2h_busy =
+      kernels_time(moved.offloaded_full, moved.offloaded_compressed, rates, /*to_gpu=*/false);
+  const sim::Tick promotions =
+      kernels_time(moved.promoted_full, moved.promoted_compressed, rates, /*to_gpu=*/true);
   timing.h2d_busy += promotions;
   timing.trailing = timing.d2h_busy + promotions;
   return timing;
@@ -80,21 +85,31 @@ CopyRates measure_copy_rates(const config::RunSpec& run) {
   sim::Simulator simulator;
   sim::FlowNetwork network(simulator);
   const hw::NodeTopology topology(run.hardware().node(), hw::HostMemory::kPinned, network);
-  CopyRates rates{probe_rate(run, true), probe_rate(run, false), topology.copy_setup(),
-                  topology.copy_setup(), run.tiering().copy_method()};
-  if (rates.method == config::SM_KERNELS) {
-    // The kernels' own rate caps what the link gives each GPU (a link shared at a switch may
-    // give less).
-    const config::LinkSpec& link = run.hardware().node().host_link();
-    rates.h2d_bytes_per_s =
-        std::min(rates.h2d_bytes_per_s, hw::sm_kernel_gb_per_s(link, config::H2D) * 1e9);
-    rates.d2h_bytes_per_s =
-        std::min(rates.d2h_bytes_per_s, hw::sm_kernel_gb_per_s(link, config::D2H) * 1e9);
-    rates.h2d_setup =
-        sim::from_microseconds(hw::sm_kernel_overhead_us(link, config::H2D), sim::Rounding::kUp);
-    rates.d2h_setup =
-        sim::from_microseconds(hw::sm_kernel_overhead_us(link, config::D2H), sim::Rounding::kUp);
+  CopyRates rates;
+  rates.method = run.tiering().copy_method();
+  const double probed_h2d = probe_rate(run, true);
+  const double probed_d2h = probe_rate(run, false);
+  if (rates.method != config::SM_KERNELS) {
+    rates.h2d_bytes_per_s = rates.t2_h2d_bytes_per_s = probed_h2d;
+    rates.d2h_bytes_per_s = rates.t2_d2h_bytes_per_s = probed_d2h;
+    rates.h2d_setup = rates.d2h_setup = rates.t2_h2d_setup = rates.t2_d2h_setup =
+        topology.copy_setup();
+    return rates;
   }
+  // The kernels' own rate caps what the link gives each GPU (a link shared at a switch may give
+  // less).
+  const config::LinkSpec& link = run.hardware().node().host_link();
+  const auto setup = [](double us) { return sim::from_microseconds(us, sim::Rounding::kUp); };
+  rates.h2d_bytes_per_s = std::min(probed_h2d, hw::sm_kernel_gb_per_s(link, config::H2D) * 1e9);
+  rates.d2h_bytes_per_s = std::min(probed_d2h, hw::sm_kernel_gb_per_s(link, config::D2H) * 1e9);
+  rates.h2d_setup = setup(hw::sm_kernel_overhead_us(link, config::H2D));
+  rates.d2h_setup = setup(hw::sm_kernel_overhead_us(link, config::D2H));
+  rates.t2_h2d_bytes_per_s =
+      std::min(probed_h2d, hw::sm_kernel_t2_gb_per_s(link, config::H2D) * 1e9);
+  rates.t2_d2h_bytes_per_s =
+      std::min(probed_d2h, hw::sm_kernel_t2_gb_per_s(link, config::D2H) * 1e9);
+  rates.t2_h2d_setup = setup(hw::sm_kernel_t2_overhead_us(link, config::H2D));
+  rates.t2_d2h_setup = setup(hw::sm_kernel_t2_overhead_us(link, config::D2H));
   return rates;
 }
 
@@ -132,6 +147,19 @@ PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopie
   timing.layers_end = previous_end;
   timing.end = std::max(previous_end, d2h);
   return timing;
+}
+
+double recode_makespan_ns(double token_layers, double one_thread_ns, double values_per_token_layer,
+                          const config::HostRecodeSpec& pool) {
+  if (token_layers <= 0.0 ||
+      token_layers * values_per_token_layer < static_cast<double>(pool.parallel_min_values())) {
+    return one_thread_ns;
+  }
+  // The threads take chunks as they finish them: the busiest runs ceil(chunks / threads) of
+  // them, each the mean chunk's time (the two kinds of recode mix within an iteration's list).
+  const double chunks = std::ceil(token_layers / pool.chunk_token_layers());
+  const double threads = std::min<double>(pool.threads(), chunks);
+  return one_thread_ns * std::ceil(chunks / threads) / chunks;
 }
 
 }  // namespace kvtier::serving

@@ -149,6 +149,12 @@ TEST_CASE("kvtier live --recode-threads recodes the same tokens and records the 
   // The count, for kvtier validate's simulation of the host's recodes.
   CHECK(one["recode_threads"] == 1);
   CHECK(three["recode_threads"] == 3);
+  // And how the threads shared them: the pool's chunk and one-thread threshold
+  // (kernels/impl/host_recode.hpp), whatever the count.
+  for (const nlohmann::json* file : {&one, &three}) {
+    CHECK((*file)["recode_chunk_token_layers"] == 4);
+    CHECK((*file)["recode_parallel_min_values"] == "65536");
+  }
 }
 
 TEST_CASE("kvtier live with eviction reports divergence", "[cli][live]") {

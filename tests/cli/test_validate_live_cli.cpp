@@ -245,6 +245,16 @@ TEST_CASE("validate: broken live files fail with one line naming the file and fi
   expect_one_line_error(run("validate " + quoted(write_json("version.json", version))), 3,
                         "field format_version");
 
+  // Several recode threads need how they shared the recodes; a chunk holds something.
+  nlohmann::json pool = followed_run();
+  pool["recode_threads"] = 8;
+  pool.erase("recode_chunk_token_layers");
+  expect_one_line_error(run("validate " + quoted(write_json("pool.json", pool))), 3,
+                        "field recode_chunk_token_layers");
+  pool["recode_chunk_token_layers"] = 0;
+  expect_one_line_error(run("validate " + quoted(write_json("pool.json", pool))), 3,
+                        "a chunk holds 1 token-layer or more");
+
   // Counts past the run's 32-bit fields: the file's error (exit 3), not a --set nobody gave.
   nlohmann::json huge = followed_run();
   huge["new_tokens"] = "4294967295";

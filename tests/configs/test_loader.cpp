@@ -202,6 +202,21 @@ TEST_CASE("inconsistent combinations are reported", "[loader]") {
                    "transfer_size_bytes: 1024 effective_gb_per_s: 9000 }")),
                Catch::Contains("sm_kernel_measured[0].effective_gb_per_s") &&
                    Catch::Contains("exceeds the link's peak"));
+    // The T2 kernels' figures likewise.
+    CHECK_THAT(joined(problems<kvtier::config::LinkSpec>(
+                   "preset: \"PCIe-Gen5-x16-H200\" sm_kernel_t2_measured { direction: PEER "
+                   "transfer_size_bytes: 1024 effective_gb_per_s: 10 }")),
+               Catch::Contains("sm_kernel_t2_measured[0].direction") &&
+                   Catch::Contains("measured H2D or D2H, not PEER"));
+    CHECK_THAT(joined(problems<kvtier::config::LinkSpec>(
+                   "preset: \"NVLink-C2C\" sm_kernel_t2_measured { direction: D2H "
+                   "transfer_size_bytes: 1024 effective_gb_per_s: 9000 }")),
+               Catch::Contains("sm_kernel_t2_measured[0].effective_gb_per_s") &&
+                   Catch::Contains("exceeds the link's peak"));
+    CHECK(problems<kvtier::config::LinkSpec>(
+              "preset: \"PCIe-Gen5-x16-H200\" sm_kernel_t2_measured { direction: H2D "
+              "transfer_size_bytes: 1024 effective_gb_per_s: 10 } sm_kernel_t2_h2d_overhead_us: 9")
+              .empty());
     CHECK(problems<kvtier::config::LinkSpec>("preset: \"PCIe-Gen5-x16-H200\"").empty());
     CHECK_THAT(joined(problems<kvtier::config::NodeSpec>("preset: \"gh200\" gpus_per_node: 2")),
                Catch::Contains("SINGLE_GPU with gpus_per_node 2"));

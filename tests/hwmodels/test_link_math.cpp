@@ -80,4 +80,19 @@ TEST_CASE("copies by SM kernels take their own figures where measured, else the 
   CHECK(kvtier::hw::sm_kernel_gb_per_s(link, kvtier::config::D2H) == Approx(63.0));
   CHECK(kvtier::hw::sm_kernel_overhead_us(link, kvtier::config::D2H) == 4.0);
   CHECK(kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::H2D) == Approx(55.2));
+
+  // The T2 kernels: the slot kernel's figures until measured, then their own, per direction.
+  CHECK(kvtier::hw::sm_kernel_t2_gb_per_s(link, kvtier::config::H2D) == Approx(51.0));
+  CHECK(kvtier::hw::sm_kernel_t2_overhead_us(link, kvtier::config::H2D) == 8.8);
+  CHECK(kvtier::hw::sm_kernel_t2_gb_per_s(link, kvtier::config::D2H) == Approx(63.0));
+  auto* t2 = link.add_sm_kernel_t2_measured();
+  t2->set_direction(kvtier::config::H2D);
+  t2->set_transfer_size_bytes(32 << 20);
+  t2->set_effective_gb_per_s(11.9);
+  link.set_sm_kernel_t2_d2h_overhead_us(6.5);
+  CHECK(kvtier::hw::sm_kernel_t2_gb_per_s(link, kvtier::config::H2D) == Approx(11.9));
+  CHECK(kvtier::hw::sm_kernel_t2_overhead_us(link, kvtier::config::H2D) == 8.8);
+  CHECK(kvtier::hw::sm_kernel_t2_gb_per_s(link, kvtier::config::D2H) == Approx(63.0));
+  CHECK(kvtier::hw::sm_kernel_t2_overhead_us(link, kvtier::config::D2H) == 6.5);
+  CHECK(kvtier::hw::sm_kernel_gb_per_s(link, kvtier::config::H2D) == Approx(51.0));
 }

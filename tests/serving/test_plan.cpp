@@ -177,15 +177,16 @@ TEST_CASE("planning needs a closed loop", "[plan]") {
 
 TEST_CASE("an SLO missed while the GPU waits for the host's recodes is bound by them", "[plan]") {
   // T2 tokens recoded on the step's path by one slow host thread: most of the run waits.
-  RunSpec tiered =
-      small_run({"workload.closed_loop.prompt_tokens.fixed_tokens=64",
-                 "workload.closed_loop.output_tokens.fixed_tokens=512",
-                 "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
-                 "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning",
-                 "hardware.node.host.kv_recode.to_compressed_ns_per_value=20000",
-                 "hardware.node.host.kv_recode.to_full_ns_per_value=20000",
-                 "hardware.node.host.kv_recode.source=a test's figures",
-                 "tiering.host_recode.threads=1", "tiering.host_recode.timing=STEP_PATH"});
+  RunSpec tiered = small_run(
+      {"workload.closed_loop.prompt_tokens.fixed_tokens=64",
+       "workload.closed_loop.output_tokens.fixed_tokens=512", "tiering.prefetch_lookahead_layers=1",
+       "tiering.host_allocation=PINNED", "tiering.copy_method=COPY_ENGINES",
+       "tiering.synthetic_pattern=reasoning",
+       "hardware.node.host.kv_recode.to_compressed_ns_per_value=20000",
+       "hardware.node.host.kv_recode.to_full_ns_per_value=20000",
+       "hardware.node.host.kv_recode.source=a test's figures", "tiering.host_recode.threads=1",
+       "tiering.host_recode.timing=STEP_PATH", "tiering.host_recode.chunk_token_layers=1",
+       "tiering.host_recode.parallel_min_values=0"});
   tiered.mutable_policy()->set_name("tiered");
   for (const auto& [name, value] :
        {std::pair{"hbm", 0.3}, std::pair{"evict", 0.0}, std::pair{"compress", 0.5}}) {

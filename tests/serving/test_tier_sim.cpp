@@ -28,6 +28,16 @@ using kvtier::sim::Tick;
 
 namespace {
 
+// Copy rates whose T2 kernels copy compressed bytes as the others copy theirs.
+CopyRates uniform_rates(double h2d, double d2h, Tick h2d_setup, Tick d2h_setup) {
+  CopyRates rates;
+  rates.h2d_bytes_per_s = rates.t2_h2d_bytes_per_s = h2d;
+  rates.d2h_bytes_per_s = rates.t2_d2h_bytes_per_s = d2h;
+  rates.h2d_setup = rates.t2_h2d_setup = h2d_setup;
+  rates.d2h_setup = rates.t2_d2h_setup = d2h_setup;
+  return rates;
+}
+
 const std::vector<std::string> kTiering = {
     "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
     "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning"};
@@ -77,7 +87,7 @@ std::map<std::string, double> metrics(const RunSpec& run) {
 
 TEST_CASE("with no copies the layers run back to back", "[tiers]") {
   const std::vector<LayerCopies> layers(4);
-  const CopyRates rates{1e9, 1e9, Tick::us(5), Tick::us(5)};
+  const CopyRates rates = uniform_rates(1e9, 1e9, Tick::us(5), Tick::us(5));
   const auto timing = time_pipeline(Tick::us(10), layers, 1, rates);
   CHECK(timing.layers_end == Tick::us(40));
   CHECK(timing.end == Tick::us(40));
@@ -91,7 +101,7 @@ TEST_CASE("copies shorter than a layer hide behind compute except the first", "[
   for (auto& layer : layers) {
     layer.staged_full = 1e6;
   }
-  const CopyRates rates{1e9, 1e9, Tick::us(5), Tick::us(5)};
+  const CopyRates rates = uniform_rates(1e9, 1e9, Tick::us(5), Tick::us(5));
   const auto timing = time_pipeline(Tick::ms(2), layers, 1, rates);
   const Tick copy = Tick::ms(1) + Tick::us(5);
   CHECK(timing.stall == copy);  // only layer 0 waits
@@ -104,7 +114,7 @@ TEST_CASE("copy-bound layers run at the copy engine's pace", "[tiers]") {
   for (auto& layer : layers) {
     layer.staged_full = 3e6;  // 3 ms each against 1 ms layers
   }
-  const CopyRates rates{1e9, 1e9, Tick::zero(), Tick::zero()};
+  const CopyRates rates = uniform_rates(1e9, 1e9, Tick::zero(), Tick::zero());
   // The copy engine is the bottleneck whatever the staging depth: copies run back to back,
   // 4 copies then the last layer.
   for (const std::uint32_t lookahead : {1U, 2U, 4U}) {
@@ -122,7 +132,7 @@ TEST_CASE("a deeper staging buffer starts a late layer's copy earlier", "[tiers]
   // copies wait for layer 2 to end (3 ms) and then the whole copy.
   std::vector<LayerCopies> layers(4);
   layers[3].staged_full = 3e6;
-  const CopyRates rates{1e9, 1e9, Tick::zero(), Tick::zero()};
+  const CopyRates rates = uniform_rates(1e9, 1e9, Tick::zero(), Tick::zero());
   CHECK(time_pipeline(Tick::ms(1), layers, 1, rates).layers_end == Tick::ms(6));
   CHECK(time_pipeline(Tick::ms(1), layers, 2, rates).layers_end == Tick::ms(5));
   CHECK(time_pipeline(Tick::ms(1), layers, 3, rates).layers_end == Tick::ms(4));
@@ -158,7 +168,7 @@ TEST_CASE("admission reserves a tiered request's HBM peak and staging for lookah
 TEST_CASE("offloads extend an iteration only when they outlast the layers", "[tiers]") {
   std::vector<LayerCopies> layers(2);
   layers[0].offloaded_full = 5e6;  // 5 ms
-  const CopyRates rates{1e9, 1e9, Tick::zero(), Tick::zero()};
+  const CopyRates rates = uniform_rates(1e9, 1e9, Tick::zero(), Tick::zero());
   const auto timing = time_pipeline(Tick::ms(1), layers, 1, rates);
   CHECK(timing.layers_end == Tick::ms(2));
   CHECK(timing.end == Tick::ms(5));
@@ -173,7 +183,7 @@ TEST_CASE("copies by SM kernels take turns with compute whatever the lookahead",
   }
   layers[0].offloaded_full = 3e6;  // with layer 2's, one 5 ms batch after the last layer
   layers[2].offloaded_full = 2e6;
-  CopyRates rates{1e9, 1e9, Tick::us(5), Tick::us(5)};
+  CopyRates rates = uniform_rates(1e9, 1e9, Tick::us(5), Tick::us(5));
   rates.method = kvtier::config::SM_KERNELS;
   const Tick copy = Tick::ms(1) + Tick::us(5);
   for (const std::uint32_t lookahead : {0U, 1U, 4U}) {
@@ -205,7 +215,7 @@ TEST_CASE("SM kernels copy each kind apart: a setup per kind, the moves after th
   }
   CHECK(layers[0].h2d_bytes() == 1.7e6);
   CHECK(layers[0].d2h_bytes() == 5e5);
-  CopyRates rates{1e9, 1e9, Tick::us(5), Tick::us(7)};
+  CopyRates rates = uniform_rates(1e9, 1e9, Tick::us(5), Tick::us(7));
   rates.method = kvtier::config::SM_KERNELS;
   const auto timing = time_pipeline(Tick::ms(2), layers, 1, rates);
   // Each layer waits for two staging kernels, each with its setup.
@@ -218,6 +228,17 @@ TEST_CASE("SM kernels copy each kind apart: a setup per kind, the moves after th
   CHECK(timing.d2h_busy == offloads);
   CHECK(timing.trailing == offloads + promotions);
   CHECK(timing.h2d_busy == staging * 2 + promotions);
+  // T2 kernels of their own figures: the compressed bytes at half the rate, other setups.
+  CopyRates t2 = rates;
+  t2.t2_h2d_bytes_per_s = t2.t2_d2h_bytes_per_s = 5e8;
+  t2.t2_h2d_setup = Tick::us(11);
+  t2.t2_d2h_setup = Tick::us(13);
+  const auto own = time_pipeline(Tick::ms(2), layers, 1, t2);
+  const Tick t2_staging = Tick::ms(1) + Tick::us(5) + Tick::ms(1) + Tick::us(11);
+  CHECK(own.stall == t2_staging * 2);
+  CHECK(own.d2h_busy == Tick::us(400) + Tick::us(7) + Tick::us(1200) + Tick::us(13));
+  CHECK(own.h2d_busy ==
+        t2_staging * 2 + Tick::us(200) + Tick::us(5) + Tick::us(400) + Tick::us(11));
   // On the copy engines each layer's bytes are one copy with one setup.
   rates.method = kvtier::config::COPY_ENGINES;
   CHECK(time_pipeline(Tick::ms(2), layers, 1, rates).h2d_busy ==
@@ -297,9 +318,32 @@ TEST_CASE("copies by SM kernels take the host link's SM-kernel figures where it 
   CHECK(kernels.d2h_setup == Tick::us(7));
   point->set_effective_gb_per_s(engines_gb_per_s * 3 / 4);
   CHECK(kvtier::serving::measure_copy_rates(run).h2d_bytes_per_s == Approx(plain.h2d_bytes_per_s));
-  // The copy engines keep theirs.
+  // T2 kernels without figures of their own copy as the slot kernel; with them, at theirs
+  // (capped by the link's share as well), per direction.
+  CHECK(kernels.t2_h2d_bytes_per_s == kernels.h2d_bytes_per_s);
+  CHECK(kernels.t2_d2h_bytes_per_s == kernels.d2h_bytes_per_s);
+  CHECK(kernels.t2_h2d_setup == kernels.h2d_setup);
+  CHECK(kernels.t2_d2h_setup == kernels.d2h_setup);
+  point->set_effective_gb_per_s(engines_gb_per_s / 4);
+  auto* t2_point = link->add_sm_kernel_t2_measured();
+  t2_point->set_direction(kvtier::config::D2H);
+  t2_point->set_transfer_size_bytes(std::uint64_t{32} << 20U);
+  t2_point->set_effective_gb_per_s(engines_gb_per_s / 8);
+  link->set_sm_kernel_t2_h2d_overhead_us(12);
+  const CopyRates with_t2 = kvtier::serving::measure_copy_rates(run);
+  CHECK(with_t2.t2_d2h_bytes_per_s == Approx(engines_gb_per_s * 1e9 / 8));
+  CHECK(with_t2.t2_h2d_bytes_per_s == Approx(with_t2.h2d_bytes_per_s));
+  CHECK(with_t2.t2_h2d_setup == Tick::us(12));
+  CHECK(with_t2.t2_d2h_setup == Tick::us(7));
+  CHECK(with_t2.d2h_bytes_per_s == Approx(kernels.d2h_bytes_per_s));
+  t2_point->set_effective_gb_per_s(engines_gb_per_s * 3);
+  CHECK(kvtier::serving::measure_copy_rates(run).t2_d2h_bytes_per_s ==
+        Approx(plain.d2h_bytes_per_s));
+  // The copy engines keep theirs, for compressed bytes too.
   run.mutable_tiering()->set_copy_method(kvtier::config::COPY_ENGINES);
   const CopyRates again = kvtier::serving::measure_copy_rates(run);
+  CHECK(again.t2_h2d_bytes_per_s == again.h2d_bytes_per_s);
+  CHECK(again.t2_d2h_setup == again.d2h_setup);
   CHECK(again.h2d_bytes_per_s == Approx(engines.h2d_bytes_per_s));
   CHECK(again.h2d_setup == engines.h2d_setup);
   CHECK(again.d2h_setup == engines.d2h_setup);
@@ -517,6 +561,32 @@ TEST_CASE("a compared policy whose requests do not fit is reported so while the 
   CHECK_THROWS_AS(kvtier::serving::simulate(only_full), kvtier::serving::DoesNotFit);
 }
 
+TEST_CASE("a host pool's recodes last whole rounds of chunks on its busiest thread", "[tiers]") {
+  using kvtier::serving::recode_makespan_ns;
+  const auto pool = [](std::uint32_t threads, std::uint32_t chunk, std::uint64_t min_values) {
+    kvtier::config::HostRecodeSpec spec;
+    spec.set_threads(threads);
+    spec.set_timing(kvtier::config::STEP_PATH);
+    spec.set_chunk_token_layers(chunk);
+    spec.set_parallel_min_values(min_values);
+    return spec;
+  };
+  // 9 token-layers of 100 values, 900 ns on one thread.
+  CHECK(recode_makespan_ns(9, 900, 100, pool(1, 4, 0)) == 900);
+  // Chunks of 4: three, so two threads run two rounds and four threads one.
+  CHECK(recode_makespan_ns(9, 900, 100, pool(2, 4, 0)) == Approx(600));
+  CHECK(recode_makespan_ns(9, 900, 100, pool(4, 4, 0)) == Approx(300));
+  CHECK(recode_makespan_ns(9, 900, 100, pool(16, 4, 0)) == Approx(300));
+  // Token-layer by token-layer: 9 on 3 threads is an even split, on 4 it is three rounds.
+  CHECK(recode_makespan_ns(9, 900, 100, pool(3, 1, 0)) == Approx(300));
+  CHECK(recode_makespan_ns(9, 900, 100, pool(4, 1, 0)) == Approx(300));
+  CHECK(recode_makespan_ns(8, 800, 100, pool(4, 1, 0)) == Approx(200));
+  // Under the one-thread threshold (900 values < 901) the caller runs them alone; at it, not.
+  CHECK(recode_makespan_ns(9, 900, 100, pool(4, 4, 901)) == 900);
+  CHECK(recode_makespan_ns(9, 900, 100, pool(4, 4, 900)) == Approx(300));
+  CHECK(recode_makespan_ns(0, 0, 100, pool(4, 4, 0)) == 0);
+}
+
 namespace {
 
 // A request whose policy recodes tokens between T1 and T2 (compress > 0), alone on its engine so
@@ -533,8 +603,18 @@ RunSpec recoding_run(
   return tiered_run(policy, sets);
 }
 
-const std::vector<std::string> kOnStepPath = {"tiering.host_recode.threads=1",
-                                              "tiering.host_recode.timing=STEP_PATH"};
+// Handed out token-layer by token-layer, however few.
+const std::vector<std::string> kFinePool = {"tiering.host_recode.chunk_token_layers=1",
+                                            "tiering.host_recode.parallel_min_values=0"};
+
+std::vector<std::string> joined(std::vector<std::string> sets,
+                                const std::vector<std::string>& more) {
+  sets.insert(sets.end(), more.begin(), more.end());
+  return sets;
+}
+
+const std::vector<std::string> kOnStepPath =
+    joined({"tiering.host_recode.threads=1", "tiering.host_recode.timing=STEP_PATH"}, kFinePool);
 
 std::vector<std::string> with(std::vector<std::string> sets, const std::string& set) {
   sets.push_back(set);
@@ -566,9 +646,20 @@ TEST_CASE("the host's T1 <-> T2 recodes are counted always and timed where the r
   CHECK(one.at("host_recode_stall_s") == recode_s);
   CHECK(one.at("duration_s") - untimed.at("duration_s") == Approx(recode_s).epsilon(1e-6));
   CHECK(one.at("tpot_mean_ms") > untimed.at("tpot_mean_ms"));
-  // Threads split the work; slower rates take longer in proportion.
+  // Threads split the work, in whole token-layers (an iteration's few recodes may leave a
+  // thread idle); slower rates take longer in proportion.
   const auto four = metrics(recoding_run(with(kOnStepPath, "tiering.host_recode.threads=4")));
-  CHECK(four.at("host_recode_s") == Approx(recode_s / 4).epsilon(1e-6));
+  CHECK(four.at("host_recode_s") >= recode_s / 4 * (1 - 1e-9));
+  CHECK(four.at("host_recode_s") < recode_s / 2);
+  // One chunk holding every recode of an iteration, or a threshold above any iteration's work,
+  // leaves the other threads idle.
+  for (const std::string& coarse : {std::string("tiering.host_recode.chunk_token_layers=1048576"),
+                                    std::string("tiering.host_recode.parallel_min_values=" +
+                                                std::to_string(std::uint64_t{1} << 40))}) {
+    const auto idle =
+        metrics(recoding_run(with(with(kOnStepPath, "tiering.host_recode.threads=4"), coarse)));
+    CHECK(idle.at("host_recode_s") == Approx(recode_s).epsilon(1e-9));
+  }
   const auto slower = metrics(recoding_run(
       with(with(kOnStepPath, "hardware.node.host.kv_recode.to_compressed_ns_per_value=4"),
            "hardware.node.host.kv_recode.to_full_ns_per_value=2")));
@@ -576,8 +667,8 @@ TEST_CASE("the host's T1 <-> T2 recodes are counted always and timed where the r
 
   // Beside the next iteration they cost at most what they cost on the path, and no less than
   // nothing.
-  const auto overlapped = metrics(
-      recoding_run({"tiering.host_recode.threads=1", "tiering.host_recode.timing=OVERLAPPED"}));
+  const auto overlapped = metrics(recoding_run(joined(
+      {"tiering.host_recode.threads=1", "tiering.host_recode.timing=OVERLAPPED"}, kFinePool)));
   CHECK(overlapped.at("host_recode_s") == Approx(recode_s).epsilon(1e-9));
   CHECK(overlapped.at("host_recode_stall_s") <= overlapped.at("host_recode_s"));
   CHECK(overlapped.at("duration_s") < one.at("duration_s"));
@@ -596,9 +687,10 @@ TEST_CASE("the host's T1 <-> T2 recodes are counted always and timed where the r
 TEST_CASE("overlapped recodes longer than an iteration hold back the iteration after next",
           "[tiers]") {
   // Slow enough that each iteration's recodes outlast the next iteration.
-  const std::vector<std::string> slow = {
-      "hardware.node.host.kv_recode.to_compressed_ns_per_value=20000",
-      "hardware.node.host.kv_recode.to_full_ns_per_value=20000", "tiering.host_recode.threads=1"};
+  const std::vector<std::string> slow = joined(
+      {"hardware.node.host.kv_recode.to_compressed_ns_per_value=20000",
+       "hardware.node.host.kv_recode.to_full_ns_per_value=20000", "tiering.host_recode.threads=1"},
+      kFinePool);
   const auto on_path = metrics(recoding_run(with(slow, "tiering.host_recode.timing=STEP_PATH")));
   const auto beside = metrics(recoding_run(with(slow, "tiering.host_recode.timing=OVERLAPPED")));
   REQUIRE(beside.at("host_recode_s") > 0.5 * beside.at("duration_s"));
@@ -615,7 +707,8 @@ TEST_CASE("timing the host's recodes needs the host's rates", "[tiers]") {
       {"policy.name=tiered", "tiering.prefetch_lookahead_layers=1",
        "tiering.host_allocation=PINNED", "tiering.copy_method=COPY_ENGINES",
        "tiering.synthetic_pattern=reasoning", "tiering.host_recode.threads=2",
-       "tiering.host_recode.timing=STEP_PATH"});
+       "tiering.host_recode.timing=STEP_PATH", "tiering.host_recode.chunk_token_layers=4",
+       "tiering.host_recode.parallel_min_values=65536"});
   REQUIRE_FALSE(lines.empty());
   CHECK_THAT(lines.front(),
              Catch::Contains("tiering.host_recode") && Catch::Contains("declares no kv_recode"));

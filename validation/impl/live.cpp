@@ -127,6 +127,21 @@ void check_fields(const LiveFile& file) {
       file.fail("missing or zero, and the comparison needs it", field);
     }
   }
+  // Threads share a step's recodes as their pool hands them out: more than one needs its shape.
+  if (m.recode_threads() > 1) {
+    for (const auto& [present, field] :
+         {std::pair{m.has_recode_chunk_token_layers(), "recode_chunk_token_layers"},
+          std::pair{m.has_recode_parallel_min_values(), "recode_parallel_min_values"}}) {
+      if (!present) {
+        file.fail("missing: recode_threads " + std::to_string(m.recode_threads()) +
+                      " needs how the threads shared the recodes",
+                  field);
+      }
+    }
+  }
+  if (m.has_recode_chunk_token_layers() && m.recode_chunk_token_layers() == 0) {
+    file.fail("a chunk holds 1 token-layer or more", "recode_chunk_token_layers");
+  }
   for (const auto& [seconds, field] :
        {std::pair{m.decode_seconds(), "decode_seconds"},
         std::pair{m.h2d().seconds(), "h2d.seconds"}, std::pair{m.d2h().seconds(), "d2h.seconds"},
@@ -301,11 +316,15 @@ serving::SimulationReport simulate(const LiveFile& file, const std::string& mode
   }
   run.mutable_tiering()->add_traces(trace);
   // The cache recodes T1 <-> T2 tokens on the host between steps, on the step's path; timed
-  // where the node's host has recode rates (files before the field recoded on one thread).
+  // where the node's host has recode rates (files before the field recoded on one thread, where
+  // how a pool hands out its work does not matter: check_fields).
   if (run.hardware().node().host().has_kv_recode()) {
     config::HostRecodeSpec& recode = *run.mutable_tiering()->mutable_host_recode();
     recode.set_threads(m.has_recode_threads() ? m.recode_threads() : 1U);
     recode.set_timing(config::STEP_PATH);
+    recode.set_chunk_token_layers(m.has_recode_chunk_token_layers() ? m.recode_chunk_token_layers()
+                                                                    : 1U);
+    recode.set_parallel_min_values(m.recode_parallel_min_values());
   }
   // What does not hold is the file's (its lengths against the model, its policy), so data.
   if (const auto problems = config::validate(run, loader, locations); !problems.empty()) {
