@@ -28,8 +28,14 @@
 #                    .tar.gz (to carry the results off a remote machine)
 #
 # Every step has a time limit and a failed step does not stop the others that can still run;
-# the benchmarks run first, right after the build; the whole script stays under about 9 minutes
-# (KVTIER_GPU_DEADLINE_S, default 540, leaving time for the archive within a 10-minute limit).
+# the whole script stays under about 9 minutes (KVTIER_GPU_DEADLINE_S, default 540, leaving time
+# for the archive within a 10-minute limit). Steps run in the order of what is least known, as
+# a late step gets only the time that is left: the host's recode benchmark and the gpu tests,
+# the live runs whose projections are not yet within 10% (T2, the copy engines) with their
+# full-cache twin and a first validate, the copy and decode benchmarks, the other live runs and
+# a validate of all, the GEMV benchmark, then what earlier runs measured already (kernel times,
+# the profile, the captures, the PyTorch comparison, the sanitizers). With --archive the archive
+# is brought up to date after each of these phases, so a run cut off keeps what it finished.
 # Exit status: 0 when every step passed, 1 otherwise. Environment: OUT, KVTIER_CUDA_ARCH
 # (default native), KVTIER_BENCH_ARGS (default "512 256 3": prompt, steps, repeats),
 # KVTIER_FIXTURES (the folder holding stories260K; default ../shared/fixtures, or the bundle's),
@@ -84,7 +90,8 @@ json_escape() {
   text="${text//$'\n'/ }"
   text="${text//$'\r'/}"
   text="${text//$'\t'/ }"
-  printf '%s' "$text"
+  # Any other control character would make the line invalid JSON.
+  printf '%s' "$text" | tr -d '\000-\010\013\014\016-\037\177'
 }
 
 # Provenance, recorded with every line.
@@ -212,8 +219,11 @@ built=0
 if [ -n "$prebuilt" ]; then
   # A bundle of another commit would measure other code under this commit's name.
   bundled="$(sed -n 's/^commit: //p' "$prebuilt/BUNDLE.txt" 2>/dev/null || true)"
-  if [ "$commit" != "unknown" ] && [ "${commit%+uncommitted}" != "$bundled" ]; then
-    record build failed 1 0 "\"reason\":\"the bundle is of commit $(json_escape "$bundled"), this tree of $(json_escape "$commit"): run scripts/gpu-bundle.sh again\""
+  # A tree changed since its commit may still hold a bundle of that commit (results written
+  # into it); a bundle of uncommitted changes matches only the same words.
+  if [ "$commit" != "unknown" ] && [ "$commit" != "$bundled" ] &&
+    [ "${commit%+uncommitted}" != "$bundled" ]; then
+    record build failed 1 0 "\"reason\":\"the bundle is of commit $(json_escape "$bundled"), this tree of $(json_escape "$commit"): commit, then run scripts/gpu-bundle.sh again\""
   elif [ -x "$bin/kvtier" ] && [ -x "$tests/kvtier_cuda_engine_tests" ] &&
     [ -x "$tests/kvtier_cuda_live_tests" ] && [ -x "$bin/kvtier_bench_cuda_decode" ] &&
     [ -x "$bin/kvtier_bench_cuda_gemv" ] && [ -x "$bin/kvtier_bench_cuda_copy" ] &&
@@ -234,53 +244,185 @@ else
   skip build "configure failed"
 fi
 
+# bench STEP LIMIT PATTERN PROGRAM ARGS...: runs a benchmark and copies its result line (the last
+# line matching PATTERN) into results.jsonl as STEP-result.
+bench() {
+  local step="$1" limit="$2" pattern="$3"
+  shift 3
+  if run "$step" "$limit" "$@"; then
+    local line
+    line="$(grep -E "$pattern" "$OUT/$step.log" | tail -n 1 || true)"
+    if [ -n "$line" ]; then
+      printf '{"step":"%s-result",%s,"result":%s}\n' "$step" "$provenance" "$line" >>"$results"
+    fi
+  fi
+}
+
+# Brings the archive up to date (written beside it, then renamed): the traces made from a seed
+# (trace synth) or by the captures are left out; the CUDA capture is kept for comparison with a
+# CPU capture elsewhere.
+checkpoint() {
+  [ -n "$archive" ] || return 0
+  local partial="$archive.partial"
+  local made=0
+  tar -czf "$partial" -C "$OUT" --exclude="$(basename "$archive")" \
+    --exclude="$(basename "$partial")" --exclude='live-*.h5' --exclude='stories260K-cpu.h5' \
+    --exclude='*.nsys-rep' --exclude='*.sqlite' --warning=no-file-changed . || made=$?
+  # tar's 1: a file changed as it was read (a log still written); the archive is whole.
+  if [ "$made" -le 1 ] && mv -f "$partial" "$archive"; then
+    return 0
+  fi
+  rm -f "$partial"
+  echo "gpu-validate: could not write $archive" >&2
+}
+
+# The live tiered cache on a 7B shape (docs/LIVE.md, trace-driven mode): timing does not depend
+# on weight values, so random weights in Llama-2-7B's shapes follow a synthetic reasoning trace
+# of that shape; each run's measurement file is then checked against the simulator (kvtier
+# validate: equal PCIe volumes; time per token and copy time). The tiered policy re-tiers only
+# generated tokens outside its sinks and recent window (the prompt stays in HBM): 512 decode
+# steps re-tiered every 8 with a 32-token window move hundreds of tokens per layer.
+live_trace="$OUT/live-llama2-7b-reasoning.h5"
+retier="delta=8,recent=32"
+live_files=()
+# live_runs RUN...: each RUN is name|policy|attention kernel|GEMM|copies|recode threads|lookahead.
+live_runs() {
+  local live name policy attention gemm copies recode_threads lookahead file
+  for live in "$@"; do
+    IFS='|' read -r name policy attention gemm copies recode_threads lookahead <<<"$live"
+    file="$OUT/live-llama2-7b-$name.json"
+    if run "live-$name" 75 "$bin/kvtier" live --model random:Llama-2-7B --device cuda \
+      --cuda-attention "$attention" --cuda-gemm "$gemm" --cuda-copies "$copies" \
+      --recode-threads "$recode_threads" --cuda-lookahead "$lookahead" \
+      --follow-trace "$live_trace" \
+      --policy "$policy" --no-reference --measure "$file"; then
+      live_files+=("$file")
+    fi
+  done
+}
+# validate_live SUFFIX: the simulator's projections for the live files so far, as a table and
+# as JSON (validate-live-json*.log, for reading elsewhere).
+validate_live() {
+  if [ "${#live_files[@]}" -gt 0 ]; then
+    run "validate-live$1" 60 "$bin/kvtier" validate "${live_files[@]}" || true
+    run "validate-live-json$1" 60 "$bin/kvtier" validate --format json "${live_files[@]}" || true
+  fi
+}
+
 if [ "$built" -eq 1 ]; then
-  # The benchmarks first: they are what the open performance targets are measured with
-  # (decode against the roofline, the host link's t0 and bandwidth), and a step late in the run
-  # gets only the time that is left. The decode step's GEMMs alone (bench/cuda_gemv.cpp), the
-  # shortest, before the whole steps: how much of a step they take, launched and from graphs.
-  if run bench-cuda-gemv 60 "$bin/kvtier_bench_cuda_gemv"; then
-    line="$(grep -E '^\{"bench"' "$OUT/bench-cuda-gemv.log" | tail -n 1 || true)"
-    if [ -n "$line" ]; then
-      printf '{"step":"bench-cuda-gemv-result",%s,"result":%s}\n' "$provenance" "$line" \
-        >>"$results"
-    fi
-  fi
-  bench_args="${KVTIER_BENCH_ARGS:-512 256 3}"
-  # shellcheck disable=SC2086  # the arguments are words
-  if run bench-cuda-decode 200 "$bin/kvtier_bench_cuda_decode" $bench_args "$OUT"; then
-    line="$(grep -E '^\{"bench"' "$OUT/bench-cuda-decode.log" | tail -n 1 || true)"
-    if [ -n "$line" ]; then
-      printf '{"step":"bench-cuda-decode-result",%s,"result":%s}\n' "$provenance" "$line" \
-        >>"$results"
-    fi
-  fi
-
-  # The host link on its own: cudaMemcpyAsync, the live cache's slot kernel, batched and
-  # per-slot copies, 16 KiB to 64 MiB each way, idle and beside a kernel holding every SM
-  # (bench/cuda_copy.cpp): the link model's t0 and bandwidth, measured apart from the live runs.
-  if run bench-cuda-copy 75 "$bin/kvtier_bench_cuda_copy"; then
-    line="$(grep -E '^\{"bench"' "$OUT/bench-cuda-copy.log" | tail -n 1 || true)"
-    if [ -n "$line" ]; then
-      printf '{"step":"bench-cuda-copy-result",%s,"result":%s}\n' "$provenance" "$line" \
-        >>"$results"
-    fi
-  fi
-
-  # The live cache's T1 <-> T2 recodes on this machine's host CPU (bench/kv_quantise.cpp): they
-  # run between decode steps, on the step's path. (A bundle made before the benchmark lacks it.)
+  # 1. The live cache's T1 <-> T2 recodes on this machine's host CPU (bench/kv_quantise.cpp):
+  # they run between decode steps, on the step's path, and their rates (kv_recode_*) are what
+  # the simulator needs of this host. (A bundle made before the benchmark lacks it.)
   if [ -x "$bin/kvtier_bench_kv_quantise" ]; then
-    if run bench-kv-quantise 30 "$bin/kvtier_bench_kv_quantise"; then
-      line="$(grep -E '^\{"kv_heads"' "$OUT/bench-kv-quantise.log" | tail -n 1 || true)"
-      if [ -n "$line" ]; then
-        printf '{"step":"bench-kv-quantise-result",%s,"result":%s}\n' "$provenance" "$line" \
-          >>"$results"
-      fi
-    fi
+    bench bench-kv-quantise 30 '^\{"kv_heads"' "$bin/kvtier_bench_kv_quantise"
   else
     skip bench-kv-quantise "the bundle has no kvtier_bench_kv_quantise"
   fi
 
+  # 2. The gpu tests: the CUDA engine against the CPU engine, the tiered cache's CUDA backend
+  # against its CPU backend.
+  if [ -z "$prebuilt" ]; then
+    ctest_ok=1
+    run ctest-gpu 180 ctest --test-dir "$build" -L gpu --output-on-failure \
+      --output-junit "$OUT/ctest-gpu.xml" || ctest_ok=0
+    if [ "$ctest_ok" -eq 0 ]; then
+      # Again, each kernel synchronised, so that a device fault names the kernel that caused it.
+      KVTIER_CUDA_CHECK_KERNELS=1 run ctest-gpu-rerun-checked 90 ctest --test-dir "$build" \
+        --rerun-failed --output-on-failure || true
+    fi
+    # Counts from ctest's summary line, e.g. "100% tests passed, 0 tests failed out of 6".
+    summary="$(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log" | tail -n 1 || true)"
+    if [ -n "$summary" ]; then
+      record ctest-gpu-summary info null 0 "\"summary\":\"$(json_escape "$summary")\""
+    fi
+  else
+    # ctest's files name the build machine's paths: each test case runs in a process of its own
+    # here, as ctest runs them (a device fault cannot poison the cases after it), and a failed
+    # one again with every kernel synchronised, so that a fault names the kernel that caused it
+    # (not one that ran out of time: it would again).
+    passed=0
+    failed=0
+    for program in kvtier_cuda_engine_tests kvtier_cuda_live_tests; do
+      index=0
+      while IFS= read -r name; do
+        [ -n "$name" ] || continue
+        index=$((index + 1))
+        step="gpu-${program#kvtier_cuda_}-$index"
+        status=0
+        # Catch's test specs separate names with commas.
+        run "$step" 120 "$tests/$program" "${name//,/\\,}" --durations yes || status=$?
+        if [ "$status" -eq 0 ]; then
+          passed=$((passed + 1))
+        else
+          failed=$((failed + 1))
+          if [ "$status" -ne 124 ] && [ "$status" -ne 137 ]; then
+            KVTIER_CUDA_CHECK_KERNELS=1 run "$step-checked" 60 "$tests/$program" \
+              "${name//,/\\,}" || true
+          fi
+        fi
+      done < <("$tests/$program" --list-test-names-only 2>/dev/null || true)
+      # A program that lists no test did not load: that is a failure, not nothing to run.
+      if [ "$index" -eq 0 ]; then
+        record "gpu-${program#kvtier_cuda_}" failed 1 0 '"reason":"lists no test case"'
+      fi
+    done
+    record gpu-tests-summary info null 0 "\"passed\":$passed,\"failed\":$failed"
+  fi
+  checkpoint
+
+  # 3. The live runs whose projections are not yet within 10% (docs/VALIDATION.md), with the
+  # full-cache twin that calibrates the engine: the T2 run on one recode thread and on eight,
+  # and the copy engines (staging 1, 0 and 4 layers ahead). The default kernels: split-key
+  # attention, the warp-per-row GEMM, copies by kernels, one recode thread, one layer ahead.
+  if run live-trace 90 "$bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 1024 \
+    --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
+    live_runs "full|full|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm50-t2-recode8|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|8|1" \
+      "tiered-hbm50-copy-engines|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|1" \
+      "tiered-hbm25-copy-engines|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|1" \
+      "tiered-hbm25-copy-engines-lookahead0|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|0" \
+      "tiered-hbm25-copy-engines-lookahead4|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|4"
+    validate_live ""
+  fi
+  checkpoint
+
+  # 4. The host link on its own: cudaMemcpyAsync, the live cache's slot kernels (T2's too),
+  # batched and per-slot copies, 16 KiB to 64 MiB each way, idle, queued and beside a kernel
+  # holding every SM (bench/cuda_copy.cpp): the link model's t0 and bandwidth, measured apart
+  # from the live runs. Then decode against the HBM roofline and the tracing overhead, with
+  # each of the engine's alternatives (bench/cuda_decode.cpp).
+  bench bench-cuda-copy 75 '^\{"bench"' "$bin/kvtier_bench_cuda_copy"
+  bench_args="${KVTIER_BENCH_ARGS:-512 256 3}"
+  # shellcheck disable=SC2086  # the arguments are words
+  bench bench-cuda-decode 200 '^\{"bench"' "$bin/kvtier_bench_cuda_decode" $bench_args "$OUT"
+  checkpoint
+
+  # 5. The live runs that staged by kernels within 10% last time, again on this commit, and
+  # cuBLAS against the warp-per-row GEMM (the per-head attention kernel was the default of the
+  # first H200 runs, committed with them); then a validate of every live file.
+  if [ -f "$live_trace" ]; then
+    live_runs "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
+      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys|warp-rows|kernels|1|1" \
+      "full-cublas|full|split-keys|cublas|kernels|1|1" \
+      "tiered-hbm50-cublas|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|kernels|1|1"
+    validate_live "-all"
+  fi
+  # The decode step's GEMMs alone (bench/cuda_gemv.cpp): how much of a step they take, launched
+  # and from graphs, and the warp-per-row kernel's variants.
+  bench bench-cuda-gemv 60 '^\{"bench"' "$bin/kvtier_bench_cuda_gemv"
+  checkpoint
+
+  # 6. What earlier runs measured already, with the time left; first the fused gate/up and
+  # SwiGLU kernel (never yet run on a GPU before this run's tests), launched plainly and early,
+  # over every shape it takes, under memcheck.
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  if [ -x "$sanitizer" ]; then
+    run memcheck-fused 60 "$sanitizer" --tool memcheck --error-exitcode 9 \
+      "$tests/kvtier_cuda_engine_tests" "the fused gate/up and SwiGLU kernel*" || true
+  fi
   # Where a decode step's time goes, kernel by kernel: Nsight Compute, where installed, timing
   # every kernel of a short live run on the full cache (a 64-token prompt, 8 steps; the weights'
   # upload kernels come first) at the clocks and caches the run would have (no clock locking,
@@ -300,96 +442,9 @@ if [ "$built" -eq 1 ]; then
       true
   fi
 
-  if [ -z "$prebuilt" ]; then
-    ctest_ok=1
-    run ctest-gpu 180 ctest --test-dir "$build" -L gpu --output-on-failure \
-      --output-junit "$OUT/ctest-gpu.xml" || ctest_ok=0
-    if [ "$ctest_ok" -eq 0 ]; then
-      # Again, each kernel synchronised, so that a device fault names the kernel that caused it.
-      KVTIER_CUDA_CHECK_KERNELS=1 run ctest-gpu-rerun-checked 90 ctest --test-dir "$build" \
-        --rerun-failed --output-on-failure || true
-    fi
-    # Counts from ctest's summary line, e.g. "100% tests passed, 0 tests failed out of 6".
-    summary="$(grep -E 'tests passed|tests failed' "$OUT/ctest-gpu.log" | tail -n 1 || true)"
-    if [ -n "$summary" ]; then
-      record ctest-gpu-summary info null 0 "\"summary\":\"$(json_escape "$summary")\""
-    fi
-  else
-    # ctest's files name the build machine's paths: each test case runs in a process of its own
-    # here, as ctest runs them (a device fault cannot poison the cases after it), and a failed
-    # one again with every kernel synchronised, so that a fault names the kernel that caused it.
-    passed=0
-    failed=0
-    for program in kvtier_cuda_engine_tests kvtier_cuda_live_tests; do
-      index=0
-      while IFS= read -r name; do
-        [ -n "$name" ] || continue
-        index=$((index + 1))
-        step="gpu-${program#kvtier_cuda_}-$index"
-        # Catch's test specs separate names with commas.
-        if run "$step" 120 "$tests/$program" "${name//,/\\,}" --durations yes; then
-          passed=$((passed + 1))
-        else
-          failed=$((failed + 1))
-          KVTIER_CUDA_CHECK_KERNELS=1 run "$step-checked" 60 "$tests/$program" \
-            "${name//,/\\,}" || true
-        fi
-      done < <("$tests/$program" --list-test-names-only 2>/dev/null || true)
-    done
-    record gpu-tests-summary info null 0 "\"passed\":$passed,\"failed\":$failed"
-  fi
-
-  # The live tiered cache on a 7B shape (docs/LIVE.md, trace-driven mode): timing does not
-  # depend on weight values, so random weights in Llama-2-7B's shapes follow a synthetic
-  # reasoning trace of that shape; each run's measurement file is then checked against the
-  # simulator (kvtier validate: equal PCIe volumes; time per token and copy time).
-  # The tiered policy re-tiers only generated tokens outside its sinks and recent window (the
-  # prompt stays in HBM): 512 decode steps re-tiered every 8 with a 32-token window move
-  # hundreds of tokens per layer.
-  live_trace="$OUT/live-llama2-7b-reasoning.h5"
-  retier="delta=8,recent=32"
-  if run live-trace 90 "$bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 1024 \
-    --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
-    live_files=()
-    # name|policy|attention kernel|GEMM|copies|recode threads|lookahead: the default kernels
-    # (split-key attention, the warp-per-row GEMM, copies by kernels, one recode thread, one
-    # layer staged ahead), then cuBLAS, the copy engines (also staging 0 and 4 layers ahead) and
-    # the T2 run's host recodes on 8 threads, each on the full cache or on tiered shares, to see
-    # what each changes in the time per token (the per-head attention kernel was the default of
-    # the first H200 runs, committed with them).
-    for live in "full|full|split-keys|warp-rows|kernels|1|1" \
-      "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
-      "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
-      "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
-      "tiered-hbm50-differential|tiered:hbm=0.5,evict=0,compress=0,$retier,prefetch=differential|split-keys|warp-rows|kernels|1|1" \
-      "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|1|1" \
-      "tiered-hbm50-t2-recode8|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|8|1" \
-      "tiered-hbm50-copy-engines|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|1" \
-      "tiered-hbm25-copy-engines|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|1" \
-      "tiered-hbm25-copy-engines-lookahead0|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|0" \
-      "tiered-hbm25-copy-engines-lookahead4|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|copy-engines|1|4" \
-      "full-cublas|full|split-keys|cublas|kernels|1|1" \
-      "tiered-hbm50-cublas|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|cublas|kernels|1|1"; do
-      IFS='|' read -r name policy attention gemm copies recode_threads lookahead <<<"$live"
-      file="$OUT/live-llama2-7b-$name.json"
-      if run "live-$name" 75 "$bin/kvtier" live --model random:Llama-2-7B --device cuda \
-        --cuda-attention "$attention" --cuda-gemm "$gemm" --cuda-copies "$copies" \
-        --recode-threads "$recode_threads" --cuda-lookahead "$lookahead" \
-        --follow-trace "$live_trace" \
-        --policy "$policy" --no-reference --measure "$file"; then
-        live_files+=("$file")
-      fi
-    done
-    if [ "${#live_files[@]}" -gt 0 ]; then
-      run validate-live 60 "$bin/kvtier" validate "${live_files[@]}" || true
-      # The same comparison as JSON (validate-live-json.log), for reading it elsewhere.
-      run validate-live-json 60 "$bin/kvtier" validate --format json "${live_files[@]}" || true
-    fi
-  fi
-
   # Where a step's time goes: an Nsight Systems trace of one tiered run (the engine's kernels
   # and the cache's copies on their streams), reduced to totals per kernel, per copy kind and
-  # per CUDA call; after the benchmarks, as its length varies the most.
+  # per CUDA call.
   nsys="$(command -v nsys || true)"
   if [ -z "$nsys" ] && [ -x /usr/local/cuda/bin/nsys ]; then
     nsys=/usr/local/cuda/bin/nsys
@@ -434,8 +489,7 @@ if [ "$built" -eq 1 ]; then
     skip capture-hf-torch "python3 lacks torch, transformers, numpy or h5py"
   fi
   # Out-of-bounds and race checks of the kernels on the small random models, if time is left.
-  if command -v compute-sanitizer >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
-    sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  if [ -x "$sanitizer" ]; then
     run memcheck 120 "$sanitizer" --tool memcheck --error-exitcode 9 \
       "$tests/kvtier_cuda_engine_tests" "random Qwen2*,the warp-rows GEMM computes*" || true
     # Decode graphs apart: KVTIER_CUDA_CHECK_KERNELS (the checked reruns) launches without them.
@@ -445,9 +499,6 @@ if [ "$built" -eq 1 ]; then
     # The random models' case: stories260K's (200 steps and observed runs) outlasted 90 s.
     run racecheck 120 "$sanitizer" --tool racecheck --error-exitcode 9 \
       "$tests/kvtier_cuda_engine_tests" "the split-key attention path on random models*" || true
-    # The fused gate/up and SwiGLU kernel, launched plainly and early, over every shape it takes.
-    run memcheck-fused 60 "$sanitizer" --tool memcheck --error-exitcode 9 \
-      "$tests/kvtier_cuda_engine_tests" "the fused gate/up and SwiGLU kernel*" || true
   else
     record memcheck info null 0 '"reason":"compute-sanitizer not found"'
   fi
@@ -460,11 +511,5 @@ else
 fi
 
 echo "gpu-validate: $failures step(s) not ok; results in $results"
-if [ -n "$archive" ]; then
-  # The traces made from a seed (trace synth) or by the captures above are left out; the CUDA
-  # capture is kept for comparison with a CPU capture elsewhere.
-  tar -czf "$archive" -C "$OUT" --exclude="$(basename "$archive")" --exclude='live-*.h5' \
-    --exclude='stories260K-cpu.h5' --exclude='*.nsys-rep' --exclude='*.sqlite' . ||
-    echo "gpu-validate: could not write $archive" >&2
-fi
+checkpoint
 [ "$failures" -eq 0 ]

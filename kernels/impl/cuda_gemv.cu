@@ -28,7 +28,8 @@ constexpr int kUnroll = 4;
 
 // 16 bytes of the input rows. Through the read-only cache, except in a kernel launched early:
 // its predecessor writes the input while this kernel runs (before its wait), which the
-// read-only cache's contract excludes, so it loads them coherently, still cached in L1.
+// read-only cache's contract excludes, so it loads them through L1 (ld.global.ca). No line of
+// the input is read before the wait, which makes the predecessor's writes visible.
 __device__ __forceinline__ uint4 load_input(const uint4* at, bool early) {
   return early ? __ldca(at) : __ldg(at);
 }

@@ -4,7 +4,9 @@
 //
 // A kernel launched early may be running before the previous kernel of its stream has finished.
 // So every such kernel calls await_previous_kernel() before its first read or write of anything
-// but the weights; it then calls release_next_kernel(), which lets the stream's next kernel be
+// but the weights, on every path (an early return included): a later kernel may read what the
+// kernel before this one wrote, safe only because no block of this one ends before that kernel
+// has. It then calls release_next_kernel(), which lets the stream's next kernel be
 // scheduled once every block of this one has called it (it waits in turn). Kernels launched
 // plainly run the same code: the wait returns at once and the release does nothing.
 #include <cuda_runtime.h>
