@@ -15,7 +15,8 @@
 #                    nvidia-smi, UTC date, commit); the benchmark's line carries its figures
 #   environment.txt  the machine: OS, glibc, tools found, where cuBLAS is, unresolved libraries
 #   live-*.json      the live measurement files (docs/LIVE.md), and the trace they followed;
-#                    validate-live.json, the simulator's projections for them
+#                    validate-live-json.log and validate-live-json-all.log, the simulator's
+#                    projections for the first of them and for all
 #   profile-live_*.csv  the profile's totals per kernel, per copy kind and per CUDA call
 #   kernel-times.csv the time of every kernel of a short full-cache live run (Nsight Compute)
 #   *.log            each step's output; ctest-gpu.xml (JUnit); the captured traces
@@ -138,14 +139,14 @@ record() {  # step status exit_code seconds [extra JSON fields]
 }
 
 # run STEP LIMIT_SECONDS COMMAND...: runs with a time limit (capped by the deadline), output to
-# $OUT/STEP.log; records the result; returns the command's status.
+# $OUT/STEP.log; records the result; returns the command's status (124 when out of time).
 run() {
   local step="$1" limit="$2"
   shift 2
   local left=$((deadline - SECONDS))
   if [ "$left" -lt 15 ]; then
     record "$step" skipped null 0 '"reason":"out of time"'
-    return 1
+    return 124  # as a step that ran out of time: nothing to run again
   fi
   if [ "$limit" -gt "$left" ]; then
     limit="$left"
@@ -220,9 +221,8 @@ if [ -n "$prebuilt" ]; then
   # A bundle of another commit would measure other code under this commit's name.
   bundled="$(sed -n 's/^commit: //p' "$prebuilt/BUNDLE.txt" 2>/dev/null || true)"
   # A tree changed since its commit may still hold a bundle of that commit (results written
-  # into it); a bundle of uncommitted changes matches only the same words.
-  if [ "$commit" != "unknown" ] && [ "$commit" != "$bundled" ] &&
-    [ "${commit%+uncommitted}" != "$bundled" ]; then
+  # into it); a bundle of uncommitted changes cannot be told apart from others, so none is run.
+  if [ "$commit" != "unknown" ] && [ "${commit%+uncommitted}" != "$bundled" ]; then
     record build failed 1 0 "\"reason\":\"the bundle is of commit $(json_escape "$bundled"), this tree of $(json_escape "$commit"): commit, then run scripts/gpu-bundle.sh again\""
   elif [ -x "$bin/kvtier" ] && [ -x "$tests/kvtier_cuda_engine_tests" ] &&
     [ -x "$tests/kvtier_cuda_live_tests" ] && [ -x "$bin/kvtier_bench_cuda_decode" ] &&
@@ -364,6 +364,7 @@ if [ "$built" -eq 1 ]; then
       # A program that lists no test did not load: that is a failure, not nothing to run.
       if [ "$index" -eq 0 ]; then
         record "gpu-${program#kvtier_cuda_}" failed 1 0 '"reason":"lists no test case"'
+        failed=$((failed + 1))
       fi
     done
     record gpu-tests-summary info null 0 "\"passed\":$passed,\"failed\":$failed"
@@ -374,8 +375,11 @@ if [ "$built" -eq 1 ]; then
   # full-cache twin that calibrates the engine: the T2 run on one recode thread and on eight,
   # and the copy engines (staging 1, 0 and 4 layers ahead). The default kernels: split-key
   # attention, the warp-per-row GEMM, copies by kernels, one recode thread, one layer ahead.
+  # Only this run's trace: OUT may hold an earlier run's.
+  traced=0
   if run live-trace 90 "$bin/kvtier" trace synth --model Llama-2-7B --prompt-tokens 1024 \
     --steps 512 --pattern reasoning --seed 1 --out "$live_trace"; then
+    traced=1
     live_runs "full|full|split-keys|warp-rows|kernels|1|1" \
       "tiered-hbm50-t2|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|1|1" \
       "tiered-hbm50-t2-recode8|tiered:hbm=0.5,evict=0.1,compress=0.3,$retier|split-keys|warp-rows|kernels|8|1" \
@@ -401,7 +405,7 @@ if [ "$built" -eq 1 ]; then
   # 5. The live runs that staged by kernels within 10% last time, again on this commit, and
   # cuBLAS against the warp-per-row GEMM (the per-head attention kernel was the default of the
   # first H200 runs, committed with them); then a validate of every live file.
-  if [ -f "$live_trace" ]; then
+  if [ "$traced" -eq 1 ]; then
     live_runs "tiered-hbm75|tiered:hbm=0.75,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
       "tiered-hbm50|tiered:hbm=0.5,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
       "tiered-hbm25|tiered:hbm=0.25,evict=0,compress=0,$retier|split-keys|warp-rows|kernels|1|1" \
@@ -451,7 +455,7 @@ if [ "$built" -eq 1 ]; then
   fi
   if [ -z "$nsys" ]; then
     record profile-live info null 0 '"reason":"nsys not found"'
-  elif [ -f "$live_trace" ]; then
+  elif [ "$traced" -eq 1 ]; then
     if run profile-live 120 "$nsys" profile --trace=cuda --sample=none --cpuctxsw=none \
       --force-overwrite=true --output "$OUT/profile-live" "$bin/kvtier" live \
       --model random:Llama-2-7B --device cuda --follow-trace "$live_trace" \

@@ -155,11 +155,17 @@ double recode_makespan_ns(double token_layers, double one_thread_ns, double valu
       token_layers * values_per_token_layer < static_cast<double>(pool.parallel_min_values())) {
     return one_thread_ns;
   }
-  // The threads take chunks as they finish them: the busiest runs ceil(chunks / threads) of
-  // them, each the mean chunk's time (the two kinds of recode mix within an iteration's list).
-  const double chunks = std::ceil(token_layers / pool.chunk_token_layers());
+  // The threads take the list's chunks in turn as they finish them, every token-layer the
+  // iteration's mean time (the two kinds of recode mix within its list): the busiest thread runs
+  // a full chunk in each round, but where the last round is the short last chunk alone.
+  const double chunk = pool.chunk_token_layers();
+  const double chunks = std::ceil(token_layers / chunk);
   const double threads = std::min<double>(pool.threads(), chunks);
-  return one_thread_ns * std::ceil(chunks / threads) / chunks;
+  const double rounds = std::ceil(chunks / threads);
+  const double last = token_layers - (chunks - 1) * chunk;  // the last chunk's token-layers
+  const bool short_last_alone = chunks - 1 == (rounds - 1) * threads;
+  const double busiest = short_last_alone ? (rounds - 1) * chunk + last : rounds * chunk;
+  return one_thread_ns * busiest / token_layers;
 }
 
 }  // namespace kvtier::serving

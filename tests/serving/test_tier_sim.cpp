@@ -228,15 +228,17 @@ TEST_CASE("SM kernels copy each kind apart: a setup per kind, the moves after th
   CHECK(timing.d2h_busy == offloads);
   CHECK(timing.trailing == offloads + promotions);
   CHECK(timing.h2d_busy == staging * 2 + promotions);
-  // T2 kernels of their own figures: the compressed bytes at half the rate, other setups.
+  // T2 kernels of their own figures: the compressed bytes at a half (H2D) and a quarter (D2H)
+  // of the rate, other setups.
   CopyRates t2 = rates;
-  t2.t2_h2d_bytes_per_s = t2.t2_d2h_bytes_per_s = 5e8;
+  t2.t2_h2d_bytes_per_s = 5e8;
+  t2.t2_d2h_bytes_per_s = 2.5e8;
   t2.t2_h2d_setup = Tick::us(11);
   t2.t2_d2h_setup = Tick::us(13);
   const auto own = time_pipeline(Tick::ms(2), layers, 1, t2);
   const Tick t2_staging = Tick::ms(1) + Tick::us(5) + Tick::ms(1) + Tick::us(11);
   CHECK(own.stall == t2_staging * 2);
-  CHECK(own.d2h_busy == Tick::us(400) + Tick::us(7) + Tick::us(1200) + Tick::us(13));
+  CHECK(own.d2h_busy == Tick::us(400) + Tick::us(7) + Tick::us(2400) + Tick::us(13));
   CHECK(own.h2d_busy ==
         t2_staging * 2 + Tick::us(200) + Tick::us(5) + Tick::us(400) + Tick::us(11));
   // On the copy engines each layer's bytes are one copy with one setup.
@@ -572,18 +574,23 @@ TEST_CASE("a host pool's recodes last whole rounds of chunks on its busiest thre
     return spec;
   };
   // 9 token-layers of 100 values, 900 ns on one thread.
-  CHECK(recode_makespan_ns(9, 900, 100, pool(1, 4, 0)) == 900);
-  // Chunks of 4: three, so two threads run two rounds and four threads one.
-  CHECK(recode_makespan_ns(9, 900, 100, pool(2, 4, 0)) == Approx(600));
-  CHECK(recode_makespan_ns(9, 900, 100, pool(4, 4, 0)) == Approx(300));
-  CHECK(recode_makespan_ns(9, 900, 100, pool(16, 4, 0)) == Approx(300));
+  CHECK(recode_makespan_ns(9, 900, 100, pool(1, 4, 0)) == Approx(900));
+  // Chunks of 4, 4 and 1: on two threads the first runs 4 + 1, on more one runs 4.
+  CHECK(recode_makespan_ns(9, 900, 100, pool(2, 4, 0)) == Approx(500));
+  CHECK(recode_makespan_ns(9, 900, 100, pool(4, 4, 0)) == Approx(400));
+  CHECK(recode_makespan_ns(9, 900, 100, pool(16, 4, 0)) == Approx(400));
+  // 33 on 8 threads: eight chunks of 4, then the short one alone; 34 on 16: nine chunks at once.
+  CHECK(recode_makespan_ns(33, 3300, 100, pool(8, 4, 0)) == Approx(500));
+  CHECK(recode_makespan_ns(34, 3400, 100, pool(16, 4, 0)) == Approx(400));
+  // 10 on 8: chunks 4, 4 and 2 at once.
+  CHECK(recode_makespan_ns(10, 1000, 100, pool(8, 4, 0)) == Approx(400));
   // Token-layer by token-layer: 9 on 3 threads is an even split, on 4 it is three rounds.
   CHECK(recode_makespan_ns(9, 900, 100, pool(3, 1, 0)) == Approx(300));
   CHECK(recode_makespan_ns(9, 900, 100, pool(4, 1, 0)) == Approx(300));
   CHECK(recode_makespan_ns(8, 800, 100, pool(4, 1, 0)) == Approx(200));
   // Under the one-thread threshold (900 values < 901) the caller runs them alone; at it, not.
   CHECK(recode_makespan_ns(9, 900, 100, pool(4, 4, 901)) == 900);
-  CHECK(recode_makespan_ns(9, 900, 100, pool(4, 4, 900)) == Approx(300));
+  CHECK(recode_makespan_ns(9, 900, 100, pool(4, 4, 900)) == Approx(400));
   CHECK(recode_makespan_ns(0, 0, 100, pool(4, 4, 0)) == 0);
 }
 
@@ -660,6 +667,20 @@ TEST_CASE("the host's T1 <-> T2 recodes are counted always and timed where the r
         metrics(recoding_run(with(with(kOnStepPath, "tiering.host_recode.threads=4"), coarse)));
     CHECK(idle.at("host_recode_s") == Approx(recode_s).epsilon(1e-9));
   }
+  // A threshold of one value: every iteration that recodes anything runs on the threads.
+  const auto pooled = metrics(recoding_run(with(with(kOnStepPath, "tiering.host_recode.threads=4"),
+                                                "tiering.host_recode.parallel_min_values=1")));
+  CHECK(pooled.at("host_recode_s") == Approx(four.at("host_recode_s")).epsilon(1e-12));
+  // The policy moves whole tokens, in every one of the model's 32 layers: two threads halve
+  // each iteration's recodes token-layer by token-layer, but in chunks of a token's 32
+  // token-layers an iteration of an odd count of tokens keeps one thread a chunk longer.
+  const auto two = metrics(recoding_run(with(kOnStepPath, "tiering.host_recode.threads=2")));
+  CHECK(two.at("host_recode_s") == Approx(recode_s / 2).epsilon(1e-6));
+  const auto two_tokens =
+      metrics(recoding_run(with(with(kOnStepPath, "tiering.host_recode.threads=2"),
+                                "tiering.host_recode.chunk_token_layers=" + std::to_string(32))));
+  CHECK(two_tokens.at("host_recode_s") > recode_s / 2 * (1 + 1e-3));
+  CHECK(two_tokens.at("host_recode_s") < recode_s);
   const auto slower = metrics(recoding_run(
       with(with(kOnStepPath, "hardware.node.host.kv_recode.to_compressed_ns_per_value=4"),
            "hardware.node.host.kv_recode.to_full_ns_per_value=2")));

@@ -102,6 +102,10 @@ TEST_CASE("validate times a live run's host recodes at its host's rates, on its 
   const auto small_steps =
       kvtier::validation::check_measurement_files({relabelled_run(4, 4, 65536).string()}, loader);
   CHECK(figure(small_steps, "host_recode_busy_s").projected == Approx(41.6e-6).epsilon(1e-6));
+  // A chunk as large as the run, without the threshold: one chunk a step, one thread busy.
+  const auto one_chunk =
+      kvtier::validation::check_measurement_files({relabelled_run(4, 1024, 0).string()}, loader);
+  CHECK(figure(one_chunk, "host_recode_busy_s").projected == Approx(41.6e-6).epsilon(1e-6));
 
   // On the step's path: the time per token grows by the recodes over the run's 60 steps.
   const kvtier::config::PresetRegistry builtin(kvtier::config::builtin_preset_files());
