@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  g++ cmake ninja-build pkg-config git
+  g++ cmake ninja-build pkg-config git ccache
   libboost-graph-dev libboost-program-options-dev
   libeigen3-dev
   libhdf5-dev hdf5-tools libxxhash-dev

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "tests/support/cli_runner.hpp"
+#include "tests/support/paths.hpp"
 
 namespace {
 
@@ -117,12 +118,13 @@ TEST_CASE("config check accepts the shipped examples", "[cli]") {
   for (const char* file :
        {"configs/examples/quickstart.textproto", "configs/sweeps/batch-x-model-h100.textproto"}) {
     INFO(file);
-    const Result result = run(std::string("config check '") + KVTIER_SOURCE_DIR + "/" + file + "'");
+    const Result result =
+        run(std::string("config check '") + kvtier::test::source_dir() + "/" + file + "'");
     CHECK(result.exit_code == 0);
     CHECK(result.err.empty());
     CHECK_THAT(result.out, Catch::Contains(": valid "));
   }
-  const Result json = run(std::string("config check '") + KVTIER_SOURCE_DIR +
+  const Result json = run(std::string("config check '") + kvtier::test::source_dir() +
                           "/configs/examples/quickstart.textproto' --format json");
   CHECK_THAT(json.out, Catch::Contains("\"valid\": true") &&
                            Catch::Contains("\"kv_tokens_that_fit_per_gpu\""));
@@ -170,7 +172,7 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
   }
   SECTION("a policy sim would refuse") {
     const std::string tiered =
-        std::string("config check '") + KVTIER_SOURCE_DIR +
+        std::string("config check '") + kvtier::test::source_dir() +
         "/configs/examples/llama70b-tp4-tiered.textproto' --set policy.name=nosuch";
     expect_config_error(run(tiered), "unknown policy 'nosuch'");
     CHECK_THAT(run(tiered).err, Catch::Contains("(--set policy.name=nosuch, field policy)"));
@@ -495,7 +497,7 @@ TEST_CASE("usage errors: no command, abbreviated options, kvtier help COMMAND", 
 TEST_CASE("validate checks every measured reference against its tolerance", "[cli]") {
   // The prototype's reference within its tolerances (every committed file, live ones too:
   // tests/cli/test_validate_live_cli.cpp).
-  const std::string folder = std::string(KVTIER_SOURCE_DIR) + "/validation/measurements/";
+  const std::string folder = std::string(kvtier::test::source_dir()) + "/validation/measurements/";
   const Result gate = run("validate '" + folder + "rtx5080-prototype.textproto'");
   INFO(gate.err);
   CHECK(gate.exit_code == 0);
@@ -525,7 +527,7 @@ TEST_CASE("validate checks every measured reference against its tolerance", "[cl
 
 TEST_CASE("validate compares the simulator with the published measurements", "[cli]") {
   const std::string published =
-      std::string("'") + KVTIER_SOURCE_DIR + "/validation/published/decode_latency.csv'";
+      std::string("'") + kvtier::test::source_dir() + "/validation/published/decode_latency.csv'";
   const Result table = run("validate --published " + published);
   CHECK(table.exit_code == 0);
   CHECK_THAT(table.out, Catch::Contains("lmdeploy-01") && Catch::Contains("median |error|"));
@@ -601,7 +603,7 @@ TEST_CASE("a reference's run finds its request file beside the run's file", "[cl
   const auto reference = write_file("references/request-file-reference.textproto",
                                     std::string("id: \"request-file\"\ncitation: \"test\"\n"
                                                 "run_file: \"") +
-                                        KVTIER_SOURCE_DIR +
+                                        kvtier::test::source_dir() +
                                         "/configs/examples/request-file.textproto\"\n"
                                         "metric { policy_index: 0 metric: \"requests_completed\" "
                                         "measured: 8 tolerance: 0.001 }\n");
@@ -617,7 +619,8 @@ TEST_CASE("plan finds a run's traces beside the run's file, as sim does", "[cli]
   REQUIRE(
       run("trace synth --model Llama-3.1-8B --prompt-tokens 64 --steps 64 --out " + trace.string())
           .exit_code == 0);
-  std::string text = slurp(fs::path(KVTIER_SOURCE_DIR) / "configs/examples/quickstart.textproto");
+  std::string text =
+      slurp(fs::path(kvtier::test::source_dir()) / "configs/examples/quickstart.textproto");
   text.replace(text.find("tiering {"), 9, "tiering {\n  traces: \"beside.h5\"");
   const auto config = write_file("plan-traces/run.textproto", text);
   // The working directory holds no beside.h5.
@@ -637,7 +640,7 @@ TEST_CASE("plan finds a run's traces beside the run's file, as sim does", "[cli]
 }
 
 TEST_CASE("sim replays a request file named relative to its config", "[cli]") {
-  const Result result = run(std::string("sim '") + KVTIER_SOURCE_DIR +
+  const Result result = run(std::string("sim '") + kvtier::test::source_dir() +
                             "/configs/examples/request-file.textproto' --format json");
   INFO(result.err);
   CHECK(result.exit_code == 0);

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tests/support/cli_runner.hpp"
+#include "tests/support/paths.hpp"
 
 namespace {
 
@@ -221,7 +222,7 @@ TEST_CASE("a command stopped by SIGTERM or SIGHUP removes its temporary file", "
     // signal's, 128 + N, as without a handler.
     const fs::path script = scratch_dir() / "stop.sh";
     {
-      std::ofstream(script) << "'" << KVTIER_BINARY
+      std::ofstream(script) << "'" << kvtier::test::kvtier_binary()
                             << "' trace synth --model Llama-3.1-8B --prompt-tokens 512 --steps "
                                "50000 --heads --out '"
                             << out.string()
@@ -244,7 +245,8 @@ TEST_CASE("a command stopped by SIGTERM or SIGHUP removes its temporary file", "
 }
 
 TEST_CASE("sweep merge refuses to write into one of its inputs", "[cli][outputs][sweep]") {
-  const fs::path spec = fs::path(KVTIER_SOURCE_DIR) / "configs/sweeps/batch-x-model-h100.textproto";
+  const fs::path spec =
+      fs::path(kvtier::test::source_dir()) / "configs/sweeps/batch-x-model-h100.textproto";
   const fs::path shard = scratch_dir() / "merge-shard-0";
   REQUIRE(run("sweep " + quoted(spec) + " --shard 0/2 --out " + quoted(shard)).exit_code == 0);
   const std::string before = slurp(shard / "results.csv");
@@ -254,7 +256,8 @@ TEST_CASE("sweep merge refuses to write into one of its inputs", "[cli][outputs]
 }
 
 TEST_CASE("a sweep removes the scratch folders of killed sweeps", "[cli][outputs][sweep]") {
-  const fs::path spec = fs::path(KVTIER_SOURCE_DIR) / "configs/sweeps/batch-x-model-h100.textproto";
+  const fs::path spec =
+      fs::path(kvtier::test::source_dir()) / "configs/sweeps/batch-x-model-h100.textproto";
   const fs::path out = scratch_dir() / "stale-scratch";
   // A process id above any kernel's limit is never alive.
   const fs::path stale = out / ".tmp" / "999999999-0";

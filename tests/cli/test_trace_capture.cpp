@@ -12,6 +12,7 @@
 #include "kernels/device_info.hpp"
 #include "kernels/tokenizer.hpp"
 #include "tests/support/cli_runner.hpp"
+#include "tests/support/paths.hpp"
 #include "traces/reader.hpp"
 
 namespace {
@@ -256,7 +257,7 @@ TEST_CASE("progress goes to a terminal only", "[cli][trace][capture]") {
   const fs::path out = scratch_dir() / "progress.h5";
   const fs::path log = scratch_dir() / "terminal.txt";
   const std::string command =
-      std::string(KVTIER_BINARY) + " " +
+      std::string(kvtier::test::kvtier_binary()) + " " +
       capture("--prompt 'Once upon a time' --max-new-tokens 100 --out " + quoted(out));
   // script runs `command` through a shell: quote it once more for that.
   std::string escaped;

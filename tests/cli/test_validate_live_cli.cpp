@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "tests/support/cli_runner.hpp"
+#include "tests/support/paths.hpp"
 
 namespace {
 
@@ -119,8 +120,8 @@ TEST_CASE("every committed measurement file validates (validation/measurements/)
           "[cli][validate][live]") {
   // CI's gate: the references and the live files, each within its tolerance.
   std::vector<fs::path> files;
-  for (const auto& entry :
-       fs::directory_iterator(fs::path(KVTIER_SOURCE_DIR) / "validation" / "measurements")) {
+  for (const auto& entry : fs::directory_iterator(fs::path(kvtier::test::source_dir()) /
+                                                  "validation" / "measurements")) {
     if (entry.is_regular_file()) {
       files.push_back(entry.path());
     }
@@ -525,7 +526,8 @@ struct CommittedLive {
   std::string err;  // validate's stderr
 };
 CommittedLive validate_committed_live(const std::string& name) {
-  const fs::path committed = fs::path(KVTIER_SOURCE_DIR) / "validation" / "measurements" / name;
+  const fs::path committed =
+      fs::path(kvtier::test::source_dir()) / "validation" / "measurements" / name;
   const fs::path folder = scratch_dir() / name;
   fs::create_directories(folder);
   std::string files;

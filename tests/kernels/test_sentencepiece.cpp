@@ -11,13 +11,14 @@
 #include "common/errors.hpp"
 #include "kernels/tokenizer.hpp"
 #include "tests/kernels/support/model_files.hpp"
+#include "tests/support/paths.hpp"
 
 namespace kk = kvtier::kernels;
 
 namespace {
 
 std::string reference_tool() {
-  return KVTIER_SPM_REFERENCE;
+  return kvtier::test::spm_reference_binary();
 }
 
 // A few hundred seeded sentences in the style of TinyStories, with some accented words.

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "tests/support/fixtures.hpp"
+#include "tests/support/paths.hpp"
 
 namespace kvtier::test {
 
@@ -44,9 +45,9 @@ inline std::string slurp(const std::filesystem::path& path) {
 inline CliResult run_kvtier(const std::string& args, const std::string& environment = "") {
   const std::filesystem::path out = scratch_dir() / "stdout";
   const std::filesystem::path err = scratch_dir() / "stderr";
-  const std::string command = environment + (environment.empty() ? "" : " ") + "'" + KVTIER_BINARY +
-                              "' " + args + " >'" + out.string() + "' 2>'" + err.string() +
-                              "' </dev/null";
+  const std::string command = environment + (environment.empty() ? "" : " ") + "'" +
+                              kvtier::test::kvtier_binary() + "' " + args + " >'" + out.string() +
+                              "' 2>'" + err.string() + "' </dev/null";
   const int status = std::system(command.c_str());
   CliResult result;
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "tests/support/paths.hpp"
+
 namespace kvtier::test {
 
 inline std::filesystem::path stories_dir() {
@@ -13,7 +15,8 @@ inline std::filesystem::path stories_dir() {
       fixtures != nullptr && *fixtures != '\0') {
     return std::filesystem::path(fixtures) / "stories260K";
   }
-  return std::filesystem::path(KVTIER_SOURCE_DIR) / ".." / "shared" / "fixtures" / "stories260K";
+  return std::filesystem::path(kvtier::test::source_dir()) / ".." / "shared" / "fixtures" /
+         "stories260K";
 }
 
 }  // namespace kvtier::test

@@ -5,7 +5,9 @@
 
 #include <cmath>
 #include <numeric>
+#include <string>
 
+#include "tests/support/paths.hpp"
 #include "traces/reader.hpp"
 #include "traces/validate.hpp"
 
@@ -14,7 +16,8 @@ namespace {
 namespace traces = kvtier::traces;
 namespace config = kvtier::config;
 
-const char* kGolden = KVTIER_SOURCE_DIR "/tests/data/trace_v1_golden.h5";
+const std::string kGolden =
+    std::string(kvtier::test::source_dir()) + "/tests/data/trace_v1_golden.h5";
 
 // Sum of a span in double, to compare whole datasets with one number.
 double total(std::span<const float> values) {

@@ -14,6 +14,7 @@
 #include "configs/loader.hpp"
 #include "configs/presets.hpp"
 #include "tests/support/cli_runner.hpp"
+#include "tests/support/paths.hpp"
 #include "validation/live.hpp"
 
 namespace {
@@ -21,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 using kvtier::validation::ReferenceCheck;
 
-const fs::path kMeasurements = fs::path(KVTIER_SOURCE_DIR) / "validation" / "measurements";
+const fs::path kMeasurements = fs::path(kvtier::test::source_dir()) / "validation" / "measurements";
 
 // The built-in presets, the HGX H200's host with `rates` appended (empty: as shipped).
 std::vector<kvtier::config::PresetFile> presets_with_host_rates(const std::string& rates,
