@@ -357,6 +357,26 @@ void check_run_policies(const config::RunSpec& run, const config::LocationMap& l
   for (int i = 0; i < run.compare_size(); ++i) {
     check(run.compare(i), "compare[" + std::to_string(i) + "]", "compare");
   }
+  // A policy given twice would be run twice and give two columns (and result rows) of one name.
+  std::vector<std::pair<std::string, std::string>> seen;  // policy string, field
+  if (run.has_policy()) {
+    seen.emplace_back(replay::policy_string(run.policy()), "policy");
+  }
+  for (int i = 0; i < run.compare_size(); ++i) {
+    const std::string field = "compare[" + std::to_string(i) + "]";
+    std::string name = replay::policy_string(run.compare(i));
+    const auto same = std::find_if(seen.begin(), seen.end(),
+                                   [&](const auto& entry) { return entry.first == name; });
+    if (same != seen.end()) {
+      const bool from_option = options != nullptr && options->count("compare") != 0U;
+      throw ConfigError("policy '" + name + "' is given twice (" + same->second + " and " + field +
+                            "): give each policy once",
+                        from_option
+                            ? std::string("--compare")
+                            : describe(locations.nearest(field + ".name")) + ", field " + field);
+    }
+    seen.emplace_back(std::move(name), field);
+  }
 }
 
 std::vector<std::filesystem::path> model_input_paths(

@@ -5,8 +5,8 @@
 // crosses: two GPUs behind one PCIe switch contend for its uplink, and memory on the far socket
 // is reached through the inter-socket link.
 //
-// Layout: GPUs are spread evenly over the sockets in order; consecutive groups of
-// gpus_per_pcie_switch GPUs share one switch, attached to the socket of its first GPU.
+// Layout: consecutive groups of gpus_per_pcie_switch GPUs share one switch; the switches are
+// spread evenly over the sockets in order, and a GPU's host memory is on its switch's socket.
 // Capacities per direction: DDR at its achievable bandwidth; inter-socket at the host link's
 // bandwidth times remote_socket_h2d_factor (REFERENCE.md §3: far-socket memory cuts H2D ~3x);
 // switch uplinks and GPU links at the host link's large-copy bandwidth (pinned, or times the

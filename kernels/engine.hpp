@@ -70,7 +70,10 @@ class DeviceKeyValueStore {
 
   // At the start of a forward call of `rows` tokens from `first_position`, before the engine
   // enqueues anything on `stream`: the store takes the rows into T0 in every layer (their page
-  // entries are T0 slots) and starts staging what attention reads.
+  // entries are T0 slots) and starts staging what attention reads. The previous forward call's
+  // work on `stream` has completed by then (the engine synchronises the stream before a call
+  // returns): between calls the store may rewrite its host-side page tables, reuse staging
+  // regions and move slots without waiting for the engine's kernels.
   virtual void begin_forward(int first_position, int rows, void* stream) = 0;
   // Before the layer's first kernel: its slots and page table over positions 0 .. first_position
   // + rows - 1; work enqueued on `stream` after this call sees them staged.

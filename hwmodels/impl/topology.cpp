@@ -64,17 +64,22 @@ NodeTopology::NodeTopology(const config::NodeSpec& node, HostMemory host_memory,
       network_.couple(h2d, d2h, link.duplex_h2d_factor(), link.duplex_d2h_factor());
     }
   };
+  // The switches are spread evenly over the sockets in order, and a GPU's socket is its
+  // switch's: a GPU whose host memory sat on another socket than its switch would copy through
+  // the inter-socket link, so spreading the GPUs instead made a second socket slow a node down.
+  const std::uint32_t switches = (gpus + per_switch - 1) / per_switch;
   VertexId current_switch{};
+  std::uint32_t socket = 0;
   for (std::uint32_t g = 0; g < gpus; ++g) {
-    const std::uint32_t socket = static_cast<std::uint32_t>(std::uint64_t{g} * sockets / gpus);
-    gpu_socket_.push_back(socket);
     if (g % per_switch == 0) {
       const std::uint32_t index = g / per_switch;
+      socket = static_cast<std::uint32_t>(std::uint64_t{index} * sockets / switches);
       current_switch = add_vertex(VertexKind::kPcieSwitch, index, "switch" + std::to_string(index));
       const std::string name = "switch" + std::to_string(index);
       couple(connect(sockets_[socket], current_switch, down, "socket->" + name),
              connect(current_switch, sockets_[socket], up, name + "->socket"));
     }
+    gpu_socket_.push_back(socket);
     gpus_.push_back(add_vertex(VertexKind::kGpu, g, "gpu" + std::to_string(g)));
     const std::string name = "gpu" + std::to_string(g);
     couple(connect(current_switch, gpus_[g], down, "switch->" + name),

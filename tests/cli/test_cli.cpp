@@ -424,6 +424,11 @@ TEST_CASE("sim refuses configs where nothing can run, and tier policies without 
   expect_config_error(run("sim " + path.string() + " --set policy.name=tiered"),
                       "a policy other than full needs a tiering block");
   expect_config_error(run("sim " + path.string() + " --format yaml"), "unknown --format");
+  // A policy compared with itself would give two columns of one name.
+  expect_config_error(run("sim " + path.string() + " --compare full"),
+                      "policy 'full' is given twice (policy and compare[0])");
+  expect_config_error(run("plan " + path.string() + " --slo tpot_p99=50ms --compare full"),
+                      "policy 'full' is given twice (policy and compare[0])");
   // The tier options edit a tiering block; kRun has none, so they name what is missing.
   for (const std::string option : {"--trace t.h5", "--extend synthetic", "--cache-dir d"}) {
     expect_config_error(run("sim " + path.string() + " " + option),

@@ -2,6 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <vector>
+
 #include "configs/schema/hardware.pb.h"
 #include "hwmodels/topology.hpp"
 #include "sim/simulator.hpp"
@@ -106,4 +109,40 @@ TEST_CASE("GPU-to-GPU copies go over NVSwitch, not PCIe", "[topology]") {
   NodeTopology workstation(node("workstation-rtx5080"), HostMemory::kPinned, other_network);
   CHECK(workstation.gpu_count() == 1);
   CHECK(workstation.host_to_gpu(0).size() == 3);
+}
+
+TEST_CASE("a GPU's host memory is on its switch's socket, so a second socket slows no copy",
+          "[topology]") {
+  // Two GPUs on one switch: spreading GPUs rather than switches over the sockets put the second
+  // GPU's memory on the far socket, behind the inter-socket link.
+  for (const std::uint32_t sockets : {1U, 2U}) {
+    kvtier::sim::Simulator simulator;
+    kvtier::sim::FlowNetwork network(simulator);
+    auto spec = node("hgx-h100-8");
+    spec.set_gpus_per_node(2);
+    spec.set_gpus_per_pcie_switch(2);
+    spec.mutable_host()->set_sockets(sockets);
+    NodeTopology topology(spec, HostMemory::kPinned, network);
+    CAPTURE(sockets);
+    CHECK(topology.socket_of_gpu(0) == 0);
+    CHECK(topology.socket_of_gpu(1) == 0);
+    CHECK(topology.host_to_gpu(1).size() == 3);  // ddr -> socket -> switch -> gpu
+    const auto shared = finish_times(topology, simulator, network,
+                                     {topology.host_to_gpu(0), topology.host_to_gpu(1)}, kBytes);
+    CHECK(shared[0] == Tick::us(5) + Tick::ms(20));
+    CHECK(shared[1] == shared[0]);
+  }
+  // Six GPUs, two a switch, on two sockets: switches 0 and 1 on socket 0, switch 2 on socket 1,
+  // each GPU on its switch's.
+  kvtier::sim::Simulator simulator;
+  kvtier::sim::FlowNetwork network(simulator);
+  auto spec = node("hgx-h100-8");
+  spec.set_gpus_per_node(6);
+  NodeTopology topology(spec, HostMemory::kPinned, network);
+  const std::vector<std::uint32_t> expected = {0, 0, 0, 0, 1, 1};
+  for (std::uint32_t g = 0; g < 6; ++g) {
+    CAPTURE(g);
+    CHECK(topology.socket_of_gpu(g) == expected[g]);
+    CHECK(topology.host_to_gpu(g).size() == 3);
+  }
 }

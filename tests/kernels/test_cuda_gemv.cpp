@@ -17,6 +17,7 @@
 
 #include "kernels/impl/cuda_kernels.cuh"
 #include "tests/kernels/support/gpu.hpp"
+#include "tests/kernels/support/released_writer.hpp"
 
 namespace {
 
@@ -173,7 +174,8 @@ TEST_CASE("the warp-rows GEMM refuses operands it does not take", "[kernels][cud
 
 // The gate/up projection with SwiGLU applied as it writes (CudaFusion::kOn) against the GEMM
 // into float32 followed by the SwiGLU kernel: the same bits, over the shapes of the GEMM test,
-// every row count and dtype, launched plainly and (compute capability 9.0) early.
+// every row count and dtype, launched plainly and (compute capability 9.0) early behind a writer
+// that lets it start before it writes its input.
 TEST_CASE("the fused gate/up and SwiGLU kernel writes the GEMM and SwiGLU kernels' bits",
           "[kernels][cuda][gpu]") {
   if (!gpu_present()) {
@@ -218,6 +220,11 @@ TEST_CASE("the fused gate/up and SwiGLU kernel writes the GEMM and SwiGLU kernel
                 "launch_convert");
         };
         write_input();
+        // The converted input, for a writer that releases its dependents before it writes.
+        Buffer converted(input_bytes.size());
+        check(cudaMemcpyAsync(converted.get(), input.get(), input_bytes.size(),
+                              cudaMemcpyDeviceToDevice, stream),
+              "cudaMemcpyAsync (converted input)");
         const std::size_t out_bytes = static_cast<std::size_t>(rows) * intermediate * element;
         Buffer gate_up(static_cast<std::size_t>(rows) * 2 * intermediate * 4);
         Buffer expected_device(out_bytes);
@@ -245,8 +252,13 @@ TEST_CASE("the fused gate/up and SwiGLU kernel writes the GEMM and SwiGLU kernel
           check(cudaMemcpyAsync(out.get(), got.data(), got.size(), cudaMemcpyHostToDevice, stream),
                 "cudaMemcpyAsync (out)");
           // NaN bytes first: a kernel reading the input before its writer finished would see them.
+          // The writer lets the GEMM start at once and writes 50 us later, so an early GEMM that
+          // read its input before its wait would read NaN (the conversion kernel releases
+          // nothing, so a kernel behind it starts only once it has finished).
           check(cudaMemsetAsync(input.get(), 0xFF, input_bytes.size(), stream), "cudaMemsetAsync");
-          write_input();
+          check(kvtier::kernels::testing::launch_released_copy(converted.get(), input.get(),
+                                                               input_bytes.size(), 50, stream),
+                "launch_released_copy");
           check(kc::launch_warp_rows_swiglu(weight.get(), dtype, intermediate, in_features,
                                             input.get(), rows, out.get(), {stream, early}),
                 "launch_warp_rows_swiglu");

@@ -117,9 +117,20 @@ TEST_CASE("weights that do not fit are a config error with the memory breakdown"
     (void)kvtier::serving::simulate(run);
     FAIL("expected an error");
   } catch (const kvtier::ConfigError& error) {
+    CHECK_THAT(error.what(),
+               Catch::Contains("nothing can run") && Catch::Contains("weights 131.") &&
+                   Catch::Contains("of 79.60 GiB") && Catch::Contains("raise the TP degree"));
+  }
+  // A node without the GPUs for a higher degree is not told to raise it.
+  try {
+    (void)kvtier::serving::simulate(
+        run_with({"model.preset=Llama-3.1-70B", "hardware.node.gpus_per_node=1",
+                  "hardware.node.gpus_per_pcie_switch=1"}));
+    FAIL("expected an error");
+  } catch (const kvtier::ConfigError& error) {
     CHECK_THAT(error.what(), Catch::Contains("nothing can run") &&
-                                 Catch::Contains("weights 131.") &&
-                                 Catch::Contains("of 79.60 GiB"));
+                                 Catch::Contains("has 1 GPU(s)") &&
+                                 !Catch::Contains("raise the TP degree"));
   }
   CHECK_THROWS_WITH(kvtier::serving::simulate(
                         run_with({"workload.closed_loop.prompt_tokens.fixed_tokens=200000"})),
