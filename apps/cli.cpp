@@ -369,11 +369,20 @@ void check_run_policies(const config::RunSpec& run, const config::LocationMap& l
                                    [&](const auto& entry) { return entry.first == name; });
     if (same != seen.end()) {
       const bool from_option = options != nullptr && options->count("compare") != 0U;
-      throw ConfigError("policy '" + name + "' is given twice (" + same->second + " and " + field +
-                            "): give each policy once",
-                        from_option
-                            ? std::string("--compare")
-                            : describe(locations.nearest(field + ".name")) + ", field " + field);
+      std::string message = "policy '";
+      message += name;
+      message += "' is given twice (";
+      message += same->second;
+      message += " and ";
+      message += field;
+      message += "): give each policy once";
+      std::string where =
+          from_option ? std::string("--compare") : describe(locations.nearest(field + ".name"));
+      if (!from_option) {
+        where += ", field ";
+        where += field;
+      }
+      throw ConfigError(message, where);
     }
     seen.emplace_back(std::move(name), field);
   }
