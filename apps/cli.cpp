@@ -323,9 +323,18 @@ std::vector<std::filesystem::path> given_paths(const boost::program_options::var
 void check_run_policies(const config::RunSpec& run, const config::LocationMap& locations,
                         const boost::program_options::variables_map* options) {
   const replay::PolicyRegistry registry = replay::builtin_policies();
+  // Where a policy's field came from: the option that gave it, or the file's line of `part`.
+  const auto origin = [&](const char* option, const std::string& field, const std::string& part) {
+    if (options != nullptr && options->count(option) != 0U) {
+      return std::string("--") + option;
+    }
+    std::string where = describe(locations.nearest(part));
+    where += ", field ";
+    where += field;
+    return where;
+  };
   const auto check = [&](const config::PolicySpec& policy, const std::string& field,
                          const char* option) {
-    const bool from_option = options != nullptr && options->count(option) != 0U;
     try {
       registry.check(policy);
     } catch (const replay::ParameterValueError& error) {
@@ -340,15 +349,11 @@ void check_run_policies(const config::RunSpec& run, const config::LocationMap& l
                         (set != nullptr ? "." + set->name() : std::string());
         }
       }
-      throw ConfigError(error.what(), (from_option ? std::string("--") + option
-                                                   : describe(locations.nearest(value_field)) +
-                                                         ", field " + value_field) +
-                                          ", " + error.where());
+      throw ConfigError(error.what(),
+                        origin(option, value_field, value_field) + ", " + error.where());
     } catch (const ConfigError& error) {
       // The name's position: the policy's line in the file, or the --set that named it.
-      throw ConfigError(error.what(), from_option ? std::string("--") + option
-                                                  : describe(locations.nearest(field + ".name")) +
-                                                        ", field " + field);
+      throw ConfigError(error.what(), origin(option, field, field + ".name"));
     }
   };
   if (run.has_policy()) {
@@ -368,7 +373,6 @@ void check_run_policies(const config::RunSpec& run, const config::LocationMap& l
     const auto same = std::find_if(seen.begin(), seen.end(),
                                    [&](const auto& entry) { return entry.first == name; });
     if (same != seen.end()) {
-      const bool from_option = options != nullptr && options->count("compare") != 0U;
       std::string message = "policy '";
       message += name;
       message += "' is given twice (";
@@ -376,13 +380,7 @@ void check_run_policies(const config::RunSpec& run, const config::LocationMap& l
       message += " and ";
       message += field;
       message += "): give each policy once";
-      std::string where =
-          from_option ? std::string("--compare") : describe(locations.nearest(field + ".name"));
-      if (!from_option) {
-        where += ", field ";
-        where += field;
-      }
-      throw ConfigError(message, where);
+      throw ConfigError(message, origin("compare", field, field + ".name"));
     }
     seen.emplace_back(std::move(name), field);
   }

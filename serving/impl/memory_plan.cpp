@@ -45,18 +45,17 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
       plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;
   if (plan.kv_capacity_bytes <= 0.0) {
     // Advice the node can take: a higher degree only where it has the GPUs for one.
-    const bool higher_degree_fits = 2 * run.tensor_parallel_degree() <= node.gpus_per_node();
-    throw ConfigError(
-        "nothing can run: " + plan.breakdown() + ", leaving no room for the KV cache (" +
-            model.name() + " at tensor_parallel_degree " +
-            std::to_string(run.tensor_parallel_degree()) + "; " +
-            (higher_degree_fits
-                 ? "raise the TP degree or use a GPU with more memory"
-                 : "node " + node.name() + " has " + std::to_string(node.gpus_per_node()) +
-                       " GPU(s): use a node with more GPUs or a GPU "
-                       "with more memory") +
-            ")",
-        "model " + model.name() + " on " + run.hardware().node().gpu().name());
+    const std::string advice = 2 * run.tensor_parallel_degree() <= node.gpus_per_node()
+                                   ? std::string("raise the TP degree")
+                                   : "node " + node.name() + " has " +
+                                         std::to_string(node.gpus_per_node()) +
+                                         " GPU(s): use a node with more GPUs";
+    throw ConfigError("nothing can run: " + plan.breakdown() +
+                          ", leaving no room for the KV cache (" + model.name() +
+                          " at tensor_parallel_degree " +
+                          std::to_string(run.tensor_parallel_degree()) + "; " + advice +
+                          " or use a GPU with more memory)",
+                      "model " + model.name() + " on " + run.hardware().node().gpu().name());
   }
   return plan;
 }
