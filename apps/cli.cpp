@@ -373,14 +373,8 @@ void check_run_policies(const config::RunSpec& run, const config::LocationMap& l
     const auto same = std::find_if(seen.begin(), seen.end(),
                                    [&](const auto& entry) { return entry.first == name; });
     if (same != seen.end()) {
-      std::string message = "policy '";
-      message += name;
-      message += "' is given twice (";
-      message += same->second;
-      message += " and ";
-      message += field;
-      message += "): give each policy once";
-      throw ConfigError(message, origin("compare", field, field + ".name"));
+      throw ConfigError(replay::policy_given_twice(name, same->second, field),
+                        origin("compare", field, field + ".name"));
     }
     seen.emplace_back(std::move(name), field);
   }

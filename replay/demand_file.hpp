@@ -57,9 +57,10 @@ struct DemandFile {
 // every change to a policy's choices, is part of the producer so that a demand cache written
 // before such a change is replayed again instead of read. 2: pyramid budgets capped at the
 // prompt and summing to L·B; non-finite rows skipped by h2o, tova and dms. 3: a prefill
-// compressor's pyramid uniform for a prompt shorter than 2(B − 64), as PyramidKV's code.
-inline constexpr int kReplayRevision = 3;
-// "kvtier 0.1.0, replay 3": the producer recorded in files this build writes.
+// compressor's pyramid uniform for a prompt shorter than 2(B − 64), as PyramidKV's code. 4:
+// /tier_mass holds shares of each row's total (T3 exactly 0 with nothing evicted).
+inline constexpr int kReplayRevision = 4;
+// "kvtier 0.1.0, replay 4": the producer recorded in files this build writes.
 [[nodiscard]] std::string demand_producer();
 
 // Writes `demand` atomically (FILE.tmp.PID, then renamed). Creates missing parent folders.

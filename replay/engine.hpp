@@ -25,7 +25,14 @@ struct StepLayerRecord {
   std::uint32_t newly_host = 0;
   std::uint32_t promoted_from_compressed = 0;
   std::uint32_t compressed_from_hbm = 0;
-  std::array<float, kTierCount> mass{};  // of the step's attention, by the tier it fell on
+  // The step's attention by the tier it fell on, as shares of the row's total: trace rows are
+  // float softmax rows that sum to 1 only within rounding, and a share keeps what is kept in
+  // [0, 1]. T3's share is exactly 0 when nothing is evicted.
+  std::array<float, kTierCount> mass{};
+
+  // The share of the step's attention on tokens that are not evicted: 1 − T3's share, so that
+  // a placement which evicts nothing keeps exactly 1 (not the float sum of three shares).
+  [[nodiscard]] double kept_share() const noexcept { return 1.0 - static_cast<double>(mass[3]); }
 
   friend bool operator==(const StepLayerRecord&, const StepLayerRecord&) = default;
 };

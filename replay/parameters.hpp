@@ -90,4 +90,9 @@ class PolicyParameters {
 // the defaults (the canonical string needs the registry; see PolicyRegistry::create).
 [[nodiscard]] std::string policy_string(const config::PolicySpec& policy);
 
+// The message refusing a policy given twice in one run, which would run it twice and give two
+// results of one name: "policy 'P' is given twice (FIRST and SECOND): give each policy once".
+[[nodiscard]] std::string policy_given_twice(const std::string& policy, const std::string& first,
+                                             const std::string& second);
+
 }  // namespace kvtier::replay

@@ -291,7 +291,7 @@ LiveResult run_live(Engine& engine, Engine* reference, std::span<const std::int3
       for (std::size_t tier = 0; tier < replay::kTierCount; ++tier) {
         figures.tier_token_layers[tier] += record.tokens[tier];
       }
-      figures.kept_mass += static_cast<double>(record.mass[0]) + record.mass[1] + record.mass[2];
+      figures.kept_mass += record.kept_share();
     }
     figures.kept_mass /= static_cast<double>(layers);
 

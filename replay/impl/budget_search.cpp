@@ -524,11 +524,10 @@ std::vector<double> ReplayRecall::operator()(std::span<const std::uint64_t> budg
         registry_->create(spec, {source->layers(), source->prompt_tokens(), source->steps()});
     const ReplayDemand demand = replay(*source, *policy);
     for (std::uint32_t layer = 0; layer < demand.layers(); ++layer) {
-      // Kept mass as ReplayDemand::summary() counts it (all but T3), per layer over steps.
+      // Kept mass as ReplayDemand::summary() counts it (1 − T3's share), per layer over steps.
       double kept = 0.0;
       for (std::uint64_t step = 0; step < demand.steps(); ++step) {
-        const StepLayerRecord& record = demand.at(step, layer);
-        kept += static_cast<double>(record.mass[0]) + record.mass[1] + record.mass[2];
+        kept += demand.at(step, layer).kept_share();
       }
       layer_recall[layer] += kept / static_cast<double>(std::max<std::uint64_t>(demand.steps(), 1));
     }

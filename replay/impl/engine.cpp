@@ -33,6 +33,29 @@ std::array<double, kTierCount> mass_by_tier(const std::vector<float>& row,
   return mass;
 }
 
+// The record's shares of the step's attention from its masses by tier. `bounded`: the masses
+// are a policy's own bound (kept, 0, 0, rest), whose T3 is a difference that rounding can make
+// slightly negative. A row without a positive finite total is recorded as it is (a NaN stays
+// visible in the summary).
+std::array<float, kTierCount> attention_shares(const std::array<double, kTierCount>& mass,
+                                               const LayerPlacement& tiers, bool bounded) {
+  const double all = mass[0] + mass[1] + mass[2] + mass[3];
+  std::array<float, kTierCount> shares{};
+  if (!(std::isfinite(all) && all > 0.0)) {
+    for (std::size_t tier = 0; tier < kTierCount; ++tier) {
+      shares[tier] = static_cast<float>(mass[tier]);
+    }
+    return shares;
+  }
+  for (std::size_t tier = 0; tier < kTierCount; ++tier) {
+    shares[tier] = static_cast<float>(std::clamp(mass[tier] / all, 0.0, 1.0));
+  }
+  if (!bounded && tiers.count(Tier::kEvicted) == 0) {
+    shares[3] = 0.0F;
+  }
+  return shares;
+}
+
 // A layer's tokens by tier and the moves since its last reset, into `record` (mass untouched).
 void record_placement(const LayerPlacement& tiers, StepLayerRecord& record) {
   for (std::size_t tier = 0; tier < kTierCount; ++tier) {
@@ -106,7 +129,7 @@ ReplaySummary ReplayDemand::summary() const {
   double kept = 0.0;
   double hbm = 0.0;
   for (const StepLayerRecord& record : records_) {
-    const double step_kept = static_cast<double>(record.mass[0]) + record.mass[1] + record.mass[2];
+    const double step_kept = record.kept_share();
     kept += step_kept;
     summary.min_kept_mass = std::min(summary.min_kept_mass, step_kept);
     double total = 0.0;
@@ -171,9 +194,8 @@ void ReplayStepper::step(std::uint64_t step, const std::vector<std::vector<float
       const double all = mass[0] + mass[1] + mass[2] + mass[3];
       mass = {bound, 0.0, 0.0, all - bound};
     }
-    for (std::size_t tier = 0; tier < kTierCount; ++tier) {
-      record.mass[tier] = static_cast<float>(mass[tier]);
-    }
+    record.mass = attention_shares(mass, placement[layer], bound >= 0.0);
+    // The policy sees the row's own sums, not the recorded shares.
     kept_[layer] = mass[0] + mass[1] + mass[2];
     total_[layer] = tier_mass[0] + tier_mass[1] + tier_mass[2] + tier_mass[3];
   }

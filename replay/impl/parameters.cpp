@@ -265,4 +265,16 @@ std::string policy_string(const config::PolicySpec& policy) {
   return text;
 }
 
+std::string policy_given_twice(const std::string& policy, const std::string& first,
+                               const std::string& second) {
+  std::string message = "policy '";
+  message += policy;
+  message += "' is given twice (";
+  message += first;
+  message += " and ";
+  message += second;
+  message += "): give each policy once";
+  return message;
+}
+
 }  // namespace kvtier::replay

@@ -7,6 +7,9 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
@@ -49,6 +52,59 @@ void check_policy(const replay::PolicyRegistry& registry, const config::PolicySp
     throw ConfigError("unknown policy '" + policy.name() + "' (policies: " + names + ")");
   }
   (void)replay::PolicyParameters(info->name, info->params, policy);
+}
+
+// A policy run twice at one point would give two rows of one name. So the compared policies
+// differ from each other and from the policy every point runs (the base's, or each value of a
+// policy axis), and a policy axis names each policy once. Policies are compared as written
+// (replay::policy_string), as `sim` and `plan` compare them; values that do not parse are
+// reported by the policy checks.
+void check_distinct_policies(const config::SweepSpec& spec, std::vector<Problem>& problems) {
+  std::vector<std::pair<std::string, std::string>> compared;  // policy string, field
+  const auto find = [](const auto& list, const std::string& policy) {
+    return std::find_if(list.begin(), list.end(),
+                        [&](const auto& entry) { return entry.first == policy; });
+  };
+  for (int i = 0; i < spec.base().compare_size(); ++i) {
+    const std::string field = "base.compare[" + std::to_string(i) + "]";
+    std::string policy = replay::policy_string(spec.base().compare(i));
+    const auto same = find(compared, policy);
+    if (same != compared.end()) {
+      problems.push_back({field, replay::policy_given_twice(policy, same->second, field)});
+      continue;
+    }
+    compared.emplace_back(std::move(policy), field);
+  }
+  const auto policy_axis =
+      std::find_if(spec.axis().begin(), spec.axis().end(),
+                   [](const auto& axis) { return axis.path() == kPolicyAxis; });
+  if (policy_axis == spec.axis().end()) {
+    const std::string policy = replay::policy_string(spec.base().policy());
+    const auto same = find(compared, policy);
+    if (same != compared.end()) {
+      problems.push_back(
+          {same->second, replay::policy_given_twice(policy, "base.policy", same->second)});
+    }
+    return;
+  }
+  const std::string axis = axis_path(static_cast<int>(policy_axis - spec.axis().begin()));
+  std::vector<std::pair<std::string, std::string>> swept;
+  for (int v = 0; v < policy_axis->values_size(); ++v) {
+    const std::string field = axis + ".values[" + std::to_string(v) + "]";
+    std::string policy;
+    try {
+      policy = replay::policy_string(replay::parse_policy_string(policy_axis->values(v)));
+    } catch (const ConfigError&) {
+      continue;
+    }
+    for (const auto* list : {&swept, &compared}) {
+      const auto same = find(*list, policy);
+      if (same != list->end()) {
+        problems.push_back({field, replay::policy_given_twice(policy, same->second, field)});
+      }
+    }
+    swept.emplace_back(std::move(policy), field);
+  }
 }
 
 // XXH3-128 of the resolved spec in text format, as 32 hex digits (most significant first).
@@ -192,6 +248,7 @@ Sweep load_sweep_text(std::string_view text, const std::string& file_name,
       }
     }
   }
+  check_distinct_policies(spec, problems);
   // GRID points are numbered in 64 bits: a product of axis lengths past that would wrap.
   const std::string limit = "; a sweep runs at most " + std::to_string(kMaxSweepPoints) +
                             " (split it into several sweeps)";

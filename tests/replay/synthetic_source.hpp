@@ -218,8 +218,7 @@ inline std::vector<std::uint64_t> budgets_of(
 // Attention kept at a step (T0–T2).
 inline double kept_mass(const replay::ReplayDemand& demand, std::uint64_t step,
                         std::uint32_t layer) {
-  const auto& record = demand.at(step, layer);
-  return static_cast<double>(record.mass[0]) + record.mass[1] + record.mass[2];
+  return demand.at(step, layer).kept_share();
 }
 
 inline std::uint64_t held_tokens(const replay::ReplayDemand& demand, std::uint64_t step,

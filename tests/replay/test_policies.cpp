@@ -32,8 +32,7 @@ ReplayDemand run(const std::string& policy, std::uint64_t steps = kSteps) {
 }
 
 double kept(const ReplayDemand& demand, std::uint64_t step, std::uint32_t layer) {
-  const auto& record = demand.at(step, layer);
-  return static_cast<double>(record.mass[0]) + record.mass[1] + record.mass[2];
+  return demand.at(step, layer).kept_share();
 }
 
 }  // namespace
@@ -53,12 +52,50 @@ TEST_CASE("tiered without eviction and T2 loses no mass for every HBM ratio", "[
   for (const char* hbm : {"0", "0.3", "0.5", "0.7", "1"}) {
     INFO("hbm " << hbm);
     const auto demand = run(std::string("tiered:hbm=") + hbm + ",evict=0,delta=16,recent=32");
-    CHECK(demand.summary().mean_kept_mass == Approx(1.0).epsilon(1e-5));
-    CHECK(demand.summary().min_kept_mass == Approx(1.0).epsilon(1e-4));
+    // Exactly: kept is 1 − T3's share, and T3's share is 0 with nothing evicted.
+    CHECK(demand.summary().mean_kept_mass == 1.0);
+    CHECK(demand.summary().min_kept_mass == 1.0);
     CHECK(demand.summary().evicted == 0);
   }
   // With a low HBM ratio tokens really do leave HBM.
   CHECK(run("tiered:hbm=0.3,evict=0,delta=16,recent=32").summary().final_hbm_fraction < 0.7);
+}
+
+TEST_CASE("attention is recorded as shares of each row, whatever the row sums to", "[replay]") {
+  // The synthetic rows scaled by 1.5: the recorded masses are still shares that sum to 1.
+  auto unit = kvtier::test::synthetic_attention(kLayers, kPrompt, kSteps, 11);
+  std::vector<std::vector<std::vector<float>>> rows(kSteps);
+  for (std::uint64_t step = 0; step < kSteps; ++step) {
+    unit.read_step(step, rows[step]);
+    for (auto& row : rows[step]) {
+      for (float& weight : row) {
+        weight *= 1.5F;
+      }
+    }
+  }
+  for (const char* policy : {"tiered:hbm=0.5,evict=0,delta=16,recent=32",
+                             "tiered:hbm=0.5,evict=0.2,delta=16,recent=32", "h2o:budget=64"}) {
+    INFO(policy);
+    kvtier::replay::InMemoryAttention scaled(kLayers, kPrompt, rows);
+    const auto demand = kvtier::test::run_policy(scaled, policy);
+    for (std::uint64_t step = 0; step < kSteps; ++step) {
+      for (std::uint32_t layer = 0; layer < kLayers; ++layer) {
+        const auto& mass = demand.at(step, layer).mass;
+        double sum = 0.0;
+        for (const float share : mass) {
+          REQUIRE(share >= 0.0F);
+          REQUIRE(share <= 1.0F);
+          sum += share;
+        }
+        REQUIRE(sum == Approx(1.0).epsilon(1e-6));
+      }
+    }
+    CHECK(demand.summary().mean_kept_mass <= 1.0);
+  }
+  kvtier::replay::InMemoryAttention scaled(kLayers, kPrompt, rows);
+  CHECK(kvtier::test::run_policy(scaled, "tiered:hbm=0.5,evict=0,delta=16,recent=32")
+            .summary()
+            .mean_kept_mass == 1.0);
 }
 
 TEST_CASE("tiered evicts the share r of unprotected tokens and splits the rest by beta",

@@ -370,7 +370,8 @@ TEST_CASE("tiered with everything in HBM and no eviction simulates exactly like 
   CHECK(tiered.at("tpot_p50_ms") == full.at("tpot_p50_ms"));
   CHECK(tiered.at("duration_s") == full.at("duration_s"));
   CHECK(tiered.at("pcie_h2d_gb") == 0.0);
-  CHECK(tiered.at("attention_mass_kept_mean") == Approx(1.0).epsilon(1e-5));
+  CHECK(tiered.at("attention_mass_kept_mean") == 1.0);
+  CHECK(tiered.at("attention_mass_lost_mean") == 0.0);
   CHECK(tiered.at("hbm_kv_used_peak_gib") == Approx(full.at("hbm_kv_used_peak_gib")));
   CHECK(tiered.at("hbm_saved_peak_gib") == Approx(0.0).margin(1e-9));
   // At every moment, not only at the peak: the tiered count follows the running set as it is
@@ -400,7 +401,8 @@ TEST_CASE("tiering moves KV out of HBM and pays for it on PCIe", "[tiers]") {
   CHECK(tiered.at("pcie_h2d_gb") > 0.0);
   CHECK(tiered.at("tpot_p50_ms") >= full.at("tpot_p50_ms"));
   // No eviction: attention keeps everything (Proposition 1), whatever sits on the host.
-  CHECK(tiered.at("attention_mass_kept_mean") == Approx(1.0).epsilon(1e-5));
+  CHECK(tiered.at("attention_mass_kept_mean") == 1.0);
+  CHECK(tiered.at("attention_mass_lost_mean") == 0.0);
 }
 
 TEST_CASE("differential prefetch moves fewer bytes than full prefetch", "[tiers]") {

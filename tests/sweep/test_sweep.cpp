@@ -231,6 +231,26 @@ TEST_CASE("sweep: a sweep is refused before it runs when an axis value or a poli
   CHECK(problems(spec_text(axis("policy", {"full", "tiered:hbm=0.25,evict=0.1"}))).empty());
 }
 
+TEST_CASE("sweep: a policy a point would run twice is refused before the sweep runs", "[sweep]") {
+  const std::string streaming = "compare { name: \"streaming\" }";
+  // The base's policy compared again.
+  CHECK_THAT(joined(problems(spec_text(axis("seed", {"1"}), "GRID", "compare { name: \"full\" }"))),
+             Catch::Contains("policy 'full' is given twice (base.policy and base.compare[0])"));
+  // Two compared policies written the same way.
+  CHECK_THAT(joined(problems(spec_text(axis("seed", {"1"}), "GRID", streaming + " " + streaming))),
+             Catch::Contains("(base.compare[0] and base.compare[1])"));
+  // A policy axis value that is also compared, and one the axis names twice.
+  CHECK_THAT(joined(problems(spec_text(axis("policy", {"full", "streaming"}), "GRID", streaming))),
+             Catch::Contains("policy 'streaming' is given twice (base.compare[0] and "
+                             "axis[0].values[1])"));
+  CHECK_THAT(
+      joined(problems(spec_text(axis("policy", {"h2o:budget=64", "full", "h2o:budget=64"})))),
+      Catch::Contains("(axis[0].values[0] and axis[0].values[2])"));
+  // With a policy axis the base's own policy is not run, so comparing it is no repeat.
+  CHECK(problems(spec_text(axis("policy", {"streaming"}), "GRID", "compare { name: \"full\" }"))
+            .empty());
+}
+
 TEST_CASE("sweep: a policy axis sets the run's policy, and compare policies add rows", "[sweep]") {
   const Sweep sweep =
       load(spec_text(axis("policy", {"full", "tiered:hbm=0.5,evict=0.1,delta=8,recent=16"}), "GRID",
@@ -267,7 +287,7 @@ TEST_CASE("sweep: points share replay demands through one memo", "[sweep]") {
 TEST_CASE("sweep: points that cannot run give rows with the error, not a failed sweep", "[sweep]") {
   // Llama-3.1-70B's weights do not fit one H100.
   const Sweep sweep = load(spec_text(axis("model.preset", {"Llama-3.1-8B", "Llama-3.1-70B"}),
-                                     "GRID", "compare { name: \"full\" }"));
+                                     "GRID", "compare { name: \"streaming\" }"));
   kvtier::serving::DemandMemo memo;
   const auto fits = kvtier::sweep::simulate_point(sweep, 0, kvtier::test::loader(), memo);
   REQUIRE(fits.size() == 2);
@@ -277,6 +297,7 @@ TEST_CASE("sweep: points that cannot run give rows with the error, not a failed 
   CHECK(!too_big[0].error.empty());
   CHECK(too_big[0].metrics.empty());
   CHECK(too_big[0].policy == "full");
+  CHECK(too_big[1].policy.rfind("streaming", 0) == 0);
   CHECK(too_big[1].error == too_big[0].error);
 }
 
