@@ -6,9 +6,13 @@
 // prefill token budget (chunked prefill: decodes first, then unfinished prompts, then new
 // requests in arrival order). A request is admitted when the batch has room and its whole KV
 // (prompt + output, window-capped) fits next to the weights, workspace and reserve; admission
-// is first come, first served, without preemption. The iteration's duration comes from the
-// per-layer cost model (hwmodels/iteration_cost.hpp) plus the engine's host overhead per
-// iteration; the first output token is produced by the iteration that processes the last
+// is first come, first served, without preemption. With workload.on_demand_admission (vLLM's
+// scheduler) a request is admitted when its first chunk's KV fits now, leaving the watermark
+// free; an iteration whose KV would not fit preempts the request admitted last, whose KV is
+// dropped and recomputed by a prefill of its prompt and generated tokens when it is admitted
+// again (no request is admitted in an iteration that preempts). The iteration's duration comes
+// from the per-layer cost model (hwmodels/iteration_cost.hpp) plus the engine's host overhead
+// per iteration; the first output token is produced by the iteration that processes the last
 // prompt chunk.
 //
 // With a tier policy (a TierDemand), each decoding request's tokens follow the policy's replay,
@@ -52,6 +56,10 @@ struct ServingTotals {
   // limits apart from scheduling ones (prefill budget, max_batch_size).
   std::uint64_t admissions_held_by_hbm = 0;
   std::uint64_t admissions_held_by_host = 0;
+  // On-demand admission: requests preempted, and the KV tokens they dropped (which their
+  // prefills compute again).
+  std::uint64_t preemptions = 0;
+  std::uint64_t preempted_kv_tokens = 0;
   sim::Tick busy;  // Σ GPU time of iterations (host overhead excluded)
   sim::Tick last_completion;
   double flops = 0.0;               // per GPU
@@ -134,6 +142,17 @@ class ServingEngine {
     // (T1 + T2) after its latest step.
     double tier_hbm = 0.0;
     double tier_host = 0.0;
+    // What its current prefill covers: the prompt, or after a preemption the prompt and the
+    // tokens generated before it (whose KV is recomputed).
+    std::uint64_t prefill_target = 0;
+    // `generated` at its first decode step after its latest prefill (1 unless preempted).
+    std::uint64_t first_decode = 1;
+    bool admitted_once = false;  // its queue wait ends at its first admission
+  };
+  // The HBM and host bytes a request holds at the end of this iteration's planned work.
+  struct Footprint {
+    double hbm = 0.0;
+    double host = 0.0;
   };
   struct PlannedChunk {
     std::uint32_t request;
@@ -141,6 +160,19 @@ class ServingEngine {
   };
 
   void arrive(std::uint32_t request);
+  [[nodiscard]] static bool prefilling(const Request& request) {
+    return request.prefilled < request.prefill_target;
+  }
+  // Fills decoding_now_ and prefilling_now_ from the running requests and returns the prefill
+  // budget left.
+  std::uint64_t plan_running(hw::BatchShape& batch);
+  void add_chunk(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch);
+  // Admission with whole-request reservations, or on demand (then preempting first).
+  void admit_reserving(std::uint64_t budget, hw::BatchShape& batch);
+  void admit_on_demand(std::uint64_t budget, hw::BatchShape& batch);
+  [[nodiscard]] Footprint footprint(std::uint32_t id, std::uint64_t chunk_tokens) const;
+  [[nodiscard]] Footprint planned_footprint() const;
+  void preempt(std::uint32_t id);
   void schedule_next_open_loop_arrival();
   void try_start_iteration();
   void finish_iteration();
@@ -167,6 +199,8 @@ class ServingEngine {
   std::uint64_t prefill_budget_;
   std::uint32_t max_batch_;
   sim::Tick iteration_overhead_;
+  // workload.on_demand_admission's watermark; absent: whole-request reservations.
+  std::optional<double> on_demand_watermark_;
   const TierDemand* tiers_;
   CopyRates copy_rates_;
   std::uint32_t lookahead_ = 1;

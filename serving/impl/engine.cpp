@@ -35,6 +35,10 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       max_batch_(run.workload().max_batch_size()),
       iteration_overhead_(
           sim::from_microseconds(run.engine().iteration_overhead_us(), sim::Rounding::kUp)),
+      on_demand_watermark_(
+          run.workload().has_on_demand_admission()
+              ? std::optional<double>(run.workload().on_demand_admission().watermark())
+              : std::nullopt),
       tiers_(tiers),
       kv_used_(simulator),
       kv_reserved_(simulator),
@@ -75,12 +79,25 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
                         std::to_string(max_positions) + " positions");
     }
     requests_.push_back(Request{spec, {}, {}, {}, 0, 0, 0.0, 0.0});
+    requests_.back().prefill_target = spec.prompt_tokens;
     const auto id = static_cast<std::uint32_t>(i);
     if (hbm_reservation(id) > plan_.kv_capacity_bytes) {
       throw DoesNotFit(DoesNotFit::Memory::kHbm,
                        describe_request(workload_, i) + " (" + std::to_string(tokens) +
                            " tokens) needs " + format_fixed(hbm_reservation(id) / (1 << 30), 2) +
                            " GiB of KV per GPU, but only " +
+                           format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
+                           " GiB are left after " + plan_.breakdown());
+    }
+    // A preempted request's recompute holds every token it prefills whole in HBM, however a
+    // tier policy would place them: the longest (prompt + output − 1) must fit alone.
+    const double recompute = plan_.kv_bytes_for(tokens - 1);
+    if (on_demand_watermark_ && tiers_ != nullptr && recompute > plan_.kv_capacity_bytes) {
+      throw DoesNotFit(DoesNotFit::Memory::kHbm,
+                       describe_request(workload_, i) + " (" + std::to_string(tokens) +
+                           " tokens) needs " + format_fixed(recompute / (1 << 30), 2) +
+                           " GiB of KV per GPU when a preemption recomputes it whole in HBM "
+                           "(workload.on_demand_admission), but only " +
                            format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
                            " GiB are left after " + plan_.breakdown());
     }
@@ -193,8 +210,7 @@ double ServingEngine::kv_in_use() const {
   double bytes = tier_staging_bytes_;
   for (const std::uint32_t id : running_) {
     const Request& request = requests_[id];
-    bytes += request.prefilled < request.spec.prompt_tokens ? plan_.kv_bytes_for(request.prefilled)
-                                                            : request.tier_hbm;
+    bytes += prefilling(request) ? plan_.kv_bytes_for(request.prefilled) : request.tier_hbm;
   }
   return bytes;
 }
@@ -213,41 +229,47 @@ double ServingEngine::full_kv_in_use() const {
     const Request& request = requests_[id];
     // The cache holds the prompt and every generated token but the newest, whose KV its next
     // step writes: the tokens the tiered count holds after the same step.
-    const std::uint64_t cached = request.generated > 0 ? request.generated - 1 : 0;
-    bytes += plan_.kv_bytes_for(request.prefilled + cached);
+    bytes += plan_.kv_bytes_for(prefilling(request)
+                                    ? request.prefilled
+                                    : request.spec.prompt_tokens + request.generated - 1);
   }
   return bytes;
 }
 
-void ServingEngine::try_start_iteration() {
+std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
   decoding_now_.clear();
   prefilling_now_.clear();
-  hw::BatchShape batch;
+  batch = hw::BatchShape{};
   std::uint64_t budget = prefill_budget_;
   for (const std::uint32_t id : running_) {
     const Request& request = requests_[id];
-    if (request.prefilled == request.spec.prompt_tokens) {
+    if (!prefilling(request)) {
       decoding_now_.push_back(id);
       batch.decode_context_tokens += attended(request);
     }
   }
   batch.decode_tokens = decoding_now_.size();
   budget -= std::min<std::uint64_t>(budget, batch.decode_tokens);
-  auto add_chunk = [&](std::uint32_t id) {
-    Request& request = requests_[id];
-    const std::uint64_t tokens = std::min(budget, request.spec.prompt_tokens - request.prefilled);
-    budget -= tokens;
-    prefilling_now_.push_back(PlannedChunk{id, tokens});
-    batch.prefill.push_back(hw::PrefillChunk{tokens, request.prefilled});
-    if (request.prefilled + tokens == request.spec.prompt_tokens) {
-      ++batch.logits_tokens;
-    }
-  };
   for (const std::uint32_t id : running_) {
-    if (budget > 0 && requests_[id].prefilled < requests_[id].spec.prompt_tokens) {
-      add_chunk(id);
+    if (budget > 0 && prefilling(requests_[id])) {
+      add_chunk(id, budget, batch);
     }
   }
+  return budget;
+}
+
+void ServingEngine::add_chunk(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
+  const Request& request = requests_[id];
+  const std::uint64_t tokens = std::min(budget, request.prefill_target - request.prefilled);
+  budget -= tokens;
+  prefilling_now_.push_back(PlannedChunk{id, tokens});
+  batch.prefill.push_back(hw::PrefillChunk{tokens, request.prefilled});
+  if (request.prefilled + tokens == request.prefill_target) {
+    ++batch.logits_tokens;
+  }
+}
+
+void ServingEngine::admit_reserving(std::uint64_t budget, hw::BatchShape& batch) {
   while (budget > 0 && !waiting_.empty() && running_.size() < max_batch_) {
     Request& head = requests_[waiting_.front()];
     const double kv = hbm_reservation(waiting_.front());
@@ -268,7 +290,140 @@ void ServingEngine::try_start_iteration() {
     host_reserved_bytes_ += host;
     queue_wait_.record(head.admitted - head.arrival);
     running_.push_back(id);
-    add_chunk(id);
+    add_chunk(id, budget, batch);
+  }
+}
+
+ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
+                                                  std::uint64_t chunk_tokens) const {
+  const Request& request = requests_[id];
+  Footprint bytes;
+  if (prefilling(request)) {
+    // A prompt sits whole in HBM while it is prefilled; the chunk that completes it is
+    // followed by the policy's placement, which puts part of it in host memory. That host
+    // share is counted from the first chunk on, so that host memory holds back an admission
+    // rather than preempting a request once its prompt is placed.
+    const std::uint64_t prefilled = request.prefilled + chunk_tokens;
+    bytes.hbm = plan_.kv_bytes_for(prefilled);
+    if (tiers_ != nullptr && request.generated + 1 < request.spec.output_tokens) {
+      const std::uint64_t context = attended(request, request.generated + 1);
+      for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
+        const LayerDemand placed = tiers_->at(id, context, layer, true);
+        bytes.host += placed.host * bytes_per_token_layer_ +
+                      placed.compressed * compressed_bytes_per_token_layer_;
+      }
+    }
+    return bytes;
+  }
+  if (tiers_ == nullptr) {
+    // The step writes the KV of the newest token.
+    bytes.hbm = plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated);
+    return bytes;
+  }
+  // As the step leaves it (what kv_in_use() counts), with its share of the staging buffer:
+  // its largest layer's T1 + T2 for each layer staged at once.
+  const std::uint64_t context = attended(request);
+  const bool first = request.generated == request.first_decode;
+  double staged = 0.0;
+  for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
+    const LayerDemand demand = tiers_->at(id, context, layer, first);
+    bytes.hbm += demand.hbm_after * bytes_per_token_layer_;
+    bytes.host += demand.host_after * bytes_per_token_layer_ +
+                  demand.compressed_after * compressed_bytes_per_token_layer_;
+    staged = std::max(staged, demand.host + demand.compressed);
+  }
+  bytes.hbm += staged * staged_layers_ * bytes_per_token_layer_;
+  return bytes;
+}
+
+ServingEngine::Footprint ServingEngine::planned_footprint() const {
+  Footprint total;
+  const auto add = [&total](const Footprint& bytes) {
+    total.hbm += bytes.hbm;
+    total.host += bytes.host;
+  };
+  for (const std::uint32_t id : running_) {
+    const auto chunk = std::find_if(prefilling_now_.begin(), prefilling_now_.end(),
+                                    [id](const PlannedChunk& c) { return c.request == id; });
+    add(footprint(id, chunk != prefilling_now_.end() ? chunk->tokens : 0));
+  }
+  return total;
+}
+
+void ServingEngine::preempt(std::uint32_t id) {
+  Request& request = requests_[id];
+  ++totals_.preemptions;
+  const std::uint64_t held =
+      prefilling(request) ? request.prefilled : request.spec.prompt_tokens + request.generated - 1;
+  totals_.preempted_kv_tokens +=
+      plan_.window_tokens > 0 ? std::min(held, plan_.window_tokens) : held;
+  if (!prefilling(request)) {
+    // Recompute: the prompt and every token generated so far, the newest included, whose
+    // prefill then produces the next token.
+    request.prefill_target = request.spec.prompt_tokens + request.generated;
+  }
+  request.prefilled = 0;
+  request.tier_hbm = 0.0;
+  request.tier_host = 0.0;
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  waiting_.push_front(id);
+  totals_.max_waiting = std::max<std::uint64_t>(totals_.max_waiting, waiting_.size());
+  // Its KV is gone from now on.
+  kv_used_.set(kv_in_use());
+  full_kv_.set(full_kv_in_use());
+  host_used_.set(host_kv_in_use());
+}
+
+void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch) {
+  // As vLLM's scheduler: while the iteration's KV does not fit, the request admitted last is
+  // preempted. A request alone always fits: its whole life does, and so does its longest
+  // recompute (both checked at construction).
+  Footprint need = planned_footprint();
+  bool preempted = false;
+  while (running_.size() > 1 &&
+         (need.hbm > plan_.kv_capacity_bytes || need.host > plan_.host_kv_capacity_bytes)) {
+    preempt(running_.back());
+    preempted = true;
+    budget = plan_running(batch);
+    need = planned_footprint();
+  }
+  const double hbm_room = plan_.kv_capacity_bytes * (1.0 - *on_demand_watermark_);
+  while (!preempted && budget > 0 && !waiting_.empty() && running_.size() < max_batch_) {
+    const std::uint32_t id = waiting_.front();
+    Request& head = requests_[id];
+    const Footprint first_chunk =
+        footprint(id, std::min(budget, head.prefill_target - head.prefilled));
+    // Alone, a request always fits (its whole life does); the watermark does not hold it back.
+    const bool hbm_short = !running_.empty() && need.hbm + first_chunk.hbm > hbm_room;
+    const bool host_short = need.host + first_chunk.host > plan_.host_kv_capacity_bytes;
+    if (hbm_short || host_short) {
+      totals_.admissions_held_by_hbm += hbm_short ? 1 : 0;
+      totals_.admissions_held_by_host += host_short ? 1 : 0;
+      break;
+    }
+    waiting_.pop_front();
+    if (!head.admitted_once) {
+      head.admitted_once = true;
+      head.admitted = simulator_.now();
+      queue_wait_.record(head.admitted - head.arrival);
+    }
+    need.hbm += first_chunk.hbm;
+    need.host += first_chunk.host;
+    running_.push_back(id);
+    add_chunk(id, budget, batch);
+  }
+  // What this iteration holds at its end: the running requests' KV as planned.
+  kv_reserved_bytes_ = need.hbm;
+  host_reserved_bytes_ = need.host;
+}
+
+void ServingEngine::try_start_iteration() {
+  hw::BatchShape batch;
+  const std::uint64_t budget = plan_running(batch);
+  if (on_demand_watermark_) {
+    admit_on_demand(budget, batch);
+  } else {
+    admit_reserving(budget, batch);
   }
   batch.logits_tokens += batch.decode_tokens;
   kv_reserved_.set(kv_reserved_bytes_);
@@ -354,7 +509,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     request.tier_hbm = 0.0;
     request.tier_host = 0.0;
     const std::uint64_t context = attended(request);
-    const bool first = request.generated == 1;
+    const bool first = request.generated == request.first_decode;
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
       const LayerDemand demand = tiers_->at(id, context, layer, first);
       LayerCopies& copies = layer_copies_[layer];
@@ -387,11 +542,11 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   // are dropped). A request that decodes nothing is not placed.
   for (const PlannedChunk& chunk : prefilling_now_) {
     Request& request = requests_[chunk.request];
-    if (request.prefilled + chunk.tokens < request.spec.prompt_tokens ||
-        request.spec.output_tokens < 2) {
+    if (request.prefilled + chunk.tokens < request.prefill_target ||
+        request.generated + 1 >= request.spec.output_tokens) {
       continue;
     }
-    const std::uint64_t context = attended(request, 1);
+    const std::uint64_t context = attended(request, request.generated + 1);
     request.tier_hbm = 0.0;
     request.tier_host = 0.0;
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
@@ -435,11 +590,16 @@ void ServingEngine::finish_iteration() {
   for (const PlannedChunk& chunk : prefilling_now_) {
     Request& request = requests_[chunk.request];
     request.prefilled += chunk.tokens;
-    if (request.prefilled == request.spec.prompt_tokens) {
-      request.generated = 1;
-      request.first_token = now;
-      ttft_.record(now - request.arrival);
-      if (request.spec.output_tokens == 1) {
+    if (request.prefilled == request.prefill_target) {
+      // The prefill's last position gives the next token: the first, or after a preemption the
+      // one the next decode step would have given.
+      if (request.generated == 0) {
+        request.first_token = now;
+        ttft_.record(now - request.arrival);
+      }
+      ++request.generated;
+      request.first_decode = request.generated;
+      if (request.generated == request.spec.output_tokens) {
         finished.push_back(chunk.request);
       }
     }

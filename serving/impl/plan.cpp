@@ -183,8 +183,12 @@ PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
     result.binding = one.binding;
     return result;
   }
-  // The memory limit the single-request run reports bounds the search from above.
-  const double fits = metric(one.report.metrics, "largest_batch_that_fits");
+  // The memory limit the single-request run reports bounds the search from above; it counts
+  // whole-request reservations, which on-demand admission does not make, so that search starts
+  // at the batch cap.
+  const double fits = run.workload().has_on_demand_admission()
+                          ? static_cast<double>(cap)
+                          : metric(one.report.metrics, "largest_batch_that_fits");
   auto high = static_cast<std::uint32_t>(std::clamp(fits, 1.0, static_cast<double>(cap)));
   Evaluation best = std::move(one);
   std::uint32_t low = 1;  // feasible

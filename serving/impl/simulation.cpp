@@ -156,6 +156,14 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   ServingEngine& engine = *built;
   engine.start();
   simulator.run();
+  if (engine.totals().requests_completed != engine.workload().requests.size()) {
+    // Every request fits alone (checked when the engine was built), so a run that ends with
+    // requests left has stalled: a defect of the engine, never of the config.
+    throw std::logic_error(
+        "serving engine stalled with " +
+        std::to_string(engine.workload().requests.size() - engine.totals().requests_completed) +
+        " request(s) unfinished");
+  }
 
   report.workload = engine.workload().description;
   report.events = simulator.events_executed();
@@ -165,6 +173,13 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
                            format_fixed(totals.host_recode_bytes / 1e9, 3) +
                            " GB of host memory per GPU, not timed: the run sets no "
                            "tiering.host_recode (docs/SIMULATION.md)");
+  }
+  if (run.workload().has_on_demand_admission()) {
+    report.notes.push_back(
+        "requests admitted on demand (workload.on_demand_admission, watermark " +
+        format_double(run.workload().on_demand_admission().watermark()) +
+        "): preempted when KV runs short and recomputed; largest_batch_* still count whole-"
+        "request reservations");
   }
   const MemoryPlan& plan = engine.memory();
   const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);
@@ -214,6 +229,8 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   m.push_back({"max_waiting_requests", static_cast<double>(totals.max_waiting), 0});
   m.push_back({"admissions_held_by_hbm", static_cast<double>(totals.admissions_held_by_hbm), 0});
   m.push_back({"admissions_held_by_host", static_cast<double>(totals.admissions_held_by_host), 0});
+  m.push_back({"preemptions", static_cast<double>(totals.preemptions), 0});
+  m.push_back({"preempted_kv_tokens", static_cast<double>(totals.preempted_kv_tokens), 0});
   m.push_back({"engines_per_node", std::floor(node.gpus_per_node() / tp), 0});
 
   const hw::GpuModel& gpu = engine.cost_model().gpu();

@@ -3,10 +3,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <tuple>
+#include <vector>
 
 #include "tests/support/cli_runner.hpp"
 #include "tests/support/paths.hpp"
@@ -115,11 +117,20 @@ TEST_CASE("presets show resolves values and derives quantities", "[cli]") {
 }
 
 TEST_CASE("config check accepts the shipped examples", "[cli]") {
-  for (const char* file :
-       {"configs/examples/quickstart.textproto", "configs/sweeps/batch-x-model-h100.textproto"}) {
-    INFO(file);
-    const Result result =
-        run(std::string("config check '") + kvtier::test::source_dir() + "/" + file + "'");
+  std::vector<fs::path> files;
+  for (const char* folder : {"configs/examples", "configs/sweeps"}) {
+    for (const auto& entry :
+         fs::directory_iterator(fs::path(kvtier::test::source_dir()) / folder)) {
+      if (entry.path().extension() == ".textproto") {
+        files.push_back(entry.path());
+      }
+    }
+  }
+  std::sort(files.begin(), files.end());
+  REQUIRE(files.size() >= 11);
+  for (const fs::path& file : files) {
+    INFO(file.string());
+    const Result result = run("config check '" + file.string() + "'");
     CHECK(result.exit_code == 0);
     CHECK(result.err.empty());
     CHECK_THAT(result.out, Catch::Contains(": valid "));

@@ -103,6 +103,75 @@ TEST_CASE("admission is limited by the KV memory left next to the weights", "[se
   CHECK(values.at("max_waiting_requests") > 0);
 }
 
+TEST_CASE("on-demand admission runs more at once and preempts the last admitted when KV runs out",
+          "[serving]") {
+  // 4,444 tokens of KV (18.5 GiB − 14.96 weights − 3 reserve and workspace, 128 KiB a token);
+  // two requests of 2,000 + 500 tokens, prefilled in one chunk each: their whole lives do not
+  // fit together, their prompts do.
+  const std::vector<std::string> sets = {"hardware.node.gpu.memory_capacity=18.5GiB",
+                                         "workload.closed_loop.concurrency=2",
+                                         "workload.closed_loop.num_requests=2",
+                                         "workload.closed_loop.prompt_tokens.fixed_tokens=2000",
+                                         "workload.closed_loop.output_tokens.fixed_tokens=500",
+                                         "workload.prefill_chunk_tokens=4096"};
+  const auto reserving = metrics(run_with(sets));
+  CHECK(reserving.at("max_running_requests") == 1);
+  CHECK(reserving.at("preemptions") == 0);
+  CHECK(reserving.at("preempted_kv_tokens") == 0);
+  CHECK(reserving.at("iterations") == 1000);  // one after the other: 1 prefill + 499 decodes
+  std::vector<std::string> on_demand = sets;
+  on_demand.emplace_back("workload.on_demand_admission.watermark=0.01");
+  const auto values = metrics(run_with(on_demand));
+  // Both prefill in iteration 1 (4,000 tokens, under 99% of 4,444). A decode step with g tokens
+  // out writes 2,000 + g tokens of KV per request: both fit through g = 221. At g = 222 the
+  // second is preempted, dropping 2,221 tokens; its recompute (2,222 tokens) never fits beside
+  // the first, which decodes alone to its 500th token (iteration 500). The second then prefills
+  // its 2,222 tokens, which give its 223rd, and decodes the other 277: 778 iterations.
+  CHECK(values.at("max_running_requests") == 2);
+  CHECK(values.at("preemptions") == 1);
+  CHECK(values.at("preempted_kv_tokens") == 2221);
+  CHECK(values.at("iterations") == 778);
+  CHECK(values.at("requests_completed") == 2);
+  CHECK(values.at("hbm_kv_used_peak_gib") <= values.at("hbm_kv_capacity_gib"));
+  CHECK(values.at("hbm_kv_reserved_peak_gib") <= values.at("hbm_kv_capacity_gib"));
+  // Both first tokens come from iteration 1; the queue wait ends at the first admission.
+  CHECK(values.at("ttft_p99_ms") == values.at("ttft_p50_ms"));
+  CHECK(values.at("queue_wait_p99_ms") == 0.0);
+  // Deterministic, preemptions included.
+  const RunSpec run = run_with(on_demand);
+  CHECK(kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v") ==
+        kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v"));
+}
+
+TEST_CASE("on-demand admission without memory pressure runs exactly as reservations do",
+          "[serving]") {
+  const auto reserving = metrics(run_with({}));
+  const auto on_demand = metrics(run_with({"workload.on_demand_admission.watermark=0.01"}));
+  CHECK(on_demand.at("preemptions") == 0);
+  for (const char* name :
+       {"iterations", "duration_s", "ttft_p50_ms", "tpot_p50_ms", "e2e_latency_p99_ms",
+        "queue_wait_p99_ms", "hbm_kv_used_peak_gib", "max_running_requests", "output_tokens"}) {
+    INFO(name);
+    CHECK(on_demand.at(name) == reserving.at(name));
+  }
+  // What it holds rather than what whole lives would take.
+  CHECK(on_demand.at("hbm_kv_reserved_peak_gib") < reserving.at("hbm_kv_reserved_peak_gib"));
+}
+
+TEST_CASE("on-demand admission lets a request run alone whatever the watermark", "[serving]") {
+  // A 4,000-token request in one 3,900-token chunk: more than half the KV capacity, held back by
+  // a watermark of 0.5 if anything else ran.
+  const auto values = metrics(run_with(
+      {"hardware.node.gpu.memory_capacity=18.5GiB", "workload.closed_loop.concurrency=2",
+       "workload.closed_loop.num_requests=2",
+       "workload.closed_loop.prompt_tokens.fixed_tokens=3900",
+       "workload.closed_loop.output_tokens.fixed_tokens=100", "workload.prefill_chunk_tokens=4096",
+       "workload.on_demand_admission.watermark=0.5"}));
+  CHECK(values.at("requests_completed") == 2);
+  CHECK(values.at("max_running_requests") == 1);
+  CHECK(values.at("preemptions") == 0);
+}
+
 TEST_CASE("the batch cap limits running requests", "[serving]") {
   const auto values =
       metrics(run_with({"workload.closed_loop.concurrency=16",
