@@ -113,6 +113,25 @@ TEST_CASE("a loose SLO plans up to the batch cap or the memory limit", "[plan]")
                                " of " + std::to_string(scheduled.max_batch + 1)));
 }
 
+TEST_CASE("with on-demand admission a plan runs more at once than whole lives fit", "[plan]") {
+  PlanOptions options;
+  options.slos = {{"tpot_p99_ms", 1e9}};
+  // 4,444 tokens of KV: 15 whole lives of 256 + 32 tokens, 17 prompts.
+  const std::vector<std::string> small_hbm = {"hardware.node.gpu.memory_capacity=18.5GiB"};
+  const auto reserving = plan_capacity(small_run(small_hbm), options);
+  CHECK(reserving.max_batch == 15);
+  CHECK(reserving.binding == "HBM");
+  std::vector<std::string> on_demand_sets = small_hbm;
+  on_demand_sets.emplace_back("workload.on_demand_admission.watermark=0.01");
+  const RunSpec on_demand_run = small_run(on_demand_sets);
+  const auto on_demand = plan_capacity(on_demand_run, options);
+  INFO("on demand: " << on_demand.max_batch << ", " << on_demand.binding);
+  CHECK(on_demand.max_batch > reserving.max_batch);
+  CHECK(on_demand.binding == "HBM");
+  // Running them all at once took preemptions.
+  CHECK(at_batch(on_demand_run, on_demand.max_batch, options.rounds).at("preemptions") > 0);
+}
+
 TEST_CASE("a policy whose single request does not fit plans a batch of 0, saying why", "[plan]") {
   PlanOptions options;
   options.slos = {{"tpot_p99_ms", 1e9}};
