@@ -13,8 +13,9 @@
 # Outputs (OUT/): traces/*.h5, demand/*.h5 (demand files of the replays that need per-step
 # figures), f1_cliff.csv, f2_hbm_ratio.csv, f3_monarch.csv, f3_monarch_summary.csv,
 # f4_mosaic_{syn,cap}.json + front CSVs, f5_dms.csv, f6_oracle.csv, f7_sim/ (report.json,
-# metrics.csv), f7_sim.txt, f8_live_vs_replay.csv, f8_rank_correlation.csv, traces.csv (what
-# each trace is), env.txt (machine, date, version).
+# metrics.csv), f7_sim.txt, f8_live_vs_replay.csv, f8_rank_correlation.csv,
+# f9_preemption.csv (from f9_on_demand/ and f9_whole_request/), traces.csv (what each trace
+# is), env.txt (machine, date, version).
 set -euo pipefail
 
 OUT=${1:-./findings-out}
@@ -371,6 +372,27 @@ spearman() {
   done
   rm -f "$OUT/f8_fam.csv"
 } >"$OUT/f8_rank_correlation.csv"
+
+# ---------------------------------------------------------------------------------------------
+# 9. Tiering instead of preempting: configs/examples/preemption-vs-tiering.textproto admitted
+# on demand (as vLLM) and, the same file without `on_demand_admission`, by whole-request
+# reservations. One row per admission and policy.
+log "finding 9: preemption vs tiering"
+EX=$ROOT/configs/examples/preemption-vs-tiering.textproto
+grep -q 'on_demand_admission {' "$EX" || { echo "findings.sh: $EX has no on_demand_admission" >&2; exit 2; }
+# the block is three lines: its opening, the watermark, its closing brace
+awk '/on_demand_admission \{/ { skip = 3 } skip > 0 { skip--; next } { print }' "$EX" >"$OUT/f9_whole_request.textproto"
+"$KV" sim "$EX" --out "$OUT/f9_on_demand" >/dev/null
+"$KV" sim "$OUT/f9_whole_request.textproto" --out "$OUT/f9_whole_request" >/dev/null
+{
+  echo "admission,tokens_per_s,ttft_p50_ms,tpot_p50_ms,max_running,mean_running,preemptions,preempted_kv_tokens,hbm_saved_peak_gib,host_kv_used_peak_gib,policy"
+  for adm in whole_request on_demand; do
+    jq -r --arg adm "$adm" '.policies[] | .metrics as $m | [$adm, $m.throughput_output_tokens_per_s,
+      $m.ttft_p50_ms, $m.tpot_p50_ms, $m.max_running_requests, $m.mean_running_requests,
+      $m.preemptions, $m.preempted_kv_tokens, $m.hbm_saved_peak_gib, $m.host_kv_used_peak_gib,
+      .policy] | @csv' "$OUT/f9_$adm/report.json"
+  done
+} >"$OUT/f9_preemption.csv"
 
 rm -rf "$OUT/demand" "$OUT/kvtier.bin"
 log "done: $OUT"
