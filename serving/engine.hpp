@@ -163,6 +163,12 @@ class ServingEngine {
   [[nodiscard]] static bool prefilling(const Request& request) {
     return request.prefilled < request.prefill_target;
   }
+  // The tokens whose KV it has written: what it prefilled, or once decoding the prompt and
+  // every generated token but the newest (whose KV its next step writes).
+  [[nodiscard]] static std::uint64_t cached_tokens(const Request& request) {
+    return prefilling(request) ? request.prefilled
+                               : request.spec.prompt_tokens + request.generated - 1;
+  }
   // Fills decoding_now_ and prefilling_now_ from the running requests and returns the prefill
   // budget left.
   std::uint64_t plan_running(hw::BatchShape& batch);
@@ -171,6 +177,11 @@ class ServingEngine {
   void admit_reserving(std::uint64_t budget, hw::BatchShape& batch);
   void admit_on_demand(std::uint64_t budget, hw::BatchShape& batch);
   [[nodiscard]] Footprint footprint(std::uint32_t id, std::uint64_t chunk_tokens) const;
+  // Host bytes of T1 token-layers at full precision and T2 ones in the policy's format.
+  [[nodiscard]] double host_bytes(double full_token_layers, double compressed_token_layers) const {
+    return full_token_layers * bytes_per_token_layer_ +
+           compressed_token_layers * compressed_bytes_per_token_layer_;
+  }
   [[nodiscard]] Footprint planned_footprint() const;
   void preempt(std::uint32_t id);
   void schedule_next_open_loop_arrival();

@@ -21,6 +21,8 @@ struct MemoryPlan {
   // engines a fully loaded node runs (gpus_per_node / TP of them).
   double host_kv_capacity_bytes = 0.0;
 
+  // The tokens of a context of `tokens` whose KV a request holds (the window's, if any).
+  [[nodiscard]] std::uint64_t held_tokens(std::uint64_t tokens) const;
   // KV bytes a request holding `tokens` tokens of context occupies on this GPU.
   [[nodiscard]] double kv_bytes_for(std::uint64_t tokens) const;
   // "weights 14.96 GiB + workspace 1.00 GiB + reserve 2.00 GiB = ... of 80.00 GiB".

@@ -179,8 +179,7 @@ std::uint64_t ServingEngine::attended(const Request& request) const {
 }
 
 std::uint64_t ServingEngine::attended(const Request& request, std::uint64_t generated) const {
-  const std::uint64_t context = request.spec.prompt_tokens + generated;
-  return plan_.window_tokens > 0 ? std::min(context, plan_.window_tokens) : context;
+  return plan_.held_tokens(request.spec.prompt_tokens + generated);
 }
 
 double ServingEngine::hbm_reservation(std::uint32_t request) const {
@@ -197,8 +196,7 @@ double ServingEngine::host_reservation(std::uint32_t request) const {
     return 0.0;
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
-  return peaks.host_token_layers * bytes_per_token_layer_ +
-         peaks.compressed_token_layers * compressed_bytes_per_token_layer_;
+  return host_bytes(peaks.host_token_layers, peaks.compressed_token_layers);
 }
 
 double ServingEngine::kv_in_use() const {
@@ -227,11 +225,8 @@ double ServingEngine::full_kv_in_use() const {
   double bytes = 0.0;
   for (const std::uint32_t id : running_) {
     const Request& request = requests_[id];
-    // The cache holds the prompt and every generated token but the newest, whose KV its next
-    // step writes: the tokens the tiered count holds after the same step.
-    bytes += plan_.kv_bytes_for(prefilling(request)
-                                    ? request.prefilled
-                                    : request.spec.prompt_tokens + request.generated - 1);
+    // The tokens the tiered count holds after the same step.
+    bytes += plan_.kv_bytes_for(cached_tokens(request));
   }
   return bytes;
 }
@@ -309,8 +304,7 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
       const std::uint64_t context = attended(request, request.generated + 1);
       for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
         const LayerDemand placed = tiers_->at(id, context, layer, true);
-        bytes.host += placed.host * bytes_per_token_layer_ +
-                      placed.compressed * compressed_bytes_per_token_layer_;
+        bytes.host += host_bytes(placed.host, placed.compressed);
       }
     }
     return bytes;
@@ -328,8 +322,7 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
   for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
     const LayerDemand demand = tiers_->at(id, context, layer, first);
     bytes.hbm += demand.hbm_after * bytes_per_token_layer_;
-    bytes.host += demand.host_after * bytes_per_token_layer_ +
-                  demand.compressed_after * compressed_bytes_per_token_layer_;
+    bytes.host += host_bytes(demand.host_after, demand.compressed_after);
     staged = std::max(staged, demand.host + demand.compressed);
   }
   bytes.hbm += staged * staged_layers_ * bytes_per_token_layer_;
@@ -353,10 +346,7 @@ ServingEngine::Footprint ServingEngine::planned_footprint() const {
 void ServingEngine::preempt(std::uint32_t id) {
   Request& request = requests_[id];
   ++totals_.preemptions;
-  const std::uint64_t held =
-      prefilling(request) ? request.prefilled : request.spec.prompt_tokens + request.generated - 1;
-  totals_.preempted_kv_tokens +=
-      plan_.window_tokens > 0 ? std::min(held, plan_.window_tokens) : held;
+  totals_.preempted_kv_tokens += plan_.held_tokens(cached_tokens(request));
   if (!prefilling(request)) {
     // Recompute: the prompt and every token generated so far, the newest included, whose
     // prefill then produces the next token.
@@ -533,7 +523,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       // The held tokens and the step's own.
       resident += demand.hbm + demand.host + demand.compressed + 1.0;
       request.tier_hbm += demand.hbm_after * full;
-      request.tier_host += demand.host_after * full + demand.compressed_after * compressed;
+      request.tier_host += host_bytes(demand.host_after, demand.compressed_after);
     }
   }
   // A prefill that completes a prompt is followed by the policy's placement of it (the start),
@@ -554,7 +544,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       layer_copies_[layer].offloaded_full += placed.host * full;
       layer_copies_[layer].offloaded_compressed += placed.compressed * compressed;
       request.tier_hbm += placed.hbm * full;
-      request.tier_host += placed.host * full + placed.compressed * compressed;
+      request.tier_host += host_bytes(placed.host, placed.compressed);
     }
   }
   // Attention reads every token still held, at full precision once staged.

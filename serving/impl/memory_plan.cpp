@@ -17,9 +17,12 @@ std::string gib(double bytes) {
 
 }  // namespace
 
+std::uint64_t MemoryPlan::held_tokens(std::uint64_t tokens) const {
+  return window_tokens > 0 ? std::min(tokens, window_tokens) : tokens;
+}
+
 double MemoryPlan::kv_bytes_for(std::uint64_t tokens) const {
-  const std::uint64_t held = window_tokens > 0 ? std::min(tokens, window_tokens) : tokens;
-  return static_cast<double>(held) * kv_bytes_per_token;
+  return static_cast<double>(held_tokens(tokens)) * kv_bytes_per_token;
 }
 
 std::string MemoryPlan::breakdown() const {
