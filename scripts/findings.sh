@@ -14,7 +14,7 @@
 # figures), f1_cliff.csv, f2_hbm_ratio.csv, f3_monarch.csv, f3_monarch_summary.csv,
 # f4_mosaic_{syn,cap}.json + front CSVs, f5_dms.csv, f6_oracle.csv, f7_sim/ (report.json,
 # metrics.csv), f7_sim.txt, f8_live_vs_replay.csv, f8_rank_correlation.csv,
-# f9_preemption.csv (from f9_on_demand/ and f9_whole_request/), traces.csv (what each trace
+# f9_preemption.csv (from f9_on_demand/, f9_whole_request/ and f9_swap_*/), traces.csv (what each trace
 # is), env.txt (machine, date, version).
 set -euo pipefail
 
@@ -376,7 +376,7 @@ spearman() {
 # ---------------------------------------------------------------------------------------------
 # 9. Tiering instead of preempting: configs/examples/preemption-vs-tiering.textproto admitted
 # on demand (as vLLM) and, the same file without `on_demand_admission`, by whole-request
-# reservations. One row per admission and policy.
+# reservations, and the swapping example. One row per admission and policy.
 log "finding 9: preemption vs tiering"
 EX=$ROOT/configs/examples/preemption-vs-tiering.textproto
 grep -q 'on_demand_admission {' "$EX" || { echo "findings.sh: $EX has no on_demand_admission" >&2; exit 2; }
@@ -384,13 +384,21 @@ grep -q 'on_demand_admission {' "$EX" || { echo "findings.sh: $EX has no on_dema
 awk '/on_demand_admission \{/ { skip = 3 } skip > 0 { skip--; next } { print }' "$EX" >"$OUT/f9_whole_request.textproto"
 "$KV" sim "$EX" --out "$OUT/f9_on_demand" >/dev/null
 "$KV" sim "$OUT/f9_whole_request.textproto" --out "$OUT/f9_whole_request" >/dev/null
+# Preemption by swapping instead of recompute: the example as it is (vLLM's defaults, 4 GiB of
+# swap space and 16-token blocks), and with room for every victim in 256-token blocks.
+SWAP=$ROOT/configs/examples/preemption-by-swapping.textproto
+"$KV" sim "$SWAP" --out "$OUT/f9_swap_4g_16" >/dev/null
+"$KV" sim "$SWAP" --set workload.on_demand_admission.swap.space_gib=64 \
+  --out "$OUT/f9_swap_64g_16" >/dev/null
+"$KV" sim "$SWAP" --set workload.on_demand_admission.swap.space_gib=64 \
+  --set workload.on_demand_admission.swap.block_tokens=256 --out "$OUT/f9_swap_64g_256" >/dev/null
 {
-  echo "admission,tokens_per_s,ttft_p50_ms,tpot_p50_ms,max_running,mean_running,preemptions,preempted_kv_tokens,hbm_saved_peak_gib,host_kv_used_peak_gib,policy"
-  for adm in whole_request on_demand; do
+  echo "admission,tokens_per_s,ttft_p50_ms,tpot_p50_ms,max_running,mean_running,preemptions,preempted_kv_tokens,swapped_preemptions,swap_s,hbm_saved_peak_gib,host_kv_used_peak_gib,policy"
+  for adm in whole_request on_demand swap_4g_16 swap_64g_16 swap_64g_256; do
     jq -r --arg adm "$adm" '.policies[] | .metrics as $m | [$adm, $m.throughput_output_tokens_per_s,
       $m.ttft_p50_ms, $m.tpot_p50_ms, $m.max_running_requests, $m.mean_running_requests,
-      $m.preemptions, $m.preempted_kv_tokens, $m.hbm_saved_peak_gib, $m.host_kv_used_peak_gib,
-      .policy] | @csv' "$OUT/f9_$adm/report.json"
+      $m.preemptions, $m.preempted_kv_tokens, $m.swapped_preemptions, $m.swap_s,
+      $m.hbm_saved_peak_gib, $m.host_kv_used_peak_gib, .policy] | @csv' "$OUT/f9_$adm/report.json"
   done
 } >"$OUT/f9_preemption.csv"
 

@@ -9,7 +9,7 @@
 namespace kvtier::serving {
 
 // A request of the workload whose KV, as this run's policy places it, cannot fit in HBM or in
-// the engine's share of host memory. A finding about the policy, not about the config: among
+// the GPU's share of host memory. A finding about the policy, not about the config: among
 // compared policies the one it concerns gets a row saying so (simulate_all) while the others run.
 class DoesNotFit : public ConfigError {
  public:

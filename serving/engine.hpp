@@ -10,7 +10,9 @@
 // scheduler) a request is admitted when its first chunk's KV fits now, leaving the watermark
 // free; an iteration whose KV would not fit preempts the request admitted last, whose KV is
 // dropped and recomputed by a prefill of its prompt and generated tokens when it is admitted
-// again (no request is admitted in an iteration that preempts). The iteration's duration comes
+// again, or with swapping (on_demand_admission.swap) copied to the host's swap space and back
+// when it is admitted again, where it resumes (recomputed when the swap space has no room for
+// it). No request is admitted in an iteration that preempts. The iteration's duration comes
 // from the per-layer cost model (hwmodels/iteration_cost.hpp) plus the engine's host overhead
 // per iteration; the first output token is produced by the iteration that processes the last
 // prompt chunk.
@@ -56,19 +58,26 @@ struct ServingTotals {
   // limits apart from scheduling ones (prefill budget, max_batch_size).
   std::uint64_t admissions_held_by_hbm = 0;
   std::uint64_t admissions_held_by_host = 0;
-  // On-demand admission: requests preempted, and the KV tokens they dropped (which their
-  // prefills compute again).
+  // On-demand admission: requests preempted; of them those swapped out (the others are
+  // recomputed), and the KV tokens the recomputed ones dropped (which their prefills compute
+  // again).
   std::uint64_t preemptions = 0;
+  std::uint64_t swapped_preemptions = 0;
   std::uint64_t preempted_kv_tokens = 0;
+  // Swapping (per GPU): bytes copied out to the swap space and back in, and the time iterations
+  // spent on those copies (before their forward passes).
+  double swap_out_bytes = 0.0;
+  double swap_in_bytes = 0.0;
+  sim::Tick swap_busy;
   sim::Tick busy;  // Σ GPU time of iterations (host overhead excluded)
   sim::Tick last_completion;
   double flops = 0.0;               // per GPU
   double hbm_bytes = 0.0;           // per GPU
   double interconnect_bytes = 0.0;  // per GPU, sent
-  // With a tier policy (per GPU): bytes prefetched host -> GPU and offloaded GPU -> host,
-  // busy time of each copy engine, time layers waited for their prefetch, and all the time
-  // iterations spent on copies beyond their compute: that stall plus offloads that outlast the
-  // layers (copy engines) or follow them (SM kernels).
+  // Per GPU: bytes copied host -> GPU and GPU -> host (a tier policy's prefetches and offloads,
+  // and swaps), busy time of each copy engine, time layers waited for their prefetch, and all
+  // the time iterations spent on copies beyond their compute: that stall, offloads that outlast
+  // the layers (copy engines) or follow them (SM kernels), and swaps.
   double h2d_bytes = 0.0;
   double d2h_bytes = 0.0;
   sim::Tick h2d_busy;
@@ -115,6 +124,9 @@ class ServingEngine {
   [[nodiscard]] const sim::TimeWeightedGauge& host_kv_reserved() const noexcept {
     return host_reserved_;
   }
+  // The swap space the swapped-out requests' KV takes (their HBM KV copied there, and with a
+  // tier policy their T1/T2; zero without swapping).
+  [[nodiscard]] const sim::TimeWeightedGauge& swap_used() const noexcept { return swap_used_; }
   [[nodiscard]] const TierDemand* tiers() const noexcept { return tiers_; }
   [[nodiscard]] const CopyRates& copy_rates() const noexcept { return copy_rates_; }
   // Whether the run times the host's recodes (tiering.host_recode).
@@ -148,6 +160,11 @@ class ServingEngine {
     // `generated` at its first decode step after its latest prefill (1 unless preempted).
     std::uint64_t first_decode = 1;
     bool admitted_once = false;  // its queue wait ends at its first admission
+    // Swapped out: its HBM KV copied to the swap space (its T1/T2, `tier_host`, are there too),
+    // and the copies that moved it.
+    bool swapped = false;
+    double swapped_bytes = 0.0;
+    std::uint64_t swap_copies = 0;
   };
   // The HBM and host bytes a request holds at the end of this iteration's planned work.
   struct Footprint {
@@ -183,7 +200,17 @@ class ServingEngine {
            compressed_token_layers * compressed_bytes_per_token_layer_;
   }
   [[nodiscard]] Footprint planned_footprint() const;
+  // Preempts a running request: swapped out when the swap space has room for it, recomputed
+  // otherwise.
   void preempt(std::uint32_t id);
+  // The KV a request holds in HBM now (without its staging share), and the copies that swap it.
+  [[nodiscard]] double hbm_kv_bytes(const Request& request) const;
+  [[nodiscard]] std::uint64_t swap_copies(const Request& request, double bytes) const;
+  // Runs an admitted request: swaps it in if it is swapped out, and adds its prompt chunk or its
+  // decode step to the batch.
+  void admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch);
+  // Times this iteration's swaps (none: zero) and adds them to the totals.
+  sim::Tick time_swaps();
   void schedule_next_open_loop_arrival();
   void try_start_iteration();
   void finish_iteration();
@@ -235,6 +262,15 @@ class ServingEngine {
   double recode_values_per_token_layer_ = 0.0;
   sim::Tick recodes_done_latest_;
   sim::Tick recodes_done_previous_;
+  // Swapping (on_demand_admission.swap; block_tokens 0: preemption by recompute): the rates, the
+  // swap space used, and this iteration's swaps out and in.
+  std::uint32_t swap_block_tokens_ = 0;
+  CopyRates swap_rates_;
+  double swap_used_bytes_ = 0.0;
+  double swap_out_bytes_now_ = 0.0;
+  double swap_in_bytes_now_ = 0.0;
+  std::uint64_t swap_out_copies_now_ = 0;
+  std::uint64_t swap_in_copies_now_ = 0;
 
   std::vector<Request> requests_;
   std::uint32_t next_arrival_ = 0;
@@ -260,6 +296,7 @@ class ServingEngine {
   sim::TimeWeightedGauge full_kv_;
   sim::TimeWeightedGauge host_used_;
   sim::TimeWeightedGauge host_reserved_;
+  sim::TimeWeightedGauge swap_used_;
   std::unique_ptr<sim::TimeSeries> kv_series_;
   std::unique_ptr<sim::TimeSeries> running_series_;
 };

@@ -17,9 +17,10 @@ struct MemoryPlan {
   double kv_capacity_bytes = 0.0;
   double kv_bytes_per_token = 0.0;  // this GPU's share of one token's K and V over all layers
   std::uint64_t window_tokens = 0;  // sliding window (0: none): KV a request holds is capped
-  // Host memory this engine may fill with T1/T2 KV: the node's DDR shared evenly by the
-  // engines a fully loaded node runs (gpus_per_node / TP of them).
+  // Host memory this GPU's T1/T2 KV may fill: the node's DDR shared evenly by its GPUs (a fully
+  // loaded node), less the swap space (workload.on_demand_admission.swap) set aside beside it.
   double host_kv_capacity_bytes = 0.0;
+  double swap_space_bytes = 0.0;  // per GPU; 0 without swapping
 
   // The tokens of a context of `tokens` whose KV a request holds (the window's, if any).
   [[nodiscard]] std::uint64_t held_tokens(std::uint64_t tokens) const;

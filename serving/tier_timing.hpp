@@ -48,6 +48,15 @@ struct CopyRates {
 
 [[nodiscard]] CopyRates measure_copy_rates(const config::RunSpec& run);
 
+// Swapping a preempted request's KV out and in (workload.on_demand_admission.swap), as vLLM V0
+// swaps blocks: a cudaMemcpyAsync per block of one layer's keys or values, from pinned memory on
+// the copy engines, with every GPU of the node copying at once (the rates above), each call
+// paying the link's per-copy overhead. The copies of one iteration run one after another on the
+// compute stream before its forward pass: `swap_time` of `copies` calls moving `bytes` in all.
+[[nodiscard]] CopyRates measure_swap_rates(const config::RunSpec& run);
+[[nodiscard]] sim::Tick swap_time(double bytes, std::uint64_t copies, double bytes_per_s,
+                                  sim::Tick per_copy);
+
 // One layer's copies in one iteration, on one GPU, bytes by kind. The kinds matter to copies by
 // SM kernels, which issue them as the live cache's CUDA backend does
 // (kernels/impl/cuda_tiered_cache.cpp): a layer's staging is one kernel for its T1 tokens and

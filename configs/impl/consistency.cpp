@@ -2,6 +2,7 @@
 
 #include <google/protobuf/descriptor.h>
 
+#include "common/text_output.hpp"
 #include "configs/dtype.hpp"
 #include "configs/loader.hpp"
 #include "configs/schema/hardware.pb.h"
@@ -227,8 +228,27 @@ void check_tiering(const RunSpec& run, const std::string& path, Problems& proble
   }
 }
 
+// The swap space is pinned host memory beside T1/T2, out of each GPU's share of the node's DDR.
+void check_swap_space(const RunSpec& run, const std::string& path, Problems& problems) {
+  const NodeSpec& node = run.hardware().node();
+  const OnDemandAdmission& admission = run.workload().on_demand_admission();
+  if (!admission.has_swap() || !admission.swap().has_space_gib() || !node.has_host() ||
+      !node.host().has_capacity_gib() || node.gpus_per_node() == 0) {
+    return;
+  }
+  const double share = node.host().capacity_gib() / node.gpus_per_node();
+  if (admission.swap().space_gib() > share) {
+    problems.push_back({at(path, "workload.on_demand_admission.swap.space_gib"),
+                        "swap space " + format_double(admission.swap().space_gib()) +
+                            " GiB per GPU exceeds the GPU's share of host " + node.host().name() +
+                            " (" + format_double(node.host().capacity_gib()) + " GiB / " +
+                            std::to_string(node.gpus_per_node()) + " GPUs)"});
+  }
+}
+
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {
   check_tiering(run, path, problems);
+  check_swap_space(run, path, problems);
   const ModelSpec& model = run.model();
   const NodeSpec& node = run.hardware().node();
   const uint32_t tp = run.tensor_parallel_degree();

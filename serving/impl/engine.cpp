@@ -45,7 +45,12 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       running_gauge_(simulator),
       full_kv_(simulator),
       host_used_(simulator),
-      host_reserved_(simulator) {
+      host_reserved_(simulator),
+      swap_used_(simulator) {
+  if (run.workload().on_demand_admission().has_swap()) {
+    swap_block_tokens_ = run.workload().on_demand_admission().swap().block_tokens();
+    swap_rates_ = measure_swap_rates(run);
+  }
   if (tiers_ != nullptr) {
     copy_rates_ = measure_copy_rates(run);
     lookahead_ = run.tiering().prefetch_lookahead_layers();
@@ -105,7 +110,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       throw DoesNotFit(DoesNotFit::Memory::kHost,
                        describe_request(workload_, i) + " needs " +
                            format_fixed(host_reservation(id) / (1 << 30), 2) +
-                           " GiB of host memory for its T1/T2 KV, but this engine's share of the "
+                           " GiB of host memory for its T1/T2 KV, but each GPU's share of the "
                            "node's DDR is " +
                            format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB");
     }
@@ -207,10 +212,16 @@ double ServingEngine::kv_in_use() const {
   // gone, prompts placed this iteration in); prompts being prefilled whole in HBM.
   double bytes = tier_staging_bytes_;
   for (const std::uint32_t id : running_) {
-    const Request& request = requests_[id];
-    bytes += prefilling(request) ? plan_.kv_bytes_for(request.prefilled) : request.tier_hbm;
+    bytes += hbm_kv_bytes(requests_[id]);
   }
   return bytes;
+}
+
+double ServingEngine::hbm_kv_bytes(const Request& request) const {
+  if (prefilling(request) || tiers_ == nullptr) {
+    return plan_.kv_bytes_for(cached_tokens(request));
+  }
+  return request.tier_hbm;
 }
 
 double ServingEngine::host_kv_in_use() const {
@@ -284,9 +295,31 @@ void ServingEngine::admit_reserving(std::uint64_t budget, hw::BatchShape& batch)
     kv_reserved_bytes_ += kv;
     host_reserved_bytes_ += host;
     queue_wait_.record(head.admitted - head.arrival);
-    running_.push_back(id);
-    add_chunk(id, budget, batch);
+    admit(id, budget, batch);
   }
+}
+
+void ServingEngine::admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
+  Request& request = requests_[id];
+  running_.push_back(id);
+  if (request.swapped) {
+    // Its T0 copied back; its T1/T2 return to the tiers' host memory.
+    swap_in_bytes_now_ += request.swapped_bytes;
+    swap_in_copies_now_ += request.swap_copies;
+    swap_used_bytes_ -= request.swapped_bytes + request.tier_host;
+    request.swapped = false;
+    request.swapped_bytes = 0.0;
+    swap_used_.set(swap_used_bytes_);
+  }
+  if (prefilling(request)) {
+    add_chunk(id, budget, batch);
+    return;
+  }
+  // Swapped in while decoding: it decodes on at once.
+  decoding_now_.push_back(id);
+  ++batch.decode_tokens;
+  batch.decode_context_tokens += attended(request);
+  --budget;
 }
 
 ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
@@ -343,18 +376,48 @@ ServingEngine::Footprint ServingEngine::planned_footprint() const {
   return total;
 }
 
+std::uint64_t ServingEngine::swap_copies(const Request& request, double bytes) const {
+  // Its tokens in each layer: exact for a whole cache, the mean over layers of T0 with a tier
+  // policy.
+  const std::uint64_t tokens =
+      prefilling(request) || tiers_ == nullptr
+          ? plan_.held_tokens(cached_tokens(request))
+          : static_cast<std::uint64_t>(std::llround(bytes / plan_.kv_bytes_per_token));
+  const std::uint64_t blocks = (tokens + swap_block_tokens_ - 1) / swap_block_tokens_;
+  return 2 * std::uint64_t{run_.model().num_hidden_layers()} * blocks;
+}
+
 void ServingEngine::preempt(std::uint32_t id) {
   Request& request = requests_[id];
   ++totals_.preemptions;
-  totals_.preempted_kv_tokens += plan_.held_tokens(cached_tokens(request));
-  if (!prefilling(request)) {
-    // Recompute: the prompt and every token generated so far, the newest included, whose
-    // prefill then produces the next token.
-    request.prefill_target = request.spec.prompt_tokens + request.generated;
+  const double bytes = hbm_kv_bytes(request);
+  if (swap_block_tokens_ > 0 &&
+      swap_used_bytes_ + bytes + request.tier_host <= plan_.swap_space_bytes) {
+    // Its HBM KV is copied out before this iteration's forward pass, and with a tier policy its
+    // T1/T2, already in host memory, pass to the swap space (no copy). It resumes where it
+    // stopped, nothing of it staged.
+    ++totals_.swapped_preemptions;
+    request.swapped = true;
+    request.swapped_bytes = bytes;
+    request.swap_copies = swap_copies(request, bytes);
+    swap_used_bytes_ += bytes + request.tier_host;
+    swap_out_bytes_now_ += bytes;
+    swap_out_copies_now_ += request.swap_copies;
+    swap_used_.set(swap_used_bytes_);
+    if (!prefilling(request)) {
+      request.first_decode = request.generated;
+    }
+  } else {
+    // Recomputed: its KV is dropped, and its next prefill covers the prompt and every token
+    // generated so far, the newest included, whose prefill then produces the next token.
+    totals_.preempted_kv_tokens += plan_.held_tokens(cached_tokens(request));
+    if (!prefilling(request)) {
+      request.prefill_target = request.spec.prompt_tokens + request.generated;
+    }
+    request.prefilled = 0;
+    request.tier_hbm = 0.0;
+    request.tier_host = 0.0;
   }
-  request.prefilled = 0;
-  request.tier_hbm = 0.0;
-  request.tier_host = 0.0;
   running_.erase(std::find(running_.begin(), running_.end(), id));
   waiting_.push_front(id);
   totals_.max_waiting = std::max<std::uint64_t>(totals_.max_waiting, waiting_.size());
@@ -399,8 +462,7 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
     }
     need.hbm += first_chunk.hbm;
     need.host += first_chunk.host;
-    running_.push_back(id);
-    add_chunk(id, budget, batch);
+    admit(id, budget, batch);
   }
   // What this iteration holds at its end: the running requests' KV as planned.
   kv_reserved_bytes_ = need.hbm;
@@ -429,7 +491,6 @@ void ServingEngine::try_start_iteration() {
   }
   const hw::IterationCost cost = cost_model_.cost(batch);
   sim::Tick duration = cost.total;
-  sim::Tick host_wait;
   if (tiers_ != nullptr) {
     const PipelineTiming timing = time_pipeline(cost.layer, layer_copies_, lookahead_, copy_rates_);
     const sim::Tick computed = timing.layers_end + cost.head;
@@ -444,8 +505,9 @@ void ServingEngine::try_start_iteration() {
     }
     totals_.host_recode_bytes += recoded_to_compressed_ * bytes_per_token_layer_ +
                                  recoded_to_full_ * compressed_bytes_per_token_layer_;
-    host_wait = time_host_recodes(duration);
   }
+  duration += time_swaps();
+  const sim::Tick host_wait = time_host_recodes(duration);
   iteration_in_flight_ = true;
   iteration_started_ = simulator_.now();
   totals_.flops += cost.flops;
@@ -454,6 +516,24 @@ void ServingEngine::try_start_iteration() {
   totals_.busy += duration;
   simulator_.schedule_after(duration + iteration_overhead_ + host_wait,
                             [this] { finish_iteration(); });
+}
+
+sim::Tick ServingEngine::time_swaps() {
+  const sim::Tick out = swap_time(swap_out_bytes_now_, swap_out_copies_now_,
+                                  swap_rates_.d2h_bytes_per_s, swap_rates_.d2h_setup);
+  const sim::Tick in = swap_time(swap_in_bytes_now_, swap_in_copies_now_,
+                                 swap_rates_.h2d_bytes_per_s, swap_rates_.h2d_setup);
+  totals_.swap_out_bytes += swap_out_bytes_now_;
+  totals_.swap_in_bytes += swap_in_bytes_now_;
+  totals_.swap_busy += out + in;
+  totals_.d2h_bytes += swap_out_bytes_now_;
+  totals_.h2d_bytes += swap_in_bytes_now_;
+  totals_.d2h_busy += out;
+  totals_.h2d_busy += in;
+  totals_.copy_wait += out + in;
+  swap_out_bytes_now_ = swap_in_bytes_now_ = 0.0;
+  swap_out_copies_now_ = swap_in_copies_now_ = 0;
+  return out + in;
 }
 
 sim::Tick ServingEngine::time_host_recodes(sim::Tick duration) {

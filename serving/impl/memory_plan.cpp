@@ -42,8 +42,12 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   plan.kv_bytes_per_token = hw::kv_bytes_per_token(model) / tp;
   plan.window_tokens = model.has_sliding_window() ? model.sliding_window() : 0;
   const auto& node = run.hardware().node();
+  // Every GPU's T1/T2 holds its own share of the KV heads, so each GPU gets its share of the
+  // DDR (configs/impl/consistency.cpp keeps the swap space below it).
+  const auto& admission = run.workload().on_demand_admission();
+  plan.swap_space_bytes = admission.has_swap() ? admission.swap().space_gib() * kGiB : 0.0;
   plan.host_kv_capacity_bytes =
-      node.host().capacity_gib() * kGiB * tp / std::max<double>(node.gpus_per_node(), tp);
+      node.host().capacity_gib() * kGiB / node.gpus_per_node() - plan.swap_space_bytes;
   plan.kv_capacity_bytes =
       plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;
   if (plan.kv_capacity_bytes <= 0.0) {

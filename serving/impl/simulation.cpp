@@ -175,11 +175,18 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
                            "tiering.host_recode (docs/SIMULATION.md)");
   }
   if (run.workload().has_on_demand_admission()) {
-    report.notes.push_back(
-        "requests admitted on demand (workload.on_demand_admission, watermark " +
-        format_double(run.workload().on_demand_admission().watermark()) +
-        "): preempted when KV runs short and recomputed; largest_batch_* still count whole-"
-        "request reservations");
+    const config::OnDemandAdmission& admission = run.workload().on_demand_admission();
+    const std::string preemption =
+        admission.has_swap()
+            ? "swapped to host memory (" + format_double(admission.swap().space_gib()) +
+                  " GiB of swap space per GPU, blocks of " +
+                  std::to_string(admission.swap().block_tokens()) +
+                  " tokens) or, without room there or when host memory runs short, recomputed"
+            : "recomputed";
+    report.notes.push_back("requests admitted on demand (workload.on_demand_admission, watermark " +
+                           format_double(admission.watermark()) +
+                           "): preempted when KV runs short and " + preemption +
+                           "; largest_batch_* still count whole-request reservations");
   }
   const MemoryPlan& plan = engine.memory();
   const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);
@@ -231,6 +238,12 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   m.push_back({"admissions_held_by_host", static_cast<double>(totals.admissions_held_by_host), 0});
   m.push_back({"preemptions", static_cast<double>(totals.preemptions), 0});
   m.push_back({"preempted_kv_tokens", static_cast<double>(totals.preempted_kv_tokens), 0});
+  m.push_back({"swapped_preemptions", static_cast<double>(totals.swapped_preemptions), 0});
+  m.push_back({"swap_space_gib", plan.swap_space_bytes / kGiB, 2});
+  m.push_back({"swap_space_used_peak_gib", engine.swap_used().max() / kGiB, 3});
+  m.push_back({"swap_out_gb", totals.swap_out_bytes / 1e9, 3});
+  m.push_back({"swap_in_gb", totals.swap_in_bytes / 1e9, 3});
+  m.push_back({"swap_s", sim::to_seconds(totals.swap_busy), 4});
   m.push_back({"engines_per_node", std::floor(node.gpus_per_node() / tp), 0});
 
   const hw::GpuModel& gpu = engine.cost_model().gpu();

@@ -15,14 +15,10 @@ namespace {
 // Large enough that the setup cost is negligible against the transfer.
 constexpr std::uint64_t kProbeBytes = std::uint64_t{1} << 32;
 
-double probe_rate(const config::RunSpec& run, bool to_gpu) {
+double probe_rate(const config::RunSpec& run, hw::HostMemory memory, bool to_gpu) {
   sim::Simulator simulator;
   sim::FlowNetwork network(simulator);
-  const hw::NodeTopology topology(run.hardware().node(),
-                                  run.tiering().host_allocation() == config::PAGEABLE
-                                      ? hw::HostMemory::kPageable
-                                      : hw::HostMemory::kPinned,
-                                  network);
+  const hw::NodeTopology topology(run.hardware().node(), memory, network);
   sim::Tick last;
   for (std::uint32_t gpu = 0; gpu < topology.gpu_count(); ++gpu) {
     network.start_flow(to_gpu ? topology.host_to_gpu(gpu) : topology.gpu_to_host(gpu), kProbeBytes,
@@ -79,23 +75,32 @@ PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> 
   return timing;
 }
 
-}  // namespace
-
-CopyRates measure_copy_rates(const config::RunSpec& run) {
+CopyRates copy_engine_rates(const config::RunSpec& run, hw::HostMemory memory) {
   sim::Simulator simulator;
   sim::FlowNetwork network(simulator);
   const hw::NodeTopology topology(run.hardware().node(), hw::HostMemory::kPinned, network);
   CopyRates rates;
-  rates.method = run.tiering().copy_method();
-  const double probed_h2d = probe_rate(run, true);
-  const double probed_d2h = probe_rate(run, false);
-  if (rates.method != config::SM_KERNELS) {
-    rates.h2d_bytes_per_s = rates.t2_h2d_bytes_per_s = probed_h2d;
-    rates.d2h_bytes_per_s = rates.t2_d2h_bytes_per_s = probed_d2h;
-    rates.h2d_setup = rates.d2h_setup = rates.t2_h2d_setup = rates.t2_d2h_setup =
-        topology.copy_setup();
-    return rates;
+  rates.method = config::COPY_ENGINES;
+  rates.h2d_bytes_per_s = rates.t2_h2d_bytes_per_s = probe_rate(run, memory, true);
+  rates.d2h_bytes_per_s = rates.t2_d2h_bytes_per_s = probe_rate(run, memory, false);
+  rates.h2d_setup = rates.d2h_setup = rates.t2_h2d_setup = rates.t2_d2h_setup =
+      topology.copy_setup();
+  return rates;
+}
+
+}  // namespace
+
+CopyRates measure_copy_rates(const config::RunSpec& run) {
+  const CopyRates engines = copy_engine_rates(
+      run, run.tiering().host_allocation() == config::PAGEABLE ? hw::HostMemory::kPageable
+                                                               : hw::HostMemory::kPinned);
+  if (run.tiering().copy_method() != config::SM_KERNELS) {
+    return engines;
   }
+  const double probed_h2d = engines.h2d_bytes_per_s;
+  const double probed_d2h = engines.d2h_bytes_per_s;
+  CopyRates rates;
+  rates.method = config::SM_KERNELS;
   // The kernels' own rate caps what the link gives each GPU (a link shared at a switch may give
   // less).
   const config::LinkSpec& link = run.hardware().node().host_link();
@@ -111,6 +116,18 @@ CopyRates measure_copy_rates(const config::RunSpec& run) {
   rates.t2_h2d_setup = setup(hw::sm_kernel_t2_overhead_us(link, config::H2D));
   rates.t2_d2h_setup = setup(hw::sm_kernel_t2_overhead_us(link, config::D2H));
   return rates;
+}
+
+CopyRates measure_swap_rates(const config::RunSpec& run) {
+  return copy_engine_rates(run, hw::HostMemory::kPinned);
+}
+
+sim::Tick swap_time(double bytes, std::uint64_t copies, double bytes_per_s, sim::Tick per_copy) {
+  if (copies == 0) {
+    return sim::Tick::zero();
+  }
+  return per_copy * static_cast<std::int64_t>(copies) +
+         sim::from_seconds(bytes / bytes_per_s, sim::Rounding::kUp);
 }
 
 PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopies> layers,

@@ -176,6 +176,25 @@ TEST_CASE("inconsistent combinations are reported", "[loader]") {
     CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"tensor_parallel_degree=16"})),
                Catch::Contains("exceeds the node's 8 GPUs"));
   }
+  SECTION("the swap space comes out of one GPU's share of the host memory") {
+    // hgx-h100-8: 1,536 GiB of DDR over 8 GPUs, 192 GiB each.
+    const std::vector<std::string> swap = {"workload.on_demand_admission.watermark=0.01",
+                                           "workload.on_demand_admission.swap.block_tokens=16"};
+    std::vector<std::string> too_large = swap;
+    too_large.emplace_back("workload.on_demand_admission.swap.space_gib=192.5");
+    CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), too_large)),
+               Catch::Contains("swap space 192.5 GiB per GPU exceeds the GPU's share of host "
+                               "DDR5-4800-12ch (1536 GiB / 8 GPUs)") &&
+                   Catch::Contains("workload.on_demand_admission.swap.space_gib"));
+    std::vector<std::string> all_of_it = swap;
+    all_of_it.emplace_back("workload.on_demand_admission.swap.space_gib=192");
+    CHECK(problems<RunSpec>(quickstart_run(), all_of_it).empty());
+    // Both swap fields are required.
+    CHECK_THAT(joined(problems<RunSpec>(quickstart_run(),
+                                        {"workload.on_demand_admission.watermark=0.01",
+                                         "workload.on_demand_admission.swap.space_gib=4"})),
+               Catch::Contains("block_tokens"));
+  }
   SECTION("the GPU must run the model's math format") {
     CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"hardware.node.preset=dgx-a100-8",
                                                            "model.weight_dtype=FP8_E4M3",

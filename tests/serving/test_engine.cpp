@@ -30,6 +30,18 @@ std::map<std::string, double> metrics(const RunSpec& run) {
   return values;
 }
 
+// 4,444 tokens of KV (18.5 GiB − 14.96 weights − 3 reserve and workspace, 128 KiB a token);
+// two requests of 2,000 + 500 tokens, prefilled in one chunk each: their whole lives do not
+// fit together, their prompts do.
+std::vector<std::string> two_requests_short_of_kv() {
+  return {"hardware.node.gpu.memory_capacity=18.5GiB",
+          "workload.closed_loop.concurrency=2",
+          "workload.closed_loop.num_requests=2",
+          "workload.closed_loop.prompt_tokens.fixed_tokens=2000",
+          "workload.closed_loop.output_tokens.fixed_tokens=500",
+          "workload.prefill_chunk_tokens=4096"};
+}
+
 }  // namespace
 
 TEST_CASE("one request: a prefill iteration yields the first token, then one decode per token",
@@ -105,15 +117,7 @@ TEST_CASE("admission is limited by the KV memory left next to the weights", "[se
 
 TEST_CASE("on-demand admission runs more at once and preempts the last admitted when KV runs out",
           "[serving]") {
-  // 4,444 tokens of KV (18.5 GiB − 14.96 weights − 3 reserve and workspace, 128 KiB a token);
-  // two requests of 2,000 + 500 tokens, prefilled in one chunk each: their whole lives do not
-  // fit together, their prompts do.
-  const std::vector<std::string> sets = {"hardware.node.gpu.memory_capacity=18.5GiB",
-                                         "workload.closed_loop.concurrency=2",
-                                         "workload.closed_loop.num_requests=2",
-                                         "workload.closed_loop.prompt_tokens.fixed_tokens=2000",
-                                         "workload.closed_loop.output_tokens.fixed_tokens=500",
-                                         "workload.prefill_chunk_tokens=4096"};
+  const std::vector<std::string> sets = two_requests_short_of_kv();
   const auto reserving = metrics(run_with(sets));
   CHECK(reserving.at("max_running_requests") == 1);
   CHECK(reserving.at("preemptions") == 0);
@@ -141,6 +145,77 @@ TEST_CASE("on-demand admission runs more at once and preempts the last admitted 
   const RunSpec run = run_with(on_demand);
   CHECK(kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v") ==
         kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v"));
+}
+
+TEST_CASE("preemption by swapping copies the KV out and back in, and the request resumes",
+          "[serving]") {
+  // The two requests above, now swapped: the second is swapped out at g = 222 with its 2,221
+  // tokens of KV, waits until the first finishes (iteration 500), is swapped in and decodes its
+  // other 278 tokens: 778 iterations again, without a prefill.
+  std::vector<std::string> sets = two_requests_short_of_kv();
+  sets.emplace_back("workload.on_demand_admission.watermark=0.01");
+  const auto recomputing = metrics(run_with(sets));
+  sets.emplace_back("workload.on_demand_admission.swap.space_gib=1");
+  sets.emplace_back("workload.on_demand_admission.swap.block_tokens=16");
+  const RunSpec run = run_with(sets);
+  const auto values = metrics(run);
+  CHECK(values.at("iterations") == 778);
+  CHECK(values.at("preemptions") == 1);
+  CHECK(values.at("swapped_preemptions") == 1);
+  CHECK(values.at("preempted_kv_tokens") == 0);
+  CHECK(values.at("requests_completed") == 2);
+  // 2,221 tokens of 128 KiB each way, one copy per 16-token block of each layer's keys or
+  // values (139 blocks, 32 layers), before the forward passes of iterations 222 and 501.
+  kvtier::sim::Simulator simulator;
+  const kvtier::serving::ServingEngine engine(
+      simulator, run, kvtier::serving::make_workload(run.workload(), run.seed()));
+  const double bytes = 2221 * engine.memory().kv_bytes_per_token;
+  CHECK(values.at("swap_out_gb") == Approx(bytes / 1e9));
+  CHECK(values.at("swap_in_gb") == Approx(bytes / 1e9));
+  CHECK(values.at("pcie_d2h_gb") == values.at("swap_out_gb"));
+  CHECK(values.at("pcie_h2d_gb") == values.at("swap_in_gb"));
+  const kvtier::serving::CopyRates rates = kvtier::serving::measure_swap_rates(run);
+  const std::uint64_t copies = 2 * 32 * 139;
+  const Tick swaps =
+      kvtier::serving::swap_time(bytes, copies, rates.d2h_bytes_per_s, rates.d2h_setup) +
+      kvtier::serving::swap_time(bytes, copies, rates.h2d_bytes_per_s, rates.h2d_setup);
+  CHECK(rates.h2d_setup == Tick::us(5));  // the link's per-copy overhead
+  CHECK(values.at("swap_s") == Approx(kvtier::sim::to_seconds(swaps)).epsilon(1e-12));
+  CHECK(values.at("copy_wait_s") == values.at("swap_s"));
+  CHECK(values.at("swap_space_used_peak_gib") == Approx(bytes / (1 << 30)).epsilon(1e-3));
+  // The swap space comes out of the GPU's share of host memory.
+  CHECK(values.at("swap_space_gib") == 1.0);
+  CHECK(values.at("host_kv_capacity_gib") == Approx(recomputing.at("host_kv_capacity_gib") - 1));
+  // Against the recompute: the same iterations, the second request's 2,222-token prefill
+  // traded for the copies. The first request's decodes alone cost the same either way.
+  CHECK(values.at("iterations") == recomputing.at("iterations"));
+  CHECK(values.at("duration_s") != recomputing.at("duration_s"));
+}
+
+TEST_CASE("a swap space too small for the victim recomputes it instead", "[serving]") {
+  std::vector<std::string> sets = two_requests_short_of_kv();
+  sets.emplace_back("workload.on_demand_admission.watermark=0.01");
+  const auto recomputing = metrics(run_with(sets));
+  // 0.25 GiB holds 2,048 tokens of KV, not the 2,221 the victim holds.
+  sets.emplace_back("workload.on_demand_admission.swap.space_gib=0.25");
+  sets.emplace_back("workload.on_demand_admission.swap.block_tokens=16");
+  const auto values = metrics(run_with(sets));
+  CHECK(values.at("preemptions") == 1);
+  CHECK(values.at("swapped_preemptions") == 0);
+  CHECK(values.at("swap_out_gb") == 0.0);
+  CHECK(values.at("swap_s") == 0.0);
+  for (const char* name :
+       {"iterations", "duration_s", "preempted_kv_tokens", "ttft_p99_ms", "e2e_latency_p99_ms"}) {
+    INFO(name);
+    CHECK(values.at(name) == recomputing.at(name));
+  }
+}
+
+TEST_CASE("each GPU's T1/T2 gets its share of host memory, whatever the TP degree", "[serving]") {
+  // A GPU's host bytes are its share of the KV heads, so its share of the DDR is per GPU:
+  // 1,536 GiB over 8 GPUs, at TP 1 as at TP 4.
+  CHECK(metrics(run_with({})).at("host_kv_capacity_gib") == 192.0);
+  CHECK(metrics(run_with({"tensor_parallel_degree=4"})).at("host_kv_capacity_gib") == 192.0);
 }
 
 TEST_CASE("on-demand admission without memory pressure runs exactly as reservations do",

@@ -404,6 +404,23 @@ std::vector<std::string> on_demand_long_requests() {
           "workload.on_demand_admission.watermark=0.01"};
 }
 
+// The 32 long requests all served, within HBM, host memory and swap space, and every one
+// swapped out swapped back in.
+void check_served_within_memory(const std::map<std::string, double>& values) {
+  CHECK(values.at("requests_completed") == 32);
+  CHECK(values.at("output_tokens") == 32 * 2048);
+  CHECK(values.at("hbm_kv_used_peak_gib") <= values.at("hbm_kv_capacity_gib"));
+  CHECK(values.at("host_kv_used_peak_gib") <= values.at("host_kv_capacity_gib"));
+  CHECK(values.at("swap_space_used_peak_gib") <= values.at("swap_space_gib"));
+  CHECK(values.at("swap_in_gb") == Approx(values.at("swap_out_gb")));
+}
+
+// Preemption by swapping into `space_gib` of swap space per GPU, in vLLM's 16-token blocks.
+void add_swapping(std::vector<std::string>& sets, const std::string& space_gib) {
+  sets.push_back("workload.on_demand_admission.swap.space_gib=" + space_gib);
+  sets.emplace_back("workload.on_demand_admission.swap.block_tokens=16");
+}
+
 }  // namespace
 
 TEST_CASE("with on-demand admission, tiering preempts less than the full cache", "[tiers]") {
@@ -466,6 +483,67 @@ TEST_CASE("with on-demand admission, host memory holds admissions back and a rec
     CHECK_THAT(error.what(), Catch::Contains("3500 tokens") &&
                                  Catch::Contains("when a preemption recomputes it whole in HBM"));
   }
+}
+
+TEST_CASE("with swapping, a swapped-out tiered request keeps its T1/T2 and resumes", "[tiers]") {
+  std::vector<std::string> pressure = on_demand_long_requests();
+  pressure.emplace_back("hardware.node.gpu.memory_capacity=28GiB");
+  add_swapping(pressure, "8");
+  const auto full = metrics(tiered_run("full", pressure));
+  const auto tiered = metrics(tiered_run("tiered:hbm=0.3,evict=0.0", pressure));
+  INFO("full " << full.at("swapped_preemptions") << ", tiered "
+               << tiered.at("swapped_preemptions"));
+  for (const auto* values : {&full, &tiered}) {
+    CHECK(values->at("swapped_preemptions") > 0);
+    check_served_within_memory(*values);
+  }
+  // Only the tiered request's T0 goes to the swap space.
+  CHECK(tiered.at("swap_out_gb") / tiered.at("swapped_preemptions") <
+        full.at("swap_out_gb") / full.at("swapped_preemptions"));
+  CHECK(tiered.at("attention_mass_kept_mean") == 1.0);
+  const RunSpec run = tiered_run("tiered:hbm=0.3,evict=0.0", pressure);
+  CHECK(kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v") ==
+        kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v"));
+}
+
+TEST_CASE("with swapping, a preemption for host memory passes the T1/T2 to the swap space",
+          "[tiers]") {
+  // 1 GiB of T1/T2 per GPU, as the host-bound case above: there 8 GiB for the node, here 16
+  // with 1 GiB of each GPU's 2 set aside for swapping. A swapped-out request's T1/T2 leave the
+  // tiers' host memory for the swap space, so swapping frees host memory too.
+  std::vector<std::string> recompute = on_demand_long_requests();
+  recompute.emplace_back("hardware.node.host.capacity=8GiB");
+  std::vector<std::string> swap = on_demand_long_requests();
+  swap.emplace_back("hardware.node.host.capacity=16GiB");
+  add_swapping(swap, "1");
+  const auto recomputing = metrics(tiered_run("tiered:hbm=0.3,evict=0.0", recompute));
+  const auto values = metrics(tiered_run("tiered:hbm=0.3,evict=0.0", swap));
+  INFO("preemptions " << values.at("preemptions") << ", swapped "
+                      << values.at("swapped_preemptions") << "; recomputing "
+                      << recomputing.at("preemptions"));
+  CHECK(values.at("host_kv_capacity_gib") == recomputing.at("host_kv_capacity_gib"));
+  CHECK(recomputing.at("swapped_preemptions") == 0);
+  CHECK(values.at("swapped_preemptions") > 0);
+  CHECK(values.at("preempted_kv_tokens") < recomputing.at("preempted_kv_tokens"));
+  check_served_within_memory(values);
+
+  // A victim is swapped only when the swap space holds it whole, T0 and T1/T2: the space is
+  // never overfilled, and with a decoding victim it holds more than was ever copied to it.
+  bool handed_over = false;
+  for (const char* space : {"0.25", "0.35", "0.5"}) {
+    std::vector<std::string> pressure = on_demand_long_requests();
+    pressure.emplace_back("hardware.node.gpu.memory_capacity=28GiB");
+    add_swapping(pressure, space);
+    const auto run = metrics(tiered_run("tiered:hbm=0.3,evict=0.0", pressure));
+    INFO("swap space " << space << " GiB: " << run.at("swapped_preemptions") << " swapped, peak "
+                       << run.at("swap_space_used_peak_gib") << " GiB, copied out "
+                       << run.at("swap_out_gb") << " GB");
+    CHECK(run.at("swapped_preemptions") > 0);
+    check_served_within_memory(run);
+    handed_over =
+        handed_over || run.at("swap_space_used_peak_gib") * (1 << 30) / 1e9 > run.at("swap_out_gb");
+  }
+  CHECK(handed_over);
 }
 
 TEST_CASE("tiering moves KV out of HBM and pays for it on PCIe", "[tiers]") {
