@@ -385,7 +385,8 @@ awk '/on_demand_admission \{/ { skip = 3 } skip > 0 { skip--; next } { print }' 
 "$KV" sim "$EX" --out "$OUT/f9_on_demand" >/dev/null
 "$KV" sim "$OUT/f9_whole_request.textproto" --out "$OUT/f9_whole_request" >/dev/null
 # Preemption by swapping instead of recompute: the example as it is (vLLM's defaults, 4 GiB of
-# swap space and 16-token blocks), and with room for every victim in 256-token blocks.
+# swap space and 16-token blocks), and with room for every victim (64 GiB) in 16- and 256-token
+# blocks.
 SWAP=$ROOT/configs/examples/preemption-by-swapping.textproto
 "$KV" sim "$SWAP" --out "$OUT/f9_swap_4g_16" >/dev/null
 "$KV" sim "$SWAP" --set workload.on_demand_admission.swap.space_gib=64 \

@@ -111,8 +111,12 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
                        describe_request(workload_, i) + " needs " +
                            format_fixed(host_reservation(id) / (1 << 30), 2) +
                            " GiB of host memory for its T1/T2 KV, but each GPU's share of the "
-                           "node's DDR is " +
-                           format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB");
+                           "node's DDR leaves " +
+                           format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB" +
+                           (plan_.swap_space_bytes > 0.0
+                                ? " beside " + format_fixed(plan_.swap_space_bytes / (1 << 30), 2) +
+                                      " GiB of swap space (workload.on_demand_admission.swap)"
+                                : std::string()));
     }
   }
   if (run.has_outputs() && run.outputs().has_timeseries_interval_us()) {
@@ -310,6 +314,7 @@ void ServingEngine::admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShap
     request.swapped = false;
     request.swapped_bytes = 0.0;
     swap_used_.set(swap_used_bytes_);
+    host_used_.set(host_kv_in_use());
   }
   if (prefilling(request)) {
     add_chunk(id, budget, batch);

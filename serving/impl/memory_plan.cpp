@@ -48,6 +48,11 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   plan.swap_space_bytes = admission.has_swap() ? admission.swap().space_gib() * kGiB : 0.0;
   plan.host_kv_capacity_bytes =
       node.host().capacity_gib() * kGiB / node.gpus_per_node() - plan.swap_space_bytes;
+  if (plan.host_kv_capacity_bytes < 0.0) {
+    throw ConfigError("swap space " + gib(plan.swap_space_bytes) +
+                          " per GPU exceeds the GPU's share of host " + node.host().name(),
+                      "field workload.on_demand_admission.swap.space_gib");
+  }
   plan.kv_capacity_bytes =
       plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;
   if (plan.kv_capacity_bytes <= 0.0) {

@@ -176,17 +176,24 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   }
   if (run.workload().has_on_demand_admission()) {
     const config::OnDemandAdmission& admission = run.workload().on_demand_admission();
-    const std::string preemption =
-        admission.has_swap()
-            ? "swapped to host memory (" + format_double(admission.swap().space_gib()) +
-                  " GiB of swap space per GPU, blocks of " +
-                  std::to_string(admission.swap().block_tokens()) +
-                  " tokens) or, without room there or when host memory runs short, recomputed"
-            : "recomputed";
+    const std::string preemption = admission.has_swap()
+                                       ? "swapped to host memory (" +
+                                             format_double(admission.swap().space_gib()) +
+                                             " GiB of swap space per GPU, blocks of " +
+                                             std::to_string(admission.swap().block_tokens()) +
+                                             " tokens) or, without room there, recomputed"
+                                       : "recomputed";
     report.notes.push_back("requests admitted on demand (workload.on_demand_admission, watermark " +
                            format_double(admission.watermark()) +
                            "): preempted when KV runs short and " + preemption +
                            "; largest_batch_* still count whole-request reservations");
+    if (totals.swapped_preemptions < totals.preemptions && admission.has_swap()) {
+      report.notes.push_back(
+          std::to_string(totals.preemptions - totals.swapped_preemptions) + " of " +
+          std::to_string(totals.preemptions) +
+          " preempted requests did not fit the free swap space and were recomputed (vLLM V0 "
+          "aborts the run there: raise swap.space_gib to model it swapping them)");
+    }
   }
   const MemoryPlan& plan = engine.memory();
   const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <map>
 
 #include "common/errors.hpp"
@@ -199,9 +200,16 @@ TEST_CASE("a swap space too small for the victim recomputes it instead", "[servi
   // 0.25 GiB holds 2,048 tokens of KV, not the 2,221 the victim holds.
   sets.emplace_back("workload.on_demand_admission.swap.space_gib=0.25");
   sets.emplace_back("workload.on_demand_admission.swap.block_tokens=16");
-  const auto values = metrics(run_with(sets));
+  const RunSpec run = run_with(sets);
+  const auto values = metrics(run);
   CHECK(values.at("preemptions") == 1);
   CHECK(values.at("swapped_preemptions") == 0);
+  // Where vLLM V0 would abort, the report says so.
+  const auto notes = kvtier::serving::simulate(run).notes;
+  CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& note) {
+    return note.find("1 of 1 preempted requests did not fit the free swap space") !=
+           std::string::npos;
+  }));
   CHECK(values.at("swap_out_gb") == 0.0);
   CHECK(values.at("swap_s") == 0.0);
   for (const char* name :
