@@ -203,9 +203,10 @@ class ServingEngine {
   // Preempts a running request: swapped out when the swap space has room for it, recomputed
   // otherwise.
   void preempt(std::uint32_t id);
-  // The KV a request holds in HBM now (without its staging share), and the copies that swap it.
+  // The KV a request holds in HBM now (without its staging share), and the copies that swap
+  // `bytes` of it.
   [[nodiscard]] double hbm_kv_bytes(const Request& request) const;
-  [[nodiscard]] std::uint64_t swap_copies(const Request& request, double bytes) const;
+  [[nodiscard]] std::uint64_t swap_copies(double bytes) const;
   // Runs an admitted request: swaps it in if it is swapped out, and adds its prompt chunk or its
   // decode step to the batch.
   void admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch);

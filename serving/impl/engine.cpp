@@ -381,13 +381,10 @@ ServingEngine::Footprint ServingEngine::planned_footprint() const {
   return total;
 }
 
-std::uint64_t ServingEngine::swap_copies(const Request& request, double bytes) const {
-  // Its tokens in each layer: exact for a whole cache, the mean over layers of T0 with a tier
-  // policy.
-  const std::uint64_t tokens =
-      prefilling(request) || tiers_ == nullptr
-          ? plan_.held_tokens(cached_tokens(request))
-          : static_cast<std::uint64_t>(std::llround(bytes / plan_.kv_bytes_per_token));
+std::uint64_t ServingEngine::swap_copies(double bytes) const {
+  // Its tokens in each layer: those it holds for a whole cache (or a prompt being prefilled),
+  // the mean over layers of T0 with a tier policy.
+  const auto tokens = static_cast<std::uint64_t>(std::llround(bytes / plan_.kv_bytes_per_token));
   const std::uint64_t blocks = (tokens + swap_block_tokens_ - 1) / swap_block_tokens_;
   return 2 * std::uint64_t{run_.model().num_hidden_layers()} * blocks;
 }
@@ -404,7 +401,7 @@ void ServingEngine::preempt(std::uint32_t id) {
     ++totals_.swapped_preemptions;
     request.swapped = true;
     request.swapped_bytes = bytes;
-    request.swap_copies = swap_copies(request, bytes);
+    request.swap_copies = swap_copies(bytes);
     swap_used_bytes_ += bytes + request.tier_host;
     swap_out_bytes_now_ += bytes;
     swap_out_copies_now_ += request.swap_copies;
