@@ -6,11 +6,14 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <iostream>
+#include <optional>
 
 #include "apps/cli.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "sweep/mpi.hpp"
 #include "sweep/sweep.hpp"
 
 namespace kvtier::app {
@@ -152,38 +155,45 @@ int run_merge(const Arguments& args, Context& context) {
   return 0;
 }
 
-}  // namespace
+// A sweep ready to run: its spec loaded, its folder and options checked.
+struct SweepCommand {
+  sweep::Sweep spec;
+  sweep::RunOptions run;
+  std::string format;
+};
 
-int run_sweep(const Arguments& args, Context& context) {
-  if (!args.empty() && args.front() == "merge") {
-    return run_merge(Arguments(args.begin() + 1, args.end()), context);
-  }
+// Parses and checks the arguments and loads the spec; nullopt when --help was printed.
+std::optional<SweepCommand> prepare_sweep(const Arguments& args, Context& context) {
   po::options_description options("sweep options");
   options.add_options()("spec", po::value<std::string>(), "SweepSpec file")(
       "jobs,j", po::value<int>()->default_value(1), "points simulated at once (threads)")(
       "out", po::value<std::string>(),
       "sweep folder: point files, results.csv, results.h5 (default: sweep-NAME)")(
       "shard", po::value<std::string>(), "run only points whose index % N == K (K/N)")(
-      "format", po::value<std::string>()->default_value("table"), "output: table, csv or json");
+      "mpi", po::bool_switch(),
+      "share the points among the processes of an MPI job (mpiexec -n R kvtier sweep ... --mpi); "
+      "rank 0 writes the folder")("format", po::value<std::string>()->default_value("table"),
+                                  "output: table, csv or json");
   add_set_option(options);
   po::positional_options_description positional;
   positional.add("spec", 1);
   po::variables_map values;
   if (!parse_arguments(
           args, options, positional, values,
-          "usage: kvtier sweep SPEC [--jobs N] [--out DIR] [--shard K/N] [--format "
+          "usage: kvtier sweep SPEC [--jobs N] [--out DIR] [--shard K/N] [--mpi] [--format "
           "table|csv|json] [--set PATH=VALUE]...\n       kvtier sweep merge OUT1 OUT2 ... --out "
           "DIR [--format table|csv|json]\n\nSimulates every point of a SweepSpec (a base run and "
           "axes of values, GRID or "
           "ZIP; an axis on `policy` takes policy strings) with every policy of its run, and "
           "writes one row per point and policy to DIR/results.csv and DIR/results.h5. Each "
           "finished point is kept in DIR/points, so a rerun with the same DIR resumes; the "
-          "results do not depend on --jobs. Points that are not valid runs or do not fit get "
-          "rows with an error instead of metrics.",
+          "results do not depend on --jobs, --shard or the MPI processes. Points that are not "
+          "valid runs or do not fit get rows with an error instead of metrics.",
           context.out)) {
-    return 0;
+    return std::nullopt;
   }
-  const std::string format = checked_format(values);
+  SweepCommand command;
+  command.format = checked_format(values);
   if (values.count("spec") == 0U) {
     throw ConfigError("kvtier sweep needs a SweepSpec file (see --help)");
   }
@@ -192,12 +202,11 @@ int run_sweep(const Arguments& args, Context& context) {
     throw ConfigError("--jobs " + std::to_string(jobs) + ": at least 1");
   }
   const std::string file = values["spec"].as<std::string>();
-  const sweep::Sweep spec = sweep::load_sweep(file, context.loader, overrides_from(values));
+  command.spec = sweep::load_sweep(file, context.loader, overrides_from(values));
 
-  sweep::RunOptions run;
   if (values.count("out") == 0U) {
     // The default folder is made of the name: one folder in the working directory, no more.
-    const std::string& name = spec.spec.name();
+    const std::string& name = command.spec.spec.name();
     const bool plain =
         !name.empty() && name != "." && name != ".." &&
         std::none_of(name.begin(), name.end(), [](char c) {
@@ -209,25 +218,22 @@ int run_sweep(const Arguments& args, Context& context) {
                         "character or no name): give --out");
     }
   }
-  run.out =
-      values.count("out") != 0U ? values["out"].as<std::string>() : "sweep-" + spec.spec.name();
-  check_output_folder("--out", run.out, {"sweep.json", "results.csv", "results.h5"});
-  run.jobs = static_cast<unsigned>(jobs);
+  command.run.out = values.count("out") != 0U ? values["out"].as<std::string>()
+                                              : "sweep-" + command.spec.spec.name();
+  check_output_folder("--out", command.run.out, {"sweep.json", "results.csv", "results.h5"});
+  command.run.jobs = static_cast<unsigned>(jobs);
   if (values.count("shard") != 0U) {
-    run.shard = sweep::parse_shard(values["shard"].as<std::string>());
+    command.run.shard = sweep::parse_shard(values["shard"].as<std::string>());
   }
-  const bool terminal = ::isatty(STDERR_FILENO) == 1;
-  if (terminal) {
-    run.progress = print_progress;
-  }
-  const sweep::RunSummary summary = sweep::run_sweep(spec, context.loader, run);
-  if (terminal) {
-    std::cerr << "\n";
-  }
+  return command;
+}
+
+void report_summary(const SweepCommand& command, const sweep::RunSummary& summary,
+                    const std::string& where, Context& context) {
   std::string line = "kvtier sweep: " + std::to_string(summary.selected) + " of " +
                      std::to_string(summary.total_points) + " points (" +
                      std::to_string(summary.resumed) + " resumed, " +
-                     std::to_string(summary.computed) + " run";
+                     std::to_string(summary.computed) + " run" + where;
   if (summary.replaced > 0) {
     line += ", " + std::to_string(summary.replaced) + " damaged point files redone";
   }
@@ -236,8 +242,70 @@ int run_sweep(const Arguments& args, Context& context) {
     line += ", " + std::to_string(summary.failed_points) +
             " with policies that could not run (see the error column)";
   }
-  std::cerr << line << " -> " << (run.out / "results.csv").string() << "\n";
-  print_results(context.out, format, summary.table);
+  std::cerr << line << " -> " << (command.run.out / "results.csv").string() << "\n";
+  print_results(context.out, command.format, summary.table);
+}
+
+// Under an MPI job every rank gets here with the same arguments. Whatever fails, on any rank, is
+// reported once, by rank 0, and every rank ends with its exit code (sweep/mpi.hpp).
+int run_sweep_mpi(const Arguments& args, Context& context) {
+  sweep::MpiJob job;
+  std::ostream discard(nullptr);  // --help is printed by rank 0 alone
+  Context quiet{discard, context.presets, context.loader};
+  std::optional<SweepCommand> command;
+  std::exception_ptr failure;
+  try {
+    command = prepare_sweep(args, job.rank() == 0 ? context : quiet);
+  } catch (const po::error& error) {
+    failure = std::make_exception_ptr(ConfigError(error.what(), "see --help"));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (!failure && !command) {
+    return 0;
+  }
+  if (const int code = job.agree(command ? command->spec.hash : "", failure); code != 0) {
+    return code;
+  }
+  if (job.rank() != 0) {
+    return job.work(command->spec, context.loader, command->run);
+  }
+  const bool terminal = ::isatty(STDERR_FILENO) == 1;
+  if (terminal) {
+    command->run.progress = print_progress;
+  }
+  const sweep::RunSummary summary = job.coordinate(command->spec, context.loader, command->run);
+  if (terminal) {
+    std::cerr << "\n";
+  }
+  report_summary(
+      *command, summary,
+      " on " + std::to_string(job.size()) + " MPI process" + (job.size() > 1 ? "es" : ""), context);
+  return 0;
+}
+
+}  // namespace
+
+int run_sweep(const Arguments& args, Context& context) {
+  if (!args.empty() && args.front() == "merge") {
+    return run_merge(Arguments(args.begin() + 1, args.end()), context);
+  }
+  if (std::find(args.begin(), args.end(), "--mpi") != args.end()) {
+    return run_sweep_mpi(args, context);
+  }
+  std::optional<SweepCommand> command = prepare_sweep(args, context);
+  if (!command) {
+    return 0;
+  }
+  const bool terminal = ::isatty(STDERR_FILENO) == 1;
+  if (terminal) {
+    command->run.progress = print_progress;
+  }
+  const sweep::RunSummary summary = sweep::run_sweep(command->spec, context.loader, command->run);
+  if (terminal) {
+    std::cerr << "\n";
+  }
+  report_summary(*command, summary, "", context);
   return 0;
 }
 

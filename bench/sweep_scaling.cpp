@@ -6,6 +6,7 @@
 // speedup of 2 jobs over 1, and the median CPU time of each (user + system, whole process).
 //
 //   kvtier_bench_sweep [repeats] [scratch folder]
+//   kvtier_bench_sweep --spec     # prints the spec, for bench/sweep_mpi.sh
 
 #include <sys/resource.h>
 
@@ -70,6 +71,10 @@ using kvtier::bench::median;
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "--spec") {
+    std::cout << "# proto-message: SweepSpec" << kSpec;
+    return 0;
+  }
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 3;
   const std::filesystem::path scratch =
       argc > 2 ? std::filesystem::path(argv[2])

@@ -234,7 +234,8 @@ if [ -n "$prebuilt" ]; then
     record build failed 1 0 "\"reason\":\"the bundle's programs are missing or cannot load\""
   fi
 elif run configure 150 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DKVTIER_CUDA=ON -DKVTIER_WERROR=OFF "-DCMAKE_CUDA_ARCHITECTURES=${KVTIER_CUDA_ARCH:-native}"; then
+  -DKVTIER_CUDA=ON -DKVTIER_WERROR=OFF -DKVTIER_MPI=OFF \
+  "-DCMAKE_CUDA_ARCHITECTURES=${KVTIER_CUDA_ARCH:-native}"; then
   if run build 330 cmake --build "$build" -j "$jobs" --target kvtier_cuda_engine_tests \
     kvtier_cuda_live_tests kvtier_bench_cuda_decode kvtier_bench_cuda_gemv \
     kvtier_bench_cuda_copy kvtier_bench_kv_quantise kvtier; then

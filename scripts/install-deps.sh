@@ -10,6 +10,7 @@ packages=(
   libhdf5-dev hdf5-tools libxxhash-dev
   protobuf-compiler libprotobuf-dev
   catch2
+  libopenmpi-dev openmpi-bin
   clang-format clang-tidy
   nlohmann-json3-dev libpcre2-dev libsentencepiece-dev
   python3-numpy python3-h5py

@@ -219,3 +219,158 @@ TEST_CASE("kvtier sweep exit codes: usage and specs 2, data 3", "[cli][sweep]") 
           "' --out '" + folder("out-bad-trace") + "'");
   expect_error(data, 3, "not-a-trace.h5");
 }
+
+namespace {
+
+bool built_with_mpi() {
+  return std::string(kvtier::test::mpiexec_binary()).length() > 0;
+}
+
+// What an MPI job of these tests runs under. OpenMPI refuses root without the first two (CI
+// containers run as root). In the ASan build: OpenMPI never frees what it allocates at MPI_Init
+// nor what its components' threads do, and tests/support/lsan-openmpi.supp names its libraries,
+// which only fully unwound stacks reach (fast_unwind_on_malloc=0); and LeakSanitizer's tracer
+// in GCC 12's runtime crashes on the dynamic TLS of OpenMPI's threads ("Tracer caught signal
+// 11", google/sanitizers#1267) unless __tls_get_addr is left alone. These variables do nothing
+// in other builds.
+std::string mpi_environment() {
+  return "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+         "ASAN_OPTIONS=\"${ASAN_OPTIONS:-}:fast_unwind_on_malloc=0:intercept_tls_get_addr=0\" "
+         "LSAN_OPTIONS=\"suppressions='" +
+         (fs::path(kvtier::test::source_dir()) / "tests/support/lsan-openmpi.supp").string() +
+         "'\"";
+}
+
+// `kvtier ARGS` as every process of an MPI job of `processes` on this machine (more than its
+// cores: --oversubscribe).
+Result run_mpi(int processes, const std::string& args) {
+  return kvtier::test::run_kvtier(args, mpi_environment() + " '" +
+                                            std::string(kvtier::test::mpiexec_binary()) + "' -n " +
+                                            std::to_string(processes) + " --oversubscribe");
+}
+
+// The launcher adds its own lines about the failed job; kvtier's must be one.
+void expect_one_report(const Result& result, int exit_code, const std::string& text) {
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_code == exit_code);
+  CHECK(result.out.empty());
+  std::size_t reports = 0;
+  for (std::size_t at = result.err.find("kvtier: error: "); at != std::string::npos;
+       at = result.err.find("kvtier: error: ", at + 1)) {
+    ++reports;
+  }
+  CHECK(reports == 1);
+  CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(text));
+}
+
+}  // namespace
+
+TEST_CASE("kvtier sweep --mpi without MPI in the build says so", "[cli][sweep][mpi]") {
+  if (built_with_mpi()) {
+    return;  // the cases below run instead
+  }
+  const std::string spec = write_spec("sweep-no-mpi.textproto", spec_text());
+  expect_error(run("sweep '" + spec + "' --mpi --out '" + folder("out-no-mpi") + "'"), 2,
+               "built without MPI");
+}
+
+TEST_CASE("kvtier sweep --mpi shares the points among processes, to the bytes of one process",
+          "[cli][sweep][mpi]") {
+  if (!built_with_mpi()) {
+    return;
+  }
+  const std::string spec = write_spec("sweep-mpi.textproto", spec_text("\"1\", \"2\", \"3\""));
+  const std::string alone = folder("out-mpi-alone");
+  const Result one = run("sweep '" + spec + "' --out '" + alone + "' --format csv");
+  REQUIRE(one.exit_code == 0);
+  for (const int processes : {2, 3}) {
+    const std::string out = folder("out-mpi-" + std::to_string(processes));
+    const Result many =
+        run_mpi(processes, "sweep '" + spec + "' --mpi --jobs 2 --out '" + out + "' --format csv");
+    INFO("stderr: " << many.err);
+    REQUIRE(many.exit_code == 0);
+    CHECK(many.out == one.out);  // printed once, by rank 0
+    CHECK_THAT(many.err, Catch::Contains("12 of 12 points (0 resumed, 12 run on " +
+                                         std::to_string(processes) + " MPI processes)"));
+    CHECK(slurp(fs::path(out) / "results.csv") == slurp(fs::path(alone) / "results.csv"));
+    CHECK(slurp(fs::path(out) / "results.h5") == slurp(fs::path(alone) / "results.h5"));
+    CHECK(slurp(fs::path(out) / "sweep.json") == slurp(fs::path(alone) / "sweep.json"));
+    for (int point = 0; point < 12; ++point) {
+      const fs::path file = fs::path("points") / (std::to_string(point) + ".csv");
+      CHECK(slurp(fs::path(out) / file) == slurp(fs::path(alone) / file));
+    }
+    CHECK_FALSE(fs::exists(fs::path(out) / ".tmp"));
+  }
+
+  // Resuming: the points left are computed, the others kept, the same bytes again.
+  const std::string resumed = folder("out-mpi-resumed");
+  fs::copy(alone, resumed, fs::copy_options::recursive);
+  fs::remove(fs::path(resumed) / "points" / "4.csv");
+  fs::remove(fs::path(resumed) / "points" / "9.csv");
+  fs::remove(fs::path(resumed) / "results.csv");
+  const Result again = run_mpi(3, "sweep '" + spec + "' --mpi --out '" + resumed + "'");
+  INFO("stderr: " << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.err, Catch::Contains("(10 resumed, 2 run on 3 MPI processes)"));
+  CHECK(slurp(fs::path(resumed) / "results.csv") == slurp(fs::path(alone) / "results.csv"));
+
+  // A shard of an MPI job is that shard; one process without a launcher is a job of one.
+  const Result shard = run_mpi(2, "sweep '" + spec + "' --mpi --shard 1/3 --out '" +
+                                      folder("out-mpi-shard") + "' --format csv");
+  const Result shard_alone = run("sweep '" + spec + "' --shard 1/3 --out '" +
+                                 folder("out-mpi-shard-alone") + "' --format csv");
+  CHECK(shard.exit_code == 0);
+  CHECK(shard.out == shard_alone.out);
+  const Result single = kvtier::test::run_kvtier(
+      "sweep '" + spec + "' --mpi --out '" + folder("out-mpi-single") + "' --format csv",
+      mpi_environment());
+  CHECK(single.exit_code == 0);
+  CHECK(single.out == one.out);
+  CHECK_THAT(single.err, Catch::Contains("12 run on 1 MPI process)"));
+}
+
+TEST_CASE("kvtier sweep --mpi reports a failure on any rank once, with its exit code",
+          "[cli][sweep][mpi]") {
+  if (!built_with_mpi()) {
+    return;
+  }
+  const std::string spec = write_spec("sweep-mpi-codes.textproto", spec_text());
+  const Result help = run_mpi(2, "sweep --mpi --help");
+  CHECK(help.exit_code == 0);
+  CHECK(help.out.find("usage: kvtier sweep") == help.out.rfind("usage: kvtier sweep"));
+  expect_one_report(run_mpi(2, "sweep '" + spec + "' --mpi --jobs 0"), 2, "--jobs 0");
+  expect_one_report(run_mpi(3, "sweep '" + (scratch_dir() / "none.textproto").string() + "' --mpi"),
+                    2, "none.textproto");
+
+  // Ranks that read different specs (a file that differs between nodes) are refused.
+  const std::string other = write_spec("sweep-mpi-other.textproto", spec_text("\"1\", \"3\""));
+  const std::string launcher =
+      mpi_environment() + " '" + std::string(kvtier::test::mpiexec_binary()) + "' -n 1";
+  const std::string out = folder("out-mpi-two-specs");
+  const Result two_specs = kvtier::test::run_kvtier(
+      "sweep '" + spec + "' --mpi --out '" + out + "' : -n 1 '" + kvtier::test::kvtier_binary() +
+          "' sweep '" + other + "' --mpi --out '" + out + "'",
+      launcher);
+  expect_one_report(two_specs, 2, "rank 1 loaded another spec");
+  CHECK_FALSE(fs::exists(fs::path(out) / "sweep.json"));
+
+  // Refused by rank 0 once the ranks agree (a folder of another spec): the others stop too.
+  const std::string taken = folder("out-mpi-taken");
+  REQUIRE(run("sweep '" + other + "' --out '" + taken + "'").exit_code == 0);
+  expect_one_report(run_mpi(3, "sweep '" + spec + "' --mpi --out '" + taken + "'"), 2,
+                    "another sweep spec");
+
+  // Bad data met while points run, wherever they run, stops the job with exit 3.
+  const fs::path bad_trace = scratch_dir() / "not-a-trace.h5";
+  {
+    std::ofstream junk(bad_trace, std::ios::binary);
+    junk << "this is not an HDF5 file";
+  }
+  const std::string bad =
+      write_spec("sweep-mpi-bad-trace.textproto",
+                 spec_text("\"1\", \"2\", \"3\"", "traces: \"not-a-trace.h5\""));
+  const std::string bad_out = folder("out-mpi-bad-trace");
+  expect_one_report(run_mpi(3, "sweep '" + bad + "' --mpi --out '" + bad_out + "'"), 3,
+                    "not-a-trace.h5");
+  CHECK_FALSE(fs::exists(fs::path(bad_out) / "results.csv"));
+}

@@ -14,4 +14,8 @@ const char* spm_reference_binary() {
   return KVTIER_SPM_REFERENCE;
 }
 
+const char* mpiexec_binary() {
+  return KVTIER_MPIEXEC;
+}
+
 }  // namespace kvtier::test

@@ -13,5 +13,7 @@ namespace kvtier::test {
 // The sentencepiece reference program (tests/kernels/support/spm_reference.cpp); empty when
 // the build has no libsentencepiece.
 [[nodiscard]] const char* spm_reference_binary();
+// The MPI launcher of the MPI library kvtier was built with; empty when it was built without.
+[[nodiscard]] const char* mpiexec_binary();
 
 }  // namespace kvtier::test

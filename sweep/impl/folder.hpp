@@ -1,0 +1,59 @@
+#pragma once
+// A sweep folder's files (docs/SWEEPS.md, "Outputs"): the manifest that says which spec it
+// belongs to, the point files, and the results pair. Shared by the runner, the merge and the
+// MPI coordinator; not part of the module's interface.
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sweep/sweep.hpp"
+
+namespace kvtier::sweep::detail {
+
+inline constexpr const char* kManifest = "sweep.json";
+inline constexpr const char* kPoints = "points";
+inline constexpr const char* kScratch = ".tmp";
+
+// What identifies the sweep a folder belongs to, and what merging needs without the spec.
+struct Manifest {
+  std::string name;
+  std::string spec_hash;
+  std::string kvtier_version;
+  std::uint64_t points = 0;
+  std::vector<std::string> axis_paths;
+  std::vector<std::string> axis_columns;
+  std::vector<std::vector<std::string>> axis_values;
+  std::string mode;
+  std::string spec_text;  // the resolved spec, for provenance
+};
+
+[[nodiscard]] Manifest manifest_of(const Sweep& sweep);
+[[nodiscard]] Manifest read_manifest(const std::filesystem::path& folder);
+
+// Refuses (ConfigError) a folder that belongs to another spec or kvtier version; claims a new one.
+void claim_folder(const std::filesystem::path& out, const Manifest& manifest);
+
+// Removes the scratch folders (OUT/.tmp/PID-THREAD) of sweeps killed before they could: those
+// whose process is gone.
+void remove_stale_scratch(const std::filesystem::path& out);
+
+[[nodiscard]] std::filesystem::path point_file(const std::filesystem::path& folder,
+                                               std::uint64_t point);
+// A point file's rows, checked against the point they claim to be (DataError otherwise).
+[[nodiscard]] std::vector<Row> read_point(const std::filesystem::path& folder, std::uint64_t point,
+                                          const Manifest& manifest);
+// Writes `content` to `path` under a temporary name in `scratch`, a folder of the calling
+// thread's own, then renames it into place.
+void write_point_file(const std::filesystem::path& path, const std::filesystem::path& scratch,
+                      std::string_view content);
+
+// results.csv and results.h5 as a set: the CSV is renamed into place only once the HDF5 file is.
+void write_results(const std::filesystem::path& out, const ResultTable& table);
+
+// Points whose rows carry an error.
+[[nodiscard]] std::uint64_t failed_points(const ResultTable& table);
+
+}  // namespace kvtier::sweep::detail
