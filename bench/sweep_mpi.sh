@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Wall time of bench/sweep_scaling.cpp's 1,000-point sweep run by `kvtier sweep` in one process
-# at --jobs 2 and as an MPI job of 2 processes at --jobs 1 (`--mpi`), alternately, from empty
-# folders; checks that both write the same results.csv and results.h5. Prints one JSON line:
-# every run's wall time and the medians.
+# at --jobs 2, as an MPI job of 1 process at --jobs 2 (unbound: mpiexec would bind it to one
+# core) and as an MPI job of 2 processes at --jobs 1 (`--mpi`), in turn, from empty folders;
+# checks that all write the same results.csv and results.h5. Prints one JSON line: every run's
+# wall time and the medians.
 #
 #   bench/sweep_mpi.sh [repeats] [build folder]      # default: 3, build/default
 set -euo pipefail
@@ -32,18 +33,25 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { m = int((NR 
   print (NR % 2) ? v[m] : (v[m] + v[m + 1]) / 2 }'; }
 
 one=()
+mpi1=()
 mpi=()
 for r in $(seq 1 "$repeats"); do
   one+=("$(seconds "$kvtier" sweep "$scratch/spec.textproto" --jobs 2 --out "$scratch/one-$r")")
+  mpi1+=("$(seconds "$mpiexec" -n 1 --bind-to none "$kvtier" sweep "$scratch/spec.textproto" \
+    --mpi --jobs 2 --out "$scratch/mpi1-$r")")
   mpi+=("$(seconds "$mpiexec" -n 2 "$kvtier" sweep "$scratch/spec.textproto" --mpi --jobs 1 \
     --out "$scratch/mpi-$r")")
-  for file in results.csv results.h5; do
-    cmp -s "$scratch/one-$r/$file" "$scratch/mpi-$r/$file" ||
-      { echo "sweep_mpi: run $r: the MPI job's $file differs" >&2; exit 1; }
+  for job in mpi1 mpi; do
+    for file in results.csv results.h5; do
+      cmp -s "$scratch/one-$r/$file" "$scratch/$job-$r/$file" ||
+        { echo "sweep_mpi: run $r: $job's $file differs" >&2; exit 1; }
+    done
   done
 done
 join() { local IFS=,; echo "$*"; }
 printf '{"points": 1000, "repeats": %s, "median_wall_s_one_process_jobs2": %s, ' \
   "$repeats" "$(median "${one[@]}")"
-printf '"median_wall_s_mpi2_jobs1": %s, "wall_s_one_process_jobs2": [%s], "wall_s_mpi2_jobs1": [%s]}\n' \
-  "$(median "${mpi[@]}")" "$(join "${one[@]}")" "$(join "${mpi[@]}")"
+printf '"median_wall_s_mpi1_jobs2": %s, "median_wall_s_mpi2_jobs1": %s, ' \
+  "$(median "${mpi1[@]}")" "$(median "${mpi[@]}")"
+printf '"wall_s_one_process_jobs2": [%s], "wall_s_mpi1_jobs2": [%s], "wall_s_mpi2_jobs1": [%s]}\n' \
+  "$(join "${one[@]}")" "$(join "${mpi1[@]}")" "$(join "${mpi[@]}")"
