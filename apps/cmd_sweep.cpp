@@ -228,6 +228,20 @@ std::optional<SweepCommand> prepare_sweep(const Arguments& args, Context& contex
   return command;
 }
 
+// Runs the sweep with its progress line on stderr when that is a terminal.
+template <typename Run>
+sweep::RunSummary with_progress(SweepCommand& command, const Run& run) {
+  const bool terminal = ::isatty(STDERR_FILENO) == 1;
+  if (terminal) {
+    command.run.progress = print_progress;
+  }
+  sweep::RunSummary summary = run();
+  if (terminal) {
+    std::cerr << "\n";
+  }
+  return summary;
+}
+
 void report_summary(const SweepCommand& command, const sweep::RunSummary& summary,
                     const std::string& where, Context& context) {
   std::string line = "kvtier sweep: " + std::to_string(summary.selected) + " of " +
@@ -270,14 +284,8 @@ int run_sweep_mpi(const Arguments& args, Context& context) {
   if (job.rank() != 0) {
     return job.work(command->spec, context.loader, command->run);
   }
-  const bool terminal = ::isatty(STDERR_FILENO) == 1;
-  if (terminal) {
-    command->run.progress = print_progress;
-  }
-  const sweep::RunSummary summary = job.coordinate(command->spec, context.loader, command->run);
-  if (terminal) {
-    std::cerr << "\n";
-  }
+  const sweep::RunSummary summary = with_progress(
+      *command, [&] { return job.coordinate(command->spec, context.loader, command->run); });
   report_summary(
       *command, summary,
       " on " + std::to_string(job.size()) + " MPI process" + (job.size() > 1 ? "es" : ""), context);
@@ -297,14 +305,8 @@ int run_sweep(const Arguments& args, Context& context) {
   if (!command) {
     return 0;
   }
-  const bool terminal = ::isatty(STDERR_FILENO) == 1;
-  if (terminal) {
-    command->run.progress = print_progress;
-  }
-  const sweep::RunSummary summary = sweep::run_sweep(command->spec, context.loader, command->run);
-  if (terminal) {
-    std::cerr << "\n";
-  }
+  const sweep::RunSummary summary = with_progress(
+      *command, [&] { return sweep::run_sweep(command->spec, context.loader, command->run); });
   report_summary(*command, summary, "", context);
   return 0;
 }

@@ -46,14 +46,17 @@ MPI_Comm world() {
   return MPI_COMM_WORLD;
 }
 
-void put_u64(std::string& bytes, std::uint64_t value) {
+// Numbers in messages: the ranks of one job run one build, so their bytes are the same.
+template <typename Number>
+void put(std::string& bytes, Number value) {
   char raw[sizeof value];
   std::memcpy(raw, &value, sizeof value);
   bytes.append(raw, sizeof value);
 }
 
-std::uint64_t get_u64(const std::string& bytes, std::size_t offset) {
-  std::uint64_t value = 0;
+template <typename Number>
+Number get(const std::string& bytes, std::size_t offset) {
+  Number value{};
   if (offset + sizeof value > bytes.size()) {
     throw Error("MPI message too short", "", ExitCode::kRuntimeFailure);
   }
@@ -124,9 +127,8 @@ Failure failure_of(const std::exception_ptr& error) {
 }
 
 std::string encode_failure(const Failure& failure) {
-  std::string bytes(sizeof(std::int32_t), '\0');
-  const auto code = static_cast<std::int32_t>(failure.code);
-  std::memcpy(bytes.data(), &code, sizeof code);
+  std::string bytes;
+  put(bytes, static_cast<std::int32_t>(failure.code));
   for (std::size_t i = 0; i < failure.lines.size(); ++i) {
     bytes += (i > 0 ? "\n" : "") + failure.lines[i];
   }
@@ -135,13 +137,8 @@ std::string encode_failure(const Failure& failure) {
 
 Failure decode_failure(const std::string& bytes, std::size_t offset) {
   Failure failure;
-  std::int32_t code = static_cast<std::int32_t>(ExitCode::kRuntimeFailure);
-  if (offset + sizeof code <= bytes.size()) {
-    std::memcpy(&code, bytes.data() + offset, sizeof code);
-    offset += sizeof code;
-  }
-  failure.code = code;
-  std::size_t start = offset;
+  failure.code = get<std::int32_t>(bytes, offset);
+  std::size_t start = offset + sizeof(std::int32_t);
   while (start <= bytes.size()) {
     const std::size_t end = std::min(bytes.find('\n', start), bytes.size());
     failure.lines.push_back(bytes.substr(start, end - start));
@@ -206,12 +203,10 @@ class Coordinator {
   void handle(const Message& message, detail::PointRunner& runner) {
     Worker& worker = workers_.at(static_cast<std::size_t>(message.source));
     if (message.tag == kAsk) {
-      std::uint32_t count = 0;
-      std::memcpy(&count, message.bytes.data(), std::min(sizeof count, message.bytes.size()));
-      hand_out(message.source, runner, count);
+      hand_out(message.source, runner, get<std::uint32_t>(message.bytes, 0));
       return;
     }
-    const std::uint64_t slot = get_u64(message.bytes, 0);
+    const auto slot = get<std::uint64_t>(message.bytes, 0);
     if (worker.holding == 0 || slot >= runner.slots()) {
       abort_job("rank " + std::to_string(message.source) +
                 " returned a point it was not given (slot " + std::to_string(slot) + ")");
@@ -240,8 +235,8 @@ class Coordinator {
         return;
       }
       std::string bytes;
-      put_u64(bytes, *slot);
-      put_u64(bytes, runner.point(*slot));
+      put(bytes, static_cast<std::uint64_t>(*slot));
+      put(bytes, runner.point(*slot));
       send(rank, kAssign, bytes);
       ++worker.holding;
     }
@@ -397,20 +392,22 @@ RunSummary MpiJob::coordinate(const Sweep& sweep, const config::ConfigLoader& lo
     }
     return coordinator.serve(runner);
   };
+  const auto remove_scratch = [&coordinator] {
+    std::error_code ignored;
+    fs::remove_all(coordinator.scratch(), ignored);
+    fs::remove(coordinator.scratch().parent_path(), ignored);  // only when empty
+  };
   RunSummary summary;
   try {
     summary = detail::run_sweep_served(sweep, loader, options, serve);
   } catch (...) {
-    const int code = failure_of(std::current_exception()).code;
-    broadcast_code(code);  // before the start, the workers end there; after it, at the end
-    std::error_code ignored;
-    fs::remove_all(coordinator.scratch(), ignored);
+    // Before the start the workers end there; after it, at the end.
+    broadcast_code(failure_of(std::current_exception()).code);
+    remove_scratch();
     throw;
   }
   broadcast_code(0);
-  std::error_code ignored;
-  fs::remove_all(coordinator.scratch(), ignored);
-  fs::remove(coordinator.scratch().parent_path(), ignored);
+  remove_scratch();
   return summary;
 }
 
@@ -421,9 +418,8 @@ int MpiJob::work(const Sweep& sweep, const config::ConfigLoader& loader,
   }
   const unsigned jobs = std::max(1U, options.jobs);
   {
-    std::string ask(sizeof(std::uint32_t), '\0');
-    const std::uint32_t count = jobs;
-    std::memcpy(ask.data(), &count, sizeof count);
+    std::string ask;
+    put(ask, static_cast<std::uint32_t>(jobs));
     send(0, kAsk, ask);
   }
   WorkerQueue queue;
@@ -452,14 +448,15 @@ int MpiJob::work(const Sweep& sweep, const config::ConfigLoader& loader,
   while (!done || holding > 0) {
     for (WorkerQueue::Outcome& outcome : queue.finished(std::chrono::milliseconds(1))) {
       std::string bytes;
-      put_u64(bytes, outcome.slot);
+      put(bytes, outcome.slot);
       bytes += outcome.bytes;
       send(0, outcome.tag, bytes);
       --holding;
     }
     while (std::optional<Message> message = poll(0)) {
       if (message->tag == kAssign && message->bytes.size() == 2 * sizeof(std::uint64_t)) {
-        queue.push(get_u64(message->bytes, 0), get_u64(message->bytes, sizeof(std::uint64_t)));
+        queue.push(get<std::uint64_t>(message->bytes, 0),
+                   get<std::uint64_t>(message->bytes, sizeof(std::uint64_t)));
         ++holding;
       } else if (message->tag == kDone) {
         done = true;
