@@ -98,10 +98,16 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   rows.push_back(number_row("weights_per_gpu", weights_per_gpu / kGiB, "GiB", 3));
   rows.push_back(number_row("kv_bytes_per_token_per_gpu", kv_per_token_per_gpu, "B", 1));
   rows.push_back(number_row("memory_left_for_kv_per_gpu", free_for_kv / kGiB, "GiB", 3));
-  rows.push_back(integer_row(
-      "kv_tokens_that_fit_per_gpu",
-      free_for_kv > 0 ? static_cast<uint64_t>(std::floor(free_for_kv / kv_per_token_per_gpu)) : 0,
-      "tokens"));
+  // In a paged cache the tokens of the whole blocks that fit, as serving/memory_plan sizes it.
+  const uint64_t block = run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 1;
+  const uint64_t blocks =
+      free_for_kv > 0
+          ? static_cast<uint64_t>(std::floor(free_for_kv / (kv_per_token_per_gpu * block)))
+          : 0;
+  rows.push_back(integer_row("kv_tokens_that_fit_per_gpu", blocks * block, "tokens"));
+  if (run.memory().has_kv_block_tokens()) {
+    rows.push_back(integer_row("kv_blocks_that_fit_per_gpu", blocks, "blocks"));
+  }
   model_rows(model, rows);
 }
 

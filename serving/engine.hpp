@@ -263,9 +263,10 @@ class ServingEngine {
   double recode_values_per_token_layer_ = 0.0;
   sim::Tick recodes_done_latest_;
   sim::Tick recodes_done_previous_;
-  // Swapping (on_demand_admission.swap; block_tokens 0: preemption by recompute): the rates, the
-  // swap space used, and this iteration's swaps out and in.
-  std::uint32_t swap_block_tokens_ = 0;
+  // Swapping (on_demand_admission.swap; false: preemption by recompute), its copies a block of
+  // memory.kv_block_tokens each: the rates, the swap space used, and this iteration's swaps out
+  // and in.
+  bool swapping_ = false;
   CopyRates swap_rates_;
   double swap_used_bytes_ = 0.0;
   double swap_out_bytes_now_ = 0.0;

@@ -17,6 +17,9 @@ struct MemoryPlan {
   double kv_capacity_bytes = 0.0;
   double kv_bytes_per_token = 0.0;  // this GPU's share of one token's K and V over all layers
   std::uint64_t window_tokens = 0;  // sliding window (0: none): KV a request holds is capped
+  // Tokens per KV block (memory.kv_block_tokens; 0: counted a token at a time). The KV capacity
+  // is then a whole number of blocks.
+  std::uint32_t block_tokens = 0;
   // Host memory this GPU's T1/T2 KV may fill: the node's DDR shared evenly by its GPUs (a fully
   // loaded node), less the swap space (workload.on_demand_admission.swap) set aside beside it.
   double host_kv_capacity_bytes = 0.0;
@@ -24,11 +27,24 @@ struct MemoryPlan {
 
   // The tokens of a context of `tokens` whose KV a request holds (the window's, if any).
   [[nodiscard]] std::uint64_t held_tokens(std::uint64_t tokens) const;
-  // KV bytes a request holding `tokens` tokens of context occupies on this GPU.
+  // The token places of KV memory a request with `tokens` tokens of context occupies: its held
+  // tokens, or with blocks the blocks they fall in (a window's first and last partly used).
+  [[nodiscard]] std::uint64_t allocated_tokens(std::uint64_t tokens) const;
+  // The most token places a request occupies while its context grows to `tokens` (with a
+  // window and blocks the window's span of blocks varies with its start).
+  [[nodiscard]] std::uint64_t peak_allocated_tokens(std::uint64_t tokens) const;
+  // KV bytes a request with `tokens` tokens of context occupies on this GPU (allocated_tokens).
   [[nodiscard]] double kv_bytes_for(std::uint64_t tokens) const;
+  // The most KV bytes it occupies while its context grows to `tokens` (peak_allocated_tokens).
+  [[nodiscard]] double peak_kv_bytes_for(std::uint64_t tokens) const;
   // "weights 14.96 GiB + workspace 1.00 GiB + reserve 2.00 GiB = ... of 80.00 GiB".
   [[nodiscard]] std::string breakdown() const;
 };
+
+// One layer's `tokens` (a fractional share where a demand is projected) as the token places of
+// the whole blocks of `block_tokens` they fill (0: as they are): a tier policy's T0 in a paged
+// cache, each layer's tokens packed into blocks of their own.
+[[nodiscard]] double in_whole_blocks(double tokens, std::uint32_t block_tokens);
 
 // Throws ConfigError (exit 2) with the breakdown when weights, workspace and reserve alone
 // exceed the GPU's memory: nothing could ever run.

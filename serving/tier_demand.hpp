@@ -59,7 +59,8 @@ struct LayerDemand {
 };
 
 // What admission reserves for a request over its whole life, in token-layers (Σ over target
-// layers of tokens): upper bounds from the replay's running maxima.
+// layers of tokens): upper bounds from the replay's running maxima. In a paged cache
+// (memory.kv_block_tokens) each layer's T0 counts in whole blocks (in_whole_blocks).
 struct RequestPeaks {
   double hbm_token_layers = 0.0;
   double host_token_layers = 0.0;        // T1
@@ -77,7 +78,8 @@ struct ReplayedTrace {
   replay::ReplaySummary summary;
   [[nodiscard]] const replay::ReplayDemand& demand() const { return replayed->demand; }
   // Running maxima over the placements held, [0] the start's and [t + 1] step t's: Σ over target
-  // layers of T0, T1, T2 tokens, and the largest T1 + T2 of any layer. Step t stages placement
+  // layers of T0 (in whole blocks in a paged cache), T1, T2 tokens, and the largest T1 + T2 of
+  // any layer. Step t stages placement
   // [t], so max_staged[t] is the most any layer stages up to step t.
   std::vector<double> max_hbm;
   std::vector<double> max_host;
@@ -139,6 +141,7 @@ class TierDemand {
 
   std::string canonical_;
   bool differential_ = false;
+  std::uint32_t block_tokens_ = 0;  // memory.kv_block_tokens; 0: T0 counted a token at a time
   replay::CompressedFormat compressed_format_;  // set by add_demand(), from the replay
   std::vector<ReplayedTrace> traces_;
   std::uint32_t tail_trace_ = UINT32_MAX;  // synthetic extension, when used

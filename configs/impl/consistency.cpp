@@ -228,10 +228,22 @@ void check_tiering(const RunSpec& run, const std::string& path, Problems& proble
   }
 }
 
-// The swap space is pinned host memory beside T1/T2, out of each GPU's share of the node's DDR.
+// The swap space is pinned host memory beside T1/T2, out of each GPU's share of the node's DDR;
+// its copies move whole KV blocks, whose size is the memory's (one block size pages both).
 void check_swap_space(const RunSpec& run, const std::string& path, Problems& problems) {
   const NodeSpec& node = run.hardware().node();
   const OnDemandAdmission& admission = run.workload().on_demand_admission();
+  if (admission.has_swap() && admission.swap().has_block_tokens()) {
+    problems.push_back({at(path, "workload.on_demand_admission.swap.block_tokens"),
+                        "the KV block size moved to memory.kv_block_tokens (it pages the KV "
+                        "memory as well as the swap copies): set kv_block_tokens: " +
+                            std::to_string(admission.swap().block_tokens()) +
+                            " in memory and remove it here"});
+  } else if (admission.has_swap() && !run.memory().has_kv_block_tokens()) {
+    problems.push_back({at(path, "memory.kv_block_tokens"),
+                        "preemption by swapping copies whole KV blocks: set "
+                        "memory.kv_block_tokens (vLLM's block_size, 16 by default)"});
+  }
   if (!admission.has_swap() || !admission.swap().has_space_gib() || !node.has_host() ||
       !node.host().has_capacity_gib() || node.gpus_per_node() == 0) {
     return;

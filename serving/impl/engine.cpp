@@ -48,7 +48,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       host_reserved_(simulator),
       swap_used_(simulator) {
   if (run.workload().on_demand_admission().has_swap()) {
-    swap_block_tokens_ = run.workload().on_demand_admission().swap().block_tokens();
+    swapping_ = true;
     swap_rates_ = measure_swap_rates(run);
   }
   if (tiers_ != nullptr) {
@@ -96,7 +96,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     }
     // A preempted request's recompute holds every token it prefills whole in HBM, however a
     // tier policy would place them: the longest (prompt + output − 1) must fit alone.
-    const double recompute = plan_.kv_bytes_for(tokens - 1);
+    const double recompute = plan_.peak_kv_bytes_for(tokens - 1);
     if (on_demand_watermark_ && tiers_ != nullptr && recompute > plan_.kv_capacity_bytes) {
       throw DoesNotFit(DoesNotFit::Memory::kHbm,
                        describe_request(workload_, i) + " (" + std::to_string(tokens) +
@@ -194,7 +194,7 @@ std::uint64_t ServingEngine::attended(const Request& request, std::uint64_t gene
 double ServingEngine::hbm_reservation(std::uint32_t request) const {
   const RequestSpec& spec = requests_[request].spec;
   if (tiers_ == nullptr) {
-    return plan_.kv_bytes_for(spec.prompt_tokens + spec.output_tokens);
+    return plan_.peak_kv_bytes_for(spec.prompt_tokens + spec.output_tokens);
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
   return (peaks.hbm_token_layers + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
@@ -359,7 +359,7 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
   double staged = 0.0;
   for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
     const LayerDemand demand = tiers_->at(id, context, layer, first);
-    bytes.hbm += demand.hbm_after * bytes_per_token_layer_;
+    bytes.hbm += in_whole_blocks(demand.hbm_after, plan_.block_tokens) * bytes_per_token_layer_;
     bytes.host += host_bytes(demand.host_after, demand.compressed_after);
     staged = std::max(staged, demand.host + demand.compressed);
   }
@@ -382,10 +382,10 @@ ServingEngine::Footprint ServingEngine::planned_footprint() const {
 }
 
 std::uint64_t ServingEngine::swap_copies(double bytes) const {
-  // Its tokens in each layer: those it holds for a whole cache (or a prompt being prefilled),
-  // the mean over layers of T0 with a tier policy.
+  // Its blocks in each layer: those it holds for a whole cache (or a prompt being prefilled),
+  // the mean over layers of T0 with a tier policy rounded up to whole blocks.
   const auto tokens = static_cast<std::uint64_t>(std::llround(bytes / plan_.kv_bytes_per_token));
-  const std::uint64_t blocks = (tokens + swap_block_tokens_ - 1) / swap_block_tokens_;
+  const std::uint64_t blocks = (tokens + plan_.block_tokens - 1) / plan_.block_tokens;
   return 2 * std::uint64_t{run_.model().num_hidden_layers()} * blocks;
 }
 
@@ -393,8 +393,7 @@ void ServingEngine::preempt(std::uint32_t id) {
   Request& request = requests_[id];
   ++totals_.preemptions;
   const double bytes = hbm_kv_bytes(request);
-  if (swap_block_tokens_ > 0 &&
-      swap_used_bytes_ + bytes + request.tier_host <= plan_.swap_space_bytes) {
+  if (swapping_ && swap_used_bytes_ + bytes + request.tier_host <= plan_.swap_space_bytes) {
     // Its HBM KV is copied out before this iteration's forward pass, and with a tier policy its
     // T1/T2, already in host memory, pass to the swap space (no copy). It resumes where it
     // stopped, nothing of it staged.
@@ -604,7 +603,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       dequantised[layer] += demand.compressed + demand.promoted_from_compressed;
       // The held tokens and the step's own.
       resident += demand.hbm + demand.host + demand.compressed + 1.0;
-      request.tier_hbm += demand.hbm_after * full;
+      request.tier_hbm += in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full;
       request.tier_host += host_bytes(demand.host_after, demand.compressed_after);
     }
   }
@@ -625,7 +624,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       const LayerDemand placed = tiers_->at(chunk.request, context, layer, true);
       layer_copies_[layer].offloaded_full += placed.host * full;
       layer_copies_[layer].offloaded_compressed += placed.compressed * compressed;
-      request.tier_hbm += placed.hbm * full;
+      request.tier_hbm += in_whole_blocks(placed.hbm, plan_.block_tokens) * full;
       request.tier_host += host_bytes(placed.host, placed.compressed);
     }
   }

@@ -1,6 +1,7 @@
 #include "serving/memory_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
@@ -21,8 +22,47 @@ std::uint64_t MemoryPlan::held_tokens(std::uint64_t tokens) const {
   return window_tokens > 0 ? std::min(tokens, window_tokens) : tokens;
 }
 
+std::uint64_t MemoryPlan::allocated_tokens(std::uint64_t tokens) const {
+  if (block_tokens == 0 || tokens == 0) {
+    return held_tokens(tokens);
+  }
+  const std::uint64_t block = block_tokens;
+  if (window_tokens == 0 || tokens <= window_tokens) {
+    return (tokens + block - 1) / block * block;
+  }
+  // Positions [tokens - window, tokens): the blocks from the first's to the last's.
+  const std::uint64_t first = tokens - window_tokens;
+  return ((tokens - 1) / block - first / block + 1) * block;
+}
+
+std::uint64_t MemoryPlan::peak_allocated_tokens(std::uint64_t tokens) const {
+  if (block_tokens == 0 || window_tokens == 0 || tokens <= window_tokens) {
+    return allocated_tokens(tokens);  // never shrinks as the context grows
+  }
+  // A window of W positions starting at s spans q + 1 blocks, or q + 2 when s's offset in its
+  // block is at least B - r (W - 1 = qB + r, 0 < r): first at s = B - r, which the window
+  // reaches once the context is W + B - r tokens. Starts go from 0 (context W) to tokens - W.
+  const std::uint64_t block = block_tokens;
+  const std::uint64_t q = (window_tokens - 1) / block;
+  const std::uint64_t r = (window_tokens - 1) % block;
+  const bool straddles = r > 0 && tokens - window_tokens >= block - r;
+  return (q + (straddles ? 2 : 1)) * block;
+}
+
 double MemoryPlan::kv_bytes_for(std::uint64_t tokens) const {
-  return static_cast<double>(held_tokens(tokens)) * kv_bytes_per_token;
+  return static_cast<double>(allocated_tokens(tokens)) * kv_bytes_per_token;
+}
+
+double MemoryPlan::peak_kv_bytes_for(std::uint64_t tokens) const {
+  return static_cast<double>(peak_allocated_tokens(tokens)) * kv_bytes_per_token;
+}
+
+double in_whole_blocks(double tokens, std::uint32_t block_tokens) {
+  if (block_tokens == 0) {
+    return tokens;
+  }
+  const double block = block_tokens;
+  return std::ceil(tokens / block) * block;
 }
 
 std::string MemoryPlan::breakdown() const {
@@ -55,6 +95,12 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   }
   plan.kv_capacity_bytes =
       plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;
+  plan.block_tokens = run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 0;
+  if (plan.block_tokens > 0 && plan.kv_capacity_bytes > 0.0) {
+    // As vLLM sizes its cache: the whole blocks the memory left holds.
+    const double block_bytes = plan.block_tokens * plan.kv_bytes_per_token;
+    plan.kv_capacity_bytes = std::floor(plan.kv_capacity_bytes / block_bytes) * block_bytes;
+  }
   if (plan.kv_capacity_bytes <= 0.0) {
     // Advice the node can take: a higher degree only where it has the GPUs for one.
     const std::string advice = 2 * run.tensor_parallel_degree() <= node.gpus_per_node()

@@ -179,9 +179,8 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
     const std::string preemption = admission.has_swap()
                                        ? "swapped to host memory (" +
                                              format_double(admission.swap().space_gib()) +
-                                             " GiB of swap space per GPU, blocks of " +
-                                             std::to_string(admission.swap().block_tokens()) +
-                                             " tokens) or, without room there, recomputed"
+                                             " GiB of swap space per GPU, a copy per "
+                                             "block) or, without room there, recomputed"
                                        : "recomputed";
     report.notes.push_back("requests admitted on demand (workload.on_demand_admission, watermark " +
                            format_double(admission.watermark()) +
@@ -196,6 +195,17 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
     }
   }
   const MemoryPlan& plan = engine.memory();
+  if (plan.block_tokens > 0) {
+    const double block_bytes = plan.block_tokens * plan.kv_bytes_per_token;
+    report.notes.push_back(
+        "KV memory in blocks of " + std::to_string(plan.block_tokens) +
+        " tokens (memory.kv_block_tokens): " +
+        std::to_string(
+            static_cast<std::uint64_t>(std::llround(plan.kv_capacity_bytes / block_bytes))) +
+        " blocks of KV capacity per GPU; full-precision KV in HBM takes whole blocks" +
+        (engine.tiers() != nullptr ? std::string(" (the policy's T0 in blocks of each layer's own)")
+                                   : std::string()));
+  }
   const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);
   const auto& node = run.hardware().node();
   const double tp = run.tensor_parallel_degree();

@@ -9,6 +9,7 @@
 #include "replay/parameters.hpp"
 #include "replay/registry.hpp"
 #include "replay/synthetic_attention.hpp"
+#include "serving/memory_plan.hpp"
 #include "sim/random.hpp"
 #include "traces/synth.hpp"
 
@@ -41,7 +42,8 @@ bool differential(const std::string& canonical) {
 TierDemand::~TierDemand() = default;
 
 TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& policy,
-                       const Workload& workload, DemandMemo* memo) {
+                       const Workload& workload, DemandMemo* memo)
+    : block_tokens_(run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 0) {
   // Past a sliding window a serving engine drops the oldest KV rather than tiering it, and the
   // window caps what attention reads, so a trace step's placement no longer describes the cache.
   if (run.model().has_sliding_window()) {
@@ -199,7 +201,7 @@ void TierDemand::add_demand(std::string source, std::shared_ptr<const MemoDemand
     for (const std::uint32_t layer : replayed.layer_map) {
       const replay::StepLayerRecord& record =
           k == 0 ? demand.start(layer) : demand.at(k - 1, layer);
-      step_hbm += record.tokens[0];
+      step_hbm += in_whole_blocks(record.tokens[0], block_tokens_);
       step_host += record.tokens[1];
       step_compressed += record.tokens[2];
       staged = std::max(staged, static_cast<double>(record.tokens[1]) + record.tokens[2]);
@@ -244,8 +246,8 @@ RequestPeaks TierDemand::request_peaks(const Assignment& assignment,
     take(tail, std::min(context - tail.prompt_tokens - 1, tail.steps - 1), 1.0);
   }
   // The prompt sits whole in HBM while it is prefilled, before the policy sees it.
-  const double prompt =
-      static_cast<double>(request.prompt_tokens) * static_cast<double>(trace.layer_map.size());
+  const double prompt = in_whole_blocks(static_cast<double>(request.prompt_tokens), block_tokens_) *
+                        static_cast<double>(trace.layer_map.size());
   peaks.hbm_token_layers = std::max(peaks.hbm_token_layers, prompt);
   return peaks;
 }

@@ -139,6 +139,15 @@ TEST_CASE("config check accepts the shipped examples", "[cli]") {
                           "/configs/examples/quickstart.textproto' --format json");
   CHECK_THAT(json.out, Catch::Contains("\"valid\": true") &&
                            Catch::Contains("\"kv_tokens_that_fit_per_gpu\""));
+  CHECK_THAT(json.out, !Catch::Contains("kv_blocks_that_fit_per_gpu"));
+  // Paged: the tokens of the whole blocks that fit. 61.642 GiB at 128 KiB a token is 504,975
+  // tokens, 31,560 whole 16-token blocks.
+  const Result paged =
+      run(std::string("config check '") + kvtier::test::source_dir() +
+          "/configs/examples/quickstart.textproto' --set memory.kv_block_tokens=16 --format json");
+  CHECK_THAT(paged.out, Catch::Contains("\"kv_tokens_that_fit_per_gpu\": 504960,") &&
+                            Catch::Contains("\"kv_blocks_that_fit_per_gpu\": 31560,"));
+  CHECK_THAT(json.out, Catch::Contains("\"kv_tokens_that_fit_per_gpu\": 504975,"));
 }
 
 TEST_CASE("config check: each class of bad config gives its message and exit 2", "[cli]") {

@@ -179,7 +179,7 @@ TEST_CASE("inconsistent combinations are reported", "[loader]") {
   SECTION("the swap space comes out of one GPU's share of the host memory") {
     // hgx-h100-8: 1,536 GiB of DDR over 8 GPUs, 192 GiB each.
     const std::vector<std::string> swap = {"workload.on_demand_admission.watermark=0.01",
-                                           "workload.on_demand_admission.swap.block_tokens=16"};
+                                           "memory.kv_block_tokens=16"};
     std::vector<std::string> too_large = swap;
     too_large.emplace_back("workload.on_demand_admission.swap.space_gib=192.5");
     CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), too_large)),
@@ -189,11 +189,41 @@ TEST_CASE("inconsistent combinations are reported", "[loader]") {
     std::vector<std::string> all_of_it = swap;
     all_of_it.emplace_back("workload.on_demand_admission.swap.space_gib=192");
     CHECK(problems<RunSpec>(quickstart_run(), all_of_it).empty());
-    // Both swap fields are required.
+    // The space is required, and so is the memory's block size, the unit a swap copy moves.
+    CHECK_THAT(joined(problems<RunSpec>(
+                   quickstart_run(),
+                   {"workload.on_demand_admission.watermark=0.01", "memory.kv_block_tokens=16",
+                    "workload.on_demand_admission.swap.block_tokens=16"})),
+               Catch::Contains("space_gib"));
     CHECK_THAT(joined(problems<RunSpec>(quickstart_run(),
                                         {"workload.on_demand_admission.watermark=0.01",
                                          "workload.on_demand_admission.swap.space_gib=4"})),
-               Catch::Contains("block_tokens"));
+               Catch::Contains("preemption by swapping copies whole KV blocks: set "
+                               "memory.kv_block_tokens") &&
+                   Catch::Contains("field memory.kv_block_tokens"));
+  }
+  SECTION("the block size moved from the swap to the memory, and an old config says where") {
+    const auto found = joined(
+        problems<RunSpec>(quickstart_run(), {"workload.on_demand_admission.watermark=0.01",
+                                             "workload.on_demand_admission.swap.space_gib=4",
+                                             "workload.on_demand_admission.swap.block_tokens=64"}));
+    CHECK_THAT(found, Catch::Contains("the KV block size moved to memory.kv_block_tokens") &&
+                          Catch::Contains("set kv_block_tokens: 64 in memory") &&
+                          Catch::Contains("field workload.on_demand_admission.swap.block_tokens"));
+    // Still refused beside the new field: one block size, in one place.
+    CHECK_THAT(joined(problems<RunSpec>(
+                   quickstart_run(),
+                   {"workload.on_demand_admission.watermark=0.01",
+                    "workload.on_demand_admission.swap.space_gib=4", "memory.kv_block_tokens=64",
+                    "workload.on_demand_admission.swap.block_tokens=64"})),
+               Catch::Contains("moved to memory.kv_block_tokens"));
+  }
+  SECTION("a KV block holds 1 to 4096 tokens") {
+    CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"memory.kv_block_tokens=0"})),
+               Catch::Contains("kv_block_tokens"));
+    CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"memory.kv_block_tokens=4097"})),
+               Catch::Contains("kv_block_tokens"));
+    CHECK(problems<RunSpec>(quickstart_run(), {"memory.kv_block_tokens=4096"}).empty());
   }
   SECTION("the GPU must run the model's math format") {
     CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"hardware.node.preset=dgx-a100-8",

@@ -148,35 +148,94 @@ TEST_CASE("on-demand admission runs more at once and preempts the last admitted 
         kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "v"));
 }
 
-TEST_CASE("preemption by swapping copies the KV out and back in, and the request resumes",
+TEST_CASE("paged KV memory takes whole blocks, so the same requests are preempted sooner",
           "[serving]") {
-  // The two requests above, now swapped: the second is swapped out at g = 222 with its 2,221
-  // tokens of KV, waits until the first finishes (iteration 500), is swapped in and decodes its
-  // other 278 tokens: 778 iterations again, without a prefill.
+  // The two requests above in 16-token blocks: the 4,444 tokens of KV capacity are 277 whole
+  // blocks (4,432 tokens), and a request with 2,000 + g tokens takes ceil((2,000 + g) / 16)
+  // blocks. Both fit through g = 208 (138 blocks each); at g = 209 (139 each) the second is
+  // preempted with 2,208 tokens, recomputed after the first ends at iteration 500, and decodes
+  // its other 291 tokens: 791 iterations, against 778 counted a token at a time.
   std::vector<std::string> sets = two_requests_short_of_kv();
   sets.emplace_back("workload.on_demand_admission.watermark=0.01");
+  const auto by_token = metrics(run_with(sets));
+  sets.emplace_back("memory.kv_block_tokens=16");
+  const RunSpec run = run_with(sets);
+  const auto paged = metrics(run);
+  kvtier::sim::Simulator simulator;
+  const kvtier::serving::ServingEngine engine(
+      simulator, run, kvtier::serving::make_workload(run.workload(), run.seed()));
+  const double block_bytes = 16 * engine.memory().kv_bytes_per_token;
+  CHECK(engine.memory().kv_capacity_bytes == 277 * block_bytes);
+  CHECK(paged.at("hbm_kv_capacity_gib") == Approx(277 * block_bytes / (1 << 30)));
+  CHECK(by_token.at("hbm_kv_capacity_gib") > paged.at("hbm_kv_capacity_gib"));
+  CHECK(by_token.at("preempted_kv_tokens") == 2221);
+  CHECK(by_token.at("iterations") == 778);
+  CHECK(paged.at("preemptions") == 1);
+  CHECK(paged.at("preempted_kv_tokens") == 2208);
+  CHECK(paged.at("iterations") == 791);
+  CHECK(paged.at("requests_completed") == 2);
+  // The largest KV held: both at g = 208, 276 blocks.
+  CHECK(paged.at("hbm_kv_used_peak_gib") == Approx(276 * block_bytes / (1 << 30)));
+  const auto notes = kvtier::serving::simulate(run).notes;
+  CHECK(std::any_of(notes.begin(), notes.end(), [](const std::string& note) {
+    return note.find("KV memory in blocks of 16 tokens (memory.kv_block_tokens): 277 blocks") !=
+           std::string::npos;
+  }));
+}
+
+TEST_CASE("whole-request reservations reserve whole blocks", "[serving]") {
+  // 100 + 10 tokens a request: 110 tokens of KV, 128 in 64-token blocks. The largest batch is
+  // the capacity's whole blocks over two blocks a request.
+  const std::vector<std::string> sets = {"workload.closed_loop.prompt_tokens.fixed_tokens=100",
+                                         "workload.closed_loop.output_tokens.fixed_tokens=10"};
+  std::vector<std::string> paged_sets = sets;
+  paged_sets.emplace_back("memory.kv_block_tokens=64");
+  const RunSpec run = run_with(paged_sets);
+  kvtier::sim::Simulator simulator;
+  const kvtier::serving::ServingEngine engine(
+      simulator, run, kvtier::serving::make_workload(run.workload(), run.seed()));
+  const double token_bytes = engine.memory().kv_bytes_per_token;
+  CHECK(engine.hbm_reservation(0) == 128 * token_bytes);
+  const double blocks = engine.memory().kv_capacity_bytes / (64 * token_bytes);
+  CHECK(blocks == std::floor(blocks));
+  CHECK(metrics(run).at("largest_batch_that_fits") == std::floor(blocks / 2));
+  const RunSpec by_token = run_with(sets);
+  kvtier::sim::Simulator other;
+  const kvtier::serving::ServingEngine unpaged(
+      other, by_token, kvtier::serving::make_workload(by_token.workload(), by_token.seed()));
+  CHECK(unpaged.hbm_reservation(0) == 110 * token_bytes);
+}
+
+TEST_CASE("preemption by swapping copies the KV out and back in, and the request resumes",
+          "[serving]") {
+  // The two requests above in 16-token blocks, now swapped: the second is swapped out at
+  // g = 209 with its 2,208 tokens (138 blocks) of KV, waits until the first finishes (iteration
+  // 500), is swapped in and decodes its other 291 tokens: 791 iterations again, without a
+  // prefill.
+  std::vector<std::string> sets = two_requests_short_of_kv();
+  sets.emplace_back("workload.on_demand_admission.watermark=0.01");
+  sets.emplace_back("memory.kv_block_tokens=16");
   const auto recomputing = metrics(run_with(sets));
   sets.emplace_back("workload.on_demand_admission.swap.space_gib=1");
-  sets.emplace_back("workload.on_demand_admission.swap.block_tokens=16");
   const RunSpec run = run_with(sets);
   const auto values = metrics(run);
-  CHECK(values.at("iterations") == 778);
+  CHECK(values.at("iterations") == 791);
   CHECK(values.at("preemptions") == 1);
   CHECK(values.at("swapped_preemptions") == 1);
   CHECK(values.at("preempted_kv_tokens") == 0);
   CHECK(values.at("requests_completed") == 2);
-  // 2,221 tokens of 128 KiB each way, one copy per 16-token block of each layer's keys or
-  // values (139 blocks, 32 layers), before the forward passes of iterations 222 and 501.
+  // 2,208 tokens of 128 KiB each way, one copy per 16-token block of each layer's keys or
+  // values (138 blocks, 32 layers), before the forward passes of iterations 209 and 501.
   kvtier::sim::Simulator simulator;
   const kvtier::serving::ServingEngine engine(
       simulator, run, kvtier::serving::make_workload(run.workload(), run.seed()));
-  const double bytes = 2221 * engine.memory().kv_bytes_per_token;
+  const double bytes = 2208 * engine.memory().kv_bytes_per_token;
   CHECK(values.at("swap_out_gb") == Approx(bytes / 1e9));
   CHECK(values.at("swap_in_gb") == Approx(bytes / 1e9));
   CHECK(values.at("pcie_d2h_gb") == values.at("swap_out_gb"));
   CHECK(values.at("pcie_h2d_gb") == values.at("swap_in_gb"));
   const kvtier::serving::CopyRates rates = kvtier::serving::measure_swap_rates(run);
-  const std::uint64_t copies = 2 * 32 * 139;
+  const std::uint64_t copies = 2 * 32 * 138;
   const Tick swaps =
       kvtier::serving::swap_time(bytes, copies, rates.d2h_bytes_per_s, rates.d2h_setup) +
       kvtier::serving::swap_time(bytes, copies, rates.h2d_bytes_per_s, rates.h2d_setup);
@@ -187,7 +246,7 @@ TEST_CASE("preemption by swapping copies the KV out and back in, and the request
   // The swap space comes out of the GPU's share of host memory.
   CHECK(values.at("swap_space_gib") == 1.0);
   CHECK(values.at("host_kv_capacity_gib") == Approx(recomputing.at("host_kv_capacity_gib") - 1));
-  // Against the recompute: the same iterations, the second request's 2,222-token prefill
+  // Against the recompute: the same iterations, the second request's 2,209-token prefill
   // traded for the copies. The first request's decodes alone cost the same either way.
   CHECK(values.at("iterations") == recomputing.at("iterations"));
   CHECK(values.at("duration_s") != recomputing.at("duration_s"));
@@ -196,10 +255,10 @@ TEST_CASE("preemption by swapping copies the KV out and back in, and the request
 TEST_CASE("a swap space too small for the victim recomputes it instead", "[serving]") {
   std::vector<std::string> sets = two_requests_short_of_kv();
   sets.emplace_back("workload.on_demand_admission.watermark=0.01");
+  sets.emplace_back("memory.kv_block_tokens=16");
   const auto recomputing = metrics(run_with(sets));
-  // 0.25 GiB holds 2,048 tokens of KV, not the 2,221 the victim holds.
+  // 0.25 GiB holds 2,048 tokens of KV, not the 2,208 the victim holds.
   sets.emplace_back("workload.on_demand_admission.swap.space_gib=0.25");
-  sets.emplace_back("workload.on_demand_admission.swap.block_tokens=16");
   const RunSpec run = run_with(sets);
   const auto values = metrics(run);
   CHECK(values.at("preemptions") == 1);

@@ -392,6 +392,49 @@ TEST_CASE("tiered with everything in HBM and no eviction simulates exactly like 
   CHECK(tiered_staggered.at("hbm_saved_mean_gib") == Approx(0.0).margin(1e-9));
 }
 
+TEST_CASE("in a paged cache, tiered with everything in HBM still simulates exactly like full",
+          "[tiers]") {
+  // Each layer's T0 in whole blocks, as the full cache's KV: 513 + g tokens take the blocks
+  // either count gives, so nothing is saved by counting the tiers differently.
+  for (const char* block : {"16", "64", "1000"}) {
+    INFO("block " << block);
+    const std::vector<std::string> paged = {std::string("memory.kv_block_tokens=") + block,
+                                            "workload.prefill_chunk_tokens=256"};
+    const auto full = metrics(tiered_run("full", paged));
+    const auto tiered = metrics(tiered_run("tiered:hbm=1.0,evict=0.0", paged));
+    CHECK(tiered.at("duration_s") == full.at("duration_s"));
+    CHECK(tiered.at("hbm_kv_used_peak_gib") == Approx(full.at("hbm_kv_used_peak_gib")));
+    CHECK(tiered.at("hbm_kv_used_mean_gib") ==
+          Approx(full.at("hbm_kv_used_mean_gib")).epsilon(1e-9));
+    CHECK(tiered.at("hbm_saved_peak_gib") == Approx(0.0).margin(1e-9));
+    CHECK(tiered.at("hbm_kv_reserved_peak_gib") == Approx(full.at("hbm_kv_reserved_peak_gib")));
+    // And the blocks cost what they should: more than the tokens alone.
+    const auto by_token = metrics(tiered_run("full", {"workload.prefill_chunk_tokens=256"}));
+    CHECK(full.at("hbm_kv_used_mean_gib") > by_token.at("hbm_kv_used_mean_gib"));
+  }
+}
+
+TEST_CASE("in a paged cache a tiered request reserves each layer's T0 in whole blocks", "[tiers]") {
+  const std::string policy = "tiered:hbm=0.5,evict=0,delta=64,recent=32";
+  const std::vector<std::string> one = {"workload.closed_loop.concurrency=1",
+                                        "workload.closed_loop.num_requests=1"};
+  std::vector<std::string> paged = one;
+  paged.emplace_back("memory.kv_block_tokens=4096");
+  const RunSpec by_token = tiered_run(policy, one);
+  const RunSpec run = tiered_run(policy, paged);
+  const kvtier::serving::Workload workload =
+      kvtier::serving::make_workload(run.workload(), run.seed());
+  const kvtier::serving::TierDemand tokens(by_token, by_token.policy(), workload);
+  const kvtier::serving::TierDemand blocks(run, run.policy(), workload);
+  // 512 + 512 tokens: any layer's T0 fits one 4,096-token block, which each of the 32 layers
+  // then reserves.
+  CHECK(tokens.peaks(0).hbm_token_layers < 32 * 4096.0);
+  CHECK(blocks.peaks(0).hbm_token_layers == 32 * 4096.0);
+  // Blocks page T0 only: the host tiers and the staging buffer are counted as before.
+  CHECK(blocks.peaks(0).host_token_layers == tokens.peaks(0).host_token_layers);
+  CHECK(blocks.peaks(0).staged_tokens == tokens.peaks(0).staged_tokens);
+}
+
 namespace {
 
 // 32 requests of 2,048 + 2,048 tokens starting together, admitted on demand.
@@ -418,7 +461,7 @@ void check_served_within_memory(const std::map<std::string, double>& values) {
 // Preemption by swapping into `space_gib` of swap space per GPU, in vLLM's 16-token blocks.
 void add_swapping(std::vector<std::string>& sets, const std::string& space_gib) {
   sets.push_back("workload.on_demand_admission.swap.space_gib=" + space_gib);
-  sets.emplace_back("workload.on_demand_admission.swap.block_tokens=16");
+  sets.emplace_back("memory.kv_block_tokens=16");
 }
 
 }  // namespace
@@ -529,8 +572,16 @@ TEST_CASE("with swapping, a preemption for host memory passes the T1/T2 to the s
 
   // A victim is swapped only when the swap space holds it whole, T0 and T1/T2: the space is
   // never overfilled, and with a decoding victim it holds more than was ever copied to it.
+  // Here (16-token blocks) the one victim swapped takes 0.39 GiB: 0.35 GiB holds none.
+  std::vector<std::string> too_small = on_demand_long_requests();
+  too_small.emplace_back("hardware.node.gpu.memory_capacity=28GiB");
+  add_swapping(too_small, "0.35");
+  const auto none = metrics(tiered_run("tiered:hbm=0.3,evict=0.0", too_small));
+  CHECK(none.at("preemptions") > 0);
+  CHECK(none.at("swapped_preemptions") == 0);
+  CHECK(none.at("swap_space_used_peak_gib") == 0.0);
   bool handed_over = false;
-  for (const char* space : {"0.25", "0.35", "0.5"}) {
+  for (const char* space : {"0.4", "0.5", "0.8"}) {
     std::vector<std::string> pressure = on_demand_long_requests();
     pressure.emplace_back("hardware.node.gpu.memory_capacity=28GiB");
     add_swapping(pressure, space);
