@@ -48,6 +48,12 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       host_reserved_(simulator),
       swap_used_(simulator) {
   if (run.workload().on_demand_admission().has_swap()) {
+    // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
+    // here, since a swap copy is a block.
+    if (plan_.block_tokens == 0) {
+      throw ConfigError("preemption by swapping copies whole KV blocks: set memory.kv_block_tokens",
+                        "field memory.kv_block_tokens");
+    }
     swapping_ = true;
     swap_rates_ = measure_swap_rates(run);
   }
@@ -194,7 +200,9 @@ std::uint64_t ServingEngine::attended(const Request& request, std::uint64_t gene
 double ServingEngine::hbm_reservation(std::uint32_t request) const {
   const RequestSpec& spec = requests_[request].spec;
   if (tiers_ == nullptr) {
-    return plan_.peak_kv_bytes_for(spec.prompt_tokens + spec.output_tokens);
+    // Its KV at its last decode step: the prompt and every generated token but the last, whose
+    // KV is never written (as a tiered request's last context, tier_demand.cpp).
+    return plan_.peak_kv_bytes_for(spec.prompt_tokens + spec.output_tokens - 1);
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
   return (peaks.hbm_token_layers + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
@@ -382,11 +390,12 @@ ServingEngine::Footprint ServingEngine::planned_footprint() const {
 }
 
 std::uint64_t ServingEngine::swap_copies(double bytes) const {
-  // Its blocks in each layer: those it holds for a whole cache (or a prompt being prefilled),
-  // the mean over layers of T0 with a tier policy rounded up to whole blocks.
-  const auto tokens = static_cast<std::uint64_t>(std::llround(bytes / plan_.kv_bytes_per_token));
-  const std::uint64_t blocks = (tokens + plan_.block_tokens - 1) / plan_.block_tokens;
-  return 2 * std::uint64_t{run_.model().num_hidden_layers()} * blocks;
+  // Its HBM KV is whole blocks of one layer each: the blocks of a whole cache (or a prompt being
+  // prefilled) in every layer, or each layer's T0 blocks with a tier policy. One copy each for
+  // its keys and for its values.
+  const double layer_block_bytes = plan_.block_tokens * plan_.kv_bytes_per_token /
+                                   static_cast<double>(run_.model().num_hidden_layers());
+  return 2 * static_cast<std::uint64_t>(std::llround(bytes / layer_block_bytes));
 }
 
 void ServingEngine::preempt(std::uint32_t id) {

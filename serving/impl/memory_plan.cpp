@@ -61,8 +61,11 @@ double in_whole_blocks(double tokens, std::uint32_t block_tokens) {
   if (block_tokens == 0) {
     return tokens;
   }
+  // A projected share computed as a · (c − 1) / P + 1 may land a few ulps past a block's end
+  // when it is that end exactly; it must not take a block more.
+  constexpr double kUlpsOfBlocks = 1e-9;
   const double block = block_tokens;
-  return std::ceil(tokens / block) * block;
+  return std::ceil(tokens / block - kUlpsOfBlocks) * block;
 }
 
 std::string MemoryPlan::breakdown() const {
@@ -86,6 +89,12 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   // DDR (configs/impl/consistency.cpp keeps the swap space below it).
   const auto& admission = run.workload().on_demand_admission();
   plan.swap_space_bytes = admission.has_swap() ? admission.swap().space_gib() * kGiB : 0.0;
+  plan.block_tokens = run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 0;
+  if (plan.block_tokens > 0) {
+    // As vLLM sizes its caches: the whole blocks the memory given holds (below, HBM's too).
+    const double block_bytes = plan.block_tokens * plan.kv_bytes_per_token;
+    plan.swap_space_bytes = std::floor(plan.swap_space_bytes / block_bytes) * block_bytes;
+  }
   plan.host_kv_capacity_bytes =
       node.host().capacity_gib() * kGiB / node.gpus_per_node() - plan.swap_space_bytes;
   if (plan.host_kv_capacity_bytes < 0.0) {
@@ -95,9 +104,7 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   }
   plan.kv_capacity_bytes =
       plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;
-  plan.block_tokens = run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 0;
   if (plan.block_tokens > 0 && plan.kv_capacity_bytes > 0.0) {
-    // As vLLM sizes its cache: the whole blocks the memory left holds.
     const double block_bytes = plan.block_tokens * plan.kv_bytes_per_token;
     plan.kv_capacity_bytes = std::floor(plan.kv_capacity_bytes / block_bytes) * block_bytes;
   }

@@ -234,7 +234,14 @@ RequestPeaks TierDemand::request_peaks(const Assignment& assignment,
   if (context <= trace.prompt_tokens) {
     // The start placement's shares over at most `context` tokens (at() scales them likewise).
     const double scale = static_cast<double>(context) / static_cast<double>(trace.prompt_tokens);
-    peaks.hbm_token_layers = trace.max_hbm[0] * scale;
+    // T0 grows with the context: its most is what at() holds after the last step, each layer's
+    // share over the context's earlier tokens and the step's own, in whole blocks of its own.
+    const double earlier =
+        static_cast<double>(context - 1) / static_cast<double>(trace.prompt_tokens);
+    for (const std::uint32_t layer : trace.layer_map) {
+      peaks.hbm_token_layers +=
+          in_whole_blocks(trace.demand().start(layer).tokens[0] * earlier + 1.0, block_tokens_);
+    }
     peaks.host_token_layers = trace.max_host[0] * scale;
     peaks.compressed_token_layers = trace.max_compressed[0] * scale;
     peaks.staged_tokens = trace.max_staged[0] * scale;

@@ -184,10 +184,11 @@ TEST_CASE("paged KV memory takes whole blocks, so the same requests are preempte
 }
 
 TEST_CASE("whole-request reservations reserve whole blocks", "[serving]") {
-  // 100 + 10 tokens a request: 110 tokens of KV, 128 in 64-token blocks. The largest batch is
-  // the capacity's whole blocks over two blocks a request.
+  // 100 + 29 tokens a request: it holds at most 128 tokens of KV (its last token's is never
+  // written), two 64-token blocks. The largest batch is the capacity's whole blocks over two
+  // blocks a request.
   const std::vector<std::string> sets = {"workload.closed_loop.prompt_tokens.fixed_tokens=100",
-                                         "workload.closed_loop.output_tokens.fixed_tokens=10"};
+                                         "workload.closed_loop.output_tokens.fixed_tokens=29"};
   std::vector<std::string> paged_sets = sets;
   paged_sets.emplace_back("memory.kv_block_tokens=64");
   const RunSpec run = run_with(paged_sets);
@@ -199,11 +200,49 @@ TEST_CASE("whole-request reservations reserve whole blocks", "[serving]") {
   const double blocks = engine.memory().kv_capacity_bytes / (64 * token_bytes);
   CHECK(blocks == std::floor(blocks));
   CHECK(metrics(run).at("largest_batch_that_fits") == std::floor(blocks / 2));
+  // One token more takes a third block.
+  std::vector<std::string> longer = paged_sets;
+  longer.emplace_back("workload.closed_loop.output_tokens.fixed_tokens=30");
+  const RunSpec longer_run = run_with(longer);
+  kvtier::sim::Simulator longer_simulator;
+  const kvtier::serving::ServingEngine longer_engine(
+      longer_simulator, longer_run,
+      kvtier::serving::make_workload(longer_run.workload(), longer_run.seed()));
+  CHECK(longer_engine.hbm_reservation(0) == 192 * token_bytes);
   const RunSpec by_token = run_with(sets);
   kvtier::sim::Simulator other;
   const kvtier::serving::ServingEngine unpaged(
       other, by_token, kvtier::serving::make_workload(by_token.workload(), by_token.seed()));
-  CHECK(unpaged.hbm_reservation(0) == 110 * token_bytes);
+  CHECK(unpaged.hbm_reservation(0) == 128 * token_bytes);
+}
+
+TEST_CASE("with a sliding window a paged request reserves the most blocks its window spans",
+          "[serving]") {
+  // A 1,000-token window in 16-token blocks: 63 blocks when it starts a block's 0th to 8th
+  // token, 64 from its 9th on (999 = 62 · 16 + 7), which a context of 1,009 tokens reaches.
+  const std::vector<std::string> window = {"model.sliding_window=1000",
+                                           "workload.closed_loop.prompt_tokens.fixed_tokens=900",
+                                           "memory.kv_block_tokens=16"};
+  const auto reservation = [&window](const std::string& output) {
+    std::vector<std::string> sets = window;
+    sets.push_back("workload.closed_loop.output_tokens.fixed_tokens=" + output);
+    const RunSpec run = run_with(sets);
+    kvtier::sim::Simulator simulator;
+    const kvtier::serving::ServingEngine engine(
+        simulator, run, kvtier::serving::make_workload(run.workload(), run.seed()));
+    return engine.hbm_reservation(0) / engine.memory().kv_bytes_per_token;
+  };
+  CHECK(reservation("50") == 960);     // 949 tokens: 60 blocks, inside the window
+  CHECK(reservation("101") == 1008);   // 1,000 tokens, the window from position 0: 63 blocks
+  CHECK(reservation("109") == 1008);   // 1,008 tokens: the window starts at 8, still 63
+  CHECK(reservation("110") == 1024);   // 1,009 tokens: it starts at 9 and spans 64
+  CHECK(reservation("2000") == 1024);  // never more
+  // And it runs: the window's blocks are what it holds.
+  std::vector<std::string> sets = window;
+  sets.emplace_back("workload.closed_loop.output_tokens.fixed_tokens=200");
+  const auto values = metrics(run_with(sets));
+  CHECK(values.at("requests_completed") == 8);
+  CHECK(values.at("output_tokens") == 8 * 200);
 }
 
 TEST_CASE("preemption by swapping copies the KV out and back in, and the request resumes",
@@ -252,6 +291,17 @@ TEST_CASE("preemption by swapping copies the KV out and back in, and the request
   CHECK(values.at("duration_s") != recomputing.at("duration_s"));
 }
 
+TEST_CASE("a run built in code that swaps without KV blocks is refused", "[serving]") {
+  RunSpec run = run_with({"workload.on_demand_admission.watermark=0.01"});
+  run.mutable_workload()->mutable_on_demand_admission()->mutable_swap()->set_space_gib(1);
+  kvtier::sim::Simulator simulator;
+  CHECK_THROWS_AS(kvtier::serving::ServingEngine(
+                      simulator, run, kvtier::serving::make_workload(run.workload(), run.seed())),
+                  kvtier::ConfigError);
+  CHECK_THROWS_WITH(kvtier::serving::simulate(run),
+                    Catch::Contains("preemption by swapping copies whole KV blocks"));
+}
+
 TEST_CASE("a swap space too small for the victim recomputes it instead", "[serving]") {
   std::vector<std::string> sets = two_requests_short_of_kv();
   sets.emplace_back("workload.on_demand_admission.watermark=0.01");
@@ -296,8 +346,18 @@ TEST_CASE("on-demand admission without memory pressure runs exactly as reservati
     INFO(name);
     CHECK(on_demand.at(name) == reserving.at(name));
   }
-  // What it holds rather than what whole lives would take.
-  CHECK(on_demand.at("hbm_kv_reserved_peak_gib") < reserving.at("hbm_kv_reserved_peak_gib"));
+  // What it holds rather than what whole lives would take: the same here, where the four
+  // requests of each wave start and end together and so all hold their whole lives at their
+  // last step; less where their lives end apart.
+  CHECK(on_demand.at("hbm_kv_reserved_peak_gib") ==
+        Approx(reserving.at("hbm_kv_reserved_peak_gib")).epsilon(1e-12));
+  const std::vector<std::string> apart = {
+      "workload.closed_loop.output_tokens.uniform.min_tokens=2",
+      "workload.closed_loop.output_tokens.uniform.max_tokens=64"};
+  std::vector<std::string> apart_on_demand = apart;
+  apart_on_demand.emplace_back("workload.on_demand_admission.watermark=0.01");
+  CHECK(metrics(run_with(apart_on_demand)).at("hbm_kv_reserved_peak_gib") <
+        metrics(run_with(apart)).at("hbm_kv_reserved_peak_gib"));
 }
 
 TEST_CASE("on-demand admission lets a request run alone whatever the watermark", "[serving]") {

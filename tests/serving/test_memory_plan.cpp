@@ -85,3 +85,17 @@ TEST_CASE("a sliding window in blocks spans the blocks its first and last positi
   CHECK(mistral.allocated_tokens(4112) == 4096);
   CHECK(mistral.peak_allocated_tokens(4112) == 4112);
 }
+
+TEST_CASE("a projected share a few ulps past a block's end takes no block more", "[serving]") {
+  using kvtier::serving::in_whole_blocks;
+  // A share of 83 start tokens over 47 of a trace prompt's 83, plus the step's own token: 48 in
+  // exact arithmetic, a few ulps above in doubles.
+  const double share = 83.0 * (47.0 / 83.0) + 1.0;
+  REQUIRE(share > 48.0);
+  CHECK(in_whole_blocks(share, 16) == 48.0);
+  CHECK(in_whole_blocks(48.0, 16) == 48.0);
+  CHECK(in_whole_blocks(48.001, 16) == 64.0);
+  CHECK(in_whole_blocks(0.0, 16) == 0.0);
+  CHECK(in_whole_blocks(0.5, 16) == 16.0);
+  CHECK(in_whole_blocks(47.25, 0) == 47.25);  // no blocks: as it is
+}

@@ -394,42 +394,100 @@ TEST_CASE("tiered with everything in HBM and no eviction simulates exactly like 
 
 TEST_CASE("in a paged cache, tiered with everything in HBM still simulates exactly like full",
           "[tiers]") {
-  // Each layer's T0 in whole blocks, as the full cache's KV: 513 + g tokens take the blocks
-  // either count gives, so nothing is saved by counting the tiers differently.
-  for (const char* block : {"16", "64", "1000"}) {
-    INFO("block " << block);
-    const std::vector<std::string> paged = {std::string("memory.kv_block_tokens=") + block,
-                                            "workload.prefill_chunk_tokens=256"};
-    const auto full = metrics(tiered_run("full", paged));
-    const auto tiered = metrics(tiered_run("tiered:hbm=1.0,evict=0.0", paged));
-    CHECK(tiered.at("duration_s") == full.at("duration_s"));
-    CHECK(tiered.at("hbm_kv_used_peak_gib") == Approx(full.at("hbm_kv_used_peak_gib")));
-    CHECK(tiered.at("hbm_kv_used_mean_gib") ==
-          Approx(full.at("hbm_kv_used_mean_gib")).epsilon(1e-9));
-    CHECK(tiered.at("hbm_saved_peak_gib") == Approx(0.0).margin(1e-9));
-    CHECK(tiered.at("hbm_kv_reserved_peak_gib") == Approx(full.at("hbm_kv_reserved_peak_gib")));
-    // And the blocks cost what they should: more than the tokens alone.
-    const auto by_token = metrics(tiered_run("full", {"workload.prefill_chunk_tokens=256"}));
-    CHECK(full.at("hbm_kv_used_mean_gib") > by_token.at("hbm_kv_used_mean_gib"));
+  // Each layer's T0 in whole blocks, as the full cache's KV: 512 + g tokens take the blocks
+  // either count gives, so nothing is saved by counting the tiers differently. With 513 tokens
+  // out a request's last context (1,024 tokens) ends a block exactly: both reserve it, not one
+  // block more for the last token, whose KV is never written.
+  for (const char* output : {"512", "513"}) {
+    for (const char* block : {"16", "64", "1000"}) {
+      INFO("output " << output << ", block " << block);
+      const std::vector<std::string> paged = {
+          std::string("memory.kv_block_tokens=") + block, "workload.prefill_chunk_tokens=256",
+          std::string("workload.closed_loop.output_tokens.fixed_tokens=") + output};
+      const auto full = metrics(tiered_run("full", paged));
+      const auto tiered = metrics(tiered_run("tiered:hbm=1.0,evict=0.0", paged));
+      CHECK(tiered.at("duration_s") == full.at("duration_s"));
+      CHECK(tiered.at("hbm_kv_used_peak_gib") == Approx(full.at("hbm_kv_used_peak_gib")));
+      CHECK(tiered.at("hbm_kv_used_mean_gib") ==
+            Approx(full.at("hbm_kv_used_mean_gib")).epsilon(1e-9));
+      CHECK(tiered.at("hbm_saved_peak_gib") == Approx(0.0).margin(1e-9));
+      CHECK(tiered.at("hbm_kv_reserved_peak_gib") == Approx(full.at("hbm_kv_reserved_peak_gib")));
+      CHECK(tiered.at("largest_batch_that_fits") == full.at("largest_batch_that_fits"));
+      // And the blocks cost what they should: more than the tokens alone.
+      const auto by_token = metrics(tiered_run(
+          "full", {"workload.prefill_chunk_tokens=256",
+                   std::string("workload.closed_loop.output_tokens.fixed_tokens=") + output}));
+      CHECK(full.at("hbm_kv_used_mean_gib") > by_token.at("hbm_kv_used_mean_gib"));
+    }
   }
 }
 
+namespace {
+
+// A 4-layer synthetic reasoning trace of the test model's shape, written for a run to follow.
+kvtier::traces::SynthOptions trace_options(std::uint64_t prompt_tokens, std::uint64_t steps) {
+  kvtier::traces::SynthOptions options;
+  options.model = tiered_run("full").model();
+  options.model.set_num_hidden_layers(4);
+  options.prompt_tokens = prompt_tokens;
+  options.steps = steps;
+  options.params = kvtier::traces::synthetic_preset("reasoning", 3);
+  options.writer.compression_threads = 0;
+  return options;
+}
+
+}  // namespace
+
+TEST_CASE("in a paged cache, requests shorter than their trace's prompt reserve what they hold",
+          "[tiers]") {
+  // Requests of 50 + 51 tokens read a trace of a 1,000-token prompt's start placement, scaled
+  // to their context: at hbm=1.0 each layer holds all 100 tokens of its last context, 112 in
+  // 16-token blocks, as the full cache does; its share of 99 earlier tokens plus its own must
+  // not gain a block by rounding.
+  const auto folder = std::filesystem::temp_directory_path() / "kvtier-tier-sim-paged-test";
+  std::filesystem::create_directories(folder);
+  const auto trace = folder / "long-prompt.h5";
+  kvtier::traces::write_synthetic_trace(trace, trace_options(1000, 8));
+  for (const char* block : {"16", "100", "128"}) {
+    INFO("block " << block);
+    const std::vector<std::string> sets = {"workload.closed_loop.prompt_tokens.fixed_tokens=50",
+                                           "workload.closed_loop.output_tokens.fixed_tokens=51",
+                                           std::string("memory.kv_block_tokens=") + block};
+    RunSpec full = tiered_run("full", sets);
+    RunSpec tiered = tiered_run("tiered:hbm=1.0,evict=0.0", sets);
+    tiered.mutable_tiering()->add_traces(trace.string());
+    const auto full_values = metrics(full);
+    const auto tiered_values = metrics(tiered);
+    CHECK(tiered_values.at("hbm_kv_reserved_peak_gib") ==
+          Approx(full_values.at("hbm_kv_reserved_peak_gib")));
+    CHECK(tiered_values.at("hbm_kv_used_peak_gib") ==
+          Approx(full_values.at("hbm_kv_used_peak_gib")));
+    CHECK(tiered_values.at("largest_batch_that_fits") == full_values.at("largest_batch_that_fits"));
+  }
+  std::filesystem::remove_all(folder);
+}
+
 TEST_CASE("in a paged cache a tiered request reserves each layer's T0 in whole blocks", "[tiers]") {
-  const std::string policy = "tiered:hbm=0.5,evict=0,delta=64,recent=32";
+  // At hbm=0.9 T0 outgrows the prompt (512 tokens a layer), so it is T0's blocks, not the
+  // prompt's, that the reservation holds: a whole number of blocks in every layer, at most a
+  // block a layer above the tokens.
+  const std::string policy = "tiered:hbm=0.9,evict=0";
   const std::vector<std::string> one = {"workload.closed_loop.concurrency=1",
                                         "workload.closed_loop.num_requests=1"};
   std::vector<std::string> paged = one;
-  paged.emplace_back("memory.kv_block_tokens=4096");
+  paged.emplace_back("memory.kv_block_tokens=16");
   const RunSpec by_token = tiered_run(policy, one);
   const RunSpec run = tiered_run(policy, paged);
   const kvtier::serving::Workload workload =
       kvtier::serving::make_workload(run.workload(), run.seed());
   const kvtier::serving::TierDemand tokens(by_token, by_token.policy(), workload);
   const kvtier::serving::TierDemand blocks(run, run.policy(), workload);
-  // 512 + 512 tokens: any layer's T0 fits one 4,096-token block, which each of the 32 layers
-  // then reserves.
-  CHECK(tokens.peaks(0).hbm_token_layers < 32 * 4096.0);
-  CHECK(blocks.peaks(0).hbm_token_layers == 32 * 4096.0);
+  const double token_peak = tokens.peaks(0).hbm_token_layers;
+  const double block_peak = blocks.peaks(0).hbm_token_layers;
+  REQUIRE(token_peak > 32 * 512.0);
+  CHECK(std::fmod(block_peak, 16.0) == 0.0);
+  CHECK(block_peak > token_peak);
+  CHECK(block_peak < token_peak + 32 * 16.0);
   // Blocks page T0 only: the host tiers and the staging buffer are counted as before.
   CHECK(blocks.peaks(0).host_token_layers == tokens.peaks(0).host_token_layers);
   CHECK(blocks.peaks(0).staged_tokens == tokens.peaks(0).staged_tokens);
@@ -680,13 +738,7 @@ TEST_CASE("requests follow traces, and one too short is refused unless extended"
   const auto folder = std::filesystem::temp_directory_path() / "kvtier-tier-sim-test";
   std::filesystem::create_directories(folder);
   const auto trace = folder / "short.h5";
-  kvtier::traces::SynthOptions options;
-  options.model = tiered_run("full").model();
-  options.model.set_num_hidden_layers(4);
-  options.prompt_tokens = 512;
-  options.steps = 100;  // requests need 511 decode steps
-  options.params = kvtier::traces::synthetic_preset("reasoning", 3);
-  options.writer.compression_threads = 0;
+  kvtier::traces::SynthOptions options = trace_options(512, 100);  // requests need 511 steps
   kvtier::traces::write_synthetic_trace(trace, options);
 
   RunSpec run = tiered_run("tiered:hbm=0.5,evict=0.1");
