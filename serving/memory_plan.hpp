@@ -37,9 +37,14 @@ struct MemoryPlan {
   [[nodiscard]] double kv_bytes_for(std::uint64_t tokens) const;
   // The most KV bytes it occupies while its context grows to `tokens` (peak_allocated_tokens).
   [[nodiscard]] double peak_kv_bytes_for(std::uint64_t tokens) const;
+  // Bytes of one KV block over all layers on this GPU (0 without blocks).
+  [[nodiscard]] double block_bytes() const { return block_tokens * kv_bytes_per_token; }
   // "weights 14.96 GiB + workspace 1.00 GiB + reserve 2.00 GiB = ... of 80.00 GiB".
   [[nodiscard]] std::string breakdown() const;
 };
+
+// memory.kv_block_tokens, or 0 when the run counts KV a token at a time.
+[[nodiscard]] std::uint32_t kv_block_tokens(const config::RunSpec& run);
 
 // One layer's `tokens` (a fractional share where a demand is projected) as the token places of
 // the whole blocks of `block_tokens` they fill (0: as they are): a tier policy's T0 in a paged

@@ -393,8 +393,8 @@ std::uint64_t ServingEngine::swap_copies(double bytes) const {
   // Its HBM KV is whole blocks of one layer each: the blocks of a whole cache (or a prompt being
   // prefilled) in every layer, or each layer's T0 blocks with a tier policy. One copy each for
   // its keys and for its values.
-  const double layer_block_bytes = plan_.block_tokens * plan_.kv_bytes_per_token /
-                                   static_cast<double>(run_.model().num_hidden_layers());
+  const double layer_block_bytes =
+      plan_.block_bytes() / static_cast<double>(run_.model().num_hidden_layers());
   return 2 * static_cast<std::uint64_t>(std::llround(bytes / layer_block_bytes));
 }
 

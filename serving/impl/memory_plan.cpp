@@ -57,6 +57,10 @@ double MemoryPlan::peak_kv_bytes_for(std::uint64_t tokens) const {
   return static_cast<double>(peak_allocated_tokens(tokens)) * kv_bytes_per_token;
 }
 
+std::uint32_t kv_block_tokens(const config::RunSpec& run) {
+  return run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 0;
+}
+
 double in_whole_blocks(double tokens, std::uint32_t block_tokens) {
   if (block_tokens == 0) {
     return tokens;
@@ -89,11 +93,11 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   // DDR (configs/impl/consistency.cpp keeps the swap space below it).
   const auto& admission = run.workload().on_demand_admission();
   plan.swap_space_bytes = admission.has_swap() ? admission.swap().space_gib() * kGiB : 0.0;
-  plan.block_tokens = run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 0;
+  plan.block_tokens = kv_block_tokens(run);
   if (plan.block_tokens > 0) {
     // As vLLM sizes its caches: the whole blocks the memory given holds (below, HBM's too).
-    const double block_bytes = plan.block_tokens * plan.kv_bytes_per_token;
-    plan.swap_space_bytes = std::floor(plan.swap_space_bytes / block_bytes) * block_bytes;
+    plan.swap_space_bytes =
+        std::floor(plan.swap_space_bytes / plan.block_bytes()) * plan.block_bytes();
   }
   plan.host_kv_capacity_bytes =
       node.host().capacity_gib() * kGiB / node.gpus_per_node() - plan.swap_space_bytes;
@@ -105,8 +109,8 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   plan.kv_capacity_bytes =
       plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;
   if (plan.block_tokens > 0 && plan.kv_capacity_bytes > 0.0) {
-    const double block_bytes = plan.block_tokens * plan.kv_bytes_per_token;
-    plan.kv_capacity_bytes = std::floor(plan.kv_capacity_bytes / block_bytes) * block_bytes;
+    plan.kv_capacity_bytes =
+        std::floor(plan.kv_capacity_bytes / plan.block_bytes()) * plan.block_bytes();
   }
   if (plan.kv_capacity_bytes <= 0.0) {
     // Advice the node can take: a higher degree only where it has the GPUs for one.

@@ -196,12 +196,11 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   }
   const MemoryPlan& plan = engine.memory();
   if (plan.block_tokens > 0) {
-    const double block_bytes = plan.block_tokens * plan.kv_bytes_per_token;
     report.notes.push_back(
         "KV memory in blocks of " + std::to_string(plan.block_tokens) +
         " tokens (memory.kv_block_tokens): " +
         std::to_string(
-            static_cast<std::uint64_t>(std::llround(plan.kv_capacity_bytes / block_bytes))) +
+            static_cast<std::uint64_t>(std::llround(plan.kv_capacity_bytes / plan.block_bytes()))) +
         " blocks of KV capacity per GPU; full-precision KV in HBM takes whole blocks" +
         (engine.tiers() != nullptr ? std::string(" (the policy's T0 in blocks of each layer's own)")
                                    : std::string()));

@@ -43,7 +43,7 @@ TierDemand::~TierDemand() = default;
 
 TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& policy,
                        const Workload& workload, DemandMemo* memo)
-    : block_tokens_(run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 0) {
+    : block_tokens_(kv_block_tokens(run)) {
   // Past a sliding window a serving engine drops the oldest KV rather than tiering it, and the
   // window caps what attention reads, so a trace step's placement no longer describes the cache.
   if (run.model().has_sliding_window()) {
