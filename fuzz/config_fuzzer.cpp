@@ -209,13 +209,14 @@ bool small_run(kc::RunSpec& run, const fs::path& file) {
     case kc::WorkloadSpec::kClosedLoop: {
       const auto& loop = workload.closed_loop();
       return loop.num_requests() <= kMaxRequests &&
-             max_tokens(loop.prompt_tokens()) <= kMaxPrompt &&
+             max_tokens(loop.prompt_tokens()) + workload.shared_prefix().tokens() <= kMaxPrompt &&
              max_tokens(loop.output_tokens()) <= kMaxOutput;
     }
     case kc::WorkloadSpec::kPoisson: {
       const auto& poisson = workload.poisson();
       return poisson.num_requests() <= kMaxRequests &&
-             max_tokens(poisson.prompt_tokens()) <= kMaxPrompt &&
+             max_tokens(poisson.prompt_tokens()) + workload.shared_prefix().tokens() <=
+                 kMaxPrompt &&
              max_tokens(poisson.output_tokens()) <= kMaxOutput;
     }
     case kc::WorkloadSpec::kRequestFile: {
@@ -224,14 +225,9 @@ bool small_run(kc::RunSpec& run, const fs::path& file) {
       if (!in_scratch(named)) {
         return false;
       }
-      // The file's requests are checked after reading it.
-      const auto requests = kvtier::serving::parse_request_file(
-          read_file(named), named.string(), workload.request_file().format(),
-          workload.request_file().time_scale());
-      const std::uint64_t taken =
-          workload.request_file().has_max_requests()
-              ? std::min<std::uint64_t>(requests.size(), workload.request_file().max_requests())
-              : requests.size();
+      // The file's requests are checked after reading it (as many as the run takes).
+      const auto requests = kvtier::serving::make_workload(workload, run.seed()).requests;
+      const std::uint64_t taken = requests.size();
       if (taken > kMaxRequests) {
         return false;
       }
@@ -468,18 +464,25 @@ void exercise_published(std::string_view text) {
   }
 }
 
-// A request file of either format, read as `kvtier sim` reads it; the tiny run serves it when
-// its requests are few and short.
+// A request file of any format, read as `kvtier sim` reads it; the tiny run serves it when its
+// requests are few and short (Mooncake's with prefix caching, in blocks of the hash blocks').
 void exercise_requests(std::uint8_t format_byte, std::string_view text) {
   const fs::path path = scratch().root() / "configs/workloads/fuzzed.csv";
   write_file(path, text);
-  const kc::RequestFileFormat format = format_byte % 2 == 0 ? kc::AZURE_CSV : kc::KVTIER_CSV;
-  const double time_scale = format_byte % 4 < 2 ? 1.0 : 1e-3;
+  constexpr std::array kFormats = {kc::AZURE_CSV, kc::KVTIER_CSV, kc::MOONCAKE_JSONL};
+  const kc::RequestFileFormat format = kFormats[format_byte % 3];
+  const double time_scale = format_byte % 6 < 3 ? 1.0 : 1e-3;
   kc::RunSpec run = tiny_run();
   kc::WorkloadSpec& workload = *run.mutable_workload();
   workload.mutable_request_file()->set_path(path.string());
   workload.mutable_request_file()->set_format(format);
   workload.mutable_request_file()->set_time_scale(time_scale);
+  if (format == kc::MOONCAKE_JSONL) {
+    const std::uint32_t hash_block_tokens = 1U << (format_byte / 6 % 10);  // 1 to 512
+    workload.mutable_request_file()->set_hash_block_tokens(hash_block_tokens);
+    run.mutable_memory()->set_kv_block_tokens(std::min<std::uint32_t>(hash_block_tokens, 16));
+    run.mutable_memory()->set_prefix_caching(true);
+  }
   static_cast<void>(kvtier::serving::make_workload(workload, run.seed()));
   if (small_run(run, path)) {
     check_and_simulate(run);
@@ -623,6 +626,13 @@ void write_seeds(const fs::path& folder) {
   write_seed(folder, "kvtier", Target::kRequests,
              std::string(1, '\1') +
                  "arrival_s,prompt_tokens,output_tokens\n0,100,10\n0.5,200,5\n1.25,64,20\n");
+  // Format byte 50: MOONCAKE_JSONL with hash blocks of 256 tokens.
+  write_seed(folder, "mooncake", Target::kRequests,
+             std::string(1, '\x32') +
+                 "{\"timestamp\": 0, \"input_length\": 300, \"output_length\": 4, "
+                 "\"hash_ids\": [0, 1]}\n"
+                 "{\"timestamp\": 40, \"input_length\": 520, \"output_length\": 2, "
+                 "\"hash_ids\": [0, 2, 3]}\n");
 }
 
 }  // namespace

@@ -26,6 +26,13 @@
 // peak T1 + T2 in host memory. The step's T1 <-> T2 recodes take the host's threads
 // (tiering.host_recode): after the iteration, before the next one (STEP_PATH), or beside the
 // next iteration, the one after it waiting for them (OVERLAPPED).
+//
+// With memory.prefix_caching (the full cache only), full KV blocks are cached by content
+// (prefix_cache.hpp): a request starting a prefill takes the cached blocks its context starts
+// with and prefills from there; the blocks that fill are cached as it goes; blocks no running
+// request holds stay in the KV memory left free, evicted least recently released first as
+// running requests need it. A block held by several requests counts once in what they use and
+// reserve.
 
 #include <cstdint>
 #include <deque>
@@ -37,6 +44,7 @@
 #include "hwmodels/iteration_cost.hpp"
 #include "serving/does_not_fit.hpp"
 #include "serving/memory_plan.hpp"
+#include "serving/prefix_cache.hpp"
 #include "serving/tier_demand.hpp"
 #include "serving/tier_timing.hpp"
 #include "serving/workload.hpp"
@@ -90,6 +98,11 @@ struct ServingTotals {
   double host_recode_bytes = 0.0;
   sim::Tick host_recode_busy;
   sim::Tick host_recode_stall;
+  // Prefix caching: the tokens of the prefills started (each one's whole target, what it looked
+  // up), those of them served from cached blocks, and the cached blocks evicted.
+  std::uint64_t prefix_queried_tokens = 0;
+  std::uint64_t prefix_hit_tokens = 0;
+  std::uint64_t prefix_evicted_blocks = 0;
 };
 
 class ServingEngine {
@@ -165,6 +178,17 @@ class ServingEngine {
     bool swapped = false;
     double swapped_bytes = 0.0;
     std::uint64_t swap_copies = 0;
+    // Prefix caching: its first `cache_held` blocks are cached blocks it holds (taken from the
+    // cache or cached as they filled); the rest are its own. `caching` ends at a block whose
+    // content another request cached first: that one and those after it stay its own.
+    std::uint64_t cache_held = 0;
+    bool caching = true;
+  };
+  // The cached blocks a request starting a prefill would take: how many, and how many of them no
+  // running request holds (which its admission takes out of the free memory).
+  struct PrefixHits {
+    std::uint64_t blocks = 0;
+    std::uint64_t free = 0;
   };
   // The HBM and host bytes a request holds at the end of this iteration's planned work.
   struct Footprint {
@@ -200,6 +224,28 @@ class ServingEngine {
            compressed_token_layers * compressed_bytes_per_token_layer_;
   }
   [[nodiscard]] Footprint planned_footprint() const;
+  // Prefix caching (none without it or once a prefill has begun; at most all but the last
+  // token's blocks, which the prefill computes to give the next token).
+  [[nodiscard]] PrefixHits prefix_hits(std::uint32_t id) const;
+  // Takes them: its prefill starts after them.
+  void take_prefix_hits(std::uint32_t id, const PrefixHits& hits);
+  // Caches the blocks it filled, and lets go of those it holds (finished or preempted).
+  void cache_filled_blocks(std::uint32_t id);
+  void release_cached_blocks(std::uint32_t id);
+  // Evicts free cached blocks until they fit beside what this iteration's requests use.
+  void evict_prefix_cache();
+  // Bytes of the cached blocks a request holds, and of those running requests hold (each once;
+  // both zero without prefix caching).
+  [[nodiscard]] double cached_blocks_held(const Request& request) const {
+    return static_cast<double>(request.cache_held) * plan_.block_bytes();
+  }
+  [[nodiscard]] double cached_blocks_in_use() const {
+    return prefix_cache_ ? static_cast<double>(prefix_cache_->held_blocks()) * plan_.block_bytes()
+                         : 0.0;
+  }
+  // Whole-request reservations with prefix caching: every running request's whole life less the
+  // cached blocks it holds, with those counted once.
+  [[nodiscard]] double shared_reservations() const;
   // Preempts a running request: swapped out when the swap space has room for it, recomputed
   // otherwise.
   void preempt(std::uint32_t id);
@@ -273,6 +319,9 @@ class ServingEngine {
   double swap_in_bytes_now_ = 0.0;
   std::uint64_t swap_out_copies_now_ = 0;
   std::uint64_t swap_in_copies_now_ = 0;
+  // memory.prefix_caching (empty without it), over the KV capacity's blocks.
+  std::optional<PrefixCache> prefix_cache_;
+  std::uint64_t capacity_blocks_ = 0;
 
   std::vector<Request> requests_;
   std::uint32_t next_arrival_ = 0;

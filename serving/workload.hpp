@@ -22,6 +22,13 @@ struct RequestSpec {
   std::optional<sim::Tick> arrival;
   // The request file's line this request was read from; 0 for generated requests.
   std::uint64_t file_line = 0;
+  // The part of its prompt other requests may share (prefix caching): its first `shared_tokens`
+  // tokens, in segments of `segment_tokens` named by ids, equal ids at the same place meaning
+  // the same content from the prompt's start to the segment's end (Mooncake's hash ids; a
+  // generated shared prefix is one segment). Empty: nothing shared.
+  std::uint64_t shared_tokens = 0;
+  std::uint64_t segment_tokens = 0;
+  std::vector<std::uint64_t> segments{};
 };
 
 struct Workload {
@@ -45,10 +52,18 @@ struct Workload {
 // the file and line (exit 3).
 [[nodiscard]] Workload make_workload(const config::WorkloadSpec& spec, std::uint64_t seed);
 
-// Parses a request file's text (for tests and for make_workload).
+// Parses a CSV request file's text (AZURE_CSV, KVTIER_CSV; for tests and for make_workload).
 [[nodiscard]] std::vector<RequestSpec> parse_request_file(const std::string& text,
                                                           const std::string& file_name,
                                                           config::RequestFileFormat format,
                                                           double time_scale);
+
+// Parses a Mooncake trace (MOONCAKE_JSONL) whose hash ids cover `hash_block_tokens` prompt
+// tokens each. Only whole blocks are shared: a last, partial block's id is ignored, since equal
+// ids there may cover prompts of different lengths (Mooncake's published traces do so).
+[[nodiscard]] std::vector<RequestSpec> parse_mooncake_trace(const std::string& text,
+                                                            const std::string& file_name,
+                                                            double time_scale,
+                                                            std::uint32_t hash_block_tokens);
 
 }  // namespace kvtier::serving

@@ -191,6 +191,23 @@ void check_workload(const WorkloadSpec& workload, const std::string& path, Probl
     problems.push_back(
         {path, "missing workload kind: set one of closed_loop, poisson, request_file"});
   }
+  if (workload.has_shared_prefix() && workload.has_request_file()) {
+    problems.push_back({at(path, "shared_prefix"),
+                        "shared_prefix is for generated workloads: a request file says what its "
+                        "prompts share (format MOONCAKE_JSONL's hash ids)"});
+  }
+  if (workload.has_request_file()) {
+    const RequestFile& file = workload.request_file();
+    if (file.format() == MOONCAKE_JSONL && !file.has_hash_block_tokens()) {
+      problems.push_back({at(path, "request_file.hash_block_tokens"),
+                          "MOONCAKE_JSONL needs the prompt tokens each hash id covers "
+                          "(hash_block_tokens: 512 for Mooncake's traces)"});
+    }
+    if (file.format() != MOONCAKE_JSONL && file.has_hash_block_tokens()) {
+      problems.push_back({at(path, "request_file.hash_block_tokens"),
+                          "only MOONCAKE_JSONL request files carry hash ids"});
+    }
+  }
 }
 
 // Policies other than `full` place tokens outside HBM, so they need to know where their
@@ -258,9 +275,34 @@ void check_swap_space(const RunSpec& run, const std::string& path, Problems& pro
   }
 }
 
+// Prefix caching caches whole blocks of the full cache; the policy is checked by the serving
+// engine, which also simulates the runs `compare` lists.
+void check_prefix_caching(const RunSpec& run, const std::string& path, Problems& problems) {
+  if (!run.memory().prefix_caching()) {
+    return;
+  }
+  const std::string field = at(path, "memory.prefix_caching");
+  if (!run.memory().has_kv_block_tokens()) {
+    problems.push_back({at(path, "memory.kv_block_tokens"),
+                        "prefix caching caches whole KV blocks: set memory.kv_block_tokens "
+                        "(vLLM's block_size, 16 by default)"});
+  }
+  if (run.workload().on_demand_admission().has_swap()) {
+    problems.push_back({field,
+                        "prefix caching is not modelled with preemption by swapping "
+                        "(workload.on_demand_admission.swap): remove one of them"});
+  }
+  if (run.model().has_sliding_window() && run.model().sliding_window() > 0) {
+    problems.push_back({field, "prefix caching is not modelled with a sliding window (model " +
+                                   run.model().name() + " has sliding_window " +
+                                   std::to_string(run.model().sliding_window()) + ")"});
+  }
+}
+
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {
   check_tiering(run, path, problems);
   check_swap_space(run, path, problems);
+  check_prefix_caching(run, path, problems);
   const ModelSpec& model = run.model();
   const NodeSpec& node = run.hardware().node();
   const uint32_t tp = run.tensor_parallel_degree();

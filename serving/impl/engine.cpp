@@ -57,6 +57,30 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     swapping_ = true;
     swap_rates_ = measure_swap_rates(run);
   }
+  if (run.memory().prefix_caching()) {
+    // Checked with the config (configs/impl/consistency.cpp) but for the policy, which only the
+    // simulation knows; a run built in code is held to all of it here.
+    const auto refuse = [](const std::string& why) {
+      throw ConfigError("prefix caching (memory.prefix_caching) " + why,
+                        "field memory.prefix_caching");
+    };
+    if (plan_.block_tokens == 0) {
+      refuse("caches whole KV blocks: set memory.kv_block_tokens");
+    }
+    if (tiers_ != nullptr) {
+      refuse("is modelled with the full cache only, not with policy '" + run.policy().name() +
+             "' (simulate policy full alone: --policy full)");
+    }
+    if (swapping_) {
+      refuse("is not modelled with preemption by swapping (workload.on_demand_admission.swap)");
+    }
+    if (plan_.window_tokens > 0) {
+      refuse("is not modelled with a sliding window (model.sliding_window)");
+    }
+    prefix_cache_.emplace();
+    capacity_blocks_ =
+        static_cast<std::uint64_t>(std::llround(plan_.kv_capacity_bytes / plan_.block_bytes()));
+  }
   if (tiers_ != nullptr) {
     copy_rates_ = measure_copy_rates(run);
     lookahead_ = run.tiering().prefetch_lookahead_layers();
@@ -251,6 +275,13 @@ double ServingEngine::full_kv_in_use() const {
     // The tokens the tiered count holds after the same step.
     bytes += plan_.kv_bytes_for(cached_tokens(request));
   }
+  if (prefix_cache_) {
+    // Cached blocks held once however many requests hold them.
+    for (const std::uint32_t id : running_) {
+      bytes -= cached_blocks_held(requests_[id]);
+    }
+    bytes += cached_blocks_in_use();
+  }
   return bytes;
 }
 
@@ -288,9 +319,16 @@ void ServingEngine::add_chunk(std::uint32_t id, std::uint64_t& budget, hw::Batch
 }
 
 void ServingEngine::admit_reserving(std::uint64_t budget, hw::BatchShape& batch) {
+  if (prefix_cache_) {
+    kv_reserved_bytes_ = shared_reservations();
+  }
   while (budget > 0 && !waiting_.empty() && running_.size() < max_batch_) {
     Request& head = requests_[waiting_.front()];
-    const double kv = hbm_reservation(waiting_.front());
+    // With prefix caching its whole life but the cached blocks it takes, some of which it takes
+    // out of the free memory.
+    const PrefixHits hits = prefix_hits(waiting_.front());
+    const double kv = hbm_reservation(waiting_.front()) -
+                      static_cast<double>(hits.blocks - hits.free) * plan_.block_bytes();
     const double host = host_reservation(waiting_.front());
     const bool hbm_short = kv_reserved_bytes_ + kv > plan_.kv_capacity_bytes;
     const bool host_short = host_reserved_bytes_ + host > plan_.host_kv_capacity_bytes;
@@ -307,8 +345,79 @@ void ServingEngine::admit_reserving(std::uint64_t budget, hw::BatchShape& batch)
     kv_reserved_bytes_ += kv;
     host_reserved_bytes_ += host;
     queue_wait_.record(head.admitted - head.arrival);
+    take_prefix_hits(id, hits);
     admit(id, budget, batch);
   }
+}
+
+double ServingEngine::shared_reservations() const {
+  double bytes = cached_blocks_in_use();
+  for (const std::uint32_t id : running_) {
+    bytes += hbm_reservation(id) - cached_blocks_held(requests_[id]);
+  }
+  return bytes;
+}
+
+ServingEngine::PrefixHits ServingEngine::prefix_hits(std::uint32_t id) const {
+  const Request& request = requests_[id];
+  PrefixHits hits;
+  if (!prefix_cache_ || request.prefilled > 0 || !prefilling(request)) {
+    return hits;
+  }
+  const std::uint64_t limit = (request.prefill_target - 1) / plan_.block_tokens;
+  while (hits.blocks < limit) {
+    const BlockKey key = block_key(request.spec, id, hits.blocks, plan_.block_tokens);
+    if (!prefix_cache_->cached(key)) {
+      break;
+    }
+    hits.free += prefix_cache_->held(key) ? 0 : 1;
+    ++hits.blocks;
+  }
+  return hits;
+}
+
+void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
+  if (!prefix_cache_) {
+    return;
+  }
+  Request& request = requests_[id];
+  totals_.prefix_queried_tokens += request.prefill_target;
+  totals_.prefix_hit_tokens += hits.blocks * plan_.block_tokens;
+  for (std::uint64_t place = 0; place < hits.blocks; ++place) {
+    prefix_cache_->acquire(block_key(request.spec, id, place, plan_.block_tokens));
+  }
+  request.cache_held = hits.blocks;
+  request.prefilled = hits.blocks * plan_.block_tokens;
+}
+
+void ServingEngine::cache_filled_blocks(std::uint32_t id) {
+  Request& request = requests_[id];
+  const std::uint64_t full = cached_tokens(request) / plan_.block_tokens;
+  while (request.caching && request.cache_held < full) {
+    if (prefix_cache_->insert(
+            block_key(request.spec, id, request.cache_held, plan_.block_tokens))) {
+      ++request.cache_held;
+    } else {
+      request.caching = false;
+    }
+  }
+}
+
+void ServingEngine::release_cached_blocks(std::uint32_t id) {
+  Request& request = requests_[id];
+  // Its last blocks first, so that they are the first evicted (as vLLM frees a request's blocks).
+  while (request.cache_held > 0) {
+    --request.cache_held;
+    prefix_cache_->release(block_key(request.spec, id, request.cache_held, plan_.block_tokens));
+  }
+  request.caching = true;
+}
+
+void ServingEngine::evict_prefix_cache() {
+  const auto in_use =
+      static_cast<std::uint64_t>(std::llround(planned_footprint().hbm / plan_.block_bytes()));
+  totals_.prefix_evicted_blocks +=
+      prefix_cache_->evict_down_to(capacity_blocks_ - std::min(capacity_blocks_, in_use));
 }
 
 void ServingEngine::admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
@@ -353,11 +462,13 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
         bytes.host += host_bytes(placed.host, placed.compressed);
       }
     }
+    bytes.hbm -= cached_blocks_held(request);
     return bytes;
   }
   if (tiers_ == nullptr) {
     // The step writes the KV of the newest token.
-    bytes.hbm = plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated);
+    bytes.hbm = plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated) -
+                cached_blocks_held(request);
     return bytes;
   }
   // As the step leaves it (what kv_in_use() counts), with its share of the staging buffer:
@@ -386,6 +497,7 @@ ServingEngine::Footprint ServingEngine::planned_footprint() const {
                                     [id](const PlannedChunk& c) { return c.request == id; });
     add(footprint(id, chunk != prefilling_now_.end() ? chunk->tokens : 0));
   }
+  total.hbm += cached_blocks_in_use();
   return total;
 }
 
@@ -427,6 +539,9 @@ void ServingEngine::preempt(std::uint32_t id) {
     request.prefilled = 0;
     request.tier_hbm = 0.0;
     request.tier_host = 0.0;
+    if (prefix_cache_) {
+      release_cached_blocks(id);
+    }
   }
   running_.erase(std::find(running_.begin(), running_.end(), id));
   waiting_.push_front(id);
@@ -454,8 +569,17 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
   while (!preempted && budget > 0 && !waiting_.empty() && running_.size() < max_batch_) {
     const std::uint32_t id = waiting_.front();
     Request& head = requests_[id];
-    const Footprint first_chunk =
-        footprint(id, std::min(budget, head.prefill_target - head.prefilled));
+    // With prefix caching its prefill starts after the cached blocks it takes; those it takes
+    // out of the free memory count with its first chunk.
+    const PrefixHits hits = prefix_hits(id);
+    Footprint first_chunk;
+    if (hits.blocks > 0) {
+      const std::uint64_t start = hits.blocks * plan_.block_tokens;
+      first_chunk.hbm = plan_.kv_bytes_for(start + std::min(budget, head.prefill_target - start)) -
+                        static_cast<double>(hits.blocks - hits.free) * plan_.block_bytes();
+    } else {
+      first_chunk = footprint(id, std::min(budget, head.prefill_target - head.prefilled));
+    }
     // Alone, a request always fits (its whole life does); the watermark does not hold it back.
     const bool hbm_short = !running_.empty() && need.hbm + first_chunk.hbm > hbm_room;
     const bool host_short = need.host + first_chunk.host > plan_.host_kv_capacity_bytes;
@@ -472,6 +596,7 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
     }
     need.hbm += first_chunk.hbm;
     need.host += first_chunk.host;
+    take_prefix_hits(id, hits);
     admit(id, budget, batch);
   }
   // What this iteration holds at its end: the running requests' KV as planned.
@@ -488,6 +613,9 @@ void ServingEngine::try_start_iteration() {
     admit_reserving(budget, batch);
   }
   batch.logits_tokens += batch.decode_tokens;
+  if (prefix_cache_) {
+    evict_prefix_cache();
+  }
   kv_reserved_.set(kv_reserved_bytes_);
   host_reserved_.set(host_reserved_bytes_);
   running_gauge_.set(static_cast<double>(running_.size()));
@@ -684,6 +812,14 @@ void ServingEngine::finish_iteration() {
       }
     }
   }
+  if (prefix_cache_) {
+    for (const std::uint32_t id : decoding_now_) {
+      cache_filled_blocks(id);
+    }
+    for (const PlannedChunk& chunk : prefilling_now_) {
+      cache_filled_blocks(chunk.request);
+    }
+  }
   std::sort(finished.begin(), finished.end());
   for (const std::uint32_t id : finished) {
     complete(id);
@@ -704,6 +840,9 @@ void ServingEngine::complete(std::uint32_t id) {
   e2e_.record(now - request.arrival);
   kv_reserved_bytes_ -= request.kv_reserved;
   host_reserved_bytes_ -= request.host_reserved;
+  if (prefix_cache_) {
+    release_cached_blocks(id);
+  }
   running_.erase(std::find(running_.begin(), running_.end(), id));
   ++totals_.requests_completed;
   totals_.prompt_tokens += request.spec.prompt_tokens;

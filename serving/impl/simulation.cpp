@@ -205,6 +205,18 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
         (engine.tiers() != nullptr ? std::string(" (the policy's T0 in blocks of each layer's own)")
                                    : std::string()));
   }
+  const double prefix_hit_rate = totals.prefix_queried_tokens > 0
+                                     ? static_cast<double>(totals.prefix_hit_tokens) /
+                                           static_cast<double>(totals.prefix_queried_tokens)
+                                     : 0.0;
+  if (run.memory().prefix_caching()) {
+    report.notes.push_back(
+        "prefix caching (memory.prefix_caching): " + format_fixed(100.0 * prefix_hit_rate, 1) +
+        "% of the tokens prefills looked up came from cached blocks, " +
+        std::to_string(totals.prefix_evicted_blocks) +
+        " cached blocks evicted; largest_batch_* count whole-request reservations without "
+        "sharing");
+  }
   const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);
   const auto& node = run.hardware().node();
   const double tp = run.tensor_parallel_degree();
@@ -260,6 +272,10 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   m.push_back({"swap_out_gb", totals.swap_out_bytes / 1e9, 3});
   m.push_back({"swap_in_gb", totals.swap_in_bytes / 1e9, 3});
   m.push_back({"swap_s", sim::to_seconds(totals.swap_busy), 4});
+  m.push_back({"prefix_cache_hit_tokens", static_cast<double>(totals.prefix_hit_tokens), 0});
+  m.push_back({"prefix_cache_hit_rate", prefix_hit_rate, 4});
+  m.push_back(
+      {"prefix_cache_evicted_blocks", static_cast<double>(totals.prefix_evicted_blocks), 0});
   m.push_back({"engines_per_node", std::floor(node.gpus_per_node() / tp), 0});
 
   const hw::GpuModel& gpu = engine.cost_model().gpu();

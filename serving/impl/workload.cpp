@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <nlohmann/json.hpp>
+
 #include "common/errors.hpp"
 #include "common/input_file.hpp"
 #include "common/text_output.hpp"
@@ -19,6 +21,7 @@ namespace {
 constexpr std::uint64_t kPromptStream = 1;
 constexpr std::uint64_t kOutputStream = 2;
 constexpr std::uint64_t kArrivalStream = 3;
+constexpr std::uint64_t kPrefixStream = 4;
 
 // Standard normal by Box–Muller from two uniforms (written out for reproducibility).
 double standard_normal(sim::RandomStream& random) {
@@ -93,6 +96,45 @@ std::optional<std::uint64_t> parse_count(std::string_view text) {
   return value;
 }
 
+// An arrival `seconds` into the file, replayed at `time_scale`; nullopt when it lies beyond the
+// simulator's clock.
+std::optional<sim::Tick> arrival_at(double seconds, double time_scale) {
+  try {
+    return sim::from_seconds(seconds * time_scale, sim::Rounding::kNearest);
+  } catch (const std::overflow_error&) {
+    return std::nullopt;
+  }
+}
+
+std::string beyond_clock(double seconds, double time_scale) {
+  return "arrival " + format_double(seconds) + " s (times time_scale " + format_double(time_scale) +
+         ") is beyond the simulator's 106 days";
+}
+
+// Draws each request's shared prefix (workload.shared_prefix) and puts it before its prompt.
+void add_shared_prefixes(const config::SharedPrefix& prefix, std::uint64_t seed,
+                         std::vector<RequestSpec>& requests) {
+  // The cumulative popularity of prefixes 0..g, summed in one order so that a seed draws the
+  // same prefixes everywhere.
+  std::vector<double> cumulative(prefix.groups());
+  double total = 0.0;
+  for (std::uint32_t g = 0; g < prefix.groups(); ++g) {
+    total += std::pow(static_cast<double>(g) + 1.0, -prefix.zipf_exponent());
+    cumulative[g] = total;
+  }
+  sim::RandomStream draws(seed, kPrefixStream);
+  for (RequestSpec& request : requests) {
+    const double u = draws.uniform_01() * total;
+    const auto group = static_cast<std::uint64_t>(std::min<std::ptrdiff_t>(
+        std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin(),
+        static_cast<std::ptrdiff_t>(prefix.groups()) - 1));
+    request.prompt_tokens += prefix.tokens();
+    request.shared_tokens = prefix.tokens();
+    request.segment_tokens = prefix.tokens();
+    request.segments = {group};
+  }
+}
+
 }  // namespace
 
 std::uint64_t sample_tokens(const config::TokenCount& count, sim::RandomStream& random) {
@@ -119,6 +161,9 @@ std::uint64_t sample_tokens(const config::TokenCount& count, sim::RandomStream& 
 
 std::vector<RequestSpec> parse_request_file(const std::string& text, const std::string& file_name,
                                             config::RequestFileFormat format, double time_scale) {
+  if (format != config::AZURE_CSV && format != config::KVTIER_CSV) {
+    throw std::invalid_argument("parse_request_file reads the CSV formats only");
+  }
   std::vector<RequestSpec> requests;
   std::istringstream lines(text);
   std::string line;
@@ -182,14 +227,93 @@ std::vector<RequestSpec> parse_request_file(const std::string& text, const std::
     if (!output || *output == 0) {
       fail("output token count '" + std::string(trim(fields[2])) + "' is not a positive integer");
     }
-    sim::Tick arrival;
-    try {
-      arrival = sim::from_seconds(seconds * time_scale, sim::Rounding::kNearest);
-    } catch (const std::overflow_error&) {
-      fail("arrival " + format_double(seconds) + " s (times time_scale " +
-           format_double(time_scale) + ") is beyond the simulator's 106 days");
+    const std::optional<sim::Tick> arrival = arrival_at(seconds, time_scale);
+    if (!arrival) {
+      fail(beyond_clock(seconds, time_scale));
     }
-    requests.push_back(RequestSpec{*prompt, *output, arrival, number});
+    requests.push_back(RequestSpec{*prompt, *output, *arrival, number});
+  }
+  if (requests.empty()) {
+    throw DataError("request file has no requests", file_name);
+  }
+  return requests;
+}
+
+std::vector<RequestSpec> parse_mooncake_trace(const std::string& text, const std::string& file_name,
+                                              double time_scale, std::uint32_t hash_block_tokens) {
+  std::vector<RequestSpec> requests;
+  std::istringstream lines(text);
+  std::string line;
+  std::uint64_t number = 0;
+  double previous = -1.0;
+  auto fail = [&](const std::string& what) -> void {
+    throw DataError(what, file_name + ":" + std::to_string(number));
+  };
+  // A JSON integer in [minimum, 2^63): hash ids are kept below the ids of requests' own blocks
+  // (serving/prefix_cache.hpp).
+  auto count = [&](const nlohmann::json& value, const std::string& what,
+                   std::uint64_t minimum) -> std::uint64_t {
+    if (!value.is_number_integer() ||
+        (value.is_number_unsigned() ? value.get<std::uint64_t>() >= (1ULL << 63)
+                                    : value.get<std::int64_t>() < 0) ||
+        value.get<std::uint64_t>() < minimum) {
+      fail(what + " " + value.dump() + " is not an integer from " + std::to_string(minimum) +
+           " to 2^63 - 1");
+    }
+    return value.get<std::uint64_t>();
+  };
+  while (std::getline(lines, line)) {
+    ++number;
+    const std::string_view content = trim(line);
+    if (content.empty()) {
+      continue;
+    }
+    const nlohmann::json request = nlohmann::json::parse(content, nullptr, false);
+    if (request.is_discarded() || !request.is_object()) {
+      fail("expected a JSON object on one line");
+    }
+    for (const char* field : {"timestamp", "input_length", "output_length", "hash_ids"}) {
+      if (!request.contains(field)) {
+        fail(std::string("no \"") + field + "\"");
+      }
+    }
+    const nlohmann::json& timestamp = request["timestamp"];
+    const double milliseconds = timestamp.is_number() ? timestamp.get<double>() : -1.0;
+    if (!timestamp.is_number() || !std::isfinite(milliseconds) || milliseconds < 0) {
+      fail("timestamp " + timestamp.dump() + " is not a non-negative number of milliseconds");
+    }
+    const double seconds = milliseconds / 1e3;
+    if (seconds < previous) {
+      fail("timestamps must not decrease");
+    }
+    previous = seconds;
+    RequestSpec spec;
+    spec.prompt_tokens = count(request["input_length"], "input_length", 1);
+    spec.output_tokens = count(request["output_length"], "output_length", 1);
+    const nlohmann::json& ids = request["hash_ids"];
+    const std::uint64_t blocks = (spec.prompt_tokens + hash_block_tokens - 1) / hash_block_tokens;
+    if (!ids.is_array() || ids.size() != blocks) {
+      fail("input_length " + std::to_string(spec.prompt_tokens) + " needs " +
+           std::to_string(blocks) + " hash_ids of " + std::to_string(hash_block_tokens) +
+           " tokens (request_file.hash_block_tokens), found " +
+           (ids.is_array() ? std::to_string(ids.size()) : "no array"));
+    }
+    const std::uint64_t whole = spec.prompt_tokens / hash_block_tokens;
+    for (std::uint64_t b = 0; b < blocks; ++b) {
+      const std::uint64_t id = count(ids[b], "hash id", 0);
+      if (b < whole) {
+        spec.segments.push_back(id);
+      }
+    }
+    spec.segment_tokens = hash_block_tokens;
+    spec.shared_tokens = whole * hash_block_tokens;
+    const std::optional<sim::Tick> arrival = arrival_at(seconds, time_scale);
+    if (!arrival) {
+      fail(beyond_clock(seconds, time_scale));
+    }
+    spec.arrival = *arrival;
+    spec.file_line = number;
+    requests.push_back(std::move(spec));
   }
   if (requests.empty()) {
     throw DataError("request file has no requests", file_name);
@@ -249,7 +373,10 @@ Workload make_workload(const config::WorkloadSpec& spec, std::uint64_t seed) {
         throw DataError("cannot open request file", file.path());
       }
       workload.requests =
-          parse_request_file(input.text, file.path(), file.format(), file.time_scale());
+          file.format() == config::MOONCAKE_JSONL
+              ? parse_mooncake_trace(input.text, file.path(), file.time_scale(),
+                                     file.hash_block_tokens())
+              : parse_request_file(input.text, file.path(), file.format(), file.time_scale());
       if (file.has_max_requests() && workload.requests.size() > file.max_requests()) {
         workload.requests.resize(file.max_requests());
       }
@@ -259,6 +386,13 @@ Workload make_workload(const config::WorkloadSpec& spec, std::uint64_t seed) {
       break;
     }
     case config::WorkloadSpec::KIND_NOT_SET: throw ConfigError("workload has no kind");
+  }
+  if (spec.has_shared_prefix()) {
+    // Generated workloads only (configs/impl/consistency.cpp).
+    add_shared_prefixes(spec.shared_prefix(), seed, workload.requests);
+    workload.description += ", each after one of " + std::to_string(spec.shared_prefix().groups()) +
+                            " shared " + std::to_string(spec.shared_prefix().tokens()) +
+                            "-token prefixes";
   }
   return workload;
 }

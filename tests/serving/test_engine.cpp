@@ -13,6 +13,7 @@
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/serving_metrics.hpp"
 
 using kvtier::config::RunSpec;
 using kvtier::sim::Tick;
@@ -24,11 +25,7 @@ RunSpec run_with(const std::vector<std::string>& sets) {
 }
 
 std::map<std::string, double> metrics(const RunSpec& run) {
-  std::map<std::string, double> values;
-  for (const auto& metric : kvtier::serving::simulate(run).metrics) {
-    values[metric.name] = metric.value;
-  }
-  return values;
+  return kvtier::test::serving_metrics(run);
 }
 
 // 4,444 tokens of KV (18.5 GiB − 14.96 weights − 3 reserve and workspace, 128 KiB a token);

@@ -10,6 +10,7 @@
 #include "configs/schema/run.pb.h"
 #include "serving/plan.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/serving_metrics.hpp"
 
 using kvtier::config::RunSpec;
 using kvtier::serving::parse_slos;
@@ -29,11 +30,7 @@ RunSpec small_run(const std::vector<std::string>& extra = {}) {
 std::map<std::string, double> at_batch(RunSpec run, std::uint32_t batch, std::uint32_t rounds) {
   run.mutable_workload()->mutable_closed_loop()->set_concurrency(batch);
   run.mutable_workload()->mutable_closed_loop()->set_num_requests(batch * rounds);
-  std::map<std::string, double> values;
-  for (const auto& metric : kvtier::serving::simulate(run).metrics) {
-    values[metric.name] = metric.value;
-  }
-  return values;
+  return kvtier::test::serving_metrics(run);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "serving/tier_timing.hpp"
 #include "serving/workload.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/serving_metrics.hpp"
 #include "traces/synth.hpp"
 
 using kvtier::config::RunSpec;
@@ -76,11 +77,7 @@ RunSpec tiered_run(const std::string& policy, const std::vector<std::string>& ex
 }
 
 std::map<std::string, double> metrics(const RunSpec& run) {
-  std::map<std::string, double> values;
-  for (const auto& metric : kvtier::serving::simulate(run).metrics) {
-    values[metric.name] = metric.value;
-  }
-  return values;
+  return kvtier::test::serving_metrics(run);
 }
 
 }  // namespace
