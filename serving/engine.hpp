@@ -103,6 +103,14 @@ struct ServingTotals {
   std::uint64_t prefix_queried_tokens = 0;
   std::uint64_t prefix_hit_tokens = 0;
   std::uint64_t prefix_evicted_blocks = 0;
+  // Its host tier (memory.prefix_cache_host_gib): the hit tokens loaded from there, the bytes
+  // stored there and loaded back (per GPU; also in h2d_bytes / d2h_bytes), and the time the
+  // copies took (busy, also in h2d_busy / d2h_busy) and held iterations up (in copy_wait).
+  std::uint64_t prefix_host_hit_tokens = 0;
+  double prefix_store_bytes = 0.0;
+  double prefix_load_bytes = 0.0;
+  sim::Tick prefix_store_busy;
+  sim::Tick prefix_load_busy;
 };
 
 class ServingEngine {
@@ -184,11 +192,15 @@ class ServingEngine {
     std::uint64_t cache_held = 0;
     bool caching = true;
   };
-  // The cached blocks a request starting a prefill would take: how many, and how many of them no
-  // running request holds (which its admission takes out of the free memory).
+  // The cached blocks a request starting a prefill would take: how many, how many of them are
+  // cached in HBM but no running request holds them, and how many come from the host tier
+  // (both of which its admission takes out of the free memory).
   struct PrefixHits {
     std::uint64_t blocks = 0;
     std::uint64_t free = 0;
+    std::uint64_t loaded = 0;
+    // Those running requests hold already: they take no memory more.
+    [[nodiscard]] std::uint64_t shared() const { return blocks - free - loaded; }
   };
   // The HBM and host bytes a request holds at the end of this iteration's planned work.
   struct Footprint {
@@ -234,6 +246,10 @@ class ServingEngine {
   void release_cached_blocks(std::uint32_t id);
   // Evicts free cached blocks until they fit beside what this iteration's requests use.
   void evict_prefix_cache();
+  // Times this iteration's loads from the prefix cache's host tier (before its forward pass)
+  // and the stores the last one's filled blocks issued (beside it), and returns the iteration's
+  // duration with them; without work to overlap (`duration` empty) the stores are only counted.
+  sim::Tick time_prefix_copies(sim::Tick duration);
   // Bytes of the cached blocks a request holds, and of those running requests hold (each once;
   // both zero without prefix caching).
   [[nodiscard]] double cached_blocks_held(const Request& request) const {
@@ -322,6 +338,12 @@ class ServingEngine {
   // memory.prefix_caching (empty without it), over the KV capacity's blocks.
   std::optional<PrefixCache> prefix_cache_;
   std::uint64_t capacity_blocks_ = 0;
+  // Its host tier (memory.prefix_cache_host_gib; empty without it), the rates of its copies,
+  // and the blocks this iteration loads and the last one's filled blocks store.
+  std::optional<HostBlockStore> prefix_host_;
+  CopyRates prefix_copy_rates_;
+  std::uint64_t prefix_loads_now_ = 0;
+  std::uint64_t prefix_stores_now_ = 0;
 
   std::vector<Request> requests_;
   std::uint32_t next_arrival_ = 0;

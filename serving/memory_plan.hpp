@@ -21,9 +21,13 @@ struct MemoryPlan {
   // is then a whole number of blocks.
   std::uint32_t block_tokens = 0;
   // Host memory this GPU's T1/T2 KV may fill: the node's DDR shared evenly by its GPUs (a fully
-  // loaded node), less the swap space (workload.on_demand_admission.swap) set aside beside it.
+  // loaded node), less the swap space (workload.on_demand_admission.swap) and the prefix cache's
+  // host tier set aside beside it.
   double host_kv_capacity_bytes = 0.0;
   double swap_space_bytes = 0.0;  // per GPU; 0 without swapping
+  // The prefix cache's host tier per GPU (memory.prefix_cache_host_gib, whole blocks), also set
+  // aside beside the T1/T2 KV; 0 without it.
+  double prefix_host_bytes = 0.0;
 
   // The tokens of a context of `tokens` whose KV a request holds (the window's, if any).
   [[nodiscard]] std::uint64_t held_tokens(std::uint64_t tokens) const;

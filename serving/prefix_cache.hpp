@@ -70,4 +70,28 @@ class PrefixCache {
   std::uint64_t releases_ = 0;
 };
 
+// The prefix cache's second tier in host memory (memory.prefix_cache_host_gib, as vLLM's CPU
+// offloading connector or LMCache's local CPU store keep it): a copy of every block the cache
+// keeps, stored as it fills, the least recently used dropped when it is full.
+class HostBlockStore {
+ public:
+  explicit HostBlockStore(std::uint64_t capacity_blocks) : capacity_(capacity_blocks) {}
+  [[nodiscard]] bool holds(const BlockKey& key) const { return entries_.contains(key); }
+  // Stores a block: true when it is copied in, false when there is nothing to copy (it holds one
+  // of this content already, now marked used, or it has no room for one block). A full store
+  // drops its least recently used block first.
+  bool store(const BlockKey& key);
+  // Marks a block it holds used: a request loaded it.
+  void touch(const BlockKey& key);
+  [[nodiscard]] std::uint64_t blocks() const noexcept { return entries_.size(); }
+  [[nodiscard]] std::uint64_t dropped() const noexcept { return dropped_; }
+
+ private:
+  std::uint64_t capacity_;
+  std::unordered_map<BlockKey, std::uint64_t, BlockKeyHash> entries_;  // its last use
+  std::map<std::uint64_t, BlockKey> by_use_;                           // oldest first
+  std::uint64_t uses_ = 0;
+  std::uint64_t dropped_ = 0;
+};
+
 }  // namespace kvtier::serving

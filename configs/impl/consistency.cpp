@@ -278,6 +278,22 @@ void check_swap_space(const RunSpec& run, const std::string& path, Problems& pro
 // Prefix caching caches whole blocks of the full cache; the policy is checked by the serving
 // engine, which also simulates the runs `compare` lists.
 void check_prefix_caching(const RunSpec& run, const std::string& path, Problems& problems) {
+  if (run.memory().has_prefix_cache_host_gib()) {
+    const NodeSpec& node = run.hardware().node();
+    if (!run.memory().prefix_caching()) {
+      problems.push_back({at(path, "memory.prefix_cache_host_gib"),
+                          "the prefix cache's host tier needs memory.prefix_caching: true"});
+    } else if (node.has_host() && node.host().has_capacity_gib() && node.gpus_per_node() > 0 &&
+               run.memory().prefix_cache_host_gib() >
+                   node.host().capacity_gib() / node.gpus_per_node()) {
+      problems.push_back({at(path, "memory.prefix_cache_host_gib"),
+                          "prefix_cache_host_gib " +
+                              format_double(run.memory().prefix_cache_host_gib()) +
+                              " GiB per GPU exceeds the GPU's share of host " + node.host().name() +
+                              " (" + format_double(node.host().capacity_gib()) + " GiB / " +
+                              std::to_string(node.gpus_per_node()) + " GPUs)"});
+    }
+  }
   if (!run.memory().prefix_caching()) {
     return;
   }

@@ -80,6 +80,14 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     prefix_cache_.emplace();
     capacity_blocks_ =
         static_cast<std::uint64_t>(std::llround(plan_.kv_capacity_bytes / plan_.block_bytes()));
+    if (plan_.prefix_host_bytes > 0.0) {
+      prefix_host_.emplace(
+          static_cast<std::uint64_t>(std::llround(plan_.prefix_host_bytes / plan_.block_bytes())));
+      prefix_copy_rates_ = measure_swap_rates(run);
+    }
+  } else if (run.memory().has_prefix_cache_host_gib()) {
+    throw ConfigError("the prefix cache's host tier needs memory.prefix_caching: true",
+                      "field memory.prefix_cache_host_gib");
   }
   if (tiers_ != nullptr) {
     copy_rates_ = measure_copy_rates(run);
@@ -328,7 +336,7 @@ void ServingEngine::admit_reserving(std::uint64_t budget, hw::BatchShape& batch)
     // out of the free memory.
     const PrefixHits hits = prefix_hits(waiting_.front());
     const double kv = hbm_reservation(waiting_.front()) -
-                      static_cast<double>(hits.blocks - hits.free) * plan_.block_bytes();
+                      static_cast<double>(hits.shared()) * plan_.block_bytes();
     const double host = host_reservation(waiting_.front());
     const bool hbm_short = kv_reserved_bytes_ + kv > plan_.kv_capacity_bytes;
     const bool host_short = host_reserved_bytes_ + host > plan_.host_kv_capacity_bytes;
@@ -367,10 +375,13 @@ ServingEngine::PrefixHits ServingEngine::prefix_hits(std::uint32_t id) const {
   const std::uint64_t limit = (request.prefill_target - 1) / plan_.block_tokens;
   while (hits.blocks < limit) {
     const BlockKey key = block_key(request.spec, id, hits.blocks, plan_.block_tokens);
-    if (!prefix_cache_->cached(key)) {
+    if (prefix_cache_->cached(key)) {
+      hits.free += prefix_cache_->held(key) ? 0 : 1;
+    } else if (prefix_host_ && prefix_host_->holds(key)) {
+      ++hits.loaded;
+    } else {
       break;
     }
-    hits.free += prefix_cache_->held(key) ? 0 : 1;
     ++hits.blocks;
   }
   return hits;
@@ -384,8 +395,17 @@ void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
   totals_.prefix_queried_tokens += request.prefill_target;
   totals_.prefix_hit_tokens += hits.blocks * plan_.block_tokens;
   for (std::uint64_t place = 0; place < hits.blocks; ++place) {
-    prefix_cache_->acquire(block_key(request.spec, id, place, plan_.block_tokens));
+    const BlockKey key = block_key(request.spec, id, place, plan_.block_tokens);
+    if (prefix_cache_->cached(key)) {
+      prefix_cache_->acquire(key);
+    } else {
+      // From the host tier: copied into a block of its own, cached in HBM again.
+      prefix_cache_->insert(key);
+      prefix_host_->touch(key);
+      ++prefix_loads_now_;
+    }
   }
+  totals_.prefix_host_hit_tokens += hits.loaded * plan_.block_tokens;
   request.cache_held = hits.blocks;
   request.prefilled = hits.blocks * plan_.block_tokens;
 }
@@ -394,9 +414,12 @@ void ServingEngine::cache_filled_blocks(std::uint32_t id) {
   Request& request = requests_[id];
   const std::uint64_t full = cached_tokens(request) / plan_.block_tokens;
   while (request.caching && request.cache_held < full) {
-    if (prefix_cache_->insert(
-            block_key(request.spec, id, request.cache_held, plan_.block_tokens))) {
+    const BlockKey key = block_key(request.spec, id, request.cache_held, plan_.block_tokens);
+    if (prefix_cache_->insert(key)) {
       ++request.cache_held;
+      if (prefix_host_ && prefix_host_->store(key)) {
+        ++prefix_stores_now_;
+      }
     } else {
       request.caching = false;
     }
@@ -576,7 +599,7 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
     if (hits.blocks > 0) {
       const std::uint64_t start = hits.blocks * plan_.block_tokens;
       first_chunk.hbm = plan_.kv_bytes_for(start + std::min(budget, head.prefill_target - start)) -
-                        static_cast<double>(hits.blocks - hits.free) * plan_.block_bytes();
+                        static_cast<double>(hits.shared()) * plan_.block_bytes();
     } else {
       first_chunk = footprint(id, std::min(budget, head.prefill_target - head.prefilled));
     }
@@ -622,6 +645,9 @@ void ServingEngine::try_start_iteration() {
   totals_.max_running = std::max<std::uint64_t>(totals_.max_running, running_.size());
   if (decoding_now_.empty() && prefilling_now_.empty()) {
     iteration_in_flight_ = false;
+    if (prefix_host_) {
+      (void)time_prefix_copies(sim::Tick::zero());
+    }
     return;
   }
   if (tiers_ != nullptr) {
@@ -645,6 +671,9 @@ void ServingEngine::try_start_iteration() {
                                  recoded_to_full_ * compressed_bytes_per_token_layer_;
   }
   duration += time_swaps();
+  if (prefix_host_) {
+    duration = time_prefix_copies(duration);
+  }
   const sim::Tick host_wait = time_host_recodes(duration);
   iteration_in_flight_ = true;
   iteration_started_ = simulator_.now();
@@ -672,6 +701,37 @@ sim::Tick ServingEngine::time_swaps() {
   swap_out_bytes_now_ = swap_in_bytes_now_ = 0.0;
   swap_out_copies_now_ = swap_in_copies_now_ = 0;
   return out + in;
+}
+
+sim::Tick ServingEngine::time_prefix_copies(sim::Tick duration) {
+  // A block moves as one copy of each layer's keys and one of its values, as a swap's.
+  const double block_bytes = plan_.block_bytes();
+  const std::uint64_t copies_per_block = 2ULL * run_.model().num_hidden_layers();
+  const double loaded = static_cast<double>(prefix_loads_now_) * block_bytes;
+  const double stored = static_cast<double>(prefix_stores_now_) * block_bytes;
+  const sim::Tick loads =
+      swap_time(loaded, prefix_loads_now_ * copies_per_block, prefix_copy_rates_.h2d_bytes_per_s,
+                prefix_copy_rates_.h2d_setup);
+  const sim::Tick stores =
+      swap_time(stored, prefix_stores_now_ * copies_per_block, prefix_copy_rates_.d2h_bytes_per_s,
+                prefix_copy_rates_.d2h_setup);
+  totals_.prefix_load_bytes += loaded;
+  totals_.prefix_store_bytes += stored;
+  totals_.prefix_load_busy += loads;
+  totals_.prefix_store_busy += stores;
+  totals_.h2d_bytes += loaded;
+  totals_.d2h_bytes += stored;
+  totals_.h2d_busy += loads;
+  totals_.d2h_busy += stores;
+  prefix_loads_now_ = prefix_stores_now_ = 0;
+  if (duration == sim::Tick::zero()) {
+    return duration;  // the engine is idle: the stores finish in the background
+  }
+  // The loads precede the forward pass; the stores run on the other copy engine beside it all.
+  const sim::Tick with_loads = duration + loads;
+  const sim::Tick total = std::max(with_loads, stores);
+  totals_.copy_wait += total - duration;
+  return total;
 }
 
 sim::Tick ServingEngine::time_host_recodes(sim::Tick duration) {

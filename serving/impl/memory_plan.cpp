@@ -93,18 +93,26 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   // DDR (configs/impl/consistency.cpp keeps the swap space below it).
   const auto& admission = run.workload().on_demand_admission();
   plan.swap_space_bytes = admission.has_swap() ? admission.swap().space_gib() * kGiB : 0.0;
+  plan.prefix_host_bytes = run.memory().prefix_cache_host_gib() * kGiB;
   plan.block_tokens = kv_block_tokens(run);
   if (plan.block_tokens > 0) {
     // As vLLM sizes its caches: the whole blocks the memory given holds (below, HBM's too).
     plan.swap_space_bytes =
         std::floor(plan.swap_space_bytes / plan.block_bytes()) * plan.block_bytes();
+    plan.prefix_host_bytes =
+        std::floor(plan.prefix_host_bytes / plan.block_bytes()) * plan.block_bytes();
   }
-  plan.host_kv_capacity_bytes =
-      node.host().capacity_gib() * kGiB / node.gpus_per_node() - plan.swap_space_bytes;
+  plan.host_kv_capacity_bytes = node.host().capacity_gib() * kGiB / node.gpus_per_node() -
+                                plan.swap_space_bytes - plan.prefix_host_bytes;
   if (plan.host_kv_capacity_bytes < 0.0) {
-    throw ConfigError("swap space " + gib(plan.swap_space_bytes) +
-                          " per GPU exceeds the GPU's share of host " + node.host().name(),
-                      "field workload.on_demand_admission.swap.space_gib");
+    throw ConfigError(plan.swap_space_bytes > 0.0
+                          ? "swap space " + gib(plan.swap_space_bytes) +
+                                " per GPU exceeds the GPU's share of host " + node.host().name()
+                          : "the prefix cache's host tier " + gib(plan.prefix_host_bytes) +
+                                " per GPU exceeds the GPU's share of host " + node.host().name(),
+                      plan.swap_space_bytes > 0.0
+                          ? "field workload.on_demand_admission.swap.space_gib"
+                          : "field memory.prefix_cache_host_gib");
   }
   plan.kv_capacity_bytes =
       plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;

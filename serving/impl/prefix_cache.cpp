@@ -54,4 +54,29 @@ std::uint64_t PrefixCache::evict_down_to(std::uint64_t blocks) {
   return evicted;
 }
 
+bool HostBlockStore::store(const BlockKey& key) {
+  if (holds(key)) {
+    touch(key);
+    return false;
+  }
+  if (capacity_ == 0) {
+    return false;
+  }
+  if (entries_.size() == capacity_) {
+    entries_.erase(by_use_.begin()->second);
+    by_use_.erase(by_use_.begin());
+    ++dropped_;
+  }
+  entries_.emplace(key, uses_);
+  by_use_.emplace(uses_++, key);
+  return true;
+}
+
+void HostBlockStore::touch(const BlockKey& key) {
+  std::uint64_t& used = entries_.at(key);
+  by_use_.erase(used);
+  used = uses_++;
+  by_use_.emplace(used, key);
+}
+
 }  // namespace kvtier::serving

@@ -210,12 +210,24 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
                                            static_cast<double>(totals.prefix_queried_tokens)
                                      : 0.0;
   if (run.memory().prefix_caching()) {
+    const std::string host_tier =
+        engine.memory().prefix_host_bytes > 0.0
+            ? " (" +
+                  format_fixed(100.0 * static_cast<double>(totals.prefix_host_hit_tokens) /
+                                   std::max<double>(1.0, totals.prefix_queried_tokens),
+                               1) +
+                  "% from the host tier of " +
+                  format_fixed(engine.memory().prefix_host_bytes / kGiB, 2) +
+                  " GiB per GPU, memory.prefix_cache_host_gib: " +
+                  format_fixed(totals.prefix_store_bytes / 1e9, 3) + " GB stored, " +
+                  format_fixed(totals.prefix_load_bytes / 1e9, 3) + " GB loaded back)"
+            : std::string();
     report.notes.push_back(
         "prefix caching (memory.prefix_caching): " + format_fixed(100.0 * prefix_hit_rate, 1) +
-        "% of the tokens prefills looked up came from cached blocks, " +
+        "% of the tokens prefills looked up came from cached blocks" + host_tier + ", " +
         std::to_string(totals.prefix_evicted_blocks) +
-        " cached blocks evicted; largest_batch_* count whole-request reservations without "
-        "sharing");
+        " cached blocks evicted from HBM; largest_batch_* count whole-request reservations "
+        "without sharing");
   }
   const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);
   const auto& node = run.hardware().node();
@@ -276,6 +288,13 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   m.push_back({"prefix_cache_hit_rate", prefix_hit_rate, 4});
   m.push_back(
       {"prefix_cache_evicted_blocks", static_cast<double>(totals.prefix_evicted_blocks), 0});
+  m.push_back({"prefix_cache_host_gib", plan.prefix_host_bytes / kGiB, 2});
+  m.push_back(
+      {"prefix_cache_host_hit_tokens", static_cast<double>(totals.prefix_host_hit_tokens), 0});
+  m.push_back({"prefix_cache_store_gb", totals.prefix_store_bytes / 1e9, 3});
+  m.push_back({"prefix_cache_load_gb", totals.prefix_load_bytes / 1e9, 3});
+  m.push_back({"prefix_cache_store_s", sim::to_seconds(totals.prefix_store_busy), 4});
+  m.push_back({"prefix_cache_load_s", sim::to_seconds(totals.prefix_load_busy), 4});
   m.push_back({"engines_per_node", std::floor(node.gpus_per_node() / tp), 0});
 
   const hw::GpuModel& gpu = engine.cost_model().gpu();

@@ -11,6 +11,7 @@
 #include "serving/engine.hpp"
 #include "serving/prefix_cache.hpp"
 #include "serving/simulation.hpp"
+#include "serving/tier_timing.hpp"
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
 #include "tests/support/config_fixture.hpp"
@@ -43,6 +44,16 @@ RequestSpec after_prefix(std::uint64_t id, std::uint64_t shared, std::uint64_t o
   request.segment_tokens = shared;
   request.segments = {id};
   return request;
+}
+
+// One request at a time, of prefixes X, Y, Z, X (2,048 shared tokens, 128 of its own, 16 out).
+kvtier::serving::Workload one_at_a_time_x_y_z_x() {
+  kvtier::serving::Workload workload;
+  workload.closed_loop_concurrency = 1;
+  for (const std::uint64_t id : {0, 1, 2, 0}) {
+    workload.requests.push_back(after_prefix(id, 2048, 128, 16));
+  }
+  return workload;
 }
 
 }  // namespace
@@ -208,13 +219,8 @@ TEST_CASE("free cached blocks are evicted as running requests need the memory, o
   const RunSpec run =
       run_with({"hardware.node.gpu.memory_capacity=18.5GiB", "workload.prefill_chunk_tokens=4096",
                 "memory.prefix_caching=true"});
-  kvtier::serving::Workload workload;
-  workload.closed_loop_concurrency = 1;
-  for (const std::uint64_t id : {0, 1, 2, 0}) {
-    workload.requests.push_back(after_prefix(id, 2048, 128, 16));
-  }
   kvtier::sim::Simulator simulator;
-  kvtier::serving::ServingEngine engine(simulator, run, workload);
+  kvtier::serving::ServingEngine engine(simulator, run, one_at_a_time_x_y_z_x());
   REQUIRE(std::llround(engine.memory().kv_capacity_bytes / engine.memory().block_bytes()) == 277);
   engine.start();
   simulator.run();
@@ -224,6 +230,60 @@ TEST_CASE("free cached blocks are evicted as running requests need the memory, o
   // more at its first decode step.
   CHECK(engine.totals().prefix_evicted_blocks == 131 + 1 + 131 + 1);
   CHECK(engine.totals().requests_completed == 4);
+}
+
+TEST_CASE("the host tier keeps every cached block, and a prefill loads what HBM evicted",
+          "[prefix]") {
+  // The X, Y, Z, X requests of the test above with 1 GiB of host tier (512 blocks, room for
+  // all): each request's 136 cached blocks are stored there as they fill. The second X request
+  // finds blocks 0-3 in HBM and 4-127 (X's prefix) in the host tier, loaded back instead of
+  // recomputed; its own 8 full blocks are stored too.
+  const RunSpec run =
+      run_with({"hardware.node.gpu.memory_capacity=18.5GiB", "workload.prefill_chunk_tokens=4096",
+                "memory.prefix_caching=true", "memory.prefix_cache_host_gib=1"});
+  kvtier::sim::Simulator simulator;
+  kvtier::serving::ServingEngine engine(simulator, run, one_at_a_time_x_y_z_x());
+  engine.start();
+  simulator.run();
+  const auto& totals = engine.totals();
+  CHECK(totals.prefix_hit_tokens == 128 * 16);
+  CHECK(totals.prefix_host_hit_tokens == 124 * 16);
+  const double block = engine.memory().block_bytes();
+  CHECK(totals.prefix_store_bytes == (3 * 136 + 8) * block);
+  CHECK(totals.prefix_load_bytes == 124 * block);
+  // Each block moves as a copy per layer of its keys and of its values (32 layers), from pinned
+  // memory on the copy engines, as a swap's copies do.
+  const kvtier::serving::CopyRates rates = kvtier::serving::measure_swap_rates(run);
+  CHECK(totals.prefix_load_busy ==
+        kvtier::serving::swap_time(124 * block, 124 * 64, rates.h2d_bytes_per_s, rates.h2d_setup));
+  CHECK(totals.h2d_bytes == totals.prefix_load_bytes);
+  CHECK(totals.d2h_bytes == totals.prefix_store_bytes);
+  // The loads hold up the prefill's iteration.
+  CHECK(totals.copy_wait >= totals.prefix_load_busy);
+  CHECK(totals.requests_completed == 4);
+  CHECK(engine.memory().host_kv_capacity_bytes ==
+        Approx(192.0 * (1 << 30) - 1.0 * (1 << 30)).epsilon(1e-12));
+}
+
+TEST_CASE("a full host tier drops its least recently used block", "[prefix]") {
+  kvtier::serving::HostBlockStore store(2);
+  const BlockKey a{1, 0};
+  const BlockKey b{1, 1};
+  const BlockKey c{1, 2};
+  CHECK(store.store(a));
+  CHECK(store.store(b));
+  CHECK_FALSE(store.store(a));  // held already: marked used, nothing copied
+  CHECK(store.store(c));        // drops b, the least recently used
+  CHECK(store.holds(a));
+  CHECK_FALSE(store.holds(b));
+  store.touch(a);
+  CHECK(store.store(b));  // drops c
+  CHECK_FALSE(store.holds(c));
+  CHECK(store.dropped() == 2);
+  CHECK(store.blocks() == 2);
+  kvtier::serving::HostBlockStore none(0);
+  CHECK_FALSE(none.store(a));
+  CHECK_FALSE(none.holds(a));
 }
 
 TEST_CASE("a request recomputed after a preemption takes its own blocks still cached", "[prefix]") {
@@ -265,6 +325,11 @@ TEST_CASE("prefix caching needs blocks and the full cache, without windows or sw
     }
   };
   refused({"memory.prefix_caching=true"}, "set memory.kv_block_tokens");
+  refused({"memory.kv_block_tokens=16", "memory.prefix_cache_host_gib=8"},
+          "needs memory.prefix_caching: true");
+  refused({"memory.kv_block_tokens=16", "memory.prefix_caching=true",
+           "memory.prefix_cache_host_gib=500"},
+          "exceeds the GPU's share of host");
   refused({"memory.kv_block_tokens=16", "model.sliding_window=4096", "memory.prefix_caching=true"},
           "not modelled with a sliding window");
   refused({"memory.kv_block_tokens=16", "workload.on_demand_admission.watermark=0.01",
