@@ -1,8 +1,10 @@
-// `kvtier plan RUN --slo ... [--policy P] [--compare ...] [--target-tokens-per-s X]`: capacity
-// planning with the simulator (serving/plan.hpp).
+// `kvtier plan RUN --slo ... [--policy P] [--compare ...] [--target-tokens-per-s X]
+// [--target-requests-per-s R]`: capacity planning with the simulator (serving/plan.hpp), of
+// the batch for a closed loop and of the arrival rate for open-loop workloads.
 
 #include <cmath>
 #include <filesystem>
+#include <optional>
 
 #include "apps/cli.hpp"
 #include "common/errors.hpp"
@@ -19,27 +21,51 @@ namespace {
 namespace po = boost::program_options;
 
 std::string json_result(const serving::PlanResult& result, bool with_target) {
-  std::string json =
-      "{\"policy\": " + json_escape(result.policy) +
-      ", \"max_batch\": " + std::to_string(result.max_batch) +
+  const bool rate = result.search == serving::PlanSearch::kRate;
+  std::string json = "{\"policy\": " + json_escape(result.policy);
+  if (rate) {
+    json += ", \"max_requests_per_s\": " + format_double(result.requests_per_s_per_engine) +
+            ", \"infeasible_requests_per_s\": " + format_double(result.infeasible_requests_per_s) +
+            ", \"max_running_requests\": " + std::to_string(result.max_batch);
+  } else {
+    json += ", \"max_batch\": " + std::to_string(result.max_batch) +
+            ", \"requests_per_s_per_engine\": " + format_double(result.requests_per_s_per_engine);
+  }
+  json +=
       ", \"binding\": " + json_escape(result.binding) + ", \"output_tokens_per_s_per_engine\": " +
       format_double(result.output_tokens_per_s_per_engine) +
       ", \"output_tokens_per_s_per_gpu\": " + format_double(result.output_tokens_per_s_per_gpu) +
       ", \"output_tokens_per_s_per_node\": " + format_double(result.output_tokens_per_s_per_node) +
       ", \"evaluations\": " + std::to_string(result.evaluations);
-  if (with_target && result.max_batch == 0) {  // no engine meets the SLOs: none serves the target
+  if (with_target && !serving::serves_any(result)) {  // no engine meets the SLOs: none serves it
     json += R"(, "engines": null, "gpus": null, "nodes": null)";
   } else if (with_target) {
     json += ", \"engines\": " + std::to_string(result.engines) +
             ", \"gpus\": " + std::to_string(result.gpus) +
             ", \"nodes\": " + std::to_string(result.nodes);
   }
-  json += ", \"metrics\": {";
+  json += ", \"notes\": [";
+  for (std::size_t i = 0; i < result.notes.size(); ++i) {
+    json += (i == 0 ? "" : ", ") + json_escape(result.notes[i]);
+  }
+  json += "], \"metrics\": {";
   for (std::size_t i = 0; i < result.metrics.size(); ++i) {
     json += (i == 0 ? "" : ", ") + json_escape(result.metrics[i].name) + ": " +
             format_double(result.metrics[i].value);
   }
   return json + "}}";
+}
+
+// A positive finite option value, or nullopt when the option is absent.
+std::optional<double> positive_option(const po::variables_map& values, const char* name) {
+  if (values.count(name) == 0U) {
+    return std::nullopt;
+  }
+  const double value = values[name].as<double>();
+  if (!(value > 0) || !std::isfinite(value)) {
+    throw ConfigError(std::string("--") + name + " must be a positive finite number");
+  }
+  return value;
 }
 
 }  // namespace
@@ -54,8 +80,13 @@ int run_plan(const Arguments& args, Context& context) {
       "also plan these policies, e.g. full,tiered:hbm=0.5,evict=0.1")(
       "target-tokens-per-s", po::value<double>(),
       "output tokens/s to serve: how many engines, GPUs and nodes it needs")(
+      "target-requests-per-s", po::value<double>(),
+      "requests/s to serve: how many engines, GPUs and nodes it needs")(
       "rounds", po::value<std::uint32_t>()->default_value(3),
-      "requests per batch slot (num_requests = rounds x batch)");
+      "closed loop: requests per batch slot (num_requests = rounds x batch)")(
+      "rate-precision", po::value<double>()->default_value(0.01),
+      "open loop: stop when the smallest rate missing an SLO is within this share above the "
+      "largest meeting them");
   add_format_option(options);
   add_set_option(options);
   po::positional_options_description positional;
@@ -64,11 +95,15 @@ int run_plan(const Arguments& args, Context& context) {
   if (!parse_arguments(
           args, options, positional, values,
           "usage: kvtier plan RUN --slo METRIC=LIMIT[,...] [--policy P] [--compare P1,P2,...] "
-          "[--target-tokens-per-s X] [--rounds N] [--set PATH=VALUE]... [--format text|json]\n\n"
-          "For each policy, the largest batch one engine (a TP group) holds while meeting the "
-          "SLOs, found by bisection with the simulator over closed-loop runs of RUN's request "
-          "shape; what binds it (HBM, DDR, PCIe, compute or the batch cap); throughput per "
-          "engine, GPU and node; and with a target, the engines, GPUs and nodes it needs.",
+          "[--target-tokens-per-s X] [--target-requests-per-s R] [--rounds N | "
+          "--rate-precision F] [--set PATH=VALUE]... [--format text|json]\n\n"
+          "For each policy, the largest load one engine (a TP group) serves while meeting the "
+          "SLOs, found by bisection with the simulator: with a closed_loop workload the batch, "
+          "over closed-loop runs of RUN's request shape; with a poisson or request_file "
+          "workload the arrival rate, over RUN's own requests arriving faster or slower (an "
+          "SLO on ttft, queue_wait or e2e_latency is then required). Also what binds it (HBM, "
+          "DDR, PCIe, host recodes, compute or the batch cap); throughput per engine, GPU and "
+          "node; and with targets, the engines, GPUs and nodes that serve them.",
           context.out)) {
     return 0;
   }
@@ -94,13 +129,20 @@ int run_plan(const Arguments& args, Context& context) {
   serving::PlanOptions plan;
   plan.slos = serving::parse_slos(values["slo"].as<std::string>());
   plan.rounds = values["rounds"].as<std::uint32_t>();
-  if (values.count("target-tokens-per-s") != 0U) {
-    plan.target_output_tokens_per_s = values["target-tokens-per-s"].as<double>();
-    if (!(*plan.target_output_tokens_per_s > 0) ||
-        !std::isfinite(*plan.target_output_tokens_per_s)) {
-      throw ConfigError("--target-tokens-per-s must be a positive finite number");
-    }
+  plan.rate_precision = values["rate-precision"].as<double>();
+  const bool closed_loop = run.workload().has_closed_loop();
+  if (closed_loop && !values["rate-precision"].defaulted()) {
+    throw ConfigError(
+        "--rate-precision applies to open-loop workloads (poisson, request_file), "
+        "whose arrival rate plan searches; this run's is a closed_loop");
   }
+  if (!closed_loop && !values["rounds"].defaulted()) {
+    throw ConfigError(
+        "--rounds applies to closed_loop workloads, whose batch plan searches; "
+        "this run's arrivals are open-loop (its own requests are replayed)");
+  }
+  plan.target_output_tokens_per_s = positive_option(values, "target-tokens-per-s");
+  plan.target_requests_per_s = positive_option(values, "target-requests-per-s");
   std::vector<config::PolicySpec> policies{run.policy()};
   policies.insert(policies.end(), run.compare().begin(), run.compare().end());
   serving::DemandMemo memo;
@@ -112,7 +154,8 @@ int run_plan(const Arguments& args, Context& context) {
     results.push_back(serving::plan_capacity(variant, plan, &memo));
   }
 
-  const bool with_target = plan.target_output_tokens_per_s.has_value();
+  const bool with_target =
+      plan.target_output_tokens_per_s.has_value() || plan.target_requests_per_s.has_value();
   if (format == Format::kJson) {
     context.out << "{\"run\": " << json_escape(file) << ", \"plans\": [";
     for (std::size_t i = 0; i < results.size(); ++i) {
@@ -124,19 +167,35 @@ int run_plan(const Arguments& args, Context& context) {
   context.out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
               << run.hardware().node().gpu().name() << ", tensor parallel "
               << run.tensor_parallel_degree() << ", SLO " << values["slo"].as<std::string>()
+              << "\n  "
+              << (closed_loop ? "largest batch (closed loop of the run's request shape)"
+                              : "largest arrival rate (the run's requests, arriving faster or "
+                                "slower; precision " +
+                                    format_double(plan.rate_precision) + ")")
               << "\n\n";
-  std::vector<std::string> header{"policy", "max batch", "tok/s engine", "tok/s GPU", "tok/s node"};
+  std::vector<std::string> header =
+      closed_loop ? std::vector<std::string>{"policy",       "max batch", "req/s engine",
+                                             "tok/s engine", "tok/s GPU", "tok/s node"}
+                  : std::vector<std::string>{"policy",       "max req/s", "in flight",
+                                             "tok/s engine", "tok/s GPU", "tok/s node"};
   if (with_target) {
     header.insert(header.end(), {"engines", "GPUs", "nodes"});
   }
   header.emplace_back("bound by");
   TextTable table(header);
   for (const auto& result : results) {
-    std::vector<std::string> row{result.policy, std::to_string(result.max_batch),
-                                 format_fixed(result.output_tokens_per_s_per_engine, 1),
-                                 format_fixed(result.output_tokens_per_s_per_gpu, 1),
-                                 format_fixed(result.output_tokens_per_s_per_node, 1)};
-    if (with_target && result.max_batch == 0) {
+    std::vector<std::string> row{result.policy};
+    if (closed_loop) {
+      row.insert(row.end(), {std::to_string(result.max_batch),
+                             format_fixed(result.requests_per_s_per_engine, 3)});
+    } else {
+      row.insert(row.end(), {format_fixed(result.requests_per_s_per_engine, 3),
+                             serving::serves_any(result) ? std::to_string(result.max_batch) : "-"});
+    }
+    row.insert(row.end(), {format_fixed(result.output_tokens_per_s_per_engine, 1),
+                           format_fixed(result.output_tokens_per_s_per_gpu, 1),
+                           format_fixed(result.output_tokens_per_s_per_node, 1)});
+    if (with_target && !serving::serves_any(result)) {
       row.insert(row.end(), {"-", "-", "-"});
     } else if (with_target) {
       row.insert(row.end(), {std::to_string(result.engines), std::to_string(result.gpus),
@@ -146,6 +205,11 @@ int run_plan(const Arguments& args, Context& context) {
     table.add_row(row);
   }
   table.render(context.out);
+  for (const auto& result : results) {
+    for (const std::string& note : result.notes) {
+      context.out << "\nnote (" << result.policy << "): " << note << "\n";
+    }
+  }
   return 0;
 }
 

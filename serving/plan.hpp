@@ -1,13 +1,19 @@
 #pragma once
-// Capacity planning (`kvtier plan`): for a policy, the largest batch one engine can hold while
-// meeting latency SLOs, what binds it, and how many engines, GPUs and nodes a target
-// throughput needs.
+// Capacity planning (`kvtier plan`): for a policy, the largest load one engine serves while
+// meeting latency SLOs, what binds it, and how many engines, GPUs and nodes a target needs.
 //
-// The batch is searched by bisection over closed-loop runs of the run's request shape with B
-// requests in flight (num_requests = rounds × B, so that later rounds arrive staggered). A
-// batch is feasible when all B requests run at once (HBM and host memory admit them) and every
-// SLO holds. Feasibility is assumed monotone in B, which holds for the modelled engine (more
-// requests never shorten an iteration or free memory).
+// The run's workload says which load is searched:
+// - closed_loop: the batch, by bisection over closed-loop runs of the run's request shape with
+//   B requests in flight (num_requests = rounds × B, so that later rounds arrive staggered). A
+//   batch is feasible when all B requests run at once (HBM and host memory admit them) and
+//   every SLO holds. Feasibility is assumed monotone in B, which holds for the modelled engine
+//   (more requests never shorten an iteration or free memory).
+// - poisson or request_file: the arrival rate, by bisection over the run's own requests with
+//   their arrival times scaled (Poisson's rate_per_s, a request file's time_scale), so every
+//   probe serves the same requests, only closer together or further apart. A rate is feasible
+//   when every SLO holds; one SLO must be a latency a queue shows in (ttft, queue_wait or
+//   e2e_latency), since an engine past its capacity queues requests while tpot holds.
+//   Feasibility is assumed monotone in the rate, as for the batch.
 
 #include <cstdint>
 #include <optional>
@@ -30,30 +36,60 @@ struct Slo {
 
 struct PlanOptions {
   std::vector<Slo> slos;
-  std::uint32_t rounds = 3;  // 1 .. kMaxRounds
+  std::uint32_t rounds = 3;  // batch plans: 1 .. kMaxRounds
+  // Rate plans: the search stops when the smallest infeasible rate is within this share above
+  // the largest feasible one (kMinRatePrecision .. kMaxRatePrecision).
+  double rate_precision = 0.01;
+  // Targets: the engines serve every target given (the larger count of engines).
   std::optional<double> target_output_tokens_per_s;
+  std::optional<double> target_requests_per_s;
 };
 
 // More rounds than this only lengthen every evaluation: the staggered arrivals settle in a few.
 inline constexpr std::uint32_t kMaxRounds = 1000;
+inline constexpr double kMinRatePrecision = 1e-6;
+inline constexpr double kMaxRatePrecision = 1.0;
+
+enum class PlanSearch {
+  kBatch,  // closed_loop workloads
+  kRate,   // poisson and request_file workloads
+};
 
 struct PlanResult {
-  std::string policy;           // canonical
-  std::uint32_t max_batch = 0;  // 0: not even one request meets the SLOs
-  std::string binding;          // what stops the next batch size: HBM, DDR, an SLO, or the cap
-  std::vector<Metric> metrics;  // of the run at max_batch (empty when it is 0)
+  PlanSearch search = PlanSearch::kBatch;
+  std::string policy;  // canonical
+  // Batch plans: the largest batch (0: not even one request meets the SLOs). Rate plans: the
+  // most requests in flight at once at the planned rate.
+  std::uint32_t max_batch = 0;
+  // Rate plans: the largest arrival rate found to meet the SLOs (0: not even the slowest rate
+  // probed does, and `binding` says which). Batch plans: requests completed per second at
+  // max_batch.
+  double requests_per_s_per_engine = 0.0;
+  // Rate plans: the smallest rate probed that missed an SLO (requests_per_s_per_engine ×
+  // (1 + at most rate_precision)), and the slowest probed when none met them.
+  double infeasible_requests_per_s = 0.0;
+  // What stops the next load: HBM, DDR, an SLO (compute, PCIe, host recodes), the batch cap.
+  std::string binding;
+  std::vector<Metric> metrics;  // of the run at the planned load (empty when there is none)
+  // What a reader must know to trust the answer (a rate plan over a workload too short to show
+  // a slowly growing queue).
+  std::vector<std::string> notes;
   double output_tokens_per_s_per_engine = 0.0;
   double output_tokens_per_s_per_gpu = 0.0;
   double output_tokens_per_s_per_node = 0.0;
   std::uint32_t evaluations = 0;  // simulations run
-  // With a target throughput.
+  // With a target.
   std::uint64_t engines = 0;
   std::uint64_t gpus = 0;
   std::uint64_t nodes = 0;
 };
 
-// Plans run.policy() (the run's `compare` is ignored). ConfigError when the run's workload is
-// not a closed loop.
+[[nodiscard]] bool serves_any(const PlanResult& result);
+
+// Plans run.policy() (the run's `compare` is ignored), by the load its workload's kind says.
+// ConfigError for options the search cannot use, a rate plan without a queue-revealing SLO, a
+// request file whose requests all arrive at one instant, and a workload too short to load one
+// engine (every SLO met with all of its requests arriving at once).
 [[nodiscard]] PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
                                        DemandMemo* memo = nullptr);
 

@@ -4,24 +4,21 @@
 #include <charconv>
 #include <cmath>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "configs/schema/options.pb.h"
 #include "configs/schema/workload.pb.h"
+#include "serving/impl/plan_detail.hpp"
 
 namespace kvtier::serving {
-namespace {
+namespace plan_detail {
 
 // Waiting for copies (prefetch stalls and offloads beyond compute) above this share of GPU
 // time makes PCIe, not compute, the bottleneck behind a latency SLO.
 constexpr double kPcieBound = 0.25;
-
-// The schema's cap on workload.closed_loop.num_requests, which every evaluation sets.
-std::uint64_t max_generated_requests() {
-  const auto* field = config::ClosedLoop::descriptor()->FindFieldByName("num_requests");
-  return static_cast<std::uint64_t>(field->options().GetExtension(config::max_value));
-}
 
 double metric(const std::vector<Metric>& metrics, const std::string& name) {
   for (const Metric& m : metrics) {
@@ -30,6 +27,102 @@ double metric(const std::vector<Metric>& metrics, const std::string& name) {
     }
   }
   throw std::logic_error("report has no metric " + name);
+}
+
+std::string does_not_fit_binding(const SimulationReport& report) {
+  return (report.does_not_fit_in == DoesNotFit::Memory::kHost ? "DDR: " : "HBM: ") +
+         report.does_not_fit;
+}
+
+std::string missed_slos(const std::vector<Metric>& metrics, const std::vector<Slo>& slos) {
+  std::string missed;
+  for (const Slo& slo : slos) {
+    const double value = metric(metrics, slo.metric);
+    if (value > slo.limit_ms) {
+      // A tenth of a millisecond, or up to a nanosecond as the limit needs to be shown as it is
+      // and the value to differ from it (a rate search ends a hair past the limit).
+      const auto shown_exactly = [&slo](int decimals) {
+        const std::string text = format_fixed(slo.limit_ms, decimals);
+        double read = 0.0;
+        std::from_chars(text.data(), text.data() + text.size(), read);
+        return read == slo.limit_ms;
+      };
+      int decimals = 1;
+      while (decimals < 6 &&
+             (!shown_exactly(decimals) ||
+              format_fixed(value, decimals) == format_fixed(slo.limit_ms, decimals))) {
+        ++decimals;
+      }
+      missed += (missed.empty() ? "" : ", ") + slo.metric + " " + format_fixed(value, decimals) +
+                " > " + format_fixed(slo.limit_ms, decimals);
+    }
+  }
+  return missed;
+}
+
+std::string work_binding(const std::vector<Metric>& metrics, const std::string& missed) {
+  const double wait = metric(metrics, "copy_wait_fraction");
+  // Iterations waiting for the host's recodes, a share of the run (NaN when not timed).
+  const double recode_wait =
+      metric(metrics, "host_recode_stall_s") / std::max(metric(metrics, "duration_s"), 1e-12);
+  if (recode_wait > kPcieBound && !(wait > recode_wait)) {
+    return "host recodes (" + format_fixed(100 * recode_wait, 0) +
+           "% of the run waits for T1 <-> T2 recodes): " + missed;
+  }
+  return (wait > kPcieBound
+              ? "PCIe (" + format_fixed(100 * wait, 0) + "% of GPU time waits for copies): "
+              : std::string("compute: ")) +
+         missed;
+}
+
+namespace {
+
+// Engines of `per_engine` each that serve `target`; `option` names the target in errors.
+std::uint64_t engines_for(double target, double per_engine, const char* option) {
+  const double engines = std::ceil(target / per_engine);
+  // 2^53: every count below is exact in a double, and no plan needs more.
+  if (!(engines <= 0x1p53)) {
+    throw ConfigError(std::string(option) + " " + std::to_string(target) + " needs " +
+                      (std::isfinite(engines) ? "more than 2^53" : "infinitely many") +
+                      " engines of " + std::to_string(per_engine));
+  }
+  return static_cast<std::uint64_t>(engines);
+}
+
+}  // namespace
+
+void size_fleet(const config::RunSpec& run, const PlanOptions& options, PlanResult& result) {
+  const double tp = run.tensor_parallel_degree();
+  const double engines_per_node = std::floor(run.hardware().node().gpus_per_node() / tp);
+  result.output_tokens_per_s_per_gpu = result.output_tokens_per_s_per_engine / tp;
+  result.output_tokens_per_s_per_node = result.output_tokens_per_s_per_engine * engines_per_node;
+  if (!serves_any(result)) {
+    return;  // no number of engines serves a target
+  }
+  if (options.target_output_tokens_per_s) {
+    result.engines = engines_for(*options.target_output_tokens_per_s,
+                                 result.output_tokens_per_s_per_engine, "--target-tokens-per-s");
+  }
+  if (options.target_requests_per_s) {
+    result.engines = std::max(
+        result.engines, engines_for(*options.target_requests_per_s,
+                                    result.requests_per_s_per_engine, "--target-requests-per-s"));
+  }
+  result.gpus = result.engines * static_cast<std::uint64_t>(tp);
+  result.nodes = static_cast<std::uint64_t>(
+      std::ceil(static_cast<double>(result.gpus) / run.hardware().node().gpus_per_node()));
+}
+
+}  // namespace plan_detail
+
+namespace {
+
+using plan_detail::metric;
+
+// The schema's cap on workload.closed_loop.num_requests, which every evaluation sets.
+std::uint64_t max_generated_requests() {
+  const auto* field = config::ClosedLoop::descriptor()->FindFieldByName("num_requests");
+  return static_cast<std::uint64_t>(field->options().GetExtension(config::max_value));
 }
 
 struct Evaluation {
@@ -54,10 +147,7 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
   loop.set_num_requests(static_cast<std::uint32_t>(requests));
   Evaluation evaluation{false, {}, simulate_reporting_unfit(run, memo)};
   if (!evaluation.report.does_not_fit.empty()) {
-    // A single request of the workload does not fit: no batch of this policy runs.
-    evaluation.binding =
-        (evaluation.report.does_not_fit_in == DoesNotFit::Memory::kHost ? "DDR: " : "HBM: ") +
-        evaluation.report.does_not_fit;
+    evaluation.binding = plan_detail::does_not_fit_binding(evaluation.report);
     return evaluation;
   }
   const auto& metrics = evaluation.report.metrics;
@@ -82,32 +172,69 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
     }
     return evaluation;
   }
-  std::string violated;
-  for (const Slo& slo : options.slos) {
-    const double value = metric(metrics, slo.metric);
-    if (value > slo.limit_ms) {
-      violated += (violated.empty() ? "" : ", ") + slo.metric + " " + format_fixed(value, 1) +
-                  " > " + format_fixed(slo.limit_ms, 1);
-    }
-  }
-  if (!violated.empty()) {
-    const double wait = metric(metrics, "copy_wait_fraction");
-    // Iterations waiting for the host's recodes, a share of the run (NaN when not timed).
-    const double recode_wait =
-        metric(metrics, "host_recode_stall_s") / std::max(metric(metrics, "duration_s"), 1e-12);
-    if (recode_wait > kPcieBound && !(wait > recode_wait)) {
-      evaluation.binding = "host recodes (" + format_fixed(100 * recode_wait, 0) +
-                           "% of the run waits for T1 <-> T2 recodes): " + violated;
-    } else {
-      evaluation.binding = (wait > kPcieBound ? "PCIe (" + format_fixed(100 * wait, 0) +
-                                                    "% of GPU time waits for copies): "
-                                              : std::string("compute: ")) +
-                           violated;
-    }
+  const std::string missed = plan_detail::missed_slos(metrics, options.slos);
+  if (!missed.empty()) {
+    evaluation.binding = plan_detail::work_binding(metrics, missed);
     return evaluation;
   }
   evaluation.feasible = true;
   return evaluation;
+}
+
+PlanResult plan_batch(const config::RunSpec& run, const PlanOptions& options, DemandMemo* memo) {
+  if (options.rounds == 0 || options.rounds > kMaxRounds) {
+    throw ConfigError("--rounds " + std::to_string(options.rounds) + ": from 1 to " +
+                      std::to_string(kMaxRounds));
+  }
+  PlanResult result;
+  result.search = PlanSearch::kBatch;
+  const std::uint32_t cap = run.workload().max_batch_size();
+  Evaluation one = evaluate(run, 1, options, memo);
+  result.evaluations = 1;
+  result.policy = one.report.policy;
+  if (!one.feasible) {
+    result.binding = one.binding;
+    plan_detail::size_fleet(run, options, result);
+    return result;
+  }
+  // The memory limit the single-request run reports bounds the search from above; it counts
+  // whole-request reservations, which on-demand admission does not make, so that search starts
+  // at the batch cap.
+  const double fits = run.workload().has_on_demand_admission()
+                          ? static_cast<double>(cap)
+                          : metric(one.report.metrics, "largest_batch_that_fits");
+  auto high = static_cast<std::uint32_t>(std::clamp(fits, 1.0, static_cast<double>(cap)));
+  Evaluation best = std::move(one);
+  std::uint32_t low = 1;  // feasible
+  Evaluation top = evaluate(run, high, options, memo);
+  ++result.evaluations;
+  if (top.feasible) {
+    low = high;
+    result.binding = high == cap ? "max_batch_size " + std::to_string(cap)
+                     : metric(top.report.metrics, "largest_batch_host_limit") == fits ? "DDR"
+                                                                                      : "HBM";
+    best = std::move(top);
+  } else {
+    result.binding = top.binding;
+    while (high - low > 1) {
+      const std::uint32_t middle = low + (high - low) / 2;
+      Evaluation probe = evaluate(run, middle, options, memo);
+      ++result.evaluations;
+      if (probe.feasible) {
+        low = middle;
+        best = std::move(probe);
+      } else {
+        high = middle;
+        result.binding = probe.binding;
+      }
+    }
+  }
+  result.max_batch = low;
+  result.metrics = best.report.metrics;
+  result.output_tokens_per_s_per_engine = metric(result.metrics, "throughput_output_tokens_per_s");
+  result.requests_per_s_per_engine = metric(result.metrics, "throughput_requests_per_s");
+  plan_detail::size_fleet(run, options, result);
+  return result;
 }
 
 }  // namespace
@@ -164,81 +291,23 @@ std::vector<Slo> parse_slos(const std::string& text) {
   return slos;
 }
 
+bool serves_any(const PlanResult& result) {
+  return result.search == PlanSearch::kBatch ? result.max_batch > 0
+                                             : result.requests_per_s_per_engine > 0;
+}
+
 PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options, DemandMemo* memo) {
-  if (!run.workload().has_closed_loop()) {
-    throw ConfigError(
-        "plan searches the number of requests in flight, so it needs a closed_loop "
-        "workload (its prompt and output lengths are used)");
-  }
-  if (options.rounds == 0 || options.rounds > kMaxRounds) {
-    throw ConfigError("--rounds " + std::to_string(options.rounds) + ": from 1 to " +
-                      std::to_string(kMaxRounds));
-  }
-  PlanResult result;
-  const std::uint32_t cap = run.workload().max_batch_size();
-  Evaluation one = evaluate(run, 1, options, memo);
-  result.evaluations = 1;
-  result.policy = one.report.policy;
-  if (!one.feasible) {
-    result.binding = one.binding;
-    return result;
-  }
-  // The memory limit the single-request run reports bounds the search from above; it counts
-  // whole-request reservations, which on-demand admission does not make, so that search starts
-  // at the batch cap.
-  const double fits = run.workload().has_on_demand_admission()
-                          ? static_cast<double>(cap)
-                          : metric(one.report.metrics, "largest_batch_that_fits");
-  auto high = static_cast<std::uint32_t>(std::clamp(fits, 1.0, static_cast<double>(cap)));
-  Evaluation best = std::move(one);
-  std::uint32_t low = 1;  // feasible
-  Evaluation top = evaluate(run, high, options, memo);
-  ++result.evaluations;
-  if (top.feasible) {
-    low = high;
-    result.binding = high == cap ? "max_batch_size " + std::to_string(cap)
-                     : metric(top.report.metrics, "largest_batch_host_limit") == fits ? "DDR"
-                                                                                      : "HBM";
-    best = std::move(top);
-  } else {
-    result.binding = top.binding;
-    while (high - low > 1) {
-      const std::uint32_t middle = low + (high - low) / 2;
-      Evaluation probe = evaluate(run, middle, options, memo);
-      ++result.evaluations;
-      if (probe.feasible) {
-        low = middle;
-        best = std::move(probe);
-      } else {
-        high = middle;
-        result.binding = probe.binding;
-      }
+  for (const auto& [target, option] :
+       {std::pair{options.target_output_tokens_per_s, "--target-tokens-per-s"},
+        std::pair{options.target_requests_per_s, "--target-requests-per-s"}}) {
+    if (target && !(*target > 0 && std::isfinite(*target))) {
+      throw ConfigError(std::string(option) + " must be a positive finite number");
     }
   }
-  result.max_batch = low;
-  result.metrics = best.report.metrics;
-  const double tp = run.tensor_parallel_degree();
-  const double engines_per_node = std::floor(run.hardware().node().gpus_per_node() / tp);
-  result.output_tokens_per_s_per_engine = metric(result.metrics, "throughput_output_tokens_per_s");
-  result.output_tokens_per_s_per_gpu = result.output_tokens_per_s_per_engine / tp;
-  result.output_tokens_per_s_per_node = result.output_tokens_per_s_per_engine * engines_per_node;
-  if (options.target_output_tokens_per_s) {
-    const double engines =
-        std::ceil(*options.target_output_tokens_per_s / result.output_tokens_per_s_per_engine);
-    // 2^53: every count below is exact in a double, and no plan needs more.
-    if (!(engines <= 0x1p53)) {
-      throw ConfigError("--target-tokens-per-s " +
-                        std::to_string(*options.target_output_tokens_per_s) + " needs " +
-                        (std::isfinite(engines) ? "more than 2^53" : "infinitely many") +
-                        " engines of " + std::to_string(result.output_tokens_per_s_per_engine) +
-                        " output tokens/s");
-    }
-    result.engines = static_cast<std::uint64_t>(engines);
-    result.gpus = result.engines * static_cast<std::uint64_t>(tp);
-    result.nodes = static_cast<std::uint64_t>(
-        std::ceil(static_cast<double>(result.gpus) / run.hardware().node().gpus_per_node()));
+  if (run.workload().has_closed_loop()) {
+    return plan_batch(run, options, memo);
   }
-  return result;
+  return plan_detail::plan_rate(run, options, memo);
 }
 
 }  // namespace kvtier::serving

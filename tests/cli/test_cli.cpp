@@ -503,6 +503,39 @@ TEST_CASE("plan finds the largest batch per policy and the GPUs a target needs",
                            Catch::Contains(R"("engines": null, "gpus": null, "nodes": null)"));
 }
 
+TEST_CASE("plan searches an open-loop workload's arrival rate", "[cli]") {
+  std::string text = kRun;
+  const auto begin = text.find("closed_loop");
+  text.replace(begin, text.find("max_batch_size") - begin,
+               "poisson { rate_per_s: 4 num_requests: 600 prompt_tokens { fixed_tokens: 512 } "
+               "output_tokens { fixed_tokens: 64 } }\n  ");
+  const auto path = write_file("plan-open.textproto", text);
+  const Result result = run("plan " + path.string() +
+                            " --slo ttft_p99=300ms --target-requests-per-s 100 --format json");
+  INFO(result.err);
+  CHECK(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("\"max_requests_per_s\": ") &&
+                             Catch::Contains("\"infeasible_requests_per_s\": ") &&
+                             Catch::Contains("\"max_running_requests\": ") &&
+                             Catch::Contains("\"notes\": []") && Catch::Contains("\"engines\": "));
+  const Result table = run("plan " + path.string() + " --slo ttft_p99=300ms --rate-precision 0.1");
+  CHECK(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("largest arrival rate") && Catch::Contains("max req/s") &&
+                            Catch::Contains("in flight") && Catch::Contains("bound by"));
+  expect_config_error(run("plan " + path.string() + " --slo tpot_p99=50ms"),
+                      "needs an SLO on ttft, queue_wait or e2e_latency");
+  expect_config_error(run("plan " + path.string() + " --slo ttft_p99=300ms --rounds 2"),
+                      "--rounds applies to closed_loop workloads");
+  expect_config_error(run("plan " + path.string() + " --slo ttft_p99=300ms --rate-precision 0"),
+                      "--rate-precision 0: from 1e-06 to 1");
+  expect_config_error(
+      run("plan " + path.string() + " --slo ttft_p99=300ms --target-requests-per-s -3"),
+      "--target-requests-per-s must be a positive finite number");
+  const auto closed = write_file("plan-closed.textproto", kRun);
+  expect_config_error(run("plan " + closed.string() + " --slo tpot_p99=1s --rate-precision 0.1"),
+                      "--rate-precision applies to open-loop workloads");
+}
+
 TEST_CASE("usage errors: no command, abbreviated options, kvtier help COMMAND", "[cli]") {
   const Result none = run("");
   CHECK(none.exit_code == 2);

@@ -2,13 +2,18 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "common/errors.hpp"
+#include "common/text_output.hpp"
 #include "configs/schema/run.pb.h"
 #include "serving/plan.hpp"
+#include "serving/workload.hpp"
 #include "tests/support/config_fixture.hpp"
 #include "tests/support/serving_metrics.hpp"
 
@@ -25,6 +30,32 @@ RunSpec small_run(const std::vector<std::string>& extra = {}) {
                                    "workload.max_batch_size=48"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
+}
+
+// The quickstart request shape arriving open-loop: `requests` Poisson arrivals at 4/s.
+RunSpec open_run(std::uint32_t requests, const std::vector<std::string>& extra = {}) {
+  std::string text = kvtier::test::quickstart_run();
+  const auto begin = text.find("closed_loop");
+  text.replace(begin, text.find("max_batch_size") - begin,
+               "poisson { rate_per_s: 4 num_requests: " + std::to_string(requests) +
+                   " prompt_tokens { lognormal { median_tokens: 512 sigma: 0.6 min_tokens: 16 "
+                   "max_tokens: 4096 } } output_tokens { fixed_tokens: 64 } }\n  ");
+  return kvtier::test::load_spec<RunSpec>(text, extra);
+}
+
+double report_value(const std::vector<kvtier::serving::Metric>& metrics, const std::string& name) {
+  for (const auto& metric : metrics) {
+    if (metric.name == name) {
+      return metric.value;
+    }
+  }
+  FAIL("no metric " << name);
+  return 0.0;
+}
+
+std::map<std::string, double> at_rate(RunSpec run, double rate) {
+  run.mutable_workload()->mutable_poisson()->set_rate_per_s(rate);
+  return kvtier::test::serving_metrics(run);
 }
 
 std::map<std::string, double> at_batch(RunSpec run, std::uint32_t batch, std::uint32_t rounds) {
@@ -182,15 +213,6 @@ TEST_CASE("an SLO missed while the GPU waits for its copies is PCIe-bound", "[pl
   CHECK_THAT(plan_capacity(full, options).binding, Catch::StartsWith("compute: tpot_p99_ms"));
 }
 
-TEST_CASE("planning needs a closed loop", "[plan]") {
-  RunSpec run = small_run();
-  run.mutable_workload()->clear_closed_loop();
-  run.mutable_workload()->mutable_poisson();
-  PlanOptions options;
-  options.slos = {{"tpot_p99_ms", 50}};
-  CHECK_THROWS_AS(plan_capacity(run, options), kvtier::ConfigError);
-}
-
 TEST_CASE("an SLO missed while the GPU waits for the host's recodes is bound by them", "[plan]") {
   // T2 tokens recoded on the step's path by one slow host thread: most of the run waits.
   RunSpec tiered = small_run(
@@ -220,4 +242,168 @@ TEST_CASE("an SLO missed while the GPU waits for the host's recodes is bound by 
   CHECK_THAT(result.binding,
              Catch::StartsWith("host recodes (") &&
                  Catch::Contains("% of the run waits for T1 <-> T2 recodes): tpot_p99_ms"));
+}
+
+TEST_CASE("an open-loop plan finds the rate at the SLO's edge, within the precision", "[plan]") {
+  const RunSpec run = open_run(400);
+  PlanOptions options;
+  options.slos = {{"ttft_p99_ms", 250.0}, {"tpot_p99_ms", 1e6}};
+  options.target_requests_per_s = 1000.0;
+  const auto result = plan_capacity(run, options);
+  INFO(result.requests_per_s_per_engine << " req/s, " << result.binding);
+  CHECK(result.search == kvtier::serving::PlanSearch::kRate);
+  REQUIRE(result.requests_per_s_per_engine > 4.0);  // the run's own rate is well inside
+  const auto planned = at_rate(run, result.requests_per_s_per_engine);
+  CHECK(planned.at("ttft_p99_ms") <= 250.0);
+  CHECK(at_rate(run, result.infeasible_requests_per_s).at("ttft_p99_ms") > 250.0);
+  CHECK(result.infeasible_requests_per_s > result.requests_per_s_per_engine);
+  CHECK(result.infeasible_requests_per_s <= result.requests_per_s_per_engine * 1.01);
+  CHECK_THAT(result.binding, Catch::Contains("ttft_p99_ms"));
+  // The report is the planned probe's, and the tokens per engine those the rate brings.
+  CHECK(report_value(result.metrics, "ttft_p99_ms") == planned.at("ttft_p99_ms"));
+  CHECK(result.max_batch == planned.at("max_running_requests"));
+  CHECK(result.output_tokens_per_s_per_engine == Approx(64 * result.requests_per_s_per_engine));
+  CHECK(result.engines * result.requests_per_s_per_engine >= 1000.0);
+  CHECK((result.engines - 1) * result.requests_per_s_per_engine < 1000.0);
+  CHECK(result.notes.empty());
+  // Two targets: the engines serve both. Tokens at 64 a request ask for twice the engines.
+  options.target_output_tokens_per_s = 2 * 64 * 1000.0;
+  const auto both = plan_capacity(run, options);
+  CHECK(both.engines >= 2 * result.engines - 1);
+  CHECK(both.engines * both.output_tokens_per_s_per_engine >= 2 * 64 * 1000.0);
+  // A coarser precision probes less and brackets wider.
+  options.rate_precision = 0.25;
+  const auto coarse = plan_capacity(run, options);
+  CHECK(coarse.evaluations < result.evaluations);
+  CHECK(coarse.infeasible_requests_per_s <= coarse.requests_per_s_per_engine * 1.25);
+  CHECK(at_rate(run, coarse.requests_per_s_per_engine).at("ttft_p99_ms") <= 250.0);
+}
+
+TEST_CASE("an open-loop plan starting past capacity halves the rate until it fits", "[plan]") {
+  RunSpec run = open_run(400);
+  run.mutable_workload()->mutable_poisson()->set_rate_per_s(4000);
+  PlanOptions options;
+  options.slos = {{"ttft_p99_ms", 250.0}};
+  const auto result = plan_capacity(run, options);
+  REQUIRE(result.requests_per_s_per_engine > 0);
+  CHECK(result.requests_per_s_per_engine < 4000);
+  CHECK(at_rate(run, result.requests_per_s_per_engine).at("ttft_p99_ms") <= 250.0);
+  CHECK(at_rate(run, result.infeasible_requests_per_s).at("ttft_p99_ms") > 250.0);
+}
+
+TEST_CASE("an open-loop plan says what bound the rate", "[plan]") {
+  PlanOptions options;
+  options.slos = {{"ttft_p99_ms", 250.0}};
+  // Four requests at once: the queue forms behind the batch cap.
+  const auto capped = plan_capacity(open_run(400, {"workload.max_batch_size=4"}), options);
+  CHECK_THAT(capped.binding,
+             Catch::StartsWith("max_batch_size 4 (requests queued behind a full batch): "
+                               "ttft_p99_ms"));
+  CHECK(capped.max_batch <= 4);
+  // KV memory for about 15 whole lives of these requests' median.
+  const auto memory =
+      plan_capacity(open_run(400, {"hardware.node.gpu.memory_capacity=18.5GiB"}), options);
+  CHECK_THAT(memory.binding, Catch::StartsWith("HBM (admissions waited for KV memory in ") &&
+                                 Catch::Contains(" iterations, 0 preemptions): ttft_p99_ms"));
+  // Neither: iterations grow with the batch until the first tokens come late.
+  const auto compute = plan_capacity(open_run(400), options);
+  CHECK_THAT(compute.binding, Catch::StartsWith("compute: ttft_p99_ms"));
+  CHECK(compute.requests_per_s_per_engine > memory.requests_per_s_per_engine);
+  CHECK(compute.requests_per_s_per_engine > capped.requests_per_s_per_engine);
+}
+
+TEST_CASE("an open-loop plan that no rate meets serves no target", "[plan]") {
+  PlanOptions options;
+  options.slos = {{"ttft_p99_ms", 0.001}};
+  options.target_requests_per_s = 10.0;
+  const auto result = plan_capacity(open_run(50), options);
+  CHECK(result.requests_per_s_per_engine == 0.0);
+  CHECK_FALSE(kvtier::serving::serves_any(result));
+  CHECK(result.engines == 0);
+  CHECK(result.metrics.empty());
+  // The slowest rate probed: the run's 4/s halved as often as its last request still arrives
+  // within 10^6 s of simulated time (and at most 20 times), where requests run alone.
+  const auto workload = kvtier::serving::make_workload(open_run(50).workload(), 7);
+  const double last_s = kvtier::sim::to_seconds(*workload.requests.back().arrival);
+  int halvings = 0;
+  while (halvings < 20 && last_s * (1 << (halvings + 1)) <= 1e6) {
+    ++halvings;
+  }
+  CHECK(halvings >= 10);
+  CHECK(result.infeasible_requests_per_s == 4.0 / (1 << halvings));
+  CHECK_THAT(result.binding,
+             Catch::StartsWith("even at " + kvtier::format_fixed(4.0 / (1 << halvings), 6) +
+                               " requests/s: compute: ttft_p99_ms") &&
+                 Catch::Contains(" > 0.001"));
+}
+
+TEST_CASE("an open-loop plan over a short workload says how much overload it may hide", "[plan]") {
+  PlanOptions options;
+  options.slos = {{"ttft_p99_ms", 250.0}};
+  // 60 requests: at the planned rate they arrive within a second, and a queue that grows by
+  // the SLO's 250 ms over that span goes unseen.
+  const auto result = plan_capacity(open_run(60), options);
+  REQUIRE(result.notes.size() == 1);
+  CHECK_THAT(result.notes[0], Catch::StartsWith("the workload's 60 requests arrive within ") &&
+                                  Catch::Contains("(250 ms of SLO over that span)"));
+}
+
+TEST_CASE("open-loop plans refuse what the rate search cannot use", "[plan]") {
+  PlanOptions options;
+  // TPOT holds past capacity: the queue grows instead.
+  options.slos = {{"tpot_p99_ms", 50.0}, {"iteration_p99_ms", 50.0}};
+  CHECK_THROWS_WITH(plan_capacity(open_run(50), options),
+                    Catch::Contains("needs an SLO on ttft, queue_wait or e2e_latency"));
+  options.slos = {{"queue_wait_p99_ms", 1e6}};
+  for (const double precision : {0.0, 1e-7, 1.5}) {
+    options.rate_precision = precision;
+    CHECK_THROWS_WITH(plan_capacity(open_run(50), options), Catch::StartsWith("--rate-precision"));
+  }
+  // Eight requests that all meet the SLOs arriving at once: no rate loads the engine.
+  options.rate_precision = 0.01;
+  CHECK_THROWS_WITH(plan_capacity(open_run(8), options),
+                    Catch::Contains("meets every SLO with the workload's 8 requests arriving "
+                                    "within") &&
+                        Catch::Contains("give it more requests"));
+  options.target_requests_per_s = -1.0;
+  CHECK_THROWS_WITH(plan_capacity(open_run(50), options),
+                    Catch::StartsWith("--target-requests-per-s must be a positive"));
+}
+
+TEST_CASE("an open-loop plan over a request file scales its time_scale", "[plan]") {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "kvtier-plan-test-XXXXXX").string();
+  REQUIRE(mkdtemp(pattern.data()) != nullptr);
+  const std::filesystem::path folder(pattern);
+  // 300 requests half a second apart: (300 - 1) / 149.5 s = 2 requests/s.
+  std::string lines = "arrival_s,prompt_tokens,output_tokens\n";
+  for (int i = 0; i < 300; ++i) {
+    lines += std::to_string(0.5 * i) + "," + std::to_string(128 + 61 * (i % 17)) + ",64\n";
+  }
+  std::ofstream(folder / "requests.csv") << lines;
+  std::ofstream(folder / "burst.csv")
+      << "arrival_s,prompt_tokens,output_tokens\n3,100,10\n3,90,5\n";
+  const auto file_run = [&folder](const char* name) {
+    return kvtier::test::load_spec<RunSpec>(
+        kvtier::test::quickstart_run(),
+        {"workload.request_file.path=" + (folder / name).string(),
+         "workload.request_file.format=KVTIER_CSV", "workload.request_file.time_scale=1"});
+  };
+  const RunSpec run = file_run("requests.csv");
+  const auto at_scale = [&run](double time_scale) {
+    RunSpec scaled = run;
+    scaled.mutable_workload()->mutable_request_file()->set_time_scale(time_scale);
+    return kvtier::test::serving_metrics(scaled).at("ttft_p99_ms");
+  };
+  PlanOptions options;
+  options.slos = {{"ttft_p99_ms", 200.0}};
+  const auto result = plan_capacity(run, options);
+  INFO(result.requests_per_s_per_engine << " req/s, " << result.binding);
+  REQUIRE(result.requests_per_s_per_engine > 2.0);
+  CHECK(at_scale(2.0 / result.requests_per_s_per_engine) <= 200.0);
+  CHECK(at_scale(2.0 / result.infeasible_requests_per_s) > 200.0);
+  CHECK(result.output_tokens_per_s_per_engine == Approx(64 * result.requests_per_s_per_engine));
+  CHECK_THROWS_WITH(plan_capacity(file_run("burst.csv"), options),
+                    Catch::Contains("burst.csv: its requests all arrive at one instant"));
+  std::filesystem::remove_all(folder);
 }
