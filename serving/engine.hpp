@@ -111,6 +111,10 @@ struct ServingTotals {
   double prefix_load_bytes = 0.0;
   sim::Tick prefix_store_busy;
   sim::Tick prefix_load_busy;
+  // The copy calls those bytes took, and with chunks the time the GPU spent gathering and
+  // scattering them (in copy_wait).
+  std::uint64_t prefix_copies = 0;
+  sim::Tick prefix_gather_busy;
 };
 
 class ServingEngine {
@@ -344,6 +348,11 @@ class ServingEngine {
   CopyRates prefix_copy_rates_;
   std::uint64_t prefix_loads_now_ = 0;
   std::uint64_t prefix_stores_now_ = 0;
+  // memory.prefix_cache_host_chunk_tokens in blocks (0: a copy per block and layer's K or V),
+  // and the chunks this iteration's loads and stores touch, each one copy.
+  std::uint64_t prefix_chunk_blocks_ = 0;
+  std::uint64_t prefix_load_chunks_now_ = 0;
+  std::uint64_t prefix_store_chunks_now_ = 0;
 
   std::vector<Request> requests_;
   std::uint32_t next_arrival_ = 0;

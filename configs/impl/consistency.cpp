@@ -278,6 +278,20 @@ void check_swap_space(const RunSpec& run, const std::string& path, Problems& pro
 // Prefix caching caches whole blocks of the full cache; the policy is checked by the serving
 // engine, which also simulates the runs `compare` lists.
 void check_prefix_caching(const RunSpec& run, const std::string& path, Problems& problems) {
+  if (run.memory().has_prefix_cache_host_chunk_tokens()) {
+    const std::uint32_t chunk = run.memory().prefix_cache_host_chunk_tokens();
+    const std::uint32_t block = run.memory().kv_block_tokens();
+    if (!run.memory().has_prefix_cache_host_gib()) {
+      problems.push_back({at(path, "memory.prefix_cache_host_chunk_tokens"),
+                          "chunks of the prefix cache's host tier need "
+                          "memory.prefix_cache_host_gib"});
+    } else if (block > 0 && chunk % block != 0) {
+      problems.push_back({at(path, "memory.prefix_cache_host_chunk_tokens"),
+                          "prefix_cache_host_chunk_tokens " + std::to_string(chunk) +
+                              " is not a whole number of kv_block_tokens " + std::to_string(block) +
+                              " blocks"});
+    }
+  }
   if (run.memory().has_prefix_cache_host_gib()) {
     const NodeSpec& node = run.hardware().node();
     if (!run.memory().prefix_caching()) {

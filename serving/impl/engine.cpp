@@ -21,6 +21,29 @@ const config::LinkSpec* gpu_link_of(const config::RunSpec& run) {
   return node.has_gpu_link() ? &node.gpu_link() : nullptr;
 }
 
+// The chunks of `blocks_per_chunk` blocks (chunk c: blocks c·n .. c·n + n − 1) that blocks
+// counted in increasing order touch: each one copy of the prefix cache's host tier.
+class ChunkCounter {
+ public:
+  explicit ChunkCounter(std::uint64_t blocks_per_chunk) : blocks_per_chunk_(blocks_per_chunk) {}
+  void count(std::uint64_t block) {
+    if (blocks_per_chunk_ == 0) {
+      return;
+    }
+    const std::uint64_t chunk = block / blocks_per_chunk_;
+    if (touched_ == 0 || chunk != last_) {
+      ++touched_;
+      last_ = chunk;
+    }
+  }
+  [[nodiscard]] std::uint64_t touched() const noexcept { return touched_; }
+
+ private:
+  std::uint64_t blocks_per_chunk_;
+  std::uint64_t last_ = 0;
+  std::uint64_t touched_ = 0;
+};
+
 }  // namespace
 
 ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& run,
@@ -84,6 +107,21 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       prefix_host_.emplace(
           static_cast<std::uint64_t>(std::llround(plan_.prefix_host_bytes / plan_.block_bytes())));
       prefix_copy_rates_ = measure_swap_rates(run);
+    }
+    if (run.memory().has_prefix_cache_host_chunk_tokens()) {
+      const std::uint32_t chunk = run.memory().prefix_cache_host_chunk_tokens();
+      if (!prefix_host_) {
+        throw ConfigError(
+            "chunks of the prefix cache's host tier need memory.prefix_cache_host_gib",
+            "field memory.prefix_cache_host_chunk_tokens");
+      }
+      if (chunk % plan_.block_tokens != 0) {
+        throw ConfigError("prefix_cache_host_chunk_tokens " + std::to_string(chunk) +
+                              " is not a whole number of kv_block_tokens " +
+                              std::to_string(plan_.block_tokens) + " blocks",
+                          "field memory.prefix_cache_host_chunk_tokens");
+      }
+      prefix_chunk_blocks_ = chunk / plan_.block_tokens;
     }
   } else if (run.memory().has_prefix_cache_host_gib()) {
     throw ConfigError("the prefix cache's host tier needs memory.prefix_caching: true",
@@ -394,6 +432,7 @@ void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
   Request& request = requests_[id];
   totals_.prefix_queried_tokens += request.prefill_target;
   totals_.prefix_hit_tokens += hits.blocks * plan_.block_tokens;
+  ChunkCounter chunks(prefix_chunk_blocks_);
   for (std::uint64_t place = 0; place < hits.blocks; ++place) {
     const BlockKey key = block_key(request.spec, id, place, plan_.block_tokens);
     if (prefix_cache_->cached(key)) {
@@ -403,8 +442,10 @@ void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
       prefix_cache_->insert(key);
       prefix_host_->touch(key);
       ++prefix_loads_now_;
+      chunks.count(place);
     }
   }
+  prefix_load_chunks_now_ += chunks.touched();
   totals_.prefix_host_hit_tokens += hits.loaded * plan_.block_tokens;
   request.cache_held = hits.blocks;
   request.prefilled = hits.blocks * plan_.block_tokens;
@@ -413,17 +454,20 @@ void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
 void ServingEngine::cache_filled_blocks(std::uint32_t id) {
   Request& request = requests_[id];
   const std::uint64_t full = cached_tokens(request) / plan_.block_tokens;
+  ChunkCounter chunks(prefix_chunk_blocks_);
   while (request.caching && request.cache_held < full) {
     const BlockKey key = block_key(request.spec, id, request.cache_held, plan_.block_tokens);
     if (prefix_cache_->insert(key)) {
-      ++request.cache_held;
       if (prefix_host_ && prefix_host_->store(key)) {
         ++prefix_stores_now_;
+        chunks.count(request.cache_held);
       }
+      ++request.cache_held;
     } else {
       request.caching = false;
     }
   }
+  prefix_store_chunks_now_ += chunks.touched();
 }
 
 void ServingEngine::release_cached_blocks(std::uint32_t id) {
@@ -704,32 +748,49 @@ sim::Tick ServingEngine::time_swaps() {
 }
 
 sim::Tick ServingEngine::time_prefix_copies(sim::Tick duration) {
-  // A block moves as one copy of each layer's keys and one of its values, as a swap's.
   const double block_bytes = plan_.block_bytes();
-  const std::uint64_t copies_per_block = 2ULL * run_.model().num_hidden_layers();
   const double loaded = static_cast<double>(prefix_loads_now_) * block_bytes;
   const double stored = static_cast<double>(prefix_stores_now_) * block_bytes;
-  const sim::Tick loads =
-      swap_time(loaded, prefix_loads_now_ * copies_per_block, prefix_copy_rates_.h2d_bytes_per_s,
-                prefix_copy_rates_.h2d_setup);
-  const sim::Tick stores =
-      swap_time(stored, prefix_stores_now_ * copies_per_block, prefix_copy_rates_.d2h_bytes_per_s,
-                prefix_copy_rates_.d2h_setup);
+  // Per block: one copy of each layer's keys and one of its values, as a swap's. In chunks: one
+  // copy per chunk, after a kernel gathers a store's blocks and before one scatters a load's,
+  // each reading and writing their bytes in HBM.
+  const bool chunked = prefix_chunk_blocks_ > 0;
+  const std::uint64_t copies_per_block = 2ULL * run_.model().num_hidden_layers();
+  const std::uint64_t load_copies =
+      chunked ? prefix_load_chunks_now_ : prefix_loads_now_ * copies_per_block;
+  const std::uint64_t store_copies =
+      chunked ? prefix_store_chunks_now_ : prefix_stores_now_ * copies_per_block;
+  const double hbm_bytes_per_s = cost_model_.gpu().memory_bytes_per_second();
+  const auto in_hbm = [chunked, hbm_bytes_per_s](double bytes) {
+    return chunked && bytes > 0.0
+               ? sim::from_seconds(2.0 * bytes / hbm_bytes_per_s, sim::Rounding::kUp)
+               : sim::Tick::zero();
+  };
+  const sim::Tick gather = in_hbm(stored);
+  const sim::Tick scatter = in_hbm(loaded);
+  const sim::Tick loads = swap_time(loaded, load_copies, prefix_copy_rates_.h2d_bytes_per_s,
+                                    prefix_copy_rates_.h2d_setup);
+  const sim::Tick stores = swap_time(stored, store_copies, prefix_copy_rates_.d2h_bytes_per_s,
+                                     prefix_copy_rates_.d2h_setup);
   totals_.prefix_load_bytes += loaded;
   totals_.prefix_store_bytes += stored;
   totals_.prefix_load_busy += loads;
   totals_.prefix_store_busy += stores;
+  totals_.prefix_copies += load_copies + store_copies;
+  totals_.prefix_gather_busy += gather + scatter;
   totals_.h2d_bytes += loaded;
   totals_.d2h_bytes += stored;
   totals_.h2d_busy += loads;
   totals_.d2h_busy += stores;
   prefix_loads_now_ = prefix_stores_now_ = 0;
+  prefix_load_chunks_now_ = prefix_store_chunks_now_ = 0;
   if (duration == sim::Tick::zero()) {
     return duration;  // the engine is idle: the stores finish in the background
   }
-  // The loads precede the forward pass; the stores run on the other copy engine beside it all.
-  const sim::Tick with_loads = duration + loads;
-  const sim::Tick total = std::max(with_loads, stores);
+  // On the GPU: the gather, the scatter once the loads are in, the forward pass. The stores
+  // follow the gather on the other copy engine, beside it all.
+  const sim::Tick forward_end = std::max(gather, loads) + scatter + duration;
+  const sim::Tick total = std::max(forward_end, gather + stores);
   totals_.copy_wait += total - duration;
   return total;
 }

@@ -220,7 +220,14 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
                   format_fixed(engine.memory().prefix_host_bytes / kGiB, 2) +
                   " GiB per GPU, memory.prefix_cache_host_gib: " +
                   format_fixed(totals.prefix_store_bytes / 1e9, 3) + " GB stored, " +
-                  format_fixed(totals.prefix_load_bytes / 1e9, 3) + " GB loaded back)"
+                  format_fixed(totals.prefix_load_bytes / 1e9, 3) + " GB loaded back in " +
+                  std::to_string(totals.prefix_copies) + " copies" +
+                  (run.memory().has_prefix_cache_host_chunk_tokens()
+                       ? " of chunks of " +
+                             std::to_string(run.memory().prefix_cache_host_chunk_tokens()) +
+                             " tokens"
+                       : std::string(" of a block's layer's keys or values")) +
+                  ")"
             : std::string();
     report.notes.push_back(
         "prefix caching (memory.prefix_caching): " + format_fixed(100.0 * prefix_hit_rate, 1) +
@@ -295,6 +302,8 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   m.push_back({"prefix_cache_load_gb", totals.prefix_load_bytes / 1e9, 3});
   m.push_back({"prefix_cache_store_s", sim::to_seconds(totals.prefix_store_busy), 4});
   m.push_back({"prefix_cache_load_s", sim::to_seconds(totals.prefix_load_busy), 4});
+  m.push_back({"prefix_cache_copies", static_cast<double>(totals.prefix_copies), 0});
+  m.push_back({"prefix_cache_gather_s", sim::to_seconds(totals.prefix_gather_busy), 4});
   m.push_back({"engines_per_node", std::floor(node.gpus_per_node() / tp), 0});
 
   const hw::GpuModel& gpu = engine.cost_model().gpu();

@@ -265,6 +265,59 @@ TEST_CASE("the host tier keeps every cached block, and a prefill loads what HBM 
         Approx(192.0 * (1 << 30) - 1.0 * (1 << 30)).epsilon(1e-12));
 }
 
+TEST_CASE("the host tier's copies in chunks: one call per chunk a load or store touches",
+          "[prefix]") {
+  // The host-tier test above in chunks of 256 tokens (16 blocks). Each of X, Y and Z stores its
+  // 136 blocks after its prefill, chunks 0-8; the second X loads blocks 4-127, chunks 0-7, and
+  // stores its own blocks 128-135, chunk 8. Before a store's copy a kernel gathers its bytes,
+  // after a load's one scatters them, each reading and writing them in HBM.
+  const RunSpec run =
+      run_with({"hardware.node.gpu.memory_capacity=18.5GiB", "workload.prefill_chunk_tokens=4096",
+                "memory.prefix_caching=true", "memory.prefix_cache_host_gib=1",
+                "memory.prefix_cache_host_chunk_tokens=256"});
+  kvtier::sim::Simulator simulator;
+  kvtier::serving::ServingEngine engine(simulator, run, one_at_a_time_x_y_z_x());
+  engine.start();
+  simulator.run();
+  const auto& totals = engine.totals();
+  const double block = engine.memory().block_bytes();
+  REQUIRE(totals.prefix_host_hit_tokens == 124 * 16);
+  CHECK(totals.prefix_copies == 3 * 9 + 8 + 1);
+  const kvtier::serving::CopyRates rates = kvtier::serving::measure_swap_rates(run);
+  using kvtier::serving::swap_time;
+  CHECK(totals.prefix_load_busy ==
+        swap_time(124 * block, 8, rates.h2d_bytes_per_s, rates.h2d_setup));
+  CHECK(totals.prefix_store_busy ==
+        swap_time(136 * block, 9, rates.d2h_bytes_per_s, rates.d2h_setup) * 3 +
+            swap_time(8 * block, 1, rates.d2h_bytes_per_s, rates.d2h_setup));
+  const double hbm = engine.cost_model().gpu().memory_bytes_per_second();
+  const auto in_hbm = [hbm](double bytes) {
+    return kvtier::sim::from_seconds(2 * bytes / hbm, kvtier::sim::Rounding::kUp);
+  };
+  CHECK(totals.prefix_gather_busy ==
+        in_hbm(136 * block) * 3 + in_hbm(8 * block) + in_hbm(124 * block));
+  // The second X's scatter follows its loads before its forward pass.
+  CHECK(totals.copy_wait >= totals.prefix_load_busy + in_hbm(124 * block));
+  // Per block and layer's keys or values, the same bytes take 64 calls a block.
+  kvtier::sim::Simulator per_block_simulator;
+  RunSpec per_block = run;
+  per_block.mutable_memory()->clear_prefix_cache_host_chunk_tokens();
+  kvtier::serving::ServingEngine per_block_engine(per_block_simulator, per_block,
+                                                  one_at_a_time_x_y_z_x());
+  per_block_engine.start();
+  per_block_simulator.run();
+  CHECK(per_block_engine.totals().prefix_copies == (3 * 136 + 124 + 8) * 64);
+  CHECK(per_block_engine.totals().prefix_store_bytes == totals.prefix_store_bytes);
+  CHECK(per_block_engine.totals().prefix_gather_busy == kvtier::sim::Tick::zero());
+  CHECK(per_block_engine.totals().prefix_load_busy > totals.prefix_load_busy);
+  // A run built in code is refused as a config is.
+  RunSpec uneven = run;
+  uneven.mutable_memory()->set_prefix_cache_host_chunk_tokens(40);
+  kvtier::sim::Simulator unused;
+  CHECK_THROWS_WITH(kvtier::serving::ServingEngine(unused, uneven, one_at_a_time_x_y_z_x()),
+                    Catch::Contains("not a whole number of kv_block_tokens 16 blocks"));
+}
+
 TEST_CASE("a full host tier drops its least recently used block", "[prefix]") {
   kvtier::serving::HostBlockStore store(2);
   const BlockKey a{1, 0};
@@ -330,6 +383,12 @@ TEST_CASE("prefix caching needs blocks and the full cache, without windows or sw
   refused({"memory.kv_block_tokens=16", "memory.prefix_caching=true",
            "memory.prefix_cache_host_gib=500"},
           "exceeds the GPU's share of host");
+  refused({"memory.kv_block_tokens=16", "memory.prefix_caching=true",
+           "memory.prefix_cache_host_chunk_tokens=256"},
+          "chunks of the prefix cache's host tier need memory.prefix_cache_host_gib");
+  refused({"memory.kv_block_tokens=16", "memory.prefix_caching=true",
+           "memory.prefix_cache_host_gib=8", "memory.prefix_cache_host_chunk_tokens=100"},
+          "prefix_cache_host_chunk_tokens 100 is not a whole number of kv_block_tokens 16 blocks");
   refused({"memory.kv_block_tokens=16", "model.sliding_window=4096", "memory.prefix_caching=true"},
           "not modelled with a sliding window");
   refused({"memory.kv_block_tokens=16", "workload.on_demand_admission.watermark=0.01",
