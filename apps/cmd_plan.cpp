@@ -2,7 +2,6 @@
 // [--target-requests-per-s R]`: capacity planning with the simulator (serving/plan.hpp), of
 // the batch for a closed loop and of the arrival rate for open-loop workloads.
 
-#include <cmath>
 #include <filesystem>
 #include <optional>
 
@@ -56,16 +55,9 @@ std::string json_result(const serving::PlanResult& result, bool with_target) {
   return json + "}}";
 }
 
-// A positive finite option value, or nullopt when the option is absent.
-std::optional<double> positive_option(const po::variables_map& values, const char* name) {
-  if (values.count(name) == 0U) {
-    return std::nullopt;
-  }
-  const double value = values[name].as<double>();
-  if (!(value > 0) || !std::isfinite(value)) {
-    throw ConfigError(std::string("--") + name + " must be a positive finite number");
-  }
-  return value;
+// The option's value, or nullopt when it is absent (plan_capacity checks a target's value).
+std::optional<double> optional_number(const po::variables_map& values, const char* name) {
+  return values.count(name) != 0U ? std::optional<double>(values[name].as<double>()) : std::nullopt;
 }
 
 }  // namespace
@@ -141,8 +133,8 @@ int run_plan(const Arguments& args, Context& context) {
         "--rounds applies to closed_loop workloads, whose batch plan searches; "
         "this run's arrivals are open-loop (its own requests are replayed)");
   }
-  plan.target_output_tokens_per_s = positive_option(values, "target-tokens-per-s");
-  plan.target_requests_per_s = positive_option(values, "target-requests-per-s");
+  plan.target_output_tokens_per_s = optional_number(values, "target-tokens-per-s");
+  plan.target_requests_per_s = optional_number(values, "target-requests-per-s");
   std::vector<config::PolicySpec> policies{run.policy()};
   policies.insert(policies.end(), run.compare().begin(), run.compare().end());
   serving::DemandMemo memo;

@@ -117,6 +117,7 @@ void size_fleet(const config::RunSpec& run, const PlanOptions& options, PlanResu
 
 namespace {
 
+using plan_detail::Evaluation;
 using plan_detail::metric;
 
 // The schema's cap on workload.closed_loop.num_requests, which every evaluation sets.
@@ -124,12 +125,6 @@ std::uint64_t max_generated_requests() {
   const auto* field = config::ClosedLoop::descriptor()->FindFieldByName("num_requests");
   return static_cast<std::uint64_t>(field->options().GetExtension(config::max_value));
 }
-
-struct Evaluation {
-  bool feasible = false;
-  std::string binding;
-  SimulationReport report;
-};
 
 Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const PlanOptions& options,
                     DemandMemo* memo) {

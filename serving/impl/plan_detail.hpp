@@ -11,6 +11,13 @@
 
 namespace kvtier::serving::plan_detail {
 
+// One simulation of a search: whether the load met the plan, and if not, what bound it.
+struct Evaluation {
+  bool feasible = false;
+  std::string binding;
+  SimulationReport report;
+};
+
 [[nodiscard]] double metric(const std::vector<Metric>& metrics, const std::string& name);
 
 // "HBM: <why>" or "DDR: <why>": a single request of the workload fits neither memory, so no

@@ -83,15 +83,9 @@ std::string rate_binding(const std::vector<Metric>& metrics, std::uint32_t cap,
   return work_binding(metrics, missed);
 }
 
-struct Probe {
-  bool feasible = false;
-  std::string binding;
-  SimulationReport report;
-};
-
 // The run with its arrivals `speed` times as frequent.
-Probe probe(const config::RunSpec& base, double speed, const PlanOptions& options,
-            DemandMemo* memo) {
+Evaluation probe(const config::RunSpec& base, double speed, const PlanOptions& options,
+                 DemandMemo* memo) {
   config::RunSpec run = base;
   auto& workload = *run.mutable_workload();
   if (workload.has_poisson()) {
@@ -100,7 +94,7 @@ Probe probe(const config::RunSpec& base, double speed, const PlanOptions& option
     workload.mutable_request_file()->set_time_scale(base.workload().request_file().time_scale() /
                                                     speed);
   }
-  Probe result{false, {}, simulate_reporting_unfit(run, memo)};
+  Evaluation result{false, {}, simulate_reporting_unfit(run, memo)};
   if (!result.report.does_not_fit.empty()) {
     result.binding = does_not_fit_binding(result.report);
     return result;
@@ -135,7 +129,7 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
     ++result.evaluations;
     return probe(run, speed, options, memo);
   };
-  Probe first = probe_at(1.0);
+  Evaluation first = probe_at(1.0);
   result.policy = first.report.policy;
   if (!first.report.does_not_fit.empty()) {
     result.binding = first.binding;
@@ -146,7 +140,7 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
   // Speeds (multiples of the run's rate) that met every SLO and that missed one; 0: none yet.
   double feasible = 0.0;
   double infeasible = 0.0;
-  Probe best;
+  Evaluation best;
   if (first.feasible) {
     feasible = 1.0;
     best = std::move(first);
@@ -158,7 +152,7 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
                           " s: the workload is too short to load one engine; give it more "
                           "requests");
       }
-      Probe next = probe_at(2 * feasible);
+      Evaluation next = probe_at(2 * feasible);
       if (next.feasible) {
         feasible *= 2;
         best = std::move(next);
@@ -179,7 +173,7 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
         size_fleet(run, options, result);
         return result;
       }
-      Probe next = probe_at(infeasible / 2);
+      Evaluation next = probe_at(infeasible / 2);
       if (next.feasible) {
         feasible = infeasible / 2;
         best = std::move(next);
@@ -192,7 +186,7 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
   // Bisected on a log scale: the bracket's ratio halves its logarithm each probe.
   while (infeasible > feasible * (1 + options.rate_precision)) {
     const double middle = std::sqrt(feasible * infeasible);
-    Probe next = probe_at(middle);
+    Evaluation next = probe_at(middle);
     if (next.feasible) {
       feasible = middle;
       best = std::move(next);
