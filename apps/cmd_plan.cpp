@@ -19,13 +19,17 @@ namespace {
 
 namespace po = boost::program_options;
 
-std::string json_result(const serving::PlanResult& result, bool with_target) {
+std::string json_result(const serving::PlanResult& result, bool with_target, bool cluster) {
   const bool rate = result.search == serving::PlanSearch::kRate;
   std::string json = "{\"policy\": " + json_escape(result.policy);
   if (rate) {
     json += ", \"max_requests_per_s\": " + format_double(result.requests_per_s_per_engine) +
             ", \"infeasible_requests_per_s\": " + format_double(result.infeasible_requests_per_s) +
             ", \"max_running_requests\": " + std::to_string(result.max_batch);
+    if (cluster) {
+      json += ", \"cluster_engines\": " + std::to_string(result.cluster_engines) +
+              ", \"cluster_max_requests_per_s\": " + format_double(result.cluster_requests_per_s);
+    }
   } else {
     json += ", \"max_batch\": " + std::to_string(result.max_batch) +
             ", \"requests_per_s_per_engine\": " + format_double(result.requests_per_s_per_engine);
@@ -95,7 +99,8 @@ int run_plan(const Arguments& args, Context& context) {
           "workload the arrival rate, over RUN's own requests arriving faster or slower (an "
           "SLO on ttft, queue_wait or e2e_latency is then required). Also what binds it (HBM, "
           "DDR, PCIe, host recodes, compute or the batch cap); throughput per engine, GPU and "
-          "node; and with targets, the engines, GPUs and nodes that serve them.",
+          "node; and with targets, the engines, GPUs and nodes that serve them. A run with a "
+          "cluster (run.cluster) is planned whole, its router included, by its arrival rate.",
           context.out)) {
     return 0;
   }
@@ -151,7 +156,8 @@ int run_plan(const Arguments& args, Context& context) {
   if (format == Format::kJson) {
     context.out << "{\"run\": " << json_escape(file) << ", \"plans\": [";
     for (std::size_t i = 0; i < results.size(); ++i) {
-      context.out << (i == 0 ? "" : ", ") << json_result(results[i], with_target);
+      context.out << (i == 0 ? "" : ", ")
+                  << json_result(results[i], with_target, run.has_cluster());
     }
     context.out << "]}\n";
     return 0;
@@ -164,7 +170,14 @@ int run_plan(const Arguments& args, Context& context) {
                               : "largest arrival rate (the run's requests, arriving faster or "
                                 "slower; precision " +
                                     format_double(plan.rate_precision) + ")")
-              << "\n\n";
+              << "\n";
+  if (run.has_cluster()) {
+    context.out << "  of a cluster of " << run.cluster().engines() << " engines routed "
+                << config::Routing_Name(run.cluster().routing())
+                << ": per-engine figures are a share of the cluster's, engines come in whole "
+                   "clusters\n";
+  }
+  context.out << "\n";
   std::vector<std::string> header =
       closed_loop ? std::vector<std::string>{"policy",       "max batch", "req/s engine",
                                              "tok/s engine", "tok/s GPU", "tok/s node"}

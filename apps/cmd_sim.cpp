@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <iostream>
 #include <optional>
+#include <utility>
 
 #include "apps/cli.hpp"
 #include "common/atomic_file.hpp"
@@ -24,7 +25,13 @@ namespace {
 
 // What `--out` (or outputs.directory) receives.
 constexpr std::initializer_list<const char*> kReportFiles = {"report.json", "metrics.csv",
-                                                             "timeseries.csv"};
+                                                             "timeseries.csv", "engines.csv"};
+
+// A cluster's engines in the table: these of each engine's metrics, for the first policy that
+// ran.
+constexpr std::initializer_list<const char*> kEngineColumns = {
+    "requests_routed",   "ttft_p99_ms",           "tpot_p99_ms",          "queue_wait_p99_ms",
+    "gpu_busy_fraction", "prefix_cache_hit_rate", "hbm_kv_used_peak_gib", "preemptions"};
 
 constexpr const char* kDefaultRun = "configs/examples/quickstart.textproto";
 
@@ -68,6 +75,32 @@ void print_table(std::ostream& out, const std::vector<serving::SimulationReport>
     table.add_row(row);
   }
   table.render(out);
+  const auto ran = std::find_if(reports.begin(), reports.end(),
+                                [](const auto& report) { return !report.engines.empty(); });
+  if (ran == reports.end()) {
+    return;
+  }
+  out << "\n  engines of policy " << ran->policy << ":\n";
+  std::vector<std::string> engine_header{"engine"};
+  std::vector<bool> engine_right{true};
+  for (const char* column : kEngineColumns) {
+    engine_header.emplace_back(column);
+    engine_right.push_back(true);
+  }
+  TextTable engines(engine_header, engine_right);
+  for (std::size_t e = 0; e < ran->engines.size(); ++e) {
+    std::vector<std::string> row{std::to_string(e)};
+    for (const char* column : kEngineColumns) {
+      const auto metric =
+          std::find_if(ran->engines[e].begin(), ran->engines[e].end(),
+                       [column](const serving::Metric& each) { return each.name == column; });
+      row.push_back(metric == ran->engines[e].end() || std::isnan(metric->value)
+                        ? "-"
+                        : format_fixed(metric->value, metric->decimals));
+    }
+    engines.add_row(row);
+  }
+  engines.render(out);
 }
 
 // --policy, --trace, --extend, --compare and --cache-dir: edits of the loaded run, checked
@@ -118,9 +151,10 @@ int run_sim(const Arguments& args, Context& context) {
   options.add_options()("run", po::value<std::string>(),
                         "RunSpec file (default: configs/examples/quickstart.textproto)")(
       "out", po::value<std::string>(),
-      "also write report.json, metrics.csv and (with outputs.timeseries_interval_us) "
-      "timeseries.csv into this folder (default: the run's outputs.directory), replacing them "
-      "together (an earlier run's timeseries.csv is removed when this run has none); "
+      "also write report.json, metrics.csv, (with outputs.timeseries_interval_us) "
+      "timeseries.csv and (with a cluster) engines.csv into this folder (default: the run's "
+      "outputs.directory), replacing them together (an earlier run's timeseries.csv or "
+      "engines.csv is removed when this run has none); "
       "outputs.formats chooses among them");
   options.add_options()("format", po::value<std::string>()->default_value("table"),
                         "output: table, json or csv");
@@ -137,17 +171,20 @@ int run_sim(const Arguments& args, Context& context) {
   po::positional_options_description positional;
   positional.add("run", 1);
   po::variables_map values;
-  if (!parse_arguments(args, options, positional, values,
-                       "usage: kvtier sim [RUN] [--policy P] [--compare P1,P2,...] [--trace T]... "
-                       "[--extend synthetic] [--cache-dir DIR] [--set PATH=VALUE]... "
-                       "[--format table|json|csv] [--out DIR]\n\nSimulates continuously batched "
-                       "serving of RUN's workload on "
-                       "its hardware and reports throughput, TTFT, TPOT, HBM and host memory use, "
-                       "PCIe traffic and utilisation. With a tier policy, each request follows "
-                       "the policy's replay over an attention trace (or a synthetic one) and its "
-                       "T1/T2 tokens are prefetched over PCIe layer by layer; --compare puts "
-                       "several policies side by side. Same config and seed, same bytes out.",
-                       context.out)) {
+  if (!parse_arguments(
+          args, options, positional, values,
+          "usage: kvtier sim [RUN] [--policy P] [--compare P1,P2,...] [--trace T]... "
+          "[--extend synthetic] [--cache-dir DIR] [--set PATH=VALUE]... "
+          "[--format table|json|csv] [--out DIR]\n\nSimulates continuously batched "
+          "serving of RUN's workload on "
+          "its hardware and reports throughput, TTFT, TPOT, HBM and host memory use, "
+          "PCIe traffic and utilisation. With a tier policy, each request follows "
+          "the policy's replay over an attention trace (or a synthetic one) and its "
+          "T1/T2 tokens are prefetched over PCIe layer by layer; --compare puts "
+          "several policies side by side. With a cluster (run.cluster), several engines serve the "
+          "workload behind a router and every engine is reported too. Same config "
+          "and seed, same bytes out.",
+          context.out)) {
     return 0;
   }
   const std::string format = values["format"].as<std::string>();
@@ -202,22 +239,28 @@ int run_sim(const Arguments& args, Context& context) {
     };
     const std::string metrics = serving::report_csv(reports);
     const std::string series = report.series.empty() ? "" : serving::series_csv(report);
+    const std::string engines = serving::engines_csv(reports);
     std::vector<OutputFile> files;
     if (wanted(config::JSON)) {
       files.push_back({folder / "report.json", json});
     }
     if (wanted(config::CSV)) {
       files.push_back({folder / "metrics.csv", metrics});
-      if (!report.series.empty()) {
+      if (!series.empty()) {
         files.push_back({folder / "timeseries.csv", series});
+      }
+      if (!engines.empty()) {
+        files.push_back({folder / "engines.csv", engines});
       }
     }
     write_files_atomically(files);
-    // An earlier run's time series would pass for this run's.
-    if (report.series.empty() && wanted(config::CSV)) {
+    // An earlier run's time series or engines would pass for this run's.
+    for (const auto& [name, text] :
+         {std::pair{"timeseries.csv", &series}, std::pair{"engines.csv", &engines}}) {
       std::error_code error;
-      if (std::filesystem::is_regular_file(folder / "timeseries.csv", error)) {
-        std::filesystem::remove(folder / "timeseries.csv", error);
+      if (text->empty() && wanted(config::CSV) &&
+          std::filesystem::is_regular_file(folder / name, error)) {
+        std::filesystem::remove(folder / name, error);
       }
     }
   }

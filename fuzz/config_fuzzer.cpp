@@ -82,6 +82,7 @@ constexpr std::uint64_t kMaxPrompt = 2048;
 constexpr std::uint64_t kMaxOutput = 64;
 constexpr std::uint64_t kMaxLayers = 128;
 constexpr int kMaxCompare = 3;
+constexpr std::uint32_t kMaxEngines = 4;  // a cluster's, each of which knows every request
 // Sweep points whose runs are built (the first ones and the last one).
 constexpr std::uint64_t kSweepPoints = 4;
 // Published points projected per file.
@@ -201,7 +202,8 @@ bool in_scratch(const fs::path& path) {
 bool small_run(kc::RunSpec& run, const fs::path& file) {
   // Traces are another harness's input; replay demands would be written where the run says.
   if (run.model().num_hidden_layers() > kMaxLayers || run.compare_size() > kMaxCompare ||
-      run.tiering().traces_size() > 0 || run.tiering().has_demand_cache_directory()) {
+      run.tiering().traces_size() > 0 || run.tiering().has_demand_cache_directory() ||
+      run.cluster().engines() > kMaxEngines) {
     return false;
   }
   const kc::WorkloadSpec& workload = run.workload();
@@ -248,6 +250,7 @@ void simulate(const kc::RunSpec& run) {
   const std::vector<kvtier::serving::SimulationReport> reports = kvtier::serving::simulate_all(run);
   static_cast<void>(kvtier::serving::report_json(reports, run, "kvtier fuzz"));
   static_cast<void>(kvtier::serving::report_csv(reports));
+  static_cast<void>(kvtier::serving::engines_csv(reports));
   for (const auto& report : reports) {
     static_cast<void>(kvtier::serving::series_csv(report));
   }
@@ -555,6 +558,20 @@ void write_seeds(const fs::path& folder) {
                  "model.kv_dtype=fp8_e4m3\n"
                  "tiering.host_allocation=pageable\n"
                  "model.preset=Llama-3.1-8B\n");
+  write_seed(folder, "run-small-cluster", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/cluster-routing.textproto") +
+                 kOverridesSeparator +
+                 "workload.poisson.num_requests=6\n"
+                 "workload.shared_prefix.tokens=256\n"
+                 "workload.shared_prefix.groups=3\n"
+                 "workload.poisson.prompt_tokens.lognormal.median_tokens=64\n"
+                 "workload.poisson.prompt_tokens.lognormal.max_tokens=512\n"
+                 "workload.poisson.output_tokens.lognormal.median_tokens=8\n"
+                 "workload.poisson.output_tokens.lognormal.max_tokens=32\n"
+                 "cluster.engines=3\n"
+                 "cluster.routing=KV_AWARE\n"
+                 "cluster.kv_overlap_weight=1\n");
   write_seed(folder, "workload", Target::kConfig,
              std::string(1, kind_byte("workload")) +
                  "closed_loop { concurrency: 2 num_requests: 4 prompt_tokens { uniform { "

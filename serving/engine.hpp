@@ -36,12 +36,14 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "configs/schema/run.pb.h"
 #include "hwmodels/iteration_cost.hpp"
+#include "serving/arrivals.hpp"
 #include "serving/does_not_fit.hpp"
 #include "serving/memory_plan.hpp"
 #include "serving/prefix_cache.hpp"
@@ -125,8 +127,24 @@ class ServingEngine {
   ServingEngine(const ServingEngine&) = delete;
   ServingEngine& operator=(const ServingEngine&) = delete;
 
-  // Schedules the arrivals; run the simulator afterwards.
+  // Serves its workload alone: schedules the arrivals (serving/arrivals.hpp); run the simulator
+  // afterwards.
   void start();
+  // Serves as one engine of a cluster: a router submits the requests routed to it (ids of its
+  // workload, each at most once, when it arrives) and hears of each one it completes.
+  void start_serving(std::function<void(std::uint32_t)> on_complete);
+  void submit(std::uint32_t request);
+
+  // What a router weighs (serving/router.hpp): the requests it holds (running or waiting), the
+  // KV blocks of their contexts so far (memory.kv_block_tokens; 0 without it), and the cached
+  // blocks (HBM or the host tier) a request's prefill would take here now.
+  [[nodiscard]] std::size_t outstanding_requests() const noexcept {
+    return running_.size() + waiting_.size();
+  }
+  [[nodiscard]] std::uint64_t active_blocks() const;
+  [[nodiscard]] std::uint64_t cached_prefix_blocks(std::uint32_t request) const {
+    return prefix_hits(request).blocks;
+  }
 
   [[nodiscard]] const ServingTotals& totals() const noexcept { return totals_; }
   [[nodiscard]] const MemoryPlan& memory() const noexcept { return plan_; }
@@ -184,6 +202,7 @@ class ServingEngine {
     std::uint64_t prefill_target = 0;
     // `generated` at its first decode step after its latest prefill (1 unless preempted).
     std::uint64_t first_decode = 1;
+    bool arrived = false;
     bool admitted_once = false;  // its queue wait ends at its first admission
     // Swapped out: its HBM KV copied to the swap space (its T1/T2, `tier_host`, are there too),
     // and the copies that moved it.
@@ -278,7 +297,6 @@ class ServingEngine {
   void admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch);
   // Times this iteration's swaps (none: zero) and adds them to the totals.
   sim::Tick time_swaps();
-  void schedule_next_open_loop_arrival();
   void try_start_iteration();
   void finish_iteration();
   void complete(std::uint32_t id);
@@ -355,7 +373,9 @@ class ServingEngine {
   std::uint64_t prefix_store_chunks_now_ = 0;
 
   std::vector<Request> requests_;
-  std::uint32_t next_arrival_ = 0;
+  // Its own arrivals when it serves alone (start), and who hears of completions.
+  std::optional<Arrivals> own_arrivals_;
+  std::function<void(std::uint32_t)> on_complete_;
   std::deque<std::uint32_t> waiting_;
   std::vector<std::uint32_t> running_;  // admitted, in admission order
   double kv_reserved_bytes_ = 0.0;

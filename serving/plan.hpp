@@ -14,6 +14,9 @@
 //   when every SLO holds; one SLO must be a latency a queue shows in (ttft, queue_wait or
 //   e2e_latency), since an engine past its capacity queues requests while tpot holds.
 //   Feasibility is assumed monotone in the rate, as for the batch.
+//
+// With a cluster (run.cluster, rate plans only) the rate searched is the whole cluster's, its
+// router included: per-engine figures are its 1/N share, and fleets come in whole clusters.
 
 #include <cstdint>
 #include <optional>
@@ -78,7 +81,11 @@ struct PlanResult {
   double output_tokens_per_s_per_gpu = 0.0;
   double output_tokens_per_s_per_node = 0.0;
   std::uint32_t evaluations = 0;  // simulations run
-  // With a target.
+  // Engines the search ran together (run.cluster; 1 without), and for a cluster the largest
+  // rate it serves as a whole (requests_per_s_per_engine × cluster_engines, searched as such).
+  std::uint32_t cluster_engines = 1;
+  double cluster_requests_per_s = 0.0;
+  // With a target (engines: a multiple of cluster_engines).
   std::uint64_t engines = 0;
   std::uint64_t gpus = 0;
   std::uint64_t nodes = 0;
@@ -87,7 +94,8 @@ struct PlanResult {
 [[nodiscard]] bool serves_any(const PlanResult& result);
 
 // Plans run.policy() (the run's `compare` is ignored), by the load its workload's kind says.
-// ConfigError for options the search cannot use, a rate plan without a queue-revealing SLO, a
+// ConfigError for options the search cannot use, a batch plan of a cluster, a rate plan without
+// a queue-revealing SLO, a
 // request file whose requests all arrive at one instant, and a workload too short to load one
 // engine (every SLO met with all of its requests arriving at once).
 [[nodiscard]] PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,

@@ -31,6 +31,9 @@ struct SimulationReport {
   std::vector<std::string> notes;
   std::vector<Metric> metrics;
   std::vector<Series> series;
+  // A cluster's (run.cluster): every engine's own metrics, requests_routed first, in the
+  // cluster's order. Empty without a cluster, and for a policy that did not fit.
+  std::vector<std::vector<Metric>> engines;
   std::uint64_t events = 0;
   // Among compared policies (simulate_all), why this one could not run: a request whose KV, as
   // the policy places it, fits neither HBM nor host memory (DoesNotFit). Its metrics then have
@@ -60,12 +63,16 @@ class DemandMemo;
                                                          DemandMemo* memo = nullptr);
 
 // {"schema": "kvtier.sim.v2", "kvtier_version": ..., "seed": ..., "workload": ...,
-//  "policies": [{"policy": ..., "notes": [...], "metrics": {...}, "series": {...}}, ...],
+//  "policies": [{"policy": ..., "notes": [...], "metrics": {...}, "series": {...}
+//                [, "engines": [{...metrics...}, ...] with a cluster]}, ...],
 //  "config": {...}}
 [[nodiscard]] std::string report_json(const std::vector<SimulationReport>& reports,
                                       const config::RunSpec& run, const std::string& version);
 // A header row (policy, then metric names) and one row of values per report.
 [[nodiscard]] std::string report_csv(const std::vector<SimulationReport>& reports);
+// A cluster's engines: policy, engine (0-based), then the engines' metric names; a row per engine
+// of each report that has them. Empty when none has (no cluster).
+[[nodiscard]] std::string engines_csv(const std::vector<SimulationReport>& reports);
 // time_us then one column per series (of one report).
 [[nodiscard]] std::string series_csv(const SimulationReport& report);
 

@@ -68,6 +68,9 @@ class LatencyDistribution {
     sorted_ = samples_.size() == 1 || (sorted_ && samples_[samples_.size() - 2] <= duration);
   }
 
+  // Adds every sample of `other` (a cluster's engines merged into one distribution).
+  void merge(const LatencyDistribution& other);
+
   [[nodiscard]] std::size_t count() const noexcept { return samples_.size(); }
   [[nodiscard]] Tick percentile(double p) const;
   [[nodiscard]] Tick min() const { return percentile(0.0); }

@@ -329,7 +329,31 @@ void check_prefix_caching(const RunSpec& run, const std::string& path, Problems&
   }
 }
 
+// KV-aware routing counts blocks and weighs them by its own parameter.
+void check_cluster(const RunSpec& run, const std::string& path, Problems& problems) {
+  if (!run.has_cluster()) {
+    return;
+  }
+  const ClusterSpec& cluster = run.cluster();
+  if (cluster.routing() == KV_AWARE) {
+    if (!cluster.has_kv_overlap_weight()) {
+      problems.push_back({at(path, "cluster.kv_overlap_weight"),
+                          "KV_AWARE routing needs kv_overlap_weight (Dynamo's "
+                          "kv_overlap_score_weight, 1 there by default)"});
+    }
+    if (!run.memory().has_kv_block_tokens()) {
+      problems.push_back({at(path, "cluster.routing"),
+                          "KV_AWARE routing counts KV blocks: set memory.kv_block_tokens"});
+    }
+  } else if (cluster.has_kv_overlap_weight()) {
+    problems.push_back({at(path, "cluster.kv_overlap_weight"),
+                        "kv_overlap_weight is KV_AWARE routing's; routing " +
+                            Routing_Name(cluster.routing()) + " has no use for it"});
+  }
+}
+
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {
+  check_cluster(run, path, problems);
   check_tiering(run, path, problems);
   check_swap_space(run, path, problems);
   check_prefix_caching(run, path, problems);

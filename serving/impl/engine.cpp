@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
@@ -20,29 +23,6 @@ const config::LinkSpec* gpu_link_of(const config::RunSpec& run) {
   const auto& node = run.hardware().node();
   return node.has_gpu_link() ? &node.gpu_link() : nullptr;
 }
-
-// The chunks of `blocks_per_chunk` blocks (chunk c: blocks c·n .. c·n + n − 1) that blocks
-// counted in increasing order touch: each one copy of the prefix cache's host tier.
-class ChunkCounter {
- public:
-  explicit ChunkCounter(std::uint64_t blocks_per_chunk) : blocks_per_chunk_(blocks_per_chunk) {}
-  void count(std::uint64_t block) {
-    if (blocks_per_chunk_ == 0) {
-      return;
-    }
-    const std::uint64_t chunk = block / blocks_per_chunk_;
-    if (touched_ == 0 || chunk != last_) {
-      ++touched_;
-      last_ = chunk;
-    }
-  }
-  [[nodiscard]] std::uint64_t touched() const noexcept { return touched_; }
-
- private:
-  std::uint64_t blocks_per_chunk_;
-  std::uint64_t last_ = 0;
-  std::uint64_t touched_ = 0;
-};
 
 }  // namespace
 
@@ -213,34 +193,45 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
 }
 
 void ServingEngine::start() {
+  own_arrivals_.emplace(simulator_, workload_, [this](std::uint32_t id) { arrive(id); });
+  start_serving([this](std::uint32_t) { own_arrivals_->completed(); });
+  own_arrivals_->start();
+}
+
+void ServingEngine::start_serving(std::function<void(std::uint32_t)> on_complete) {
   if (kv_series_) {
     kv_series_->start();
     running_series_->start();
   }
-  if (workload_.closed_loop_concurrency) {
-    const std::uint32_t initial = std::min<std::uint32_t>(
-        *workload_.closed_loop_concurrency, static_cast<std::uint32_t>(requests_.size()));
-    for (std::uint32_t i = 0; i < initial; ++i) {
-      simulator_.schedule_at(sim::Tick::zero(), [this] { arrive(next_arrival_++); });
-    }
-  } else {
-    schedule_next_open_loop_arrival();
-  }
+  on_complete_ = std::move(on_complete);
 }
 
-void ServingEngine::schedule_next_open_loop_arrival() {
-  if (next_arrival_ >= requests_.size()) {
-    return;
+void ServingEngine::submit(std::uint32_t request) {
+  if (request >= requests_.size() || requests_[request].arrived) {
+    throw std::logic_error("request " + std::to_string(request) +
+                           " submitted to a serving engine twice or out of its workload");
   }
-  const sim::Tick when = std::max(simulator_.now(), *requests_[next_arrival_].spec.arrival);
-  simulator_.schedule_at(when, [this] {
-    arrive(next_arrival_++);
-    schedule_next_open_loop_arrival();
-  });
+  arrive(request);
+}
+
+std::uint64_t ServingEngine::active_blocks() const {
+  if (plan_.block_tokens == 0) {
+    return 0;
+  }
+  std::uint64_t blocks = 0;
+  const auto add = [&](std::uint32_t id) {
+    const Request& request = requests_[id];
+    const std::uint64_t tokens = request.spec.prompt_tokens + request.generated;
+    blocks += (tokens + plan_.block_tokens - 1) / plan_.block_tokens;
+  };
+  std::for_each(running_.begin(), running_.end(), add);
+  std::for_each(waiting_.begin(), waiting_.end(), add);
+  return blocks;
 }
 
 void ServingEngine::arrive(std::uint32_t request) {
   requests_[request].arrival = simulator_.now();
+  requests_[request].arrived = true;
   waiting_.push_back(request);
   totals_.max_waiting = std::max<std::uint64_t>(totals_.max_waiting, waiting_.size());
   if (!iteration_in_flight_ && !start_pending_) {
@@ -402,89 +393,6 @@ double ServingEngine::shared_reservations() const {
     bytes += hbm_reservation(id) - cached_blocks_held(requests_[id]);
   }
   return bytes;
-}
-
-ServingEngine::PrefixHits ServingEngine::prefix_hits(std::uint32_t id) const {
-  const Request& request = requests_[id];
-  PrefixHits hits;
-  if (!prefix_cache_ || request.prefilled > 0 || !prefilling(request)) {
-    return hits;
-  }
-  const std::uint64_t limit = (request.prefill_target - 1) / plan_.block_tokens;
-  while (hits.blocks < limit) {
-    const BlockKey key = block_key(request.spec, id, hits.blocks, plan_.block_tokens);
-    if (prefix_cache_->cached(key)) {
-      hits.free += prefix_cache_->held(key) ? 0 : 1;
-    } else if (prefix_host_ && prefix_host_->holds(key)) {
-      ++hits.loaded;
-    } else {
-      break;
-    }
-    ++hits.blocks;
-  }
-  return hits;
-}
-
-void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
-  if (!prefix_cache_) {
-    return;
-  }
-  Request& request = requests_[id];
-  totals_.prefix_queried_tokens += request.prefill_target;
-  totals_.prefix_hit_tokens += hits.blocks * plan_.block_tokens;
-  ChunkCounter chunks(prefix_chunk_blocks_);
-  for (std::uint64_t place = 0; place < hits.blocks; ++place) {
-    const BlockKey key = block_key(request.spec, id, place, plan_.block_tokens);
-    if (prefix_cache_->cached(key)) {
-      prefix_cache_->acquire(key);
-    } else {
-      // From the host tier: copied into a block of its own, cached in HBM again.
-      prefix_cache_->insert(key);
-      prefix_host_->touch(key);
-      ++prefix_loads_now_;
-      chunks.count(place);
-    }
-  }
-  prefix_load_chunks_now_ += chunks.touched();
-  totals_.prefix_host_hit_tokens += hits.loaded * plan_.block_tokens;
-  request.cache_held = hits.blocks;
-  request.prefilled = hits.blocks * plan_.block_tokens;
-}
-
-void ServingEngine::cache_filled_blocks(std::uint32_t id) {
-  Request& request = requests_[id];
-  const std::uint64_t full = cached_tokens(request) / plan_.block_tokens;
-  ChunkCounter chunks(prefix_chunk_blocks_);
-  while (request.caching && request.cache_held < full) {
-    const BlockKey key = block_key(request.spec, id, request.cache_held, plan_.block_tokens);
-    if (prefix_cache_->insert(key)) {
-      if (prefix_host_ && prefix_host_->store(key)) {
-        ++prefix_stores_now_;
-        chunks.count(request.cache_held);
-      }
-      ++request.cache_held;
-    } else {
-      request.caching = false;
-    }
-  }
-  prefix_store_chunks_now_ += chunks.touched();
-}
-
-void ServingEngine::release_cached_blocks(std::uint32_t id) {
-  Request& request = requests_[id];
-  // Its last blocks first, so that they are the first evicted (as vLLM frees a request's blocks).
-  while (request.cache_held > 0) {
-    --request.cache_held;
-    prefix_cache_->release(block_key(request.spec, id, request.cache_held, plan_.block_tokens));
-  }
-  request.caching = true;
-}
-
-void ServingEngine::evict_prefix_cache() {
-  const auto in_use =
-      static_cast<std::uint64_t>(std::llround(planned_footprint().hbm / plan_.block_bytes()));
-  totals_.prefix_evicted_blocks +=
-      prefix_cache_->evict_down_to(capacity_blocks_ - std::min(capacity_blocks_, in_use));
 }
 
 void ServingEngine::admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
@@ -747,54 +655,6 @@ sim::Tick ServingEngine::time_swaps() {
   return out + in;
 }
 
-sim::Tick ServingEngine::time_prefix_copies(sim::Tick duration) {
-  const double block_bytes = plan_.block_bytes();
-  const double loaded = static_cast<double>(prefix_loads_now_) * block_bytes;
-  const double stored = static_cast<double>(prefix_stores_now_) * block_bytes;
-  // Per block: one copy of each layer's keys and one of its values, as a swap's. In chunks: one
-  // copy per chunk, after a kernel gathers a store's blocks and before one scatters a load's,
-  // each reading and writing their bytes in HBM.
-  const bool chunked = prefix_chunk_blocks_ > 0;
-  const std::uint64_t copies_per_block = 2ULL * run_.model().num_hidden_layers();
-  const std::uint64_t load_copies =
-      chunked ? prefix_load_chunks_now_ : prefix_loads_now_ * copies_per_block;
-  const std::uint64_t store_copies =
-      chunked ? prefix_store_chunks_now_ : prefix_stores_now_ * copies_per_block;
-  const double hbm_bytes_per_s = cost_model_.gpu().memory_bytes_per_second();
-  const auto in_hbm = [chunked, hbm_bytes_per_s](double bytes) {
-    return chunked && bytes > 0.0
-               ? sim::from_seconds(2.0 * bytes / hbm_bytes_per_s, sim::Rounding::kUp)
-               : sim::Tick::zero();
-  };
-  const sim::Tick gather = in_hbm(stored);
-  const sim::Tick scatter = in_hbm(loaded);
-  const sim::Tick loads = swap_time(loaded, load_copies, prefix_copy_rates_.h2d_bytes_per_s,
-                                    prefix_copy_rates_.h2d_setup);
-  const sim::Tick stores = swap_time(stored, store_copies, prefix_copy_rates_.d2h_bytes_per_s,
-                                     prefix_copy_rates_.d2h_setup);
-  totals_.prefix_load_bytes += loaded;
-  totals_.prefix_store_bytes += stored;
-  totals_.prefix_load_busy += loads;
-  totals_.prefix_store_busy += stores;
-  totals_.prefix_copies += load_copies + store_copies;
-  totals_.prefix_gather_busy += gather + scatter;
-  totals_.h2d_bytes += loaded;
-  totals_.d2h_bytes += stored;
-  totals_.h2d_busy += loads;
-  totals_.d2h_busy += stores;
-  prefix_loads_now_ = prefix_stores_now_ = 0;
-  prefix_load_chunks_now_ = prefix_store_chunks_now_ = 0;
-  if (duration == sim::Tick::zero()) {
-    return duration;  // the engine is idle: the stores finish in the background
-  }
-  // On the GPU: the gather, the scatter once the loads are in, the forward pass. The stores
-  // follow the gather on the other copy engine, beside it all.
-  const sim::Tick forward_end = std::max(gather, loads) + scatter + duration;
-  const sim::Tick total = std::max(forward_end, gather + stores);
-  totals_.copy_wait += total - duration;
-  return total;
-}
-
 sim::Tick ServingEngine::time_host_recodes(sim::Tick duration) {
   if (!recode_timing_) {
     return {};
@@ -969,9 +829,7 @@ void ServingEngine::complete(std::uint32_t id) {
   totals_.prompt_tokens += request.spec.prompt_tokens;
   totals_.output_tokens += request.spec.output_tokens;
   totals_.last_completion = now;
-  if (workload_.closed_loop_concurrency && next_arrival_ < requests_.size()) {
-    arrive(next_arrival_++);
-  }
+  on_complete_(id);
 }
 
 }  // namespace kvtier::serving

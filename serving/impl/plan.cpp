@@ -108,6 +108,9 @@ void size_fleet(const config::RunSpec& run, const PlanOptions& options, PlanResu
         result.engines, engines_for(*options.target_requests_per_s,
                                     result.requests_per_s_per_engine, "--target-requests-per-s"));
   }
+  // Whole clusters: ceil(ceil(target / per-engine) / N) = ceil(target / per-cluster).
+  const std::uint64_t cluster = result.cluster_engines;
+  result.engines = (result.engines + cluster - 1) / cluster * cluster;
   result.gpus = result.engines * static_cast<std::uint64_t>(tp);
   result.nodes = static_cast<std::uint64_t>(
       std::ceil(static_cast<double>(result.gpus) / run.hardware().node().gpus_per_node()));
@@ -300,6 +303,12 @@ PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
     }
   }
   if (run.workload().has_closed_loop()) {
+    if (run.has_cluster()) {
+      throw ConfigError(
+          "plan searches one engine's batch with a closed_loop workload; a cluster "
+          "(run.cluster) is planned by the arrival rate it serves: give it a poisson or "
+          "request_file workload");
+    }
     return plan_batch(run, options, memo);
   }
   return plan_detail::plan_rate(run, options, memo);

@@ -125,6 +125,10 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
   const Arrivals arrivals = arrivals_of(run);
   PlanResult result;
   result.search = PlanSearch::kRate;
+  // A cluster's rate is searched whole; its engines each take a share.
+  result.cluster_engines = run.has_cluster() ? run.cluster().engines() : 1;
+  const double engines = result.cluster_engines;
+  const std::string server = run.has_cluster() ? "the cluster" : "one engine";
   const auto probe_at = [&](double speed) {
     ++result.evaluations;
     return probe(run, speed, options, memo);
@@ -133,7 +137,7 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
   result.policy = first.report.policy;
   if (!first.report.does_not_fit.empty()) {
     result.binding = first.binding;
-    result.infeasible_requests_per_s = arrivals.rate_per_s;
+    result.infeasible_requests_per_s = arrivals.rate_per_s / engines;
     size_fleet(run, options, result);
     return result;
   }
@@ -149,8 +153,8 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
         throw ConfigError("policy " + result.policy + " meets every SLO with the workload's " +
                           std::to_string(arrivals.requests) + " requests arriving within " +
                           format_double(arrivals.span_s / feasible) +
-                          " s: the workload is too short to load one engine; give it more "
-                          "requests");
+                          " s: the workload is too short to load " + server +
+                          "; give it more requests");
       }
       Evaluation next = probe_at(2 * feasible);
       if (next.feasible) {
@@ -167,9 +171,10 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
     for (int halvings = 1; feasible == 0.0; ++halvings) {
       if (halvings > kMaxHalvings || arrivals.last_s * 2 / infeasible > kLatestArrivalS) {
         // Not even requests this far apart meet the SLOs: no rate does.
-        result.infeasible_requests_per_s = arrivals.rate_per_s * infeasible;
-        result.binding = "even at " + format_fixed(result.infeasible_requests_per_s, 6) +
-                         " requests/s: " + result.binding;
+        result.infeasible_requests_per_s = arrivals.rate_per_s * infeasible / engines;
+        result.binding = "even at " + format_fixed(arrivals.rate_per_s * infeasible, 6) +
+                         " requests/s" + (run.has_cluster() ? " to the cluster" : "") + ": " +
+                         result.binding;
         size_fleet(run, options, result);
         return result;
       }
@@ -195,8 +200,9 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
       result.binding = std::move(next.binding);
     }
   }
-  result.requests_per_s_per_engine = arrivals.rate_per_s * feasible;
-  result.infeasible_requests_per_s = arrivals.rate_per_s * infeasible;
+  result.cluster_requests_per_s = arrivals.rate_per_s * feasible;
+  result.requests_per_s_per_engine = result.cluster_requests_per_s / engines;
+  result.infeasible_requests_per_s = arrivals.rate_per_s * infeasible / engines;
   result.metrics = std::move(best.report.metrics);
   result.max_batch = static_cast<std::uint32_t>(metric(result.metrics, "max_running_requests"));
   // Served at the rate it arrives: in the long run an engine that keeps up puts out each
@@ -219,7 +225,16 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
         format_fixed(span_s, 3) + " s at the planned rate, so a queue growing by up to " +
         format_fixed(100 * hidden, 0) + "% of the rate (" + format_fixed(1e3 * room_s, 0) +
         " ms of SLO over that span) still meets the SLOs: the rate found may be that much above "
-        "what one engine sustains; give the workload more requests");
+        "what " +
+        server + " sustains; give the workload more requests");
+  }
+  if (run.has_cluster()) {
+    result.notes.push_back(
+        "the cluster of " + std::to_string(result.cluster_engines) + " engines, routed " +
+        config::Routing_Name(run.cluster().routing()) + ", serves " +
+        format_fixed(result.cluster_requests_per_s, 3) +
+        " requests/s within the SLOs; per-engine figures are its share, and fleets are sized "
+        "in whole clusters");
   }
   size_fleet(run, options, result);
   return result;

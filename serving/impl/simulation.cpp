@@ -11,8 +11,9 @@
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
-#include "hwmodels/link_math.hpp"
+#include "serving/cluster.hpp"
 #include "serving/engine.hpp"
+#include "serving/impl/figures.hpp"
 #include "serving/tier_demand.hpp"
 #include "sim/simulator.hpp"
 
@@ -21,87 +22,75 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
-double ms(sim::Tick time) {
-  return sim::to_seconds(time) * 1e3;
+// The cluster's own metrics (after simulated_events, whatever its size, so that a sweep over
+// cluster.engines has the same columns), a note on how its figures merge, and every engine's
+// own metrics.
+void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
+                         const config::RunSpec& run) {
+  const config::ClusterSpec& spec = run.cluster();
+  const auto engines = static_cast<double>(cluster.size());
+  const double tp = run.tensor_parallel_degree();
+  const double engines_per_node = std::floor(run.hardware().node().gpus_per_node() / tp);
+  const auto [fewest, most] = std::minmax_element(cluster.routed().begin(), cluster.routed().end());
+  double busiest = 0.0;
+  double busy = 0.0;
+  for (std::size_t e = 0; e < cluster.size(); ++e) {
+    const double seconds = sim::to_seconds(cluster.engine(e).totals().busy);
+    busiest = std::max(busiest, seconds);
+    busy += seconds / engines;
+  }
+  auto& m = report.metrics;
+  m.push_back({"cluster_engines", engines, 0});
+  m.push_back({"cluster_gpus", engines * tp, 0});
+  m.push_back(
+      {"cluster_nodes", engines_per_node > 0 ? std::ceil(engines / engines_per_node) : 0.0, 0});
+  m.push_back({"engine_requests_min", static_cast<double>(*fewest), 0});
+  m.push_back({"engine_requests_max", static_cast<double>(*most), 0});
+  m.push_back({"engine_busy_imbalance", busy > 0.0 ? busiest / busy : 1.0, 4});
+  report.notes.push_back(
+      "cluster of " + std::to_string(cluster.size()) + " engine(s) of " +
+      std::to_string(run.tensor_parallel_degree()) + " GPU(s), routed " +
+      config::Routing_Name(spec.routing()) +
+      (spec.has_kv_overlap_weight()
+           ? " (kv_overlap_weight " + format_double(spec.kv_overlap_weight()) + ")"
+           : std::string()) +
+      ", " + std::to_string(*fewest) + " to " + std::to_string(*most) +
+      " requests each: counts, GB and seconds summed over the engines, peaks the highest "
+      "engine's, time averages, per-GPU rates and utilisations the mean engine's, latencies "
+      "over every request");
+  for (std::size_t e = 0; e < cluster.size(); ++e) {
+    const ServingEngine& engine = cluster.engine(e);
+    std::vector<Metric> metrics = engine_metrics(figures_of(engine), engine, run);
+    metrics.insert(metrics.begin(),
+                   Metric{"requests_routed", static_cast<double>(cluster.routed()[e]), 0});
+    report.engines.push_back(std::move(metrics));
+  }
 }
 
-void add_distribution(std::vector<Metric>& metrics, const std::string& name,
-                      const sim::LatencyDistribution& distribution) {
-  if (distribution.count() == 0) {
+// The sampled series: KV in use per GPU (the mean engine's) and running requests (the
+// cluster's).
+void add_series(SimulationReport& report, const Cluster& cluster) {
+  const sim::TimeSeries* first = cluster.engine(0).kv_used_series();
+  if (first == nullptr) {
     return;
   }
-  metrics.push_back({name + "_p50_ms", ms(distribution.percentile(50)), 3});
-  metrics.push_back({name + "_p90_ms", ms(distribution.percentile(90)), 3});
-  metrics.push_back({name + "_p99_ms", ms(distribution.percentile(99)), 3});
-  metrics.push_back({name + "_mean_ms", distribution.mean_ps() * 1e-9, 3});
-}
-
-// The run's policy recodes tokens between T1 and T2 but the run does not time them (no
-// tiering.host_recode): its recode times have no value, and a note says why.
-bool recodes_untimed(const ServingEngine& engine) {
-  return engine.totals().host_recode_bytes > 0.0 && !engine.host_recode_costed();
-}
-
-void add_tier_metrics(std::vector<Metric>& m, const ServingEngine& engine, double seconds) {
-  const ServingTotals& totals = engine.totals();
-  const double full_peak = engine.full_kv().max();
-  m.push_back({"hbm_kv_full_cache_peak_gib", full_peak / kGiB, 3});
-  m.push_back({"hbm_saved_peak_gib", (full_peak - engine.kv_used().max()) / kGiB, 3});
-  m.push_back({"hbm_saved_mean_gib",
-               (engine.full_kv().time_average() - engine.kv_used().time_average()) / kGiB, 3});
-  m.push_back({"host_kv_capacity_gib", engine.memory().host_kv_capacity_bytes / kGiB, 2});
-  m.push_back({"host_kv_used_peak_gib", engine.host_kv_used().max() / kGiB, 3});
-  m.push_back({"host_kv_reserved_peak_gib", engine.host_kv_reserved().max() / kGiB, 3});
-  m.push_back({"pcie_h2d_gb", totals.h2d_bytes / 1e9, 3});
-  m.push_back({"pcie_d2h_gb", totals.d2h_bytes / 1e9, 3});
-  m.push_back({"pcie_h2d_gb_per_s", totals.h2d_bytes / 1e9 / seconds, 3});
-  m.push_back({"pcie_h2d_utilisation", sim::to_seconds(totals.h2d_busy) / seconds, 4});
-  m.push_back({"pcie_d2h_utilisation", sim::to_seconds(totals.d2h_busy) / seconds, 4});
-  m.push_back({"prefetch_stall_s", sim::to_seconds(totals.prefetch_stall), 4});
-  m.push_back(
-      {"prefetch_stall_fraction",
-       sim::to_seconds(totals.prefetch_stall) / std::max(sim::to_seconds(totals.busy), 1e-12), 4});
-  m.push_back({"copy_wait_s", sim::to_seconds(totals.copy_wait), 4});
-  m.push_back({"copy_wait_fraction",
-               sim::to_seconds(totals.copy_wait) / std::max(sim::to_seconds(totals.busy), 1e-12),
-               4});
-  m.push_back({"host_recode_gb", totals.host_recode_bytes / 1e9, 3});
-  // Recodes a run does not time have no time (null, "-"); none take none.
-  const double untimed = recodes_untimed(engine) ? std::numeric_limits<double>::quiet_NaN() : 0.0;
-  m.push_back({"host_recode_s", untimed + sim::to_seconds(totals.host_recode_busy), 4});
-  m.push_back({"host_recode_stall_s", untimed + sim::to_seconds(totals.host_recode_stall), 4});
-  const TierDemand* tiers = engine.tiers();
-  const double kept = tiers != nullptr ? tiers->mean_kept_mass() : 1.0;
-  m.push_back({"attention_mass_kept_mean", kept, 4});
-  m.push_back({"attention_mass_kept_min", tiers != nullptr ? tiers->min_kept_mass() : 1.0, 4});
-  m.push_back({"attention_mass_lost_mean", 1.0 - kept, 4});
-}
-
-// The most requests of the workload's mean shape that fit at once by HBM (their KV: T0 and
-// staging with a tier policy) and by host memory (their T1/T2; 0 when they use none).
-struct BatchLimits {
-  double hbm = 0.0;
-  double host = 0.0;
-};
-
-BatchLimits largest_batch(const ServingEngine& engine) {
-  const MemoryPlan& plan = engine.memory();
-  const auto count = static_cast<std::uint32_t>(engine.workload().requests.size());
-  BatchLimits limits;
-  if (count == 0) {
-    return limits;
+  std::size_t samples = first->values().size();
+  for (std::size_t e = 1; e < cluster.size(); ++e) {
+    samples = std::min(samples, cluster.engine(e).kv_used_series()->values().size());
   }
-  double hbm = 0.0;
-  double host = 0.0;
-  for (std::uint32_t id = 0; id < count; ++id) {
-    hbm += engine.hbm_reservation(id);
-    host += engine.host_reservation(id);
+  std::vector<double> gib(samples, 0.0);
+  std::vector<double> running(samples, 0.0);
+  const auto engines = static_cast<double>(cluster.size());
+  for (std::size_t e = 0; e < cluster.size(); ++e) {
+    const ServingEngine& engine = cluster.engine(e);
+    for (std::size_t k = 0; k < samples; ++k) {
+      gib[k] += engine.kv_used_series()->values()[k] / kGiB / engines;
+      running[k] += engine.running_series()->values()[k];
+    }
   }
-  hbm /= count;
-  host /= count;
-  limits.hbm = hbm > 0 ? std::floor(plan.kv_capacity_bytes / hbm) : 0.0;
-  limits.host = host > 0 ? std::floor(plan.host_kv_capacity_bytes / host) : 0.0;
-  return limits;
+  const double interval = sim::to_microseconds(first->interval());
+  report.series.push_back({"hbm_kv_used_gib", interval, std::move(gib)});
+  report.series.push_back({"running_requests", interval, std::move(running)});
 }
 
 // With `report_unfit`, a workload the policy cannot fit (DoesNotFit) gives a report saying so
@@ -141,9 +130,9 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
     }
   }
   const std::string description = workload.description;
-  std::unique_ptr<ServingEngine> built;
+  std::unique_ptr<Cluster> built;
   try {
-    built = std::make_unique<ServingEngine>(simulator, run, std::move(workload), tiers.get());
+    built = std::make_unique<Cluster>(simulator, run, std::move(workload), tiers.get());
   } catch (const DoesNotFit& error) {
     if (!report_unfit) {
       throw;
@@ -153,22 +142,25 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
     report.does_not_fit_in = error.memory();
     return report;
   }
-  ServingEngine& engine = *built;
-  engine.start();
+  Cluster& cluster = *built;
+  cluster.start();
   simulator.run();
-  if (engine.totals().requests_completed != engine.workload().requests.size()) {
-    // Every request fits alone (checked when the engine was built), so a run that ends with
+  const Figures figures = figures_of(cluster);
+  const ServingTotals& totals = figures.totals;
+  if (totals.requests_completed != cluster.workload().requests.size()) {
+    // Every request fits alone (checked when the engines were built), so a run that ends with
     // requests left has stalled: a defect of the engine, never of the config.
     throw std::logic_error(
         "serving engine stalled with " +
-        std::to_string(engine.workload().requests.size() - engine.totals().requests_completed) +
+        std::to_string(cluster.workload().requests.size() - totals.requests_completed) +
         " request(s) unfinished");
   }
+  // What every engine shares: the memory plan, the cost model, the tier demand.
+  const ServingEngine& engine = cluster.engine(0);
 
-  report.workload = engine.workload().description;
+  report.workload = cluster.workload().description;
   report.events = simulator.events_executed();
-  const ServingTotals& totals = engine.totals();
-  if (recodes_untimed(engine)) {
+  if (recodes_untimed(figures, engine)) {
     report.notes.push_back("T1 <-> T2 recodes read " +
                            format_fixed(totals.host_recode_bytes / 1e9, 3) +
                            " GB of host memory per GPU, not timed: the run sets no "
@@ -236,97 +228,14 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
         " cached blocks evicted from HBM; largest_batch_* count whole-request reservations "
         "without sharing");
   }
-  const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);
-  const auto& node = run.hardware().node();
-  const double tp = run.tensor_parallel_degree();
+  report.metrics = engine_metrics(figures, engine, run);
   auto& m = report.metrics;
-
-  m.push_back({"requests_completed", static_cast<double>(totals.requests_completed), 0});
-  m.push_back({"prompt_tokens", static_cast<double>(totals.prompt_tokens), 0});
-  m.push_back({"output_tokens", static_cast<double>(totals.output_tokens), 0});
-  m.push_back({"iterations", static_cast<double>(totals.iterations), 0});
-  m.push_back({"duration_s", seconds, 3});
-  m.push_back(
-      {"throughput_output_tokens_per_s", static_cast<double>(totals.output_tokens) / seconds, 1});
-  m.push_back({"throughput_total_tokens_per_s",
-               static_cast<double>(totals.prompt_tokens + totals.output_tokens) / seconds, 1});
-  m.push_back(
-      {"throughput_requests_per_s", static_cast<double>(totals.requests_completed) / seconds, 3});
-  add_distribution(m, "ttft", engine.ttft());
-  add_distribution(m, "tpot", engine.tpot());
-  add_distribution(m, "e2e_latency", engine.e2e());
-  add_distribution(m, "queue_wait", engine.queue_wait());
-  add_distribution(m, "iteration", engine.iteration_time());
-
-  m.push_back({"hbm_capacity_gib", plan.capacity_bytes / kGiB, 2});
-  m.push_back({"hbm_weights_gib", plan.weights_bytes / kGiB, 2});
-  m.push_back({"hbm_workspace_gib", plan.workspace_bytes / kGiB, 2});
-  m.push_back({"hbm_reserve_gib", plan.reserve_bytes / kGiB, 2});
-  m.push_back({"hbm_kv_capacity_gib", plan.kv_capacity_bytes / kGiB, 2});
-  m.push_back({"hbm_kv_used_peak_gib", engine.kv_used().max() / kGiB, 3});
-  m.push_back({"hbm_kv_used_mean_gib", engine.kv_used().time_average() / kGiB, 3});
-  m.push_back({"hbm_kv_reserved_peak_gib", engine.kv_reserved().max() / kGiB, 3});
-  m.push_back({"hbm_peak_gib",
-               (plan.weights_bytes + plan.workspace_bytes + plan.reserve_bytes +
-                engine.kv_reserved().max()) /
-                   kGiB,
-               3});
-  m.push_back({"kv_bytes_per_token_per_gpu", plan.kv_bytes_per_token, 1});
-  const BatchLimits limits = largest_batch(engine);
-  m.push_back({"largest_batch_that_fits",
-               limits.host > 0 ? std::min(limits.hbm, limits.host) : limits.hbm, 0});
-  m.push_back({"largest_batch_hbm_limit", limits.hbm, 0});
-  m.push_back({"largest_batch_host_limit", limits.host, 0});
-  add_tier_metrics(m, engine, seconds);
-  m.push_back({"max_running_requests", static_cast<double>(totals.max_running), 0});
-  m.push_back({"mean_running_requests", engine.running().time_average(), 2});
-  m.push_back({"max_waiting_requests", static_cast<double>(totals.max_waiting), 0});
-  m.push_back({"admissions_held_by_hbm", static_cast<double>(totals.admissions_held_by_hbm), 0});
-  m.push_back({"admissions_held_by_host", static_cast<double>(totals.admissions_held_by_host), 0});
-  m.push_back({"preemptions", static_cast<double>(totals.preemptions), 0});
-  m.push_back({"preempted_kv_tokens", static_cast<double>(totals.preempted_kv_tokens), 0});
-  m.push_back({"swapped_preemptions", static_cast<double>(totals.swapped_preemptions), 0});
-  m.push_back({"swap_space_gib", plan.swap_space_bytes / kGiB, 2});
-  m.push_back({"swap_space_used_peak_gib", engine.swap_used().max() / kGiB, 3});
-  m.push_back({"swap_out_gb", totals.swap_out_bytes / 1e9, 3});
-  m.push_back({"swap_in_gb", totals.swap_in_bytes / 1e9, 3});
-  m.push_back({"swap_s", sim::to_seconds(totals.swap_busy), 4});
-  m.push_back({"prefix_cache_hit_tokens", static_cast<double>(totals.prefix_hit_tokens), 0});
-  m.push_back({"prefix_cache_hit_rate", prefix_hit_rate, 4});
-  m.push_back(
-      {"prefix_cache_evicted_blocks", static_cast<double>(totals.prefix_evicted_blocks), 0});
-  m.push_back({"prefix_cache_host_gib", plan.prefix_host_bytes / kGiB, 2});
-  m.push_back(
-      {"prefix_cache_host_hit_tokens", static_cast<double>(totals.prefix_host_hit_tokens), 0});
-  m.push_back({"prefix_cache_store_gb", totals.prefix_store_bytes / 1e9, 3});
-  m.push_back({"prefix_cache_load_gb", totals.prefix_load_bytes / 1e9, 3});
-  m.push_back({"prefix_cache_store_s", sim::to_seconds(totals.prefix_store_busy), 4});
-  m.push_back({"prefix_cache_load_s", sim::to_seconds(totals.prefix_load_busy), 4});
-  m.push_back({"prefix_cache_copies", static_cast<double>(totals.prefix_copies), 0});
-  m.push_back({"prefix_cache_gather_s", sim::to_seconds(totals.prefix_gather_busy), 4});
-  m.push_back({"engines_per_node", std::floor(node.gpus_per_node() / tp), 0});
-
-  const hw::GpuModel& gpu = engine.cost_model().gpu();
-  m.push_back({"gpu_busy_fraction", sim::to_seconds(totals.busy) / seconds, 4});
-  m.push_back({"compute_utilisation",
-               totals.flops / (gpu.peak_flops(run.model().activation_dtype()) * seconds), 4});
-  m.push_back({"hbm_bandwidth_utilisation",
-               totals.hbm_bytes / (gpu.memory_bytes_per_second() * seconds), 4});
-  if (run.tensor_parallel_degree() > 1 && node.has_gpu_link()) {
-    const double link = hw::asymptotic_gb_per_s(node.gpu_link(), config::PEER) * 1e9;
-    m.push_back({"nvlink_utilisation", totals.interconnect_bytes / (link * seconds), 4});
-  }
   m.push_back({"simulated_events", static_cast<double>(report.events), 0});
 
-  if (const auto* kv = engine.kv_used_series()) {
-    const double interval = sim::to_microseconds(kv->interval());
-    std::vector<double> gib;
-    for (const double bytes : kv->values()) {
-      gib.push_back(bytes / kGiB);
-    }
-    report.series.push_back({"hbm_kv_used_gib", interval, gib});
-    report.series.push_back({"running_requests", interval, engine.running_series()->values()});
+  if (run.has_cluster()) {
+    add_cluster_figures(report, cluster, run);
   }
+  add_series(report, cluster);
   return report;
 }
 
@@ -393,7 +302,20 @@ std::string report_json(const std::vector<SimulationReport>& reports, const conf
       }
       json += "]}";
     }
-    json += "}}";
+    json += "}";
+    if (!report.engines.empty()) {
+      json += ",\n   \"engines\": [";
+      for (size_t e = 0; e < report.engines.size(); ++e) {
+        json += std::string(e == 0 ? "" : ", ") + "{";
+        for (size_t i = 0; i < report.engines[e].size(); ++i) {
+          json += (i == 0 ? "" : ", ") + json_escape(report.engines[e][i].name) + ": " +
+                  json_number(report.engines[e][i].value);
+        }
+        json += "}";
+      }
+      json += "]";
+    }
+    json += "}";
   }
   json += "],\n \"config\": " + config + "}\n";
   return json;
@@ -438,6 +360,29 @@ std::string report_csv(const std::vector<SimulationReport>& reports) {
       csv += "," + (std::isnan(metric.value) ? std::string() : format_double(metric.value));
     }
     csv += "\n";
+  }
+  return csv;
+}
+
+std::string engines_csv(const std::vector<SimulationReport>& reports) {
+  const auto with_engines = std::find_if(
+      reports.begin(), reports.end(), [](const auto& report) { return !report.engines.empty(); });
+  if (with_engines == reports.end()) {
+    return {};
+  }
+  std::string csv = "policy,engine";
+  for (const Metric& metric : with_engines->engines.front()) {
+    csv += "," + metric.name;
+  }
+  csv += "\n";
+  for (const SimulationReport& report : reports) {
+    for (size_t e = 0; e < report.engines.size(); ++e) {
+      csv += "\"" + report.policy + "\"," + std::to_string(e);
+      for (const Metric& metric : report.engines[e]) {
+        csv += "," + (std::isnan(metric.value) ? std::string() : format_double(metric.value));
+      }
+      csv += "\n";
+    }
   }
   return csv;
 }

@@ -40,6 +40,15 @@ double TimeWeightedGauge::time_average() const {
   return area / elapsed;
 }
 
+void LatencyDistribution::merge(const LatencyDistribution& other) {
+  if (other.samples_.empty()) {
+    return;
+  }
+  const bool was_empty = samples_.empty();
+  samples_.insert(samples_.end(), other.samples_.begin(), other.samples_.end());
+  sorted_ = was_empty && other.sorted_;
+}
+
 void LatencyDistribution::sort_if_needed() const {
   if (!sorted_) {
     std::sort(samples_.begin(), samples_.end());

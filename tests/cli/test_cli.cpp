@@ -53,6 +53,16 @@ engine { iteration_overhead_us: 1000 }
 seed: 7
 )";
 
+// kRun's requests arriving open-loop: 600 Poisson arrivals at 4/s.
+std::string open_loop_run() {
+  std::string text = kRun;
+  const auto begin = text.find("closed_loop");
+  text.replace(begin, text.find("max_batch_size") - begin,
+               "poisson { rate_per_s: 4 num_requests: 600 prompt_tokens { fixed_tokens: 512 } "
+               "output_tokens { fixed_tokens: 64 } }\n  ");
+  return text;
+}
+
 // Every failure: exit 2, nothing on stdout, each stderr line a complete diagnostic.
 void expect_config_error(const Result& result, const std::string& fragment) {
   INFO("stderr: " << result.err);
@@ -437,6 +447,36 @@ TEST_CASE("sim --out writes the report files whole", "[cli]") {
   }
 }
 
+TEST_CASE("sim of a cluster reports every engine and writes engines.csv", "[cli][cluster]") {
+  const auto path =
+      write_file("cluster.textproto", kRun + "cluster { engines: 3 routing: ROUND_ROBIN }\n");
+  const fs::path out = scratch_dir() / "sim-cluster";
+  const Result result = run("sim " + path.string() + " --out " + out.string() +
+                            " --set outputs.timeseries_interval_us=50ms");
+  INFO(result.err);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("note: cluster of 3 engine(s) of 1 GPU(s), routed "
+                                         "ROUND_ROBIN, 2 to 3 requests each") &&
+                             Catch::Contains("cluster_engines") &&
+                             Catch::Contains("engines of policy full:") &&
+                             Catch::Contains("requests_routed"));
+  const std::string engines = slurp(out / "engines.csv");
+  CHECK_THAT(engines, Catch::StartsWith("policy,engine,requests_routed,requests_completed,"));
+  CHECK(count_lines(engines) == 4);
+  CHECK_THAT(slurp(out / "report.json"), Catch::Contains("\"engines\": [{\"requests_routed\": 3"));
+  CHECK_THAT(slurp(out / "metrics.csv"), Catch::Contains(",cluster_engines,"));
+  // Sampled across the cluster: running requests of every engine, KV of the mean one.
+  CHECK_THAT(slurp(out / "timeseries.csv"),
+             Catch::StartsWith("time_us,hbm_kv_used_gib,running_requests\n"));
+  // A run without a cluster removes the earlier run's engines.csv.
+  const auto plain = write_file("plain.textproto", kRun);
+  CHECK(run("sim " + plain.string() + " --out " + out.string()).exit_code == 0);
+  CHECK_FALSE(fs::exists(out / "engines.csv"));
+  expect_config_error(run("sim " + path.string() + " --set cluster.routing=KV_AWARE"),
+                      "KV_AWARE routing needs kv_overlap_weight");
+  expect_config_error(run("sim " + path.string() + " --set cluster.engines=0"), "cluster.engines");
+}
+
 TEST_CASE("sim refuses configs where nothing can run, and tier policies without tiering", "[cli]") {
   const auto path = write_file("big.textproto", kRun);
   expect_config_error(run("sim " + path.string() + " --set model.preset=Llama-3.1-70B"),
@@ -504,11 +544,7 @@ TEST_CASE("plan finds the largest batch per policy and the GPUs a target needs",
 }
 
 TEST_CASE("plan searches an open-loop workload's arrival rate", "[cli]") {
-  std::string text = kRun;
-  const auto begin = text.find("closed_loop");
-  text.replace(begin, text.find("max_batch_size") - begin,
-               "poisson { rate_per_s: 4 num_requests: 600 prompt_tokens { fixed_tokens: 512 } "
-               "output_tokens { fixed_tokens: 64 } }\n  ");
+  const std::string text = open_loop_run();
   const auto path = write_file("plan-open.textproto", text);
   const Result result = run("plan " + path.string() +
                             " --slo ttft_p99=300ms --target-requests-per-s 100 --format json");
@@ -534,6 +570,26 @@ TEST_CASE("plan searches an open-loop workload's arrival rate", "[cli]") {
   const auto closed = write_file("plan-closed.textproto", kRun);
   expect_config_error(run("plan " + closed.string() + " --slo tpot_p99=1s --rate-precision 0.1"),
                       "--rate-precision applies to open-loop workloads");
+}
+
+TEST_CASE("plan plans a cluster whole by its arrival rate", "[cli][cluster]") {
+  const std::string text = open_loop_run();
+  const auto path = write_file("plan-cluster.textproto",
+                               text + "cluster { engines: 2 routing: LEAST_OUTSTANDING }\n");
+  const Result json = run("plan " + path.string() +
+                          " --slo ttft_p99=300ms --target-requests-per-s 100 --format json");
+  INFO(json.err);
+  CHECK(json.exit_code == 0);
+  CHECK_THAT(json.out, Catch::Contains("\"cluster_engines\": 2") &&
+                           Catch::Contains("\"cluster_max_requests_per_s\": ") &&
+                           Catch::Contains("the cluster of 2 engines, routed LEAST_OUTSTANDING"));
+  const Result table = run("plan " + path.string() + " --slo ttft_p99=300ms --rate-precision 0.1");
+  CHECK(table.exit_code == 0);
+  CHECK_THAT(table.out, Catch::Contains("of a cluster of 2 engines routed LEAST_OUTSTANDING"));
+  const auto closed = write_file("plan-closed-cluster.textproto",
+                                 kRun + "cluster { engines: 2 routing: ROUND_ROBIN }\n");
+  expect_config_error(run("plan " + closed.string() + " --slo tpot_p99=1s"),
+                      "planned by the arrival rate it serves");
 }
 
 TEST_CASE("usage errors: no command, abbreviated options, kvtier help COMMAND", "[cli]") {

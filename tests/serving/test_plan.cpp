@@ -407,3 +407,36 @@ TEST_CASE("an open-loop plan over a request file scales its time_scale", "[plan]
                     Catch::Contains("burst.csv: its requests all arrive at one instant"));
   std::filesystem::remove_all(folder);
 }
+
+TEST_CASE("a cluster's plan searches the rate the cluster serves whole", "[plan][cluster]") {
+  const RunSpec alone = open_run(400);
+  const RunSpec cluster = open_run(400, {"cluster.engines=2", "cluster.routing=LEAST_OUTSTANDING"});
+  PlanOptions options;
+  options.slos = {{"ttft_p99_ms", 250.0}};
+  options.target_requests_per_s = 1000.0;
+  const auto single = plan_capacity(alone, options);
+  const auto result = plan_capacity(cluster, options);
+  CHECK(single.cluster_engines == 1);
+  REQUIRE(result.cluster_engines == 2);
+  const double rate = result.cluster_requests_per_s;
+  INFO(rate << " req/s by the cluster, " << single.requests_per_s_per_engine << " by one engine, "
+            << result.engines << " engines, " << result.evaluations << " probes");
+  CHECK(result.requests_per_s_per_engine == rate / 2);
+  CHECK(at_rate(cluster, rate).at("ttft_p99_ms") <= 250.0);
+  CHECK(at_rate(cluster, 2 * result.infeasible_requests_per_s).at("ttft_p99_ms") > 250.0);
+  // Two engines behind a router serve more than one, if not quite twice as much.
+  CHECK(rate > 1.5 * single.requests_per_s_per_engine);
+  CHECK(result.output_tokens_per_s_per_engine == Approx(64 * rate / 2));
+  // Whole clusters serve the target.
+  CHECK(result.engines % 2 == 0);
+  CHECK(static_cast<double>(result.engines / 2) * rate >= 1000.0);
+  CHECK(static_cast<double>(result.engines / 2 - 1) * rate < 1000.0);
+  CHECK(result.gpus == result.engines);
+  REQUIRE_FALSE(result.notes.empty());
+  CHECK_THAT(result.notes.back(), Catch::Contains("the cluster of 2 engines, routed "
+                                                  "LEAST_OUTSTANDING, serves"));
+  // A closed loop sizes one engine's batch: a cluster's is not planned that way.
+  CHECK_THROWS_WITH(
+      plan_capacity(small_run({"cluster.engines=2", "cluster.routing=ROUND_ROBIN"}), options),
+      Catch::Contains("planned by the arrival rate it serves"));
+}

@@ -50,6 +50,31 @@ TEST_CASE("p50, p90 and p99 of 1..100 are 50, 90 and 99", "[sim][stats]") {
   CHECK(latency.max() == Tick::ps(1000));
 }
 
+TEST_CASE("merged distributions answer as one that recorded every sample", "[sim][stats]") {
+  LatencyDistribution first;
+  LatencyDistribution second;
+  LatencyDistribution together;
+  for (const std::int64_t ps : {7, 3, 9, 1}) {
+    first.record(Tick::ps(ps));
+    together.record(Tick::ps(ps));
+  }
+  CHECK(first.percentile(50) == Tick::ps(3));  // a query sorts `first` before the merge
+  for (const std::int64_t ps : {2, 8, 4}) {
+    second.record(Tick::ps(ps));
+    together.record(Tick::ps(ps));
+  }
+  LatencyDistribution merged;
+  merged.merge(LatencyDistribution{});  // an empty one adds nothing
+  merged.merge(first);
+  merged.merge(second);
+  REQUIRE(merged.count() == 7);
+  for (const double p : {0.0, 14.0, 50.0, 71.0, 90.0, 100.0}) {
+    CHECK(merged.percentile(p) == together.percentile(p));
+  }
+  CHECK(merged.mean_ps() == together.mean_ps());
+  CHECK(merged.percentile(50) == Tick::ps(4));
+}
+
 TEST_CASE("an empty distribution has no percentiles", "[sim][stats]") {
   const LatencyDistribution latency;
   CHECK_THROWS_AS(latency.percentile(50), std::logic_error);
