@@ -61,7 +61,7 @@ void host_rows(const config::HostSpec& host, std::vector<Row>& rows) {
 void link_rows(const config::LinkSpec& link, std::vector<Row>& rows) {
   rows.push_back(
       number_row("peak_per_direction", hw::peak_gb_per_s_per_direction(link), "GB/s", 2));
-  const bool peer = link.kind() == config::NVLINK;
+  const bool peer = link.kind() == config::NVLINK || link.kind() == config::NETWORK;
   for (const config::Direction direction :
        peer ? std::vector{config::PEER} : std::vector{config::H2D, config::D2H}) {
     const std::string name = config::Direction_Name(direction);

@@ -3,9 +3,16 @@
 // without it, one engine). The workload's arrivals (serving/arrivals.hpp) go to the router as
 // they come; each request is routed once, when it arrives, and served to its end by that
 // engine. A closed loop keeps its concurrency in flight across the whole cluster.
+//
+// Disaggregated (cluster.disaggregation): the first prefill_engines engines prefill, the others
+// decode. An arrival is routed to a prefill engine; when its prefill gives the first token, the
+// decode router picks its decode engine, which admits it when it has room; then its prompt's KV
+// crosses kv_link, each GPU's share to its peer, one copy, and the prefill engine frees it. An
+// engine's GPUs send one transfer at a time and receive one at a time, first come first served.
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "configs/schema/run.pb.h"
@@ -15,14 +22,28 @@
 #include "serving/tier_demand.hpp"
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
+#include "sim/stats.hpp"
 
 namespace kvtier::serving {
+
+// What a disaggregated cluster's KV transfers did.
+struct KvTransfers {
+  std::uint64_t count = 0;
+  double bytes = 0.0;  // per GPU
+  sim::Tick busy;      // Σ over transfers of the time one took on the link
+  // Per request handed off: from its first token to its KV in its decode engine's HBM (waiting
+  // for admission there, for the link, and the copy), and of that the copy with its wait for
+  // the link.
+  sim::LatencyDistribution handoff;
+  sim::LatencyDistribution transfer;
+};
 
 class Cluster {
  public:
   // Builds run.cluster().engines engines (one without run.cluster), each with the whole
   // workload's requests known and served those routed to it. `tiers` (not owned; null for the
-  // full cache) must outlive the cluster. Throws what ServingEngine's constructor throws.
+  // full cache) must outlive the cluster. Throws what ServingEngine's constructor throws, and a
+  // ConfigError for a disaggregation the loader would refuse.
   Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload workload,
           const TierDemand* tiers);
   Cluster(const Cluster&) = delete;
@@ -34,18 +55,42 @@ class Cluster {
   [[nodiscard]] const Workload& workload() const noexcept { return workload_; }
   [[nodiscard]] std::size_t size() const noexcept { return engines_.size(); }
   [[nodiscard]] const ServingEngine& engine(std::size_t index) const { return *engines_[index]; }
-  // The requests routed to each engine.
+  // The requests routed to each engine (to a decode engine: those it decoded).
   [[nodiscard]] const std::vector<std::uint64_t>& routed() const noexcept { return routed_; }
+  // Disaggregated: the engines that prefill (the first ones), and the KV transfers. Without
+  // disaggregation: 0 and none.
+  [[nodiscard]] std::size_t prefill_engines() const noexcept { return prefill_engines_; }
+  [[nodiscard]] const KvTransfers& kv_transfers() const noexcept { return transfers_; }
 
  private:
-  void route(std::uint32_t request);
+  struct Handoff {
+    std::size_t prefill_engine = 0;
+    std::size_t decode_engine = 0;
+    sim::Tick prefilled;
+  };
 
+  void route(std::uint32_t request);
+  void route_decode(std::size_t prefill_engine, std::uint32_t request, sim::Tick arrival);
+  void transfer(std::uint32_t request);
+
+  sim::Simulator& simulator_;
   Workload workload_;
   std::vector<std::unique_ptr<ServingEngine>> engines_;
   std::vector<const ServingEngine*> views_;
   std::unique_ptr<Router> router_;
   Arrivals arrivals_;
   std::vector<std::uint64_t> routed_;
+  // Disaggregation (prefill_engines_ 0 without it): the decode engines' router, the link's
+  // rate and fixed cost per transfer, when each engine's GPUs are next free to send and to
+  // receive, and each handed-off request's engines and first token.
+  std::size_t prefill_engines_ = 0;
+  std::unique_ptr<Router> decode_router_;
+  double link_bytes_per_s_ = 0.0;
+  sim::Tick link_setup_;
+  std::vector<sim::Tick> sending_free_;
+  std::vector<sim::Tick> receiving_free_;
+  std::vector<Handoff> handoffs_;
+  KvTransfers transfers_;
 };
 
 }  // namespace kvtier::serving

@@ -33,6 +33,12 @@
 // request holds stay in the KV memory left free, evicted least recently released first as
 // running requests need it. A block held by several requests counts once in what they use and
 // reserve.
+//
+// In a disaggregated cluster (cluster.disaggregation) an engine only prefills or only decodes. A
+// prefill engine's request leaves its batch when its prefill gives the first token, its KV held
+// (and reserved) until release(); a decode engine's request comes prefilled (submit_prefilled),
+// is admitted as a decoding one whose blocks wait for its KV (kv_received) before its first
+// decode step, and is served to its end there (a preemption recomputes it on that engine).
 
 #include <cstdint>
 #include <deque>
@@ -58,6 +64,10 @@ namespace kvtier::serving {
 
 struct ServingTotals {
   std::uint64_t requests_completed = 0;
+  // A prefill engine's requests handed to a decode engine after their first token; the prompt
+  // and output tokens count each token where it was computed (a prompt and the first token
+  // where it was prefilled, the others where they were decoded).
+  std::uint64_t requests_handed_off = 0;
   std::uint64_t prompt_tokens = 0;
   std::uint64_t output_tokens = 0;
   std::uint64_t iterations = 0;
@@ -119,11 +129,27 @@ struct ServingTotals {
   sim::Tick prefix_gather_busy;
 };
 
+// What an engine serves of its requests: every step (alone, or in a cluster without
+// disaggregation), or in a disaggregated cluster their prefills or their decodes.
+enum class EngineRole { kPrefillAndDecode, kPrefill, kDecode };
+
+// What an engine tells a cluster serving through it.
+struct EngineHooks {
+  // A request it served to its last token.
+  std::function<void(std::uint32_t)> completed;
+  // A prefill engine's request gave its first token now (it arrived at `arrival`); its KV is
+  // held until release().
+  std::function<void(std::uint32_t, sim::Tick arrival)> prefilled;
+  // A decode engine admitted a request submitted prefilled: its KV is wanted (kv_received()).
+  std::function<void(std::uint32_t)> kv_wanted;
+};
+
 class ServingEngine {
  public:
-  // `tiers` (not owned; null for the full cache) must outlive the engine.
+  // `tiers` (not owned; null for the full cache) must outlive the engine. A role other than
+  // kPrefillAndDecode needs the full cache (a ConfigError otherwise).
   ServingEngine(sim::Simulator& simulator, const config::RunSpec& run, Workload workload,
-                const TierDemand* tiers = nullptr);
+                const TierDemand* tiers = nullptr, EngineRole role = EngineRole::kPrefillAndDecode);
   ServingEngine(const ServingEngine&) = delete;
   ServingEngine& operator=(const ServingEngine&) = delete;
 
@@ -131,9 +157,18 @@ class ServingEngine {
   // afterwards.
   void start();
   // Serves as one engine of a cluster: a router submits the requests routed to it (ids of its
-  // workload, each at most once, when it arrives) and hears of each one it completes.
-  void start_serving(std::function<void(std::uint32_t)> on_complete);
+  // workload, each at most once, when it arrives) and hears what `hooks` tell (those of its
+  // role: every one completed, a prefill engine's prefilled, a decode engine's kv_wanted).
+  void start_serving(EngineHooks hooks);
   void submit(std::uint32_t request);
+  // A decode engine's request, prefilled elsewhere: it arrived at `arrival` and its first token
+  // came at `first_token`.
+  void submit_prefilled(std::uint32_t request, sim::Tick arrival, sim::Tick first_token);
+  // A prefill engine's request whose KV has left: its blocks are free (or cached).
+  void release(std::uint32_t request);
+  // A decode engine's request whose KV has come: it decodes from the next iteration on.
+  void kv_received(std::uint32_t request);
+  [[nodiscard]] EngineRole role() const noexcept { return role_; }
 
   // What a router weighs (serving/router.hpp): the requests it holds (running or waiting), the
   // KV blocks of their contexts so far (memory.kv_block_tokens; 0 without it), and the cached
@@ -204,6 +239,10 @@ class ServingEngine {
     std::uint64_t first_decode = 1;
     bool arrived = false;
     bool admitted_once = false;  // its queue wait ends at its first admission
+    // A decode engine's: submitted prefilled, its KV still at its prefill engine (`remote`), or
+    // admitted with its KV on the way (`receiving`: in the running set, but not in a batch).
+    bool remote = false;
+    bool receiving = false;
     // Swapped out: its HBM KV copied to the swap space (its T1/T2, `tier_host`, are there too),
     // and the copies that moved it.
     bool swapped = false;
@@ -235,7 +274,12 @@ class ServingEngine {
     std::uint64_t tokens;
   };
 
-  void arrive(std::uint32_t request);
+  void arrive(std::uint32_t request, sim::Tick arrival);
+  // Starts an iteration after this picosecond's other events unless one runs or is due.
+  void wake();
+  // A prefill engine's request whose prefill gave its first token: out of the batch, its KV
+  // held (handed_off_) until release().
+  void hand_off(std::uint32_t id);
   [[nodiscard]] static bool prefilling(const Request& request) {
     return request.prefilled < request.prefill_target;
   }
@@ -375,9 +419,12 @@ class ServingEngine {
   std::vector<Request> requests_;
   // Its own arrivals when it serves alone (start), and who hears of completions.
   std::optional<Arrivals> own_arrivals_;
-  std::function<void(std::uint32_t)> on_complete_;
+  EngineRole role_;
+  EngineHooks hooks_;
   std::deque<std::uint32_t> waiting_;
   std::vector<std::uint32_t> running_;  // admitted, in admission order
+  // A prefill engine's requests prefilled whose KV has not left yet, in hand-off order.
+  std::vector<std::uint32_t> handed_off_;
   double kv_reserved_bytes_ = 0.0;
   double host_reserved_bytes_ = 0.0;
   bool iteration_in_flight_ = false;

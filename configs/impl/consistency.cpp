@@ -119,11 +119,12 @@ void check_link(const LinkSpec& link, const std::string& path, Problems& problem
   }
   for (int i = 0; i < link.measured_size(); ++i) {
     const auto direction = link.measured(i).direction();
-    const bool peer_link = link.kind() == NVLINK;
+    const bool peer_link = link.kind() == NVLINK || link.kind() == NETWORK;
     if (direction != DIRECTION_UNSPECIFIED && (direction == PEER) != peer_link) {
       problems.push_back({at(path, "measured[" + std::to_string(i) + "].direction"),
-                          peer_link ? "an NVLINK link measures PEER copies"
-                                    : "a host link measures H2D or D2H copies, not PEER"});
+                          peer_link
+                              ? LinkKind_Name(link.kind()) + " links measure PEER copies"
+                              : std::string("a host link measures H2D or D2H copies, not PEER")});
     }
   }
   // Copies by SM kernels read or write host memory: H2D or D2H.
@@ -160,7 +161,7 @@ void check_node(const NodeSpec& node, const std::string& path, Problems& problem
                         "gpus_per_pcie_switch " + std::to_string(node.gpus_per_pcie_switch()) +
                             " exceeds gpus_per_node " + std::to_string(node.gpus_per_node())});
   }
-  if (node.host_link().kind() == NVLINK) {
+  if (node.host_link().kind() == NVLINK || node.host_link().kind() == NETWORK) {
     problems.push_back({at(path, "host_link.kind"),
                         "host_link connects a GPU to host memory: PCIE, NVLINK_C2C or CXL"});
   }
@@ -329,7 +330,8 @@ void check_prefix_caching(const RunSpec& run, const std::string& path, Problems&
   }
 }
 
-// KV-aware routing counts blocks and weighs them by its own parameter.
+// KV-aware routing counts blocks and weighs them by its own parameter; a disaggregated
+// cluster keeps a decode engine, routes decodes by load and moves KV from GPU to GPU.
 void check_cluster(const RunSpec& run, const std::string& path, Problems& problems) {
   if (!run.has_cluster()) {
     return;
@@ -349,6 +351,31 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
     problems.push_back({at(path, "cluster.kv_overlap_weight"),
                         "kv_overlap_weight is KV_AWARE routing's; routing " +
                             Routing_Name(cluster.routing()) + " has no use for it"});
+  }
+  if (!cluster.has_disaggregation()) {
+    return;
+  }
+  const DisaggregationSpec& split = cluster.disaggregation();
+  if (split.has_prefill_engines() && cluster.has_engines() &&
+      split.prefill_engines() >= cluster.engines()) {
+    problems.push_back({at(path, "cluster.disaggregation.prefill_engines"),
+                        "prefill_engines " + std::to_string(split.prefill_engines()) +
+                            " leaves no decode engine of cluster.engines " +
+                            std::to_string(cluster.engines())});
+  }
+  if (split.decode_routing() != ROUTING_UNSPECIFIED && split.decode_routing() != ROUND_ROBIN &&
+      split.decode_routing() != LEAST_OUTSTANDING) {
+    problems.push_back({at(path, "cluster.disaggregation.decode_routing"),
+                        "decode_routing " + Routing_Name(split.decode_routing()) +
+                            " weighs cached prefixes, which a decode engine does not look up: "
+                            "choose ROUND_ROBIN or LEAST_OUTSTANDING"});
+  }
+  const LinkKind kind = split.kv_link().kind();
+  if (split.has_kv_link() && kind != LINK_KIND_UNSPECIFIED && kind != NVLINK && kind != NETWORK) {
+    problems.push_back({at(path, "cluster.disaggregation.kv_link.kind"),
+                        "kv_link carries KV from GPU to GPU: NVLINK within a node or NETWORK "
+                        "between nodes, not " +
+                            LinkKind_Name(kind)});
   }
 }
 

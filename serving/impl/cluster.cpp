@@ -1,8 +1,12 @@
 #include "serving/cluster.hpp"
 
+#include <algorithm>
+#include <string>
 #include <utility>
 
 #include "common/errors.hpp"
+#include "hwmodels/link_math.hpp"
+#include "serving/tier_timing.hpp"
 
 namespace kvtier::serving {
 namespace {
@@ -14,35 +18,120 @@ config::ClusterSpec single_engine() {
   return cluster;
 }
 
+// The loader's checks (configs/impl/consistency.cpp), which a run built in code is held to here.
+void check_disaggregation(const config::ClusterSpec& cluster) {
+  const config::DisaggregationSpec& split = cluster.disaggregation();
+  if (split.prefill_engines() == 0 || split.prefill_engines() >= cluster.engines()) {
+    throw ConfigError("a disaggregated cluster of " + std::to_string(cluster.engines()) +
+                          " engine(s) needs 1 to " + std::to_string(cluster.engines() - 1) +
+                          " prefill engines, not " + std::to_string(split.prefill_engines()),
+                      "field cluster.disaggregation.prefill_engines");
+  }
+  if (split.decode_routing() != config::ROUND_ROBIN &&
+      split.decode_routing() != config::LEAST_OUTSTANDING) {
+    throw ConfigError("decode_routing must be ROUND_ROBIN or LEAST_OUTSTANDING",
+                      "field cluster.disaggregation.decode_routing");
+  }
+  const config::LinkKind kind = split.kv_link().kind();
+  if (kind != config::NVLINK && kind != config::NETWORK) {
+    throw ConfigError("kv_link carries KV from GPU to GPU: NVLINK or NETWORK",
+                      "field cluster.disaggregation.kv_link.kind");
+  }
+}
+
 }  // namespace
 
 Cluster::Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload workload,
                  const TierDemand* tiers)
-    : workload_(std::move(workload)),
+    : simulator_(simulator),
+      workload_(std::move(workload)),
       arrivals_(simulator, workload_, [this](std::uint32_t request) { route(request); }) {
   const config::ClusterSpec cluster = run.has_cluster() ? run.cluster() : single_engine();
   if (cluster.engines() == 0) {  // the loader requires at least one; a run built in code too
     throw ConfigError("a cluster needs at least one engine", "field cluster.engines");
   }
+  if (cluster.has_disaggregation()) {
+    check_disaggregation(cluster);
+    prefill_engines_ = cluster.disaggregation().prefill_engines();
+  }
   for (std::uint32_t e = 0; e < cluster.engines(); ++e) {
-    engines_.push_back(std::make_unique<ServingEngine>(simulator, run, workload_, tiers));
+    const EngineRole role = prefill_engines_ == 0  ? EngineRole::kPrefillAndDecode
+                            : e < prefill_engines_ ? EngineRole::kPrefill
+                                                   : EngineRole::kDecode;
+    engines_.push_back(std::make_unique<ServingEngine>(simulator, run, workload_, tiers, role));
     views_.push_back(engines_.back().get());
   }
-  router_ = make_router(cluster, workload_, engines_.front()->memory().block_tokens);
+  const std::uint32_t block_tokens = engines_.front()->memory().block_tokens;
+  router_ = make_router(cluster, workload_, block_tokens);
   routed_.assign(engines_.size(), 0);
+  if (prefill_engines_ > 0) {
+    config::ClusterSpec decode = cluster;
+    decode.set_routing(cluster.disaggregation().decode_routing());
+    decode.clear_kv_overlap_weight();
+    decode_router_ = make_router(decode, workload_, block_tokens);
+    const config::LinkSpec& link = cluster.disaggregation().kv_link();
+    link_bytes_per_s_ = hw::asymptotic_gb_per_s(link, config::PEER) * 1e9;
+    link_setup_ = sim::from_microseconds(link.per_copy_overhead_us(), sim::Rounding::kUp);
+    sending_free_.assign(engines_.size(), sim::Tick::zero());
+    receiving_free_.assign(engines_.size(), sim::Tick::zero());
+    handoffs_.resize(workload_.requests.size());
+  }
 }
 
 void Cluster::start() {
-  for (const auto& engine : engines_) {
-    engine->start_serving([this](std::uint32_t) { arrivals_.completed(); });
+  for (std::size_t e = 0; e < engines_.size(); ++e) {
+    EngineHooks hooks;
+    hooks.completed = [this](std::uint32_t) { arrivals_.completed(); };
+    if (engines_[e]->role() == EngineRole::kPrefill) {
+      hooks.prefilled = [this, e](std::uint32_t request, sim::Tick arrival) {
+        route_decode(e, request, arrival);
+      };
+    } else if (engines_[e]->role() == EngineRole::kDecode) {
+      hooks.kv_wanted = [this](std::uint32_t request) { transfer(request); };
+    }
+    engines_[e]->start_serving(std::move(hooks));
   }
   arrivals_.start();
 }
 
 void Cluster::route(std::uint32_t request) {
-  const std::size_t chosen = router_->route(request, views_);
+  const std::size_t pool = prefill_engines_ > 0 ? prefill_engines_ : views_.size();
+  const std::size_t chosen = router_->route(request, std::span(views_).first(pool));
   ++routed_[chosen];
   engines_[chosen]->submit(request);
+}
+
+void Cluster::route_decode(std::size_t prefill_engine, std::uint32_t request, sim::Tick arrival) {
+  const std::size_t chosen =
+      prefill_engines_ +
+      decode_router_->route(request, std::span(views_).subspan(prefill_engines_));
+  ++routed_[chosen];
+  handoffs_[request] = Handoff{prefill_engine, chosen, simulator_.now()};
+  engines_[chosen]->submit_prefilled(request, arrival, simulator_.now());
+}
+
+void Cluster::transfer(std::uint32_t request) {
+  const Handoff& handoff = handoffs_[request];
+  // Each GPU's share of the prompt's KV in its prefill engine's HBM, in whole blocks.
+  const double bytes = engines_[handoff.prefill_engine]->memory().kv_bytes_for(
+      workload_.requests[request].prompt_tokens);
+  const sim::Tick now = simulator_.now();
+  const sim::Tick start = std::max(
+      {now, sending_free_[handoff.prefill_engine], receiving_free_[handoff.decode_engine]});
+  const sim::Tick copy = swap_time(bytes, 1, link_bytes_per_s_, link_setup_);
+  const sim::Tick end = start + copy;
+  sending_free_[handoff.prefill_engine] = end;
+  receiving_free_[handoff.decode_engine] = end;
+  ++transfers_.count;
+  transfers_.bytes += bytes;
+  transfers_.busy += copy;
+  transfers_.transfer.record(end - now);
+  simulator_.schedule_at(end, [this, request] {
+    const Handoff& done = handoffs_[request];
+    transfers_.handoff.record(simulator_.now() - done.prefilled);
+    engines_[done.prefill_engine]->release(request);
+    engines_[done.decode_engine]->kv_received(request);
+  });
 }
 
 }  // namespace kvtier::serving

@@ -27,7 +27,7 @@ const config::LinkSpec* gpu_link_of(const config::RunSpec& run) {
 }  // namespace
 
 ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& run,
-                             Workload workload, const TierDemand* tiers)
+                             Workload workload, const TierDemand* tiers, EngineRole role)
     : simulator_(simulator),
       run_(run),
       workload_(std::move(workload)),
@@ -43,6 +43,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
               ? std::optional<double>(run.workload().on_demand_admission().watermark())
               : std::nullopt),
       tiers_(tiers),
+      role_(role),
       kv_used_(simulator),
       kv_reserved_(simulator),
       running_gauge_(simulator),
@@ -50,6 +51,14 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       host_used_(simulator),
       host_reserved_(simulator),
       swap_used_(simulator) {
+  if (role_ != EngineRole::kPrefillAndDecode && tiers_ != nullptr) {
+    // Checked here rather than with the config: only the simulation knows the policy.
+    throw ConfigError(
+        "disaggregated serving (cluster.disaggregation) is modelled with the full "
+        "cache only, not with policy '" +
+            run.policy().name() + "' (simulate policy full alone: --policy full)",
+        "field cluster.disaggregation");
+  }
   if (run.workload().on_demand_admission().has_swap()) {
     // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
     // here, since a swap copy is a block.
@@ -193,25 +202,75 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
 }
 
 void ServingEngine::start() {
-  own_arrivals_.emplace(simulator_, workload_, [this](std::uint32_t id) { arrive(id); });
-  start_serving([this](std::uint32_t) { own_arrivals_->completed(); });
+  if (role_ != EngineRole::kPrefillAndDecode) {
+    throw std::logic_error("a prefill or decode engine serves in a cluster only");
+  }
+  own_arrivals_.emplace(simulator_, workload_,
+                        [this](std::uint32_t id) { arrive(id, simulator_.now()); });
+  EngineHooks hooks;
+  hooks.completed = [this](std::uint32_t) { own_arrivals_->completed(); };
+  start_serving(std::move(hooks));
   own_arrivals_->start();
 }
 
-void ServingEngine::start_serving(std::function<void(std::uint32_t)> on_complete) {
+void ServingEngine::start_serving(EngineHooks hooks) {
   if (kv_series_) {
     kv_series_->start();
     running_series_->start();
   }
-  on_complete_ = std::move(on_complete);
+  hooks_ = std::move(hooks);
 }
 
 void ServingEngine::submit(std::uint32_t request) {
-  if (request >= requests_.size() || requests_[request].arrived) {
+  if (request >= requests_.size() || requests_[request].arrived || role_ == EngineRole::kDecode) {
     throw std::logic_error("request " + std::to_string(request) +
-                           " submitted to a serving engine twice or out of its workload");
+                           " submitted to a serving engine twice, out of its workload or to a "
+                           "decode engine");
   }
-  arrive(request);
+  arrive(request, simulator_.now());
+}
+
+void ServingEngine::submit_prefilled(std::uint32_t request, sim::Tick arrival,
+                                     sim::Tick first_token) {
+  if (request >= requests_.size() || requests_[request].arrived || role_ != EngineRole::kDecode) {
+    throw std::logic_error("request " + std::to_string(request) +
+                           " submitted prefilled twice, out of its workload or to an engine "
+                           "that is not a decode engine");
+  }
+  Request& prefilled = requests_[request];
+  prefilled.prefilled = prefilled.prefill_target;
+  prefilled.generated = 1;
+  prefilled.first_decode = 1;
+  prefilled.first_token = first_token;
+  prefilled.admitted_once = true;  // its queue wait was its prefill engine's
+  prefilled.remote = true;
+  arrive(request, arrival);
+}
+
+void ServingEngine::release(std::uint32_t request) {
+  const auto held = std::find(handed_off_.begin(), handed_off_.end(), request);
+  if (held == handed_off_.end()) {
+    throw std::logic_error("request " + std::to_string(request) +
+                           " released by an engine that does not hold it");
+  }
+  handed_off_.erase(held);
+  kv_reserved_bytes_ -= requests_[request].kv_reserved;
+  if (prefix_cache_) {
+    release_cached_blocks(request);
+  }
+  kv_used_.set(kv_in_use());
+  full_kv_.set(full_kv_in_use());
+  wake();  // what waited for its memory may be admitted
+}
+
+void ServingEngine::kv_received(std::uint32_t request) {
+  Request& received = requests_[request];
+  if (!received.receiving) {
+    throw std::logic_error("KV of request " + std::to_string(request) +
+                           " received by an engine that did not want it");
+  }
+  received.receiving = false;
+  wake();
 }
 
 std::uint64_t ServingEngine::active_blocks() const {
@@ -229,11 +288,15 @@ std::uint64_t ServingEngine::active_blocks() const {
   return blocks;
 }
 
-void ServingEngine::arrive(std::uint32_t request) {
-  requests_[request].arrival = simulator_.now();
+void ServingEngine::arrive(std::uint32_t request, sim::Tick arrival) {
+  requests_[request].arrival = arrival;
   requests_[request].arrived = true;
   waiting_.push_back(request);
   totals_.max_waiting = std::max<std::uint64_t>(totals_.max_waiting, waiting_.size());
+  wake();
+}
+
+void ServingEngine::wake() {
   if (!iteration_in_flight_ && !start_pending_) {
     // Start after every other event of this picosecond, so that simultaneous arrivals are
     // batched together rather than the first one running alone.
@@ -262,8 +325,10 @@ double ServingEngine::hbm_reservation(std::uint32_t request) const {
   const RequestSpec& spec = requests_[request].spec;
   if (tiers_ == nullptr) {
     // Its KV at its last decode step: the prompt and every generated token but the last, whose
-    // KV is never written (as a tiered request's last context, tier_demand.cpp).
-    return plan_.peak_kv_bytes_for(spec.prompt_tokens + spec.output_tokens - 1);
+    // KV is never written (as a tiered request's last context, tier_demand.cpp). A prefill
+    // engine's request ends with its prompt's, held until it leaves.
+    const std::uint64_t output = role_ == EngineRole::kPrefill ? 1 : spec.output_tokens;
+    return plan_.peak_kv_bytes_for(spec.prompt_tokens + output - 1);
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
   return (peaks.hbm_token_layers + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
@@ -307,19 +372,15 @@ double ServingEngine::host_kv_in_use() const {
 
 double ServingEngine::full_kv_in_use() const {
   double bytes = 0.0;
-  for (const std::uint32_t id : running_) {
-    const Request& request = requests_[id];
-    // The tokens the tiered count holds after the same step.
-    bytes += plan_.kv_bytes_for(cached_tokens(request));
-  }
-  if (prefix_cache_) {
-    // Cached blocks held once however many requests hold them.
-    for (const std::uint32_t id : running_) {
-      bytes -= cached_blocks_held(requests_[id]);
+  for (const auto* held : {&running_, &handed_off_}) {
+    for (const std::uint32_t id : *held) {
+      const Request& request = requests_[id];
+      // The tokens the tiered count holds after the same step; cached blocks held once however
+      // many requests hold them.
+      bytes += plan_.kv_bytes_for(cached_tokens(request)) - cached_blocks_held(request);
     }
-    bytes += cached_blocks_in_use();
   }
-  return bytes;
+  return bytes + cached_blocks_in_use();
 }
 
 std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
@@ -329,7 +390,7 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
   std::uint64_t budget = prefill_budget_;
   for (const std::uint32_t id : running_) {
     const Request& request = requests_[id];
-    if (!prefilling(request)) {
+    if (!prefilling(request) && !request.receiving) {
       decoding_now_.push_back(id);
       batch.decode_context_tokens += attended(request);
     }
@@ -376,12 +437,15 @@ void ServingEngine::admit_reserving(std::uint64_t budget, hw::BatchShape& batch)
     }
     const std::uint32_t id = waiting_.front();
     waiting_.pop_front();
-    head.admitted = simulator_.now();
     head.kv_reserved = kv;
     head.host_reserved = host;
     kv_reserved_bytes_ += kv;
     host_reserved_bytes_ += host;
-    queue_wait_.record(head.admitted - head.arrival);
+    if (!head.admitted_once) {
+      head.admitted_once = true;
+      head.admitted = simulator_.now();
+      queue_wait_.record(head.admitted - head.arrival);
+    }
     take_prefix_hits(id, hits);
     admit(id, budget, batch);
   }
@@ -389,8 +453,10 @@ void ServingEngine::admit_reserving(std::uint64_t budget, hw::BatchShape& batch)
 
 double ServingEngine::shared_reservations() const {
   double bytes = cached_blocks_in_use();
-  for (const std::uint32_t id : running_) {
-    bytes += hbm_reservation(id) - cached_blocks_held(requests_[id]);
+  for (const auto* held : {&running_, &handed_off_}) {
+    for (const std::uint32_t id : *held) {
+      bytes += hbm_reservation(id) - cached_blocks_held(requests_[id]);
+    }
   }
   return bytes;
 }
@@ -398,6 +464,13 @@ double ServingEngine::shared_reservations() const {
 void ServingEngine::admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
   Request& request = requests_[id];
   running_.push_back(id);
+  if (request.remote) {
+    // Its blocks are its now; its KV comes from its prefill engine before it decodes.
+    request.remote = false;
+    request.receiving = true;
+    hooks_.kv_wanted(id);
+    return;
+  }
   if (request.swapped) {
     // Its T0 copied back; its T1/T2 return to the tiers' host memory.
     swap_in_bytes_now_ += request.swapped_bytes;
@@ -472,6 +545,10 @@ ServingEngine::Footprint ServingEngine::planned_footprint() const {
                                     [id](const PlannedChunk& c) { return c.request == id; });
     add(footprint(id, chunk != prefilling_now_.end() ? chunk->tokens : 0));
   }
+  for (const std::uint32_t id : handed_off_) {
+    const Request& request = requests_[id];
+    total.hbm += plan_.kv_bytes_for(cached_tokens(request)) - cached_blocks_held(request);
+  }
   total.hbm += cached_blocks_in_use();
   return total;
 }
@@ -533,9 +610,17 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
   // recompute (both checked at construction).
   Footprint need = planned_footprint();
   bool preempted = false;
-  while (running_.size() > 1 &&
+  // A decode engine's request whose KV is on the way is not preempted: it takes no more memory
+  // until it decodes, and its transfer is under way.
+  const auto last_preemptible = [this] {
+    return std::find_if(running_.rbegin(), running_.rend(),
+                        [this](std::uint32_t id) { return !requests_[id].receiving; });
+  };
+  // A prefill engine's requests handed off hold memory too: beside them, one request alone may
+  // not fit, and waits for their release.
+  while ((running_.size() > 1 || !handed_off_.empty()) && last_preemptible() != running_.rend() &&
          (need.hbm > plan_.kv_capacity_bytes || need.host > plan_.host_kv_capacity_bytes)) {
-    preempt(running_.back());
+    preempt(*last_preemptible());
     preempted = true;
     budget = plan_running(batch);
     need = planned_footprint();
@@ -556,7 +641,8 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
       first_chunk = footprint(id, std::min(budget, head.prefill_target - head.prefilled));
     }
     // Alone, a request always fits (its whole life does); the watermark does not hold it back.
-    const bool hbm_short = !running_.empty() && need.hbm + first_chunk.hbm > hbm_room;
+    const bool alone = running_.empty() && handed_off_.empty();
+    const bool hbm_short = !alone && need.hbm + first_chunk.hbm > hbm_room;
     const bool host_short = need.host + first_chunk.host > plan_.host_kv_capacity_bytes;
     if (hbm_short || host_short) {
       totals_.admissions_held_by_hbm += hbm_short ? 1 : 0;
@@ -776,6 +862,7 @@ void ServingEngine::finish_iteration() {
       finished.push_back(id);
     }
   }
+  std::vector<std::uint32_t> handed;
   for (const PlannedChunk& chunk : prefilling_now_) {
     Request& request = requests_[chunk.request];
     request.prefilled += chunk.tokens;
@@ -790,6 +877,8 @@ void ServingEngine::finish_iteration() {
       request.first_decode = request.generated;
       if (request.generated == request.spec.output_tokens) {
         finished.push_back(chunk.request);
+      } else if (role_ == EngineRole::kPrefill) {
+        handed.push_back(chunk.request);
       }
     }
   }
@@ -804,6 +893,10 @@ void ServingEngine::finish_iteration() {
   std::sort(finished.begin(), finished.end());
   for (const std::uint32_t id : finished) {
     complete(id);
+  }
+  std::sort(handed.begin(), handed.end());
+  for (const std::uint32_t id : handed) {
+    hand_off(id);
   }
   kv_used_.set(kv_in_use());
   full_kv_.set(full_kv_in_use());
@@ -826,10 +919,24 @@ void ServingEngine::complete(std::uint32_t id) {
   }
   running_.erase(std::find(running_.begin(), running_.end(), id));
   ++totals_.requests_completed;
-  totals_.prompt_tokens += request.spec.prompt_tokens;
-  totals_.output_tokens += request.spec.output_tokens;
+  // A decode engine computed neither the prompt nor the first token (its prefill engine did),
+  // unless it recomputed them after a preemption.
+  const bool prefilled_elsewhere = role_ == EngineRole::kDecode;
+  totals_.prompt_tokens += prefilled_elsewhere ? 0 : request.spec.prompt_tokens;
+  totals_.output_tokens += request.spec.output_tokens - (prefilled_elsewhere ? 1 : 0);
   totals_.last_completion = now;
-  on_complete_(id);
+  hooks_.completed(id);
+}
+
+void ServingEngine::hand_off(std::uint32_t id) {
+  const Request& request = requests_[id];
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  handed_off_.push_back(id);
+  ++totals_.requests_handed_off;
+  totals_.prompt_tokens += request.spec.prompt_tokens;
+  ++totals_.output_tokens;
+  totals_.last_completion = simulator_.now();
+  hooks_.prefilled(id, request.arrival);
 }
 
 }  // namespace kvtier::serving

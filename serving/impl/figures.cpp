@@ -14,11 +14,12 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Every field is summed but the three maxima; a field added to ServingTotals must be merged
 // here too, which this reminds of.
-static_assert(sizeof(ServingTotals) == 38 * sizeof(std::uint64_t),
+static_assert(sizeof(ServingTotals) == 39 * sizeof(std::uint64_t),
               "merge the new ServingTotals field in add()");
 
 void add(ServingTotals& sum, const ServingTotals& engine) {
   sum.requests_completed += engine.requests_completed;
+  sum.requests_handed_off += engine.requests_handed_off;
   sum.prompt_tokens += engine.prompt_tokens;
   sum.output_tokens += engine.output_tokens;
   sum.iterations += engine.iterations;

@@ -11,6 +11,7 @@
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "hwmodels/link_math.hpp"
 #include "serving/cluster.hpp"
 #include "serving/engine.hpp"
 #include "serving/impl/figures.hpp"
@@ -22,6 +23,89 @@ namespace {
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
+// The engines' busy time: of the busiest over the mean engine's, within each pool of a
+// disaggregated cluster (the larger of the two), and each pool's mean busy fraction.
+struct PoolBusy {
+  double imbalance = 1.0;
+  double prefill_fraction = 0.0;
+  double decode_fraction = 0.0;
+};
+
+PoolBusy busy_of(const Cluster& cluster) {
+  const double seconds =
+      std::max(sim::to_seconds(figures_of(cluster).totals.last_completion), 1e-12);
+  PoolBusy result;
+  const std::size_t split = cluster.prefill_engines();
+  const auto pool = [&](std::size_t begin, std::size_t end, double& fraction) {
+    double busiest = 0.0;
+    double mean = 0.0;
+    for (std::size_t e = begin; e < end; ++e) {
+      const double busy = sim::to_seconds(cluster.engine(e).totals().busy);
+      busiest = std::max(busiest, busy);
+      mean += busy / static_cast<double>(end - begin);
+    }
+    result.imbalance = std::max(result.imbalance, mean > 0.0 ? busiest / mean : 1.0);
+    fraction = mean / seconds;
+  };
+  if (split == 0) {
+    double unused = 0.0;
+    pool(0, cluster.size(), unused);
+  } else {
+    pool(0, split, result.prefill_fraction);
+    pool(split, cluster.size(), result.decode_fraction);
+  }
+  return result;
+}
+
+void add_distribution_or_none(std::vector<Metric>& metrics, const std::string& name,
+                              const sim::LatencyDistribution& distribution) {
+  // Null when no request was handed off, so that a sweep's rows keep their columns.
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  const bool any = distribution.count() > 0;
+  const auto ms = [&](double percentile) {
+    return any ? sim::to_seconds(distribution.percentile(percentile)) * 1e3 : none;
+  };
+  metrics.push_back({name + "_p50_ms", ms(50), 3});
+  metrics.push_back({name + "_p90_ms", ms(90), 3});
+  metrics.push_back({name + "_p99_ms", ms(99), 3});
+  metrics.push_back({name + "_mean_ms", any ? distribution.mean_ps() * 1e-9 : none, 3});
+}
+
+// A disaggregated cluster's pools and KV transfers, and a note naming them.
+void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster,
+                                const config::RunSpec& run, const PoolBusy& busy) {
+  const config::DisaggregationSpec& split = run.cluster().disaggregation();
+  const KvTransfers& transfers = cluster.kv_transfers();
+  const auto prefill = static_cast<double>(cluster.prefill_engines());
+  const double decode = static_cast<double>(cluster.size()) - prefill;
+  const double seconds =
+      std::max(sim::to_seconds(figures_of(cluster).totals.last_completion), 1e-12);
+  auto& m = report.metrics;
+  m.push_back({"cluster_prefill_engines", prefill, 0});
+  m.push_back({"cluster_decode_engines", decode, 0});
+  m.push_back({"prefill_gpu_busy_fraction", busy.prefill_fraction, 4});
+  m.push_back({"decode_gpu_busy_fraction", busy.decode_fraction, 4});
+  m.push_back({"kv_transfers", static_cast<double>(transfers.count), 0});
+  m.push_back({"kv_transfer_gb", transfers.bytes / 1e9, 3});
+  // Each transfer holds one prefill engine's sending side and one decode engine's receiving
+  // side for its copy.
+  m.push_back(
+      {"kv_link_send_utilisation", sim::to_seconds(transfers.busy) / (prefill * seconds), 4});
+  m.push_back(
+      {"kv_link_receive_utilisation", sim::to_seconds(transfers.busy) / (decode * seconds), 4});
+  add_distribution_or_none(m, "kv_handoff", transfers.handoff);
+  add_distribution_or_none(m, "kv_transfer", transfers.transfer);
+  report.notes.push_back(
+      "disaggregated: engines 0-" + std::to_string(cluster.prefill_engines() - 1) + " prefill, " +
+      std::to_string(cluster.prefill_engines()) + "-" + std::to_string(cluster.size() - 1) +
+      " decode (routed " + config::Routing_Name(split.decode_routing()) + "); " +
+      std::to_string(transfers.count) + " prompts' KV (" + format_fixed(transfers.bytes / 1e9, 3) +
+      " GB per GPU) over " + split.kv_link().name() + " at " +
+      format_fixed(hw::asymptotic_gb_per_s(split.kv_link(), config::PEER), 1) +
+      " GB/s per GPU, a copy each after the prefill; TTFT is the prefill engine's, TPOT counts "
+      "the hand-off");
+}
+
 // The cluster's own metrics (after simulated_events, whatever its size, so that a sweep over
 // cluster.engines has the same columns), a note on how its figures merge, and every engine's
 // own metrics.
@@ -32,13 +116,7 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
   const double tp = run.tensor_parallel_degree();
   const double engines_per_node = std::floor(run.hardware().node().gpus_per_node() / tp);
   const auto [fewest, most] = std::minmax_element(cluster.routed().begin(), cluster.routed().end());
-  double busiest = 0.0;
-  double busy = 0.0;
-  for (std::size_t e = 0; e < cluster.size(); ++e) {
-    const double seconds = sim::to_seconds(cluster.engine(e).totals().busy);
-    busiest = std::max(busiest, seconds);
-    busy += seconds / engines;
-  }
+  const PoolBusy pool_busy = busy_of(cluster);
   auto& m = report.metrics;
   m.push_back({"cluster_engines", engines, 0});
   m.push_back({"cluster_gpus", engines * tp, 0});
@@ -46,7 +124,7 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
       {"cluster_nodes", engines_per_node > 0 ? std::ceil(engines / engines_per_node) : 0.0, 0});
   m.push_back({"engine_requests_min", static_cast<double>(*fewest), 0});
   m.push_back({"engine_requests_max", static_cast<double>(*most), 0});
-  m.push_back({"engine_busy_imbalance", busy > 0.0 ? busiest / busy : 1.0, 4});
+  m.push_back({"engine_busy_imbalance", pool_busy.imbalance, 4});
   report.notes.push_back(
       "cluster of " + std::to_string(cluster.size()) + " engine(s) of " +
       std::to_string(run.tensor_parallel_degree()) + " GPU(s), routed " +
@@ -58,11 +136,20 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
       " requests each: counts, GB and seconds summed over the engines, peaks the highest "
       "engine's, time averages, per-GPU rates and utilisations the mean engine's, latencies "
       "over every request");
+  const bool split = cluster.prefill_engines() > 0;
+  if (split) {
+    add_disaggregation_figures(report, cluster, run, pool_busy);
+  }
   for (std::size_t e = 0; e < cluster.size(); ++e) {
     const ServingEngine& engine = cluster.engine(e);
     std::vector<Metric> metrics = engine_metrics(figures_of(engine), engine, run);
-    metrics.insert(metrics.begin(),
-                   Metric{"requests_routed", static_cast<double>(cluster.routed()[e]), 0});
+    std::vector<Metric> first{{"requests_routed", static_cast<double>(cluster.routed()[e]), 0}};
+    if (split) {
+      first.push_back({"prefill_engine", engine.role() == EngineRole::kPrefill ? 1.0 : 0.0, 0});
+      first.push_back(
+          {"requests_handed_off", static_cast<double>(engine.totals().requests_handed_off), 0});
+    }
+    metrics.insert(metrics.begin(), first.begin(), first.end());
     report.engines.push_back(std::move(metrics));
   }
 }

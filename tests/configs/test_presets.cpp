@@ -26,7 +26,7 @@ TEST_CASE("every built-in preset loads, validates and is named after its file", 
       ++loaded;
     }
   }
-  CHECK(loaded == 46);
+  CHECK(loaded == 47);
 }
 
 TEST_CASE("the preset catalogue holds the documented hardware and models", "[presets]") {
@@ -44,7 +44,8 @@ TEST_CASE("the preset catalogue holds the documented hardware and models", "[pre
         std::set<std::string>{"DDR4-3200-8ch", "DDR5-4800-12ch", "DDR5-5600-8ch", "LPDDR5X-GH200"});
   CHECK(names("link") == std::set<std::string>{"PCIe-Gen3-x16", "PCIe-Gen4-x16", "PCIe-Gen5-x16",
                                                "PCIe-Gen5-x16-H200", "PCIe-Gen6-x16", "NVLink3",
-                                               "NVLink4", "NVLink5", "NVLink-C2C"});
+                                               "NVLink4", "NVLink5", "NVLink-C2C",
+                                               "InfiniBand-NDR"});
   CHECK(names("node") == std::set<std::string>{"workstation-rtx5080", "hgx-h100-8", "hgx-h200-8",
                                                "dgx-a100-8", "gh200"});
   CHECK(names("model").size() == 16);

@@ -16,6 +16,7 @@
 #include "serving/simulation.hpp"
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
+#include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
 
 using kvtier::config::RunSpec;
@@ -25,6 +26,9 @@ using kvtier::serving::RequestSpec;
 using kvtier::serving::SimulationReport;
 using kvtier::serving::Workload;
 using kvtier::sim::Tick;
+using kvtier::test::open_loop;
+using kvtier::test::request_at;
+using kvtier::test::serve;
 
 namespace {
 
@@ -47,28 +51,6 @@ std::map<std::string, double> by_name(const std::vector<Metric>& metrics) {
   return values;
 }
 
-// A cluster that has served `workload`, with the simulator it ran on.
-struct Served {
-  kvtier::sim::Simulator simulator;
-  std::unique_ptr<Cluster> cluster;
-};
-
-std::unique_ptr<Served> serve(const RunSpec& run, Workload workload) {
-  auto served = std::make_unique<Served>();
-  served->cluster = std::make_unique<Cluster>(served->simulator, run, std::move(workload), nullptr);
-  served->cluster->start();
-  served->simulator.run();
-  return served;
-}
-
-RequestSpec request_at(double seconds, std::uint64_t prompt, std::uint64_t output) {
-  RequestSpec request;
-  request.prompt_tokens = prompt;
-  request.output_tokens = output;
-  request.arrival = Tick::ps(static_cast<std::int64_t>(seconds * 1e12));
-  return request;
-}
-
 // A request arriving at `seconds` whose prompt starts with 2,048 tokens of content `id`, then
 // 128 of its own; 16 out.
 RequestSpec after_prefix_at(double seconds, std::uint64_t id) {
@@ -77,12 +59,6 @@ RequestSpec after_prefix_at(double seconds, std::uint64_t id) {
   request.segment_tokens = 2048;
   request.segments = {id};
   return request;
-}
-
-Workload open_loop(std::vector<RequestSpec> requests) {
-  Workload workload;
-  workload.requests = std::move(requests);
-  return workload;
 }
 
 std::vector<std::uint64_t> routed(const RunSpec& run, Workload workload) {
@@ -313,7 +289,9 @@ TEST_CASE("an engine refuses a request submitted twice", "[cluster]") {
   const RunSpec run = run_with({});
   kvtier::sim::Simulator simulator;
   kvtier::serving::ServingEngine engine(simulator, run, open_loop({request_at(0, 128, 16)}));
-  engine.start_serving([](std::uint32_t) {});
+  kvtier::serving::EngineHooks hooks;
+  hooks.completed = [](std::uint32_t) {};
+  engine.start_serving(std::move(hooks));
   engine.submit(0);
   CHECK_THROWS_AS(engine.submit(0), std::logic_error);
   CHECK_THROWS_AS(engine.submit(1), std::logic_error);

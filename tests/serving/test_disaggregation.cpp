@@ -1,0 +1,164 @@
+// Disaggregated clusters: prefill engines hand requests to decode engines, whose KV crosses the
+// cluster's kv_link; the hand-off's cost, the link's queue and the refusals.
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "configs/schema/run.pb.h"
+#include "hwmodels/link_math.hpp"
+#include "serving/cluster.hpp"
+#include "serving/simulation.hpp"
+#include "serving/tier_timing.hpp"
+#include "serving/workload.hpp"
+#include "sim/simulator.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/config_fixture.hpp"
+
+using kvtier::config::RunSpec;
+using kvtier::serving::Cluster;
+using kvtier::serving::RequestSpec;
+using kvtier::serving::Workload;
+using kvtier::sim::Tick;
+using kvtier::test::open_loop;
+using kvtier::test::request_at;
+using kvtier::test::serve;
+
+namespace {
+
+RunSpec run_with(std::vector<std::string> sets) {
+  return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
+}
+
+RunSpec split_run(std::uint32_t engines, std::uint32_t prefill) {
+  return run_with({"cluster.engines=" + std::to_string(engines), "cluster.routing=ROUND_ROBIN",
+                   "cluster.disaggregation.prefill_engines=" + std::to_string(prefill),
+                   "cluster.disaggregation.decode_routing=LEAST_OUTSTANDING",
+                   "cluster.disaggregation.kv_link.preset=InfiniBand-NDR"});
+}
+
+// One copy of `prompt` tokens' KV per GPU over the run's kv_link.
+Tick copy_time(const Cluster& cluster, const RunSpec& run, std::uint64_t prompt) {
+  const auto& link = run.cluster().disaggregation().kv_link();
+  return kvtier::serving::swap_time(
+      cluster.engine(0).memory().kv_bytes_for(prompt), 1,
+      kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::PEER) * 1e9,
+      kvtier::sim::from_microseconds(link.per_copy_overhead_us(), kvtier::sim::Rounding::kUp));
+}
+
+}  // namespace
+
+TEST_CASE("a handed-off request costs its KV's copy and nothing else", "[disaggregation]") {
+  const RunSpec split = split_run(2, 1);
+  RunSpec unified = split;
+  unified.clear_cluster();
+  const auto alone = serve(unified, open_loop({request_at(0, 1024, 32)}));
+  const auto handed = serve(split, open_loop({request_at(0, 1024, 32)}));
+  const Cluster& cluster = *handed->cluster;
+  const auto& prefill = cluster.engine(0);
+  const auto& decode = cluster.engine(1);
+  const auto& one = alone->cluster->engine(0);
+  // The first token where it was prefilled, as alone; the rest later by exactly the copy.
+  CHECK(prefill.ttft().percentile(50) == one.ttft().percentile(50));
+  CHECK(prefill.ttft().count() == 1);
+  CHECK(decode.ttft().count() == 0);
+  const Tick copy = copy_time(cluster, split, 1024);
+  CHECK(cluster.kv_transfers().count == 1);
+  CHECK(cluster.kv_transfers().busy == copy);
+  CHECK(cluster.kv_transfers().handoff.percentile(50) == copy);
+  CHECK(decode.e2e().percentile(50) == one.e2e().percentile(50) + copy);
+  CHECK(cluster.kv_transfers().bytes == prefill.memory().kv_bytes_for(1024));
+  // Each token counted once, where it was computed.
+  CHECK(prefill.totals().requests_handed_off == 1);
+  CHECK(prefill.totals().prompt_tokens == 1024);
+  CHECK(prefill.totals().output_tokens == 1);
+  CHECK(decode.totals().prompt_tokens == 0);
+  CHECK(decode.totals().output_tokens == 31);
+  CHECK(decode.totals().requests_completed == 1);
+  CHECK(prefill.totals().requests_completed == 0);
+  // The prefill engine held the prompt's KV until it left, then freed it.
+  CHECK(prefill.kv_used().max() == prefill.memory().kv_bytes_for(1024));
+  CHECK(prefill.kv_used().value() == 0.0);
+}
+
+TEST_CASE("a request of one output token ends where it was prefilled", "[disaggregation]") {
+  const auto served = serve(split_run(2, 1), open_loop({request_at(0, 512, 1)}));
+  CHECK(served->cluster->kv_transfers().count == 0);
+  CHECK(served->cluster->engine(0).totals().requests_completed == 1);
+  CHECK(served->cluster->engine(1).totals().requests_completed == 0);
+}
+
+TEST_CASE("an engine's GPUs receive one transfer at a time", "[disaggregation]") {
+  // Two prompts prefilled at once on two prefill engines, decoded on the one decode engine: the
+  // second copy waits for the first.
+  const RunSpec run = split_run(3, 2);
+  const auto served = serve(run, open_loop({request_at(0, 512, 8), request_at(0, 512, 8)}));
+  const Cluster& cluster = *served->cluster;
+  const Tick copy = copy_time(cluster, run, 512);
+  CHECK(cluster.routed() == std::vector<std::uint64_t>{1, 1, 2});
+  CHECK(cluster.engine(0).ttft().max() == cluster.engine(1).ttft().max());
+  CHECK(cluster.kv_transfers().transfer.min() == copy);
+  CHECK(cluster.kv_transfers().transfer.max() == copy + copy);
+  CHECK(cluster.kv_transfers().handoff.max() == copy + copy);
+  CHECK(cluster.kv_transfers().busy == copy + copy);
+}
+
+TEST_CASE("a disaggregated run reports its pools, transfers and engines", "[disaggregation]") {
+  const RunSpec run = split_run(3, 1);
+  const auto report = kvtier::serving::simulate(run);
+  std::map<std::string, double> metrics;
+  for (const auto& metric : report.metrics) {
+    metrics[metric.name] = metric.value;
+  }
+  CHECK(metrics.at("cluster_prefill_engines") == 1);
+  CHECK(metrics.at("cluster_decode_engines") == 2);
+  CHECK(metrics.at("kv_transfers") > 0);
+  CHECK(metrics.at("kv_handoff_p99_ms") >= metrics.at("kv_transfer_p99_ms"));
+  RunSpec unified = run;
+  unified.clear_cluster();
+  const auto alone = kvtier::serving::simulate(unified);
+  CHECK(metrics.at("requests_completed") == alone.metrics[0].value);
+  CHECK(metrics.at("output_tokens") == alone.metrics[2].value);
+  REQUIRE(report.engines.size() == 3);
+  CHECK(report.engines[0][1].name == "prefill_engine");
+  CHECK(report.engines[0][1].value == 1);
+  CHECK(report.engines[2][1].value == 0);
+  CHECK(kvtier::serving::report_json({report}, run, "test") ==
+        kvtier::serving::report_json({kvtier::serving::simulate(run)}, run, "test"));
+}
+
+TEST_CASE("a disaggregation the engines cannot serve is refused", "[disaggregation]") {
+  const auto refused = [](std::vector<std::string> sets, const std::string& why) {
+    std::vector<std::string> all = {"cluster.engines=2", "cluster.routing=ROUND_ROBIN",
+                                    "cluster.disaggregation.prefill_engines=1",
+                                    "cluster.disaggregation.decode_routing=ROUND_ROBIN",
+                                    "cluster.disaggregation.kv_link.preset=NVLink4"};
+    all.insert(all.end(), sets.begin(), sets.end());
+    CHECK_THROWS_WITH(run_with(all), Catch::Contains(why));
+  };
+  refused({"cluster.disaggregation.prefill_engines=2"}, "leaves no decode engine");
+  refused({"cluster.disaggregation.decode_routing=PREFIX_HASH"}, "choose ROUND_ROBIN or");
+  refused({"cluster.disaggregation.kv_link.preset=PCIe-Gen5-x16"}, "NVLINK within a node");
+  // Runs built in code are held to the same rules.
+  RunSpec unchecked = split_run(2, 1);
+  unchecked.mutable_cluster()->mutable_disaggregation()->set_prefill_engines(2);
+  kvtier::sim::Simulator simulator;
+  CHECK_THROWS_AS(Cluster(simulator, unchecked, open_loop({request_at(0, 64, 4)}), nullptr),
+                  kvtier::ConfigError);
+}
+
+TEST_CASE("disaggregated serving needs the full cache", "[disaggregation]") {
+  RunSpec run =
+      run_with({"cluster.engines=2", "cluster.routing=ROUND_ROBIN",
+                "cluster.disaggregation.prefill_engines=1",
+                "cluster.disaggregation.decode_routing=ROUND_ROBIN",
+                "cluster.disaggregation.kv_link.preset=NVLink4",
+                "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
+                "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning"});
+  run.mutable_policy()->set_name("tiered");
+  CHECK_THROWS_WITH(kvtier::serving::simulate(run), Catch::Contains("full cache only"));
+}
