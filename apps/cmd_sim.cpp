@@ -24,8 +24,8 @@ namespace po = boost::program_options;
 namespace {
 
 // What `--out` (or outputs.directory) receives.
-constexpr std::initializer_list<const char*> kReportFiles = {"report.json", "metrics.csv",
-                                                             "timeseries.csv", "engines.csv"};
+constexpr std::initializer_list<const char*> kReportFiles = {
+    "report.json", "metrics.csv", "timeseries.csv", "engines.csv", "report.html"};
 
 // A cluster's engines in the table: these of each engine's metrics, for the first policy that
 // ran.
@@ -152,12 +152,13 @@ int run_sim(const Arguments& args, Context& context) {
                         "RunSpec file (default: configs/examples/quickstart.textproto)")(
       "out", po::value<std::string>(),
       "also write report.json, metrics.csv, (with outputs.timeseries_interval_us) "
-      "timeseries.csv and (with a cluster) engines.csv into this folder (default: the run's "
+      "timeseries.csv, (with a cluster) engines.csv and report.html, a page with charts, into "
+      "this folder (default: the run's "
       "outputs.directory), replacing them together (an earlier run's timeseries.csv or "
       "engines.csv is removed when this run has none); "
       "outputs.formats chooses among them");
   options.add_options()("format", po::value<std::string>()->default_value("table"),
-                        "output: table, json or csv");
+                        "output: table, json, csv or html (the page report.html holds)");
   options.add_options()("policy", po::value<std::string>(),
                         "KV policy, e.g. tiered:hbm=0.5,evict=0.1 (replaces the run's policy)")(
       "compare", po::value<std::string>(),
@@ -175,7 +176,7 @@ int run_sim(const Arguments& args, Context& context) {
           args, options, positional, values,
           "usage: kvtier sim [RUN] [--policy P] [--compare P1,P2,...] [--trace T]... "
           "[--extend synthetic] [--cache-dir DIR] [--set PATH=VALUE]... "
-          "[--format table|json|csv] [--out DIR]\n\nSimulates continuously batched "
+          "[--format table|json|csv|html] [--out DIR]\n\nSimulates continuously batched "
           "serving of RUN's workload on "
           "its hardware and reports throughput, TTFT, TPOT, HBM and host memory use, "
           "PCIe traffic and utilisation. With a tier policy, each request follows "
@@ -188,8 +189,8 @@ int run_sim(const Arguments& args, Context& context) {
     return 0;
   }
   const std::string format = values["format"].as<std::string>();
-  if (format != "table" && format != "json" && format != "csv") {
-    throw ConfigError("unknown --format '" + format + "': expected table, json or csv");
+  if (format != "table" && format != "json" && format != "csv" && format != "html") {
+    throw ConfigError("unknown --format '" + format + "': expected table, json, csv or html");
   }
   if (values.count("out") != 0U) {
     check_output_folder("--out", values["out"].as<std::string>(), kReportFiles);
@@ -241,6 +242,10 @@ int run_sim(const Arguments& args, Context& context) {
     const std::string series = report.series.empty() ? "" : serving::series_csv(report);
     const std::string engines = serving::engines_csv(reports);
     std::vector<OutputFile> files;
+    if (wanted(config::HTML)) {
+      files.push_back(
+          {folder / "report.html", serving::report_html(reports, run, version_line(), file)});
+    }
     if (wanted(config::JSON)) {
       files.push_back({folder / "report.json", json});
     }
@@ -266,6 +271,8 @@ int run_sim(const Arguments& args, Context& context) {
   }
   if (format == "json") {
     context.out << json;
+  } else if (format == "html") {
+    context.out << serving::report_html(reports, run, version_line(), file);
   } else if (format == "csv") {
     context.out << serving::report_csv(reports);
   } else {

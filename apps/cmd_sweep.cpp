@@ -21,23 +21,7 @@ namespace {
 
 namespace po = boost::program_options;
 
-// The metrics a table shows (with their decimals); results.csv and --format csv have them all.
-struct ShownMetric {
-  const char* name;
-  int decimals;
-};
-constexpr ShownMetric kShown[] = {
-    {"throughput_output_tokens_per_s", 1},
-    {"ttft_p99_ms", 1},
-    {"tpot_p50_ms", 2},
-    {"hbm_peak_gib", 2},
-    {"hbm_saved_peak_gib", 2},
-    {"pcie_h2d_utilisation", 3},
-    {"attention_mass_kept_mean", 4},
-    {"largest_batch_that_fits", 0},
-};
-
-std::string shown_value(const sweep::Row& row, const ShownMetric& metric) {
+std::string shown_value(const sweep::Row& row, const sweep::HeadlineMetric& metric) {
   for (const auto& [name, text] : row.metrics) {
     if (name == metric.name) {
       double value = 0.0;
@@ -54,12 +38,12 @@ void print_table(std::ostream& out, const sweep::ResultTable& table) {
   header.emplace_back("policy");
   std::vector<bool> right(header.size(), false);
   right.front() = true;
-  std::vector<const ShownMetric*> shown;
-  for (const ShownMetric& metric : kShown) {
+  std::vector<const sweep::HeadlineMetric*> shown;
+  for (const sweep::HeadlineMetric& metric : sweep::kHeadlineMetrics) {
     for (const std::string& column : table.metric_columns) {
       if (column == metric.name) {
         shown.push_back(&metric);
-        header.emplace_back(metric.name);
+        header.emplace_back(std::string(metric.name));
         right.push_back(true);
       }
     }
@@ -77,7 +61,7 @@ void print_table(std::ostream& out, const sweep::ResultTable& table) {
     std::vector<std::string> cells{std::to_string(row.point)};
     cells.insert(cells.end(), row.axis_values.begin(), row.axis_values.end());
     cells.push_back(row.policy);
-    for (const ShownMetric* metric : shown) {
+    for (const sweep::HeadlineMetric* metric : shown) {
       cells.push_back(shown_value(row, *metric));
     }
     if (errors) {
@@ -130,12 +114,14 @@ int run_merge(const Arguments& args, Context& context) {
   po::positional_options_description positional;
   positional.add("folders", -1);
   po::variables_map values;
-  if (!parse_arguments(args, options, positional, values,
-                       "usage: kvtier sweep merge OUT1 OUT2 ... --out DIR [--format "
-                       "table|csv|json]\n\nCombines the point files of shard folders (kvtier sweep "
-                       "--shard K/N) into DIR/results.csv and DIR/results.h5. Refuses folders of "
-                       "different specs, and names the points no folder holds.",
-                       context.out)) {
+  if (!parse_arguments(
+          args, options, positional, values,
+          "usage: kvtier sweep merge OUT1 OUT2 ... --out DIR [--format "
+          "table|csv|json]\n\nCombines the point files of shard folders (kvtier sweep "
+          "--shard K/N) into DIR/results.csv, DIR/results.h5 and DIR/results.html. Refuses "
+          "folders of "
+          "different specs, and names the points no folder holds.",
+          context.out)) {
     return 0;
   }
   const std::string format = checked_format(values);
@@ -147,7 +133,7 @@ int run_merge(const Arguments& args, Context& context) {
     folders.emplace_back(folder);
   }
   const std::filesystem::path out = values["out"].as<std::string>();
-  check_output_folder("--out", out, {"sweep.json", "results.csv", "results.h5"});
+  check_output_folder("--out", out, {"sweep.json", "results.csv", "results.h5", "results.html"});
   const sweep::ResultTable table = sweep::merge_sweeps(folders, out);
   std::cerr << "kvtier sweep merge: " << folders.size() << " folder(s), " << table.rows.size()
             << " rows -> " << (out / "results.csv").string() << "\n";
@@ -168,7 +154,7 @@ std::optional<SweepCommand> prepare_sweep(const Arguments& args, Context& contex
   options.add_options()("spec", po::value<std::string>(), "SweepSpec file")(
       "jobs,j", po::value<int>()->default_value(1), "points simulated at once (threads)")(
       "out", po::value<std::string>(),
-      "sweep folder: point files, results.csv, results.h5 (default: sweep-NAME)")(
+      "sweep folder: point files, results.csv, results.h5, results.html (default: sweep-NAME)")(
       "shard", po::value<std::string>(), "run only points whose index % N == K (K/N)")(
       "mpi", po::bool_switch(),
       "share the points among the processes of an MPI job (mpiexec -n R kvtier sweep ... --mpi); "
@@ -185,7 +171,8 @@ std::optional<SweepCommand> prepare_sweep(const Arguments& args, Context& contex
           "DIR [--format table|csv|json]\n\nSimulates every point of a SweepSpec (a base run and "
           "axes of values, GRID or "
           "ZIP; an axis on `policy` takes policy strings) with every policy of its run, and "
-          "writes one row per point and policy to DIR/results.csv and DIR/results.h5. Each "
+          "writes one row per point and policy to DIR/results.csv and DIR/results.h5, and "
+          "DIR/results.html, a page charting the headline metrics against the axes. Each "
           "finished point is kept in DIR/points, so a rerun with the same DIR resumes; the "
           "results do not depend on --jobs, --shard or the MPI processes. Points that are not "
           "valid runs or do not fit get rows with an error instead of metrics.",
@@ -220,7 +207,8 @@ std::optional<SweepCommand> prepare_sweep(const Arguments& args, Context& contex
   }
   command.run.out = values.count("out") != 0U ? values["out"].as<std::string>()
                                               : "sweep-" + command.spec.spec.name();
-  check_output_folder("--out", command.run.out, {"sweep.json", "results.csv", "results.h5"});
+  check_output_folder("--out", command.run.out,
+                      {"sweep.json", "results.csv", "results.h5", "results.html"});
   command.run.jobs = static_cast<unsigned>(jobs);
   if (values.count("shard") != 0U) {
     command.run.shard = sweep::parse_shard(values["shard"].as<std::string>());

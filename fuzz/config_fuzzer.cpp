@@ -52,6 +52,8 @@
 #include "serving/plan.hpp"
 #include "serving/simulation.hpp"
 #include "serving/workload.hpp"
+#include "sweep/impl/folder.hpp"
+#include "sweep/impl/results_html.hpp"
 #include "sweep/sweep.hpp"
 #include "validation/live.hpp"
 #include "validation/published.hpp"
@@ -251,6 +253,7 @@ void simulate(const kc::RunSpec& run) {
   static_cast<void>(kvtier::serving::report_json(reports, run, "kvtier fuzz"));
   static_cast<void>(kvtier::serving::report_csv(reports));
   static_cast<void>(kvtier::serving::engines_csv(reports));
+  static_cast<void>(kvtier::serving::report_html(reports, run, "kvtier fuzz", "fuzz.textproto"));
   for (const auto& report : reports) {
     static_cast<void>(kvtier::serving::series_csv(report));
   }
@@ -306,6 +309,8 @@ void exercise_sweep(std::string_view text, const fs::path& path,
     static_cast<void>(kvtier::sweep::results_csv(table));
     static_cast<void>(kvtier::sweep::results_json(table));
     static_cast<void>(kvtier::sweep::point_file_csv(table.rows, sweep.axis_columns));
+    static_cast<void>(
+        kvtier::sweep::detail::results_html(table, kvtier::sweep::detail::manifest_of(sweep)));
   }
 }
 

@@ -217,6 +217,12 @@ class ServingEngine {
   [[nodiscard]] const sim::TimeSeries* running_series() const noexcept {
     return running_series_.get();
   }
+  [[nodiscard]] const sim::TimeSeries* waiting_series() const noexcept {
+    return waiting_series_.get();
+  }
+  [[nodiscard]] const sim::TimeSeries* host_kv_used_series() const noexcept {
+    return host_series_.get();
+  }
 
  private:
   struct Request {
@@ -448,6 +454,8 @@ class ServingEngine {
   sim::TimeWeightedGauge swap_used_;
   std::unique_ptr<sim::TimeSeries> kv_series_;
   std::unique_ptr<sim::TimeSeries> running_series_;
+  std::unique_ptr<sim::TimeSeries> waiting_series_;
+  std::unique_ptr<sim::TimeSeries> host_series_;
 };
 
 }  // namespace kvtier::serving

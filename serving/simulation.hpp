@@ -73,6 +73,13 @@ class DemandMemo;
 // A cluster's engines: policy, engine (0-based), then the engines' metric names; a row per engine
 // of each report that has them. Empty when none has (no cluster).
 [[nodiscard]] std::string engines_csv(const std::vector<SimulationReport>& reports);
+// A self-contained page for people (report.html): the run and each policy's notes; charts of
+// throughput, latency percentiles, HBM by kind, HBM saved, host memory, PCIe, attention mass
+// and utilisation with the policies side by side; the sampled series over time; a cluster's
+// engines; every metric; and the resolved run. `source` names the config file it came from.
+[[nodiscard]] std::string report_html(const std::vector<SimulationReport>& reports,
+                                      const config::RunSpec& run, const std::string& version,
+                                      const std::string& source);
 // time_us then one column per series (of one report).
 [[nodiscard]] std::string series_csv(const SimulationReport& report);
 

@@ -1,13 +1,13 @@
 #pragma once
 // What-if grids: a SweepSpec (a base RunSpec and axes of values, configs/schema/sweep.proto)
 // expanded into points, each simulated with every policy of its run, on threads, into a table
-// written as CSV and HDF5 (docs/SWEEPS.md).
+// written as CSV and HDF5, and charted in an HTML page (docs/SWEEPS.md).
 //
 // A sweep folder (OUT) holds sweep.json (the spec's identity), points/<index>.csv (one file per
 // finished point, written under a temporary name and renamed, so a killed run leaves only whole
 // points), demand-cache/ (replay demands, unless the base names a folder) and, at the end,
-// results.csv and results.h5, assembled from the point files in point order. Results never
-// depend on the thread count or on how often the sweep was interrupted.
+// results.csv, results.h5 and results.html, assembled from the point files in point order.
+// Results never depend on the thread count or on how often the sweep was interrupted.
 
 #include <cstdint>
 #include <filesystem>
@@ -74,6 +74,25 @@ inline constexpr std::uint64_t kMaxSweepPoints = 1'000'000;
 [[nodiscard]] config::RunSpec point_run(const Sweep& sweep, std::uint64_t point,
                                         const config::ConfigLoader& loader,
                                         const std::filesystem::path& demand_cache = {});
+
+// The metrics a sweep's table prints and its report charts (results.csv has them all), with
+// the decimals a table gives them, what they measure and their unit.
+struct HeadlineMetric {
+  std::string_view name;
+  int decimals;
+  std::string_view title;
+  std::string_view unit;
+};
+inline constexpr HeadlineMetric kHeadlineMetrics[] = {
+    {"throughput_output_tokens_per_s", 1, "Output tokens per second", "tokens/s"},
+    {"ttft_p99_ms", 1, "Time to first token, p99", "ms"},
+    {"tpot_p50_ms", 2, "Time per output token, p50", "ms"},
+    {"hbm_peak_gib", 2, "HBM per GPU at the peak", "GiB"},
+    {"hbm_saved_peak_gib", 2, "HBM saved against the full cache, at the peak", "GiB"},
+    {"pcie_h2d_utilisation", 3, "PCIe host-to-device utilisation", "fraction of the link"},
+    {"attention_mass_kept_mean", 4, "Attention mass kept, mean", "fraction"},
+    {"largest_batch_that_fits", 0, "Largest batch that fits", "requests"},
+};
 
 // One row of results: one policy of one point.
 struct Row {
@@ -161,13 +180,13 @@ struct RunSummary {
 
 // Runs the sweep into options.out: refuses (ConfigError) a folder holding another spec's
 // points, skips points already finished there, computes the rest on `jobs` threads with one
-// DemandMemo, and writes results.csv and results.h5 for the selected points.
+// DemandMemo, and writes results.csv, results.h5 and results.html for the selected points.
 [[nodiscard]] RunSummary run_sweep(const Sweep& sweep, const config::ConfigLoader& loader,
                                    const RunOptions& options);
 
-// Combines the point files of shard folders into results.csv, results.h5 and sweep.json in
-// `out`. ConfigError when the folders hold different specs or some points are in none of them
-// (naming which).
+// Combines the point files of shard folders into results.csv, results.h5, results.html and
+// sweep.json in `out`. ConfigError when the folders hold different specs or some points are in
+// none of them (naming which).
 [[nodiscard]] ResultTable merge_sweeps(std::span<const std::filesystem::path> folders,
                                        const std::filesystem::path& out);
 

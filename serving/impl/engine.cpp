@@ -198,6 +198,10 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     });
     running_series_ = std::make_unique<sim::TimeSeries>(
         simulator_, interval, [this] { return static_cast<double>(running_.size()); });
+    waiting_series_ = std::make_unique<sim::TimeSeries>(
+        simulator_, interval, [this] { return static_cast<double>(waiting_.size()); });
+    host_series_ = std::make_unique<sim::TimeSeries>(simulator_, interval,
+                                                     [this] { return host_kv_in_use(); });
   }
 }
 
@@ -217,6 +221,8 @@ void ServingEngine::start_serving(EngineHooks hooks) {
   if (kv_series_) {
     kv_series_->start();
     running_series_->start();
+    waiting_series_->start();
+    host_series_->start();
   }
   hooks_ = std::move(hooks);
 }

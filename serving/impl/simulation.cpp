@@ -154,30 +154,40 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
   }
 }
 
-// The sampled series: KV in use per GPU (the mean engine's) and running requests (the
-// cluster's).
+// The sampled series: KV in HBM and in host memory per GPU (the mean engine's), and the
+// requests running and waiting (the cluster's).
 void add_series(SimulationReport& report, const Cluster& cluster) {
   const sim::TimeSeries* first = cluster.engine(0).kv_used_series();
   if (first == nullptr) {
     return;
   }
-  std::size_t samples = first->values().size();
-  for (std::size_t e = 1; e < cluster.size(); ++e) {
-    samples = std::min(samples, cluster.engine(e).kv_used_series()->values().size());
-  }
-  std::vector<double> gib(samples, 0.0);
-  std::vector<double> running(samples, 0.0);
+  struct Sampled {
+    const char* name;
+    const sim::TimeSeries* (ServingEngine::*series)() const noexcept;
+    bool gib_per_gpu;  // bytes averaged over the engines in GiB; else a count summed
+  };
   const auto engines = static_cast<double>(cluster.size());
+  const Sampled sampled[] = {{"hbm_kv_used_gib", &ServingEngine::kv_used_series, true},
+                             {"running_requests", &ServingEngine::running_series, false},
+                             {"waiting_requests", &ServingEngine::waiting_series, false},
+                             {"host_kv_used_gib", &ServingEngine::host_kv_used_series, true}};
+  std::size_t samples = std::numeric_limits<std::size_t>::max();
   for (std::size_t e = 0; e < cluster.size(); ++e) {
-    const ServingEngine& engine = cluster.engine(e);
-    for (std::size_t k = 0; k < samples; ++k) {
-      gib[k] += engine.kv_used_series()->values()[k] / kGiB / engines;
-      running[k] += engine.running_series()->values()[k];
+    for (const Sampled& each : sampled) {
+      samples = std::min(samples, (cluster.engine(e).*each.series)()->values().size());
     }
   }
   const double interval = sim::to_microseconds(first->interval());
-  report.series.push_back({"hbm_kv_used_gib", interval, std::move(gib)});
-  report.series.push_back({"running_requests", interval, std::move(running)});
+  for (const Sampled& each : sampled) {
+    std::vector<double> values(samples, 0.0);
+    for (std::size_t e = 0; e < cluster.size(); ++e) {
+      const std::vector<double>& engine_values = (cluster.engine(e).*each.series)()->values();
+      for (std::size_t k = 0; k < samples; ++k) {
+        values[k] += each.gib_per_gpu ? engine_values[k] / kGiB / engines : engine_values[k];
+      }
+    }
+    report.series.push_back({each.name, interval, std::move(values)});
+  }
 }
 
 // With `report_unfit`, a workload the policy cannot fit (DoesNotFit) gives a report saying so

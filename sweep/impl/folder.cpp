@@ -15,6 +15,7 @@
 
 #include "common/atomic_file.hpp"
 #include "common/errors.hpp"
+#include "sweep/impl/results_html.hpp"
 
 namespace kvtier::sweep::detail {
 namespace {
@@ -146,9 +147,12 @@ void claim_folder(const fs::path& out, const Manifest& manifest) {
   write_file_atomically(path, manifest_json(manifest));
 }
 
-void write_results(const fs::path& out, const ResultTable& table) {
+void write_results(const fs::path& out, const ResultTable& table, const Manifest& manifest) {
   TemporaryFile csv = kvtier::detail::write_temporary(out / "results.csv", results_csv(table));
+  TemporaryFile html =
+      kvtier::detail::write_temporary(out / "results.html", results_html(table, manifest));
   write_results_h5(out / "results.h5", table);
+  kvtier::detail::move_into_place(html, out / "results.html");
   kvtier::detail::move_into_place(csv, out / "results.csv");
 }
 

@@ -50,8 +50,9 @@ void remove_stale_scratch(const std::filesystem::path& out);
 void write_point_file(const std::filesystem::path& path, const std::filesystem::path& scratch,
                       std::string_view content);
 
-// results.csv and results.h5 as a set: the CSV is renamed into place only once the HDF5 file is.
-void write_results(const std::filesystem::path& out, const ResultTable& table);
+// results.csv, results.h5 and results.html as a set: the CSV is renamed into place last.
+void write_results(const std::filesystem::path& out, const ResultTable& table,
+                   const Manifest& manifest);
 
 // Points whose rows carry an error.
 [[nodiscard]] std::uint64_t failed_points(const ResultTable& table);

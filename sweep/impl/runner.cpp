@@ -114,7 +114,7 @@ RunSummary run_sweep_served(const Sweep& sweep, const config::ConfigLoader& load
   summary.table =
       make_table(manifest.name, manifest.spec_hash, manifest.axis_columns, runner.rows());
   summary.failed_points = failed_points(summary.table);
-  write_results(options.out, summary.table);
+  write_results(options.out, summary.table, manifest);
   if (options.progress) {
     runner.report(start);
   }
@@ -191,7 +191,7 @@ ResultTable merge_sweeps(std::span<const fs::path> folders, const fs::path& out)
   claim_folder(out, manifest);
   ResultTable table =
       make_table(manifest.name, manifest.spec_hash, manifest.axis_columns, std::move(rows));
-  write_results(out, table);
+  write_results(out, table, manifest);
   return table;
 }
 

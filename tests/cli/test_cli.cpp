@@ -12,6 +12,7 @@
 
 #include "tests/support/cli_runner.hpp"
 #include "tests/support/paths.hpp"
+#include "tests/support/xml_reader.hpp"
 
 namespace {
 
@@ -425,7 +426,22 @@ TEST_CASE("sim --out writes the report files whole", "[cli]") {
   CHECK_THAT(slurp(out / "report.json"), Catch::StartsWith("{\"schema\": \"kvtier.sim.v2\""));
   CHECK_THAT(slurp(out / "metrics.csv"), Catch::StartsWith("policy,requests_completed,"));
   CHECK_THAT(slurp(out / "timeseries.csv"),
-             Catch::StartsWith("time_us,hbm_kv_used_gib,running_requests\n"));
+             Catch::StartsWith("time_us,hbm_kv_used_gib,running_requests,waiting_requests,"
+                               "host_kv_used_gib\n"));
+  // The page: well-formed, its series charted, and what --format html prints.
+  const std::string page = slurp(out / "report.html");
+  const kvtier::testing::XmlTree html = kvtier::testing::parse_xml(page);
+  std::vector<std::string> charts;
+  for (const auto* svg : kvtier::testing::elements(html, "svg")) {
+    charts.push_back(kvtier::testing::attribute(*svg, "aria-label"));
+  }
+  CHECK_THAT(charts, Catch::VectorContains(std::string("Throughput")) &&
+                         Catch::VectorContains(std::string("KV in HBM per GPU")) &&
+                         Catch::VectorContains(std::string("Requests waiting for admission")));
+  const Result printed =
+      run("sim " + path.string() + " --format html" + " --set outputs.timeseries_interval_us=50ms");
+  CHECK(printed.exit_code == 0);
+  CHECK(printed.out == page);
   for (const auto& entry : fs::directory_iterator(out)) {
     CHECK_THAT(entry.path().filename().string(), !Catch::Contains(".tmp"));
   }
@@ -467,7 +483,9 @@ TEST_CASE("sim of a cluster reports every engine and writes engines.csv", "[cli]
   CHECK_THAT(slurp(out / "metrics.csv"), Catch::Contains(",cluster_engines,"));
   // Sampled across the cluster: running requests of every engine, KV of the mean one.
   CHECK_THAT(slurp(out / "timeseries.csv"),
-             Catch::StartsWith("time_us,hbm_kv_used_gib,running_requests\n"));
+             Catch::StartsWith("time_us,hbm_kv_used_gib,running_requests,waiting_requests,"
+                               "host_kv_used_gib\n"));
+  CHECK_THAT(slurp(out / "report.html"), Catch::Contains("<h3>Engines of full</h3>"));
   // A run without a cluster removes the earlier run's engines.csv.
   const auto plain = write_file("plain.textproto", kRun);
   CHECK(run("sim " + plain.string() + " --out " + out.string()).exit_code == 0);

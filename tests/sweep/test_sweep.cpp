@@ -383,6 +383,7 @@ TEST_CASE("sweep: results are the same bytes for any number of threads", "[sweep
   const std::string csv = slurp(one / "results.csv");
   CHECK(csv == slurp(two / "results.csv"));
   CHECK(slurp(one / "results.h5") == slurp(two / "results.h5"));
+  CHECK(slurp(one / "results.html") == slurp(two / "results.html"));
   CHECK(csv == kvtier::sweep::results_csv(summary.table));
   CHECK_THAT(csv, Catch::StartsWith("point,workload.closed_loop.concurrency,policy_axis,"
                                     "workload.closed_loop.output_tokens.fixed_tokens,policy,"
@@ -486,6 +487,7 @@ TEST_CASE("sweep: shards merged equal the unsharded sweep, and gaps and stranger
   CHECK(table.rows.size() == 12);
   CHECK(slurp(merged / "results.csv") == slurp(whole / "results.csv"));
   CHECK(slurp(merged / "results.h5") == slurp(whole / "results.h5"));
+  CHECK(slurp(merged / "results.html") == slurp(whole / "results.html"));
 
   const std::vector<fs::path> two(shards.begin(), shards.begin() + 2);
   try {

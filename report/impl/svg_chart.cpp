@@ -1,0 +1,645 @@
+#include "report/svg_chart.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/text_output.hpp"
+#include "report/html_page.hpp"
+
+namespace kvtier::report {
+namespace {
+
+constexpr double kPlotWidth = kPlotRight - kPlotLeft;
+constexpr double kPlotHeight = kPlotBottom - kPlotTop;
+// An estimate of a 12-pixel sans-serif character's width, for laying out labels and the legend.
+constexpr double kCharWidth = 6.6;
+constexpr double kLegendRowHeight = 18.0;
+constexpr double kLegendSwatch = 22.0;
+// Tick labels turn when they would overlap even broken into lines; turned, they are cut to this
+// length.
+constexpr std::size_t kTurnedLabelChars = 24;
+// The y axis's title runs along the plot's height, and is cut to it.
+constexpr std::size_t kYTitleChars =
+    static_cast<std::size_t>((kPlotBottom - kPlotTop) / kCharWidth);
+// Thinned series keep two points per pixel column.
+constexpr std::size_t kPointsBeforeThinning = 4 * static_cast<std::size_t>(kPlotWidth);
+
+constexpr std::array<const char*, 7> kPalette = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                                 "#E69F00", "#56B4E9", "#000000"};
+constexpr std::array<const char*, 4> kDashes = {"", "7 3", "2 2", "9 3 2 3"};
+
+// A coordinate at a tenth of a unit, never "-0.0".
+std::string coordinate(double value) {
+  double rounded = std::round(value * 10.0) / 10.0;
+  if (rounded == 0.0) {
+    rounded = 0.0;
+  }
+  return format_fixed(rounded, 1);
+}
+
+bool finite(double value) {
+  return std::isfinite(value);
+}
+
+// Maps an axis's values onto pixels, and knows its ticks.
+class AxisMap {
+ public:
+  AxisMap(const ChartAxis& axis, double data_low, double data_high, double pixel_low,
+          double pixel_high)
+      : axis_(axis), pixel_low_(pixel_low), pixel_high_(pixel_high) {
+    if (!axis.categories.empty()) {
+      for (std::size_t i = 0; i < axis.categories.size(); ++i) {
+        ticks_.values.push_back(static_cast<double>(i));
+      }
+      ticks_.low = -0.5;
+      ticks_.high = static_cast<double>(axis.categories.size()) - 0.5;
+      ticks_.step = 1.0;
+      return;
+    }
+    if (!axis.ticks.empty()) {
+      given_ticks(data_low, data_high);
+      return;
+    }
+    if (axis.scale == AxisScale::kLog) {
+      ticks_ = log_ticks(data_low, data_high);
+      return;
+    }
+    if (axis.include_zero) {
+      data_low = std::min(data_low, 0.0);
+      data_high = std::max(data_high, 0.0);
+    }
+    ticks_ = linear_ticks(data_low, data_high);
+  }
+
+  // Whether the axis can place the value at all (log axes take positive values only).
+  [[nodiscard]] bool shows(double value) const {
+    return finite(value) &&
+           (axis_.scale != AxisScale::kLog || !axis_.categories.empty() || value > 0.0);
+  }
+
+  [[nodiscard]] double operator()(double value) const {
+    double position = 0.0;
+    if (axis_.scale == AxisScale::kLog && axis_.categories.empty()) {
+      position = (std::log10(value) - std::log10(ticks_.low)) /
+                 (std::log10(ticks_.high) - std::log10(ticks_.low));
+    } else {
+      position = (value - ticks_.low) / (ticks_.high - ticks_.low);
+    }
+    return pixel_low_ + position * (pixel_high_ - pixel_low_);
+  }
+
+  [[nodiscard]] const Ticks& ticks() const { return ticks_; }
+
+  [[nodiscard]] std::string label(double tick) const {
+    if (!axis_.categories.empty()) {
+      return axis_.categories[static_cast<std::size_t>(tick)];
+    }
+    return axis_.scale == AxisScale::kLog || !axis_.ticks.empty() ? format_double(tick)
+                                                                  : tick_label(tick, ticks_.step);
+  }
+
+  // A value as a tooltip says it: the category's name, else the shortest exact text.
+  [[nodiscard]] std::string value_text(double value) const {
+    if (!axis_.categories.empty() && value >= 0.0 &&
+        value < static_cast<double>(axis_.categories.size())) {
+      return axis_.categories[static_cast<std::size_t>(value)];
+    }
+    return format_double(value);
+  }
+
+ private:
+  // The axis's own ticks (those it can show), spanning them and the data with 4% to spare at
+  // each end, in the scale's terms.
+  void given_ticks(double data_low, double data_high) {
+    const bool log = axis_.scale == AxisScale::kLog;
+    for (const double tick : axis_.ticks) {
+      if (finite(tick) && (!log || tick > 0.0)) {
+        ticks_.values.push_back(tick);
+      }
+    }
+    std::sort(ticks_.values.begin(), ticks_.values.end());
+    ticks_.values.erase(std::unique(ticks_.values.begin(), ticks_.values.end()),
+                        ticks_.values.end());
+    double low = data_low;
+    double high = data_high;
+    if (!ticks_.values.empty()) {
+      low = std::min(low, ticks_.values.front());
+      high = std::max(high, ticks_.values.back());
+    }
+    const auto to_scale = [log](double value) { return log ? std::log10(value) : value; };
+    const auto from_scale = [log](double value) { return log ? std::pow(10.0, value) : value; };
+    double span = to_scale(high) - to_scale(low);
+    if (span == 0.0) {
+      span = log ? 1.0 : std::max(1.0, std::abs(low));
+    }
+    ticks_.low = from_scale(to_scale(low) - 0.04 * span);
+    ticks_.high = from_scale(to_scale(high) + 0.04 * span);
+    ticks_.step = 0.0;
+  }
+
+  const ChartAxis& axis_;
+  double pixel_low_;
+  double pixel_high_;
+  Ticks ticks_;
+};
+
+struct Range {
+  double low = std::numeric_limits<double>::infinity();
+  double high = -std::numeric_limits<double>::infinity();
+  void add(double value) {
+    low = std::min(low, value);
+    high = std::max(high, value);
+  }
+  [[nodiscard]] bool empty() const { return low > high; }
+};
+
+// A <line> from (x1, y1) to (x2, y2), with further attributes (` class="grid"`).
+std::string line_element(double x1, double x2, double y1, double y2, std::string_view attributes) {
+  std::string svg = "<line";
+  svg += attributes;
+  for (const auto& [name, value] : {std::pair{" x1=\"", x1}, std::pair{"\" x2=\"", x2},
+                                    std::pair{"\" y1=\"", y1}, std::pair{"\" y2=\"", y2}}) {
+    svg += name;
+    svg += coordinate(value);
+  }
+  svg += "\"/>\n";
+  return svg;
+}
+
+// `text` cut to `length` bytes with an ellipsis, never inside a UTF-8 sequence.
+std::string shortened(const std::string& text, std::size_t length) {
+  if (text.size() <= length) {
+    return text;
+  }
+  std::size_t cut = length - 1;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) {
+    --cut;
+  }
+  return text.substr(0, cut) + "\u2026";
+}
+
+// The SVG element's opening tag and title; `height` includes the legend.
+std::string open_svg(const std::string& title, double height) {
+  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" width=\"" +
+                    coordinate(kChartWidth) + "\" height=\"" + coordinate(height) +
+                    "\" viewBox=\"0 0 " + coordinate(kChartWidth) + " " + coordinate(height) +
+                    "\" role=\"img\" aria-label=\"" + html_escape(title) + "\">\n";
+  svg += "<text class=\"title\" x=\"" + coordinate(kPlotLeft) + "\" y=\"20\">" +
+         html_escape(title) + "</text>\n";
+  return svg;
+}
+
+// Horizontal grid lines and labels of the y axis, the frame, and the axis's title.
+std::string y_axis(const AxisMap& y, const std::string& label) {
+  std::string svg;
+  for (const double tick : y.ticks().values) {
+    svg += line_element(kPlotLeft, kPlotRight, y(tick), y(tick), " class=\"grid\"");
+    svg += "<text class=\"tick\" x=\"" + coordinate(kPlotLeft - 6.0) + "\" y=\"" +
+           coordinate(y(tick) + 4.0) + "\" text-anchor=\"end\">" + html_escape(y.label(tick)) +
+           "</text>\n";
+  }
+  svg += "<rect class=\"frame\" x=\"" + coordinate(kPlotLeft) + "\" y=\"" + coordinate(kPlotTop) +
+         "\" width=\"" + coordinate(kPlotWidth) + "\" height=\"" + coordinate(kPlotHeight) +
+         "\"/>\n";
+  svg += "<text class=\"axis-title\" text-anchor=\"middle\" transform=\"translate(16," +
+         coordinate((kPlotTop + kPlotBottom) / 2.0) + ") rotate(-90)\">" +
+         html_escape(shortened(label, kYTitleChars)) + "</text>\n";
+  return svg;
+}
+
+// `text` broken after commas, colons and spaces into lines of at most `width` characters
+// (a part longer than that stays whole, on a line of its own).
+std::vector<std::string> wrap(const std::string& text, std::size_t width) {
+  std::vector<std::string> parts;
+  std::string part;
+  for (const char c : text) {
+    if (c == ' ') {
+      parts.push_back(part);
+      part.clear();
+      continue;
+    }
+    part += c;
+    if (c == ',' || c == ':') {
+      parts.push_back(part);
+      part.clear();
+    }
+  }
+  parts.push_back(part);
+  std::vector<std::string> lines;
+  for (const std::string& each : parts) {
+    if (each.empty()) {
+      continue;
+    }
+    if (!lines.empty() && lines.back().size() + each.size() <= width) {
+      const char last = lines.back().back();
+      lines.back() += (last == ',' || last == ':' ? "" : " ") + each;
+    } else {
+      lines.push_back(each);
+    }
+  }
+  return lines;
+}
+
+// Labels along x at their positions: on one line when they fit beside each other, else broken
+// into lines, else turned and shortened (the whole text in a <title>). Returns the band's
+// height.
+double x_labels(std::string& svg, const std::vector<std::pair<double, std::string>>& labels) {
+  const double spacing =
+      labels.size() < 2 ? kPlotWidth : kPlotWidth / static_cast<double>(labels.size());
+  const auto fit = static_cast<std::size_t>(std::max(1.0, (spacing - 6.0) / kCharWidth));
+  std::vector<std::vector<std::string>> wrapped;
+  std::size_t most_lines = 1;
+  bool fits = true;
+  for (const auto& [position, text] : labels) {
+    wrapped.push_back(text.size() <= fit ? std::vector<std::string>{text} : wrap(text, fit));
+    most_lines = std::max(most_lines, wrapped.back().size());
+    for (const std::string& line : wrapped.back()) {
+      fits = fits && line.size() <= fit;
+    }
+  }
+  constexpr std::size_t kMostLines = 4;
+  if (fits && most_lines <= kMostLines) {
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      const std::string x = coordinate(labels[i].first);
+      svg += "<text class=\"tick\" x=\"" + x + "\" y=\"" + coordinate(kPlotBottom + 16.0) +
+             "\" text-anchor=\"middle\">";
+      for (std::size_t line = 0; line < wrapped[i].size(); ++line) {
+        svg += "<tspan x=\"" + x + "\" dy=\"" + (line == 0 ? "0" : "14") + "\">" +
+               html_escape(wrapped[i][line]) + "</tspan>";
+      }
+      svg += "</text>\n";
+    }
+    return 8.0 + 14.0 * static_cast<double>(most_lines);
+  }
+  std::size_t longest = 0;
+  for (const auto& [position, text] : labels) {
+    const std::string shown = shortened(text, kTurnedLabelChars);
+    longest = std::max(longest, std::min(text.size(), kTurnedLabelChars));
+    svg += "<text class=\"tick\" text-anchor=\"end\" transform=\"translate(" +
+           coordinate(position + 4.0) + "," + coordinate(kPlotBottom + 12.0) +
+           ") rotate(-35)\"><title>" + html_escape(text) + "</title>" + html_escape(shown) +
+           "</text>\n";
+  }
+  return 18.0 + static_cast<double>(longest) * kCharWidth * 0.58;
+}
+
+// The legend's rows below `top`: a line (or box) in each series' colour and its label.
+// Returns its height.
+double legend(std::string& svg, const std::vector<std::string>& labels, double top, bool boxes) {
+  if (labels.empty()) {
+    return 0.0;
+  }
+  double x = kPlotLeft;
+  double y = top;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    const double width =
+        kLegendSwatch + 6.0 + static_cast<double>(labels[i].size()) * kCharWidth + 16.0;
+    if (x > kPlotLeft && x + width > kPlotRight) {
+      x = kPlotLeft;
+      y += kLegendRowHeight;
+    }
+    if (boxes) {
+      svg += "<rect x=\"" + coordinate(x) + "\" y=\"" + coordinate(y - 10.0) +
+             "\" width=\"12\" height=\"12\" fill=\"" + series_colour(i) + "\"/>\n";
+    } else {
+      const std::string dashes = series_dashes(i);
+      svg += line_element(
+          x, x + kLegendSwatch, y - 4.0, y - 4.0,
+          " stroke=\"" + series_colour(i) + "\" stroke-width=\"2\"" +
+              (dashes.empty() ? std::string() : " stroke-dasharray=\"" + dashes + "\""));
+    }
+    svg += "<text class=\"legend\" x=\"" + coordinate(x + kLegendSwatch + 6.0) + "\" y=\"" +
+           coordinate(y) + "\">" + html_escape(labels[i]) + "</text>\n";
+    x += width;
+  }
+  return y - top + kLegendRowHeight;
+}
+
+// The points of one unbroken stretch of a line, thinned to each pixel column's extremes when
+// there are more than the plot can show.
+std::vector<std::pair<double, double>> thin(std::vector<std::pair<double, double>> points) {
+  if (points.size() <= kPointsBeforeThinning) {
+    return points;
+  }
+  std::vector<std::pair<double, double>> kept;
+  std::size_t begin = 0;
+  while (begin < points.size()) {
+    const double column = std::floor(points[begin].first);
+    std::size_t end = begin;
+    std::size_t lowest = begin;
+    std::size_t highest = begin;
+    while (end < points.size() && std::floor(points[end].first) == column) {
+      // Pixel y grows downwards: the highest value has the smallest y.
+      if (points[end].second > points[lowest].second) {
+        lowest = end;
+      }
+      if (points[end].second < points[highest].second) {
+        highest = end;
+      }
+      ++end;
+    }
+    kept.push_back(points[std::min(lowest, highest)]);
+    if (lowest != highest) {
+      kept.push_back(points[std::max(lowest, highest)]);
+    }
+    begin = end;
+  }
+  return kept;
+}
+
+std::string polyline(const std::vector<std::pair<double, double>>& points) {
+  std::string svg = "<polyline points=\"";
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    svg += (i == 0 ? "" : " ") + coordinate(points[i].first) + "," + coordinate(points[i].second);
+  }
+  return svg + "\"/>\n";
+}
+
+}  // namespace
+
+Ticks linear_ticks(double low, double high, int target) {
+  if (!finite(low) || !finite(high) || low > high) {
+    throw std::invalid_argument("linear_ticks: not a range");
+  }
+  if (low == high) {
+    const double pad = low == 0.0 ? 1.0 : std::abs(low) * 0.1;
+    low -= low == 0.0 ? 0.0 : pad;
+    high += pad;
+  }
+  const double rough = (high - low) / std::max(1, target - 1);
+  const double magnitude = std::pow(10.0, std::floor(std::log10(rough)));
+  const double fraction = rough / magnitude;
+  const double nice = fraction <= 1.0 ? 1.0 : fraction <= 2.0 ? 2.0 : fraction <= 5.0 ? 5.0 : 10.0;
+  Ticks ticks;
+  ticks.step = nice * magnitude;
+  // A tolerance of a millionth of a step keeps 0.30000000000000004 from starting a new step.
+  const double slack = ticks.step * 1e-6;
+  const double first = std::floor((low + slack) / ticks.step);
+  const double last = std::ceil((high - slack) / ticks.step);
+  ticks.low = first * ticks.step;
+  ticks.high = last * ticks.step;
+  for (double k = first; k <= last; k += 1.0) {
+    ticks.values.push_back(k * ticks.step);
+  }
+  return ticks;
+}
+
+Ticks log_ticks(double low, double high) {
+  if (!finite(low) || !finite(high) || low <= 0.0 || low > high) {
+    throw std::invalid_argument("log_ticks: not a positive range");
+  }
+  int first = static_cast<int>(std::floor(std::log10(low) + 1e-9));
+  int last = static_cast<int>(std::ceil(std::log10(high) - 1e-9));
+  if (last == first) {
+    ++last;
+  }
+  Ticks ticks;
+  ticks.step = 0.0;
+  const bool fine = last - first <= 2;
+  for (int decade = first; decade <= last; ++decade) {
+    const double power = std::pow(10.0, decade);
+    for (const double multiple : {1.0, 2.0, 5.0}) {
+      if ((multiple == 1.0 || (fine && decade < last))) {
+        ticks.values.push_back(multiple * power);
+      }
+    }
+  }
+  // Trim the fine ticks beyond the data to the nearest one that still covers it.
+  while (ticks.values.size() > 2 && ticks.values[1] <= low) {
+    ticks.values.erase(ticks.values.begin());
+  }
+  while (ticks.values.size() > 2 && ticks.values[ticks.values.size() - 2] >= high) {
+    ticks.values.pop_back();
+  }
+  ticks.low = ticks.values.front();
+  ticks.high = ticks.values.back();
+  return ticks;
+}
+
+std::string tick_label(double value, double step) {
+  int decimals = 0;
+  while (decimals < 12) {
+    const double scaled = step * std::pow(10.0, decimals);
+    if (std::abs(scaled - std::round(scaled)) <= 1e-6 * std::max(1.0, scaled)) {
+      break;
+    }
+    ++decimals;
+  }
+  std::string text = format_fixed(value, decimals);
+  if (text.find_first_not_of("-0.") == std::string::npos) {
+    return "0";
+  }
+  return text;
+}
+
+std::string compact_number(double value) {
+  if (!finite(value)) {
+    return "n/a";
+  }
+  const double magnitude = std::abs(value);
+  if (magnitude >= 1000.0 || magnitude == 0.0) {
+    return tick_label(value, 1.0);
+  }
+  const int decimals = 3 - static_cast<int>(std::floor(std::log10(magnitude)));
+  std::string text = format_fixed(value, decimals);
+  while (text.back() == '0') {
+    text.pop_back();
+  }
+  if (text.back() == '.') {
+    text.pop_back();
+  }
+  return text == "-0" ? "0" : text;
+}
+
+std::string series_colour(std::size_t index) {
+  return kPalette[index % kPalette.size()];
+}
+
+std::string series_dashes(std::size_t index) {
+  return kDashes[(index / kPalette.size()) % kDashes.size()];
+}
+
+std::string line_chart_svg(const LineChart& chart) {
+  if (!chart.y.categories.empty()) {
+    throw std::invalid_argument("line chart '" + chart.title + "': a categorical y axis");
+  }
+  const bool log_x = chart.x.scale == AxisScale::kLog && chart.x.categories.empty();
+  const bool log_y = chart.y.scale == AxisScale::kLog;
+  Range xs;
+  Range ys;
+  for (const LineSeries& series : chart.series) {
+    if (series.x.size() != series.y.size()) {
+      throw std::invalid_argument("line chart '" + chart.title + "', series '" + series.label +
+                                  "': x and y differ in length");
+    }
+    for (std::size_t i = 0; i < series.x.size(); ++i) {
+      const bool x_shown = finite(series.x[i]) && (!log_x || series.x[i] > 0.0);
+      const bool y_shown = finite(series.y[i]) && (!log_y || series.y[i] > 0.0);
+      if (x_shown && y_shown) {
+        xs.add(series.x[i]);
+        ys.add(series.y[i]);
+      }
+    }
+  }
+  if (xs.empty()) {
+    xs.add(log_x ? 1.0 : 0.0);
+    xs.add(log_x ? 10.0 : 1.0);
+    ys.add(log_y ? 1.0 : 0.0);
+    ys.add(log_y ? 10.0 : 1.0);
+  }
+  const AxisMap x(chart.x, xs.low, xs.high, kPlotLeft, kPlotRight);
+  const AxisMap y(chart.y, ys.low, ys.high, kPlotBottom, kPlotTop);
+
+  std::string body = y_axis(y, chart.y.label);
+  std::vector<std::pair<double, std::string>> labels;
+  for (const double tick : x.ticks().values) {
+    labels.emplace_back(x(tick), x.label(tick));
+    if (chart.x.categories.empty()) {
+      body += line_element(x(tick), x(tick), kPlotTop, kPlotBottom, " class=\"grid\"");
+    }
+  }
+  const double band = x_labels(body, labels);
+  body += "<text class=\"axis-title\" x=\"" + coordinate((kPlotLeft + kPlotRight) / 2.0) +
+          "\" y=\"" + coordinate(kPlotBottom + band + 16.0) + "\" text-anchor=\"middle\">" +
+          html_escape(chart.x.label) + "</text>\n";
+
+  std::vector<std::string> names;
+  for (std::size_t s = 0; s < chart.series.size(); ++s) {
+    const LineSeries& series = chart.series[s];
+    names.push_back(series.label);
+    const std::string dashes = series_dashes(s);
+    body += "<g class=\"series\" stroke=\"" + series_colour(s) + "\" fill=\"" + series_colour(s) +
+            "\"" + (dashes.empty() ? std::string() : " stroke-dasharray=\"" + dashes + "\"") +
+            ">\n";
+    std::vector<std::pair<double, double>> stretch;
+    std::string markers;
+    const auto flush = [&] {
+      if (stretch.size() > 1) {
+        body += polyline(chart.markers ? stretch : thin(std::move(stretch)));
+      }
+      stretch.clear();
+    };
+    for (std::size_t i = 0; i < series.x.size(); ++i) {
+      if (!x.shows(series.x[i]) || !y.shows(series.y[i])) {
+        flush();
+        continue;
+      }
+      const double px = x(series.x[i]);
+      const double py = y(series.y[i]);
+      stretch.emplace_back(px, py);
+      if (chart.markers) {
+        markers += "<circle cx=\"" + coordinate(px) + "\" cy=\"" + coordinate(py) +
+                   "\" r=\"3\"><title>" + html_escape(series.label) + ": " +
+                   html_escape(x.value_text(series.x[i])) + ", " +
+                   html_escape(format_double(series.y[i])) + "</title></circle>\n";
+      }
+    }
+    flush();
+    body += markers + "</g>\n";
+  }
+  const double legend_top = kPlotBottom + band + 44.0;
+  const double legend_height = legend(body, names, legend_top, false);
+  return open_svg(chart.title, legend_top + legend_height) + body + "</svg>\n";
+}
+
+std::string bar_chart_svg(const BarChart& chart) {
+  if (chart.values.size() != chart.series.size()) {
+    throw std::invalid_argument("bar chart '" + chart.title + "': values for " +
+                                std::to_string(chart.values.size()) + " series, named " +
+                                std::to_string(chart.series.size()));
+  }
+  Range ys;
+  ys.add(0.0);
+  for (std::size_t g = 0; g < chart.groups.size(); ++g) {
+    double up = 0.0;
+    double down = 0.0;
+    for (const std::vector<double>& values : chart.values) {
+      if (values.size() != chart.groups.size()) {
+        throw std::invalid_argument("bar chart '" + chart.title + "': a series' values differ " +
+                                    "in number from its groups");
+      }
+      const double value = values[g];
+      if (!finite(value)) {
+        continue;
+      }
+      if (chart.stacked) {
+        (value >= 0.0 ? up : down) += value;
+      } else {
+        ys.add(value);
+      }
+    }
+    ys.add(up);
+    ys.add(down);
+  }
+  ChartAxis y_axis_spec;
+  y_axis_spec.label = chart.y_label;
+  const AxisMap y(y_axis_spec, ys.low, ys.high, kPlotBottom, kPlotTop);
+  std::string body = y_axis(y, chart.y_label);
+
+  const double groups = static_cast<double>(std::max<std::size_t>(1, chart.groups.size()));
+  const double band = kPlotWidth / groups;
+  const double bars = chart.stacked ? 1.0 : static_cast<double>(chart.series.size());
+  const double bar_width = std::min(band * 0.8 / std::max(1.0, bars), 80.0);
+  const bool value_labels = bars * groups <= 24.0 && bar_width >= 16.0;
+  std::vector<std::pair<double, std::string>> labels;
+  for (std::size_t g = 0; g < chart.groups.size(); ++g) {
+    const double centre = kPlotLeft + (static_cast<double>(g) + 0.5) * band;
+    labels.emplace_back(centre, chart.groups[g]);
+    double up = 0.0;
+    double down = 0.0;
+    bool any = false;
+    for (std::size_t s = 0; s < chart.series.size(); ++s) {
+      const double value = chart.values[s][g];
+      const double left =
+          chart.stacked ? centre - bar_width / 2.0
+                        : centre - bar_width * bars / 2.0 + bar_width * static_cast<double>(s);
+      if (!finite(value)) {
+        if (!chart.stacked) {
+          body += "<text class=\"note\" x=\"" + coordinate(left + bar_width / 2.0) + "\" y=\"" +
+                  coordinate(y(0.0) - 3.0) + "\" text-anchor=\"middle\">n/a</text>\n";
+        }
+        continue;
+      }
+      any = true;
+      double from = 0.0;
+      double to = value;
+      if (chart.stacked) {
+        double& base = value >= 0.0 ? up : down;
+        from = base;
+        to = base + value;
+        base = to;
+      }
+      const double top = std::min(y(from), y(to));
+      const double height = std::abs(y(from) - y(to));
+      body += "<rect x=\"" + coordinate(left) + "\" y=\"" + coordinate(top) + "\" width=\"" +
+              coordinate(bar_width) + "\" height=\"" + coordinate(height) + "\" fill=\"" +
+              series_colour(s) + "\"><title>" + html_escape(chart.series[s]) + ", " +
+              html_escape(chart.groups[g]) + ": " + html_escape(format_double(value)) +
+              "</title></rect>\n";
+      if (value_labels && !chart.stacked) {
+        body += "<text class=\"value\" x=\"" + coordinate(left + bar_width / 2.0) + "\" y=\"" +
+                coordinate(value >= 0.0 ? top - 3.0 : top + height + 11.0) +
+                "\" text-anchor=\"middle\">" + compact_number(value) + "</text>\n";
+      }
+    }
+    if (chart.stacked && value_labels) {
+      body += "<text class=\"value\" x=\"" + coordinate(centre) + "\" y=\"" +
+              coordinate(y(up) - 3.0) + "\" text-anchor=\"middle\">" +
+              (any ? compact_number(up + down) : std::string("n/a")) + "</text>\n";
+    }
+  }
+  const double label_band = x_labels(body, labels);
+  const double legend_top = kPlotBottom + label_band + 22.0;
+  const double legend_height = legend(body, chart.series, legend_top, true);
+  return open_svg(chart.title, legend_top + legend_height) + body + "</svg>\n";
+}
+
+}  // namespace kvtier::report

@@ -1,0 +1,238 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "report/svg_chart.hpp"
+#include "tests/support/xml_reader.hpp"
+
+namespace kvtier::report {
+namespace {
+
+using testing::attribute;
+using testing::elements;
+using testing::number_attribute;
+using testing::parse_xml;
+using testing::text_of;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::vector<std::pair<double, double>> polyline_points(const testing::XmlTree& polyline) {
+  std::vector<std::pair<double, double>> points;
+  std::istringstream in(attribute(polyline, "points"));
+  std::string pair;
+  while (in >> pair) {
+    const auto comma = pair.find(',');
+    points.emplace_back(std::stod(pair.substr(0, comma)), std::stod(pair.substr(comma + 1)));
+  }
+  return points;
+}
+
+TEST_CASE("linear ticks are round values that cover the data", "[report]") {
+  const Ticks ticks = linear_ticks(0.0, 9.3);
+  CHECK(ticks.step == 2.0);
+  CHECK(ticks.values == std::vector<double>{0, 2, 4, 6, 8, 10});
+  const Ticks small = linear_ticks(0.013, 0.087);
+  CHECK(small.step == Approx(0.02));
+  CHECK(small.low == 0.0);
+  CHECK(small.high == Approx(0.1));
+  REQUIRE(small.values.size() == 6);
+  CHECK(tick_label(small.values[3], small.step) == "0.06");
+  // A tick a rounding error past the data does not add a step.
+  const Ticks exact = linear_ticks(0.0, 0.1 + 0.2);
+  CHECK(exact.high == Approx(0.3));
+  CHECK(exact.values.size() == 4);
+}
+
+TEST_CASE("a degenerate range is widened around its value", "[report]") {
+  const Ticks zero = linear_ticks(0.0, 0.0);
+  CHECK(zero.low == 0.0);
+  CHECK(zero.high >= 1.0);
+  const Ticks flat = linear_ticks(50.0, 50.0);
+  CHECK(flat.low < 50.0);
+  CHECK(flat.high > 50.0);
+  CHECK_THROWS_AS(linear_ticks(2.0, 1.0), std::invalid_argument);
+  CHECK_THROWS_AS(linear_ticks(0.0, kNaN), std::invalid_argument);
+}
+
+TEST_CASE("log ticks are decades, with 2 and 5 over short ranges", "[report]") {
+  CHECK(log_ticks(1.0, 256.0).values == std::vector<double>{1, 10, 100, 1000});
+  CHECK(log_ticks(3.0, 40.0).values == std::vector<double>{2, 5, 10, 20, 50});
+  CHECK(log_ticks(10.0, 10.0).values == std::vector<double>{10, 20});
+  CHECK_THROWS_AS(log_ticks(0.0, 10.0), std::invalid_argument);
+}
+
+TEST_CASE("labels print the decimals their step needs and no negative zero", "[report]") {
+  CHECK(tick_label(1500.0, 500.0) == "1500");
+  CHECK(tick_label(0.25, 0.05) == "0.25");
+  CHECK(tick_label(-1e-17, 0.5) == "0");
+  CHECK(compact_number(3145.6247) == "3146");
+  CHECK(compact_number(24.5349) == "24.53");
+  CHECK(compact_number(0.0123) == "0.0123");
+  CHECK(compact_number(0.5) == "0.5");
+  CHECK(compact_number(0.0) == "0");
+  CHECK(compact_number(kNaN) == "n/a");
+  CHECK(compact_number(-2.0) == "-2");
+}
+
+TEST_CASE("a line chart maps its data onto the plot between its outer ticks", "[report]") {
+  LineChart chart;
+  chart.title = "tokens/s against batch";
+  chart.x.label = "batch";
+  chart.y.label = "tokens/s";
+  chart.series.push_back({"full", {0.0, 5.0, 10.0}, {0.0, 5.0, 10.0}});
+  const auto svg = parse_xml(line_chart_svg(chart));
+  const auto circles = elements(svg, "circle");
+  REQUIRE(circles.size() == 3);
+  CHECK(number_attribute(*circles[0], "cx") == Approx(kPlotLeft));
+  CHECK(number_attribute(*circles[0], "cy") == Approx(kPlotBottom));
+  CHECK(number_attribute(*circles[1], "cx") == Approx((kPlotLeft + kPlotRight) / 2).margin(0.05));
+  CHECK(number_attribute(*circles[2], "cx") == Approx(kPlotRight));
+  CHECK(number_attribute(*circles[2], "cy") == Approx(kPlotTop));
+  CHECK(text_of(*circles[1]) == "full: 5, 5");
+  CHECK(elements(svg, "polyline").size() == 1);
+}
+
+TEST_CASE("a missing value breaks the line and has no marker", "[report]") {
+  LineChart chart;
+  chart.title = "t";
+  chart.series.push_back({"a", {1, 2, 3, 4, 5}, {1, 2, kNaN, 4, 5}});
+  chart.series.push_back({"b", {1, 2, 3}, {kNaN, 3, kNaN}});
+  const auto svg = parse_xml(line_chart_svg(chart));
+  // a: two stretches of two points; b: a lone point, drawn as its marker only.
+  CHECK(elements(svg, "polyline").size() == 2);
+  CHECK(elements(svg, "circle").size() == 5);
+  const auto legend_lines = elements(svg, "line");
+  CHECK(std::count_if(legend_lines.begin(), legend_lines.end(),
+                      [](const auto* line) { return !attribute(*line, "stroke").empty(); }) == 2);
+}
+
+TEST_CASE("a log axis places decades evenly and leaves out what it cannot show", "[report]") {
+  LineChart chart;
+  chart.title = "log";
+  chart.x.scale = AxisScale::kLog;
+  chart.series.push_back({"s", {0.0, 1.0, 10.0, 100.0}, {1.0, 1.0, 2.0, 3.0}});
+  const auto svg = parse_xml(line_chart_svg(chart));
+  const auto circles = elements(svg, "circle");
+  REQUIRE(circles.size() == 3);  // x = 0 cannot be placed on a log axis
+  const double first = number_attribute(*circles[0], "cx");
+  const double second = number_attribute(*circles[1], "cx");
+  const double third = number_attribute(*circles[2], "cx");
+  CHECK(first == Approx(kPlotLeft));
+  CHECK(third == Approx(kPlotRight));
+  CHECK(second - first == Approx(third - second).margin(0.1));
+}
+
+TEST_CASE("a categorical axis names its positions", "[report]") {
+  LineChart chart;
+  chart.title = "by model";
+  chart.x.categories = {"Llama-3.1-8B", "Qwen2.5-7B", "Llama-3.1-70B"};
+  chart.series.push_back({"full", {0, 1, 2}, {3, 2, 1}});
+  const auto svg = parse_xml(line_chart_svg(chart));
+  const auto circles = elements(svg, "circle");
+  REQUIRE(circles.size() == 3);
+  const double band = (kPlotRight - kPlotLeft) / 3.0;
+  CHECK(number_attribute(*circles[0], "cx") == Approx(kPlotLeft + band / 2).margin(0.05));
+  CHECK(text_of(*circles[2]) == "full: Llama-3.1-70B, 1");
+  const std::string labels = kvtier::testing::joined_texts(svg, "text");
+  CHECK(labels.find("|Qwen2.5-7B|") != std::string::npos);
+}
+
+TEST_CASE("a long sampled series keeps every pixel column's extremes", "[report]") {
+  LineChart chart;
+  chart.title = "KV over time";
+  chart.markers = false;
+  LineSeries series{"kv", {}, {}};
+  for (int i = 0; i < 100'000; ++i) {
+    series.x.push_back(i);
+    series.y.push_back(i == 54'321 ? 10.0 : 1.0 + 0.001 * (i % 7));
+  }
+  chart.series.push_back(series);
+  const auto svg = parse_xml(line_chart_svg(chart));
+  const auto lines = elements(svg, "polyline");
+  REQUIRE(lines.size() == 1);
+  const auto points = polyline_points(*lines[0]);
+  CHECK(points.size() < 2'000);
+  double top = kPlotBottom;
+  for (const auto& [x, y] : points) {
+    top = std::min(top, y);
+  }
+  CHECK(top == Approx(kPlotTop));  // the spike, the y axis's highest tick at 10
+  CHECK(points.front().first == Approx(kPlotLeft));
+  CHECK(elements(svg, "circle").empty());
+}
+
+TEST_CASE("grouped bars stand side by side and stacked bars add up", "[report]") {
+  BarChart chart;
+  chart.title = "tokens/s";
+  chart.y_label = "tokens/s";
+  chart.groups = {"p50", "p99"};
+  chart.series = {"full", "tiered"};
+  chart.values = {{10.0, 20.0}, {kNaN, 40.0}};
+  const auto grouped = parse_xml(bar_chart_svg(chart));
+  const auto bars = elements(grouped, "rect");
+  // Three bars with titles, the frame and two legend boxes.
+  std::vector<const testing::XmlTree*> valued;
+  for (const auto* rect : bars) {
+    if (!text_of(*rect).empty()) {
+      valued.push_back(rect);
+    }
+  }
+  REQUIRE(valued.size() == 3);
+  CHECK(text_of(*valued[2]) == "tiered, p99: 40");
+  CHECK(number_attribute(*valued[2], "height") ==
+        Approx(2 * number_attribute(*valued[1], "height")).margin(0.1));
+  const std::string texts = kvtier::testing::joined_texts(grouped, "text");
+  CHECK(texts.find("|n/a|") != std::string::npos);
+
+  chart.stacked = true;
+  chart.values = {{10.0, 20.0}, {30.0, 40.0}};
+  const auto stacked = parse_xml(bar_chart_svg(chart));
+  std::vector<double> heights;
+  std::vector<double> tops;
+  for (const auto* rect : elements(stacked, "rect")) {
+    if (!text_of(*rect).empty()) {
+      heights.push_back(number_attribute(*rect, "height"));
+      tops.push_back(number_attribute(*rect, "y"));
+    }
+  }
+  REQUIRE(heights.size() == 4);
+  // Group p50: full (10) at the bottom, tiered (30) on top of it.
+  CHECK(tops[1] + heights[1] == Approx(tops[0]).margin(0.1));
+  CHECK(heights[1] == Approx(3 * heights[0]).margin(0.2));
+}
+
+TEST_CASE("a chart's text is escaped and the same chart gives the same bytes", "[report]") {
+  LineChart chart;
+  chart.title = "<policy> & \"quotes\"";
+  chart.series.push_back({"tiered:hbm=0.5,evict=0.1 <x>", {1, 2}, {3, 4}});
+  const std::string svg = line_chart_svg(chart);
+  CHECK_NOTHROW(parse_xml(svg));
+  CHECK(svg.find("<policy>") == std::string::npos);
+  CHECK(svg == line_chart_svg(chart));
+}
+
+TEST_CASE("charts refuse data that does not match its shape", "[report]") {
+  LineChart line;
+  line.series.push_back({"s", {1, 2}, {1}});
+  CHECK_THROWS_AS(line_chart_svg(line), std::invalid_argument);
+  BarChart bars;
+  bars.groups = {"a"};
+  bars.series = {"s", "t"};
+  bars.values = {{1.0}};
+  CHECK_THROWS_AS(bar_chart_svg(bars), std::invalid_argument);
+  bars.values = {{1.0}, {1.0, 2.0}};
+  CHECK_THROWS_AS(bar_chart_svg(bars), std::invalid_argument);
+}
+
+TEST_CASE("series past the palette repeat its colours with dashes", "[report]") {
+  CHECK(series_colour(0) == series_colour(7));
+  CHECK(series_dashes(0).empty());
+  CHECK_FALSE(series_dashes(7).empty());
+  CHECK(series_dashes(7) != series_dashes(14));
+}
+
+}  // namespace
+}  // namespace kvtier::report
