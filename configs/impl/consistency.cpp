@@ -377,6 +377,19 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
                         "between nodes, not " +
                             LinkKind_Name(kind)});
   }
+  // NVLink joins the GPUs of one node: a cluster that needs more nodes than one hands some
+  // prompts between nodes, which only a network carries (where the pools sit is not modelled).
+  const NodeSpec& node = run.hardware().node();
+  const std::uint64_t gpus = std::uint64_t{cluster.engines()} * run.tensor_parallel_degree();
+  if (kind == NVLINK && cluster.has_engines() && run.has_tensor_parallel_degree() &&
+      node.has_gpus_per_node() && gpus > node.gpus_per_node()) {
+    problems.push_back({at(path, "cluster.disaggregation.kv_link.kind"),
+                        "an NVLINK kv_link joins the GPUs of one node, but the cluster's " +
+                            std::to_string(cluster.engines()) + " engines take " +
+                            std::to_string(gpus) + " GPUs of nodes of " +
+                            std::to_string(node.gpus_per_node()) +
+                            ": use a NETWORK link (InfiniBand-NDR)"});
+  }
 }
 
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {

@@ -404,7 +404,8 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
   batch.decode_tokens = decoding_now_.size();
   budget -= std::min<std::uint64_t>(budget, batch.decode_tokens);
   for (const std::uint32_t id : running_) {
-    if (budget > 0 && prefilling(requests_[id])) {
+    // A request whose KV is still crossing the kv_link has its prompt already.
+    if (budget > 0 && prefilling(requests_[id]) && !requests_[id].receiving) {
       add_chunk(id, budget, batch);
     }
   }

@@ -56,10 +56,12 @@ ServingEngine::PrefixHits ServingEngine::prefix_hits(std::uint32_t id) const {
 }
 
 void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
-  if (!prefix_cache_) {
+  Request& request = requests_[id];
+  // As prefix_hits: only a prefill from its start looks its prompt up. A request that arrives
+  // with its prompt's KV (from a prefill engine) has nothing to look up or prefill again.
+  if (!prefix_cache_ || request.prefilled > 0 || !prefilling(request)) {
     return;
   }
-  Request& request = requests_[id];
   totals_.prefix_queried_tokens += request.prefill_target;
   totals_.prefix_hit_tokens += hits.blocks * plan_.block_tokens;
   ChunkCounter chunks(prefix_chunk_blocks_);

@@ -115,7 +115,17 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
   const auto engines = static_cast<double>(cluster.size());
   const double tp = run.tensor_parallel_degree();
   const double engines_per_node = std::floor(run.hardware().node().gpus_per_node() / tp);
-  const auto [fewest, most] = std::minmax_element(cluster.routed().begin(), cluster.routed().end());
+  // Disaggregated, every request passes a prefill engine: the spread is the decode pool's, and
+  // the note gives each pool's.
+  const auto routed = cluster.routed().begin();
+  const auto pool = routed + static_cast<std::ptrdiff_t>(cluster.prefill_engines());
+  const auto [fewest, most] = std::minmax_element(pool, cluster.routed().end());
+  std::string spread = std::to_string(*fewest) + " to " + std::to_string(*most) + " requests each";
+  if (cluster.prefill_engines() > 0) {
+    const auto [fewest_prefill, most_prefill] = std::minmax_element(routed, pool);
+    spread = "prefill engines " + std::to_string(*fewest_prefill) + " to " +
+             std::to_string(*most_prefill) + " requests each, decode engines " + spread;
+  }
   const PoolBusy pool_busy = busy_of(cluster);
   auto& m = report.metrics;
   m.push_back({"cluster_engines", engines, 0});
@@ -132,8 +142,8 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
       (spec.has_kv_overlap_weight()
            ? " (kv_overlap_weight " + format_double(spec.kv_overlap_weight()) + ")"
            : std::string()) +
-      ", " + std::to_string(*fewest) + " to " + std::to_string(*most) +
-      " requests each: counts, GB and seconds summed over the engines, peaks the highest "
+      ", " + spread +
+      ": counts, GB and seconds summed over the engines, peaks the highest "
       "engine's, time averages, per-GPU rates and utilisations the mean engine's, latencies "
       "over every request");
   const bool split = cluster.prefill_engines() > 0;

@@ -34,11 +34,15 @@ RunSpec run_with(std::vector<std::string> sets) {
   return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
 }
 
-RunSpec split_run(std::uint32_t engines, std::uint32_t prefill) {
-  return run_with({"cluster.engines=" + std::to_string(engines), "cluster.routing=ROUND_ROBIN",
-                   "cluster.disaggregation.prefill_engines=" + std::to_string(prefill),
-                   "cluster.disaggregation.decode_routing=LEAST_OUTSTANDING",
-                   "cluster.disaggregation.kv_link.preset=InfiniBand-NDR"});
+RunSpec split_run(std::uint32_t engines, std::uint32_t prefill,
+                  const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets = {
+      "cluster.engines=" + std::to_string(engines), "cluster.routing=ROUND_ROBIN",
+      "cluster.disaggregation.prefill_engines=" + std::to_string(prefill),
+      "cluster.disaggregation.decode_routing=LEAST_OUTSTANDING",
+      "cluster.disaggregation.kv_link.preset=InfiniBand-NDR"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  return run_with(sets);
 }
 
 // One copy of `prompt` tokens' KV per GPU over the run's kv_link.
@@ -53,7 +57,16 @@ Tick copy_time(const Cluster& cluster, const RunSpec& run, std::uint64_t prompt)
 }  // namespace
 
 TEST_CASE("a handed-off request costs its KV's copy and nothing else", "[disaggregation]") {
-  const RunSpec split = split_run(2, 1);
+  // Whatever the engines' KV memory: a token at a time, or blocks cached by content (admitted
+  // whole or on demand), where a decode engine must not take a received prompt for one to
+  // prefill again.
+  const std::vector<std::string> memory =
+      GENERATE(std::vector<std::string>{},
+               std::vector<std::string>{"memory.kv_block_tokens=16", "memory.prefix_caching=true"},
+               std::vector<std::string>{"memory.kv_block_tokens=16", "memory.prefix_caching=true",
+                                        "workload.on_demand_admission.watermark=0.01"});
+  INFO("memory: " << memory.size() << " settings");
+  const RunSpec split = split_run(2, 1, memory);
   RunSpec unified = split;
   unified.clear_cluster();
   const auto alone = serve(unified, open_loop({request_at(0, 1024, 32)}));
@@ -80,6 +93,9 @@ TEST_CASE("a handed-off request costs its KV's copy and nothing else", "[disaggr
   CHECK(decode.totals().output_tokens == 31);
   CHECK(decode.totals().requests_completed == 1);
   CHECK(prefill.totals().requests_completed == 0);
+  // The decode engine decoded only: 31 steps of one token, as many iterations.
+  CHECK(decode.totals().iterations == 31);
+  CHECK(decode.totals().prefix_queried_tokens == 0);
   // The prefill engine held the prompt's KV until it left, then freed it.
   CHECK(prefill.kv_used().max() == prefill.memory().kv_bytes_for(1024));
   CHECK(prefill.kv_used().value() == 0.0);
@@ -104,6 +120,27 @@ TEST_CASE("an engine's GPUs receive one transfer at a time", "[disaggregation]")
   CHECK(cluster.kv_transfers().transfer.min() == copy);
   CHECK(cluster.kv_transfers().transfer.max() == copy + copy);
   CHECK(cluster.kv_transfers().handoff.max() == copy + copy);
+  CHECK(cluster.kv_transfers().busy == copy + copy);
+}
+
+TEST_CASE("an engine's GPUs send one transfer at a time", "[disaggregation]") {
+  // Two prompts prefilled one after the other on the one prefill engine, decoded on two decode
+  // engines (least outstanding spreads them), over a link slow enough that the first copy
+  // outlasts the second prefill: the second copy waits for the first to leave.
+  const RunSpec run = split_run(3, 1,
+                                {"cluster.disaggregation.kv_link.measured[0].effective_gb_per_s=1",
+                                 "cluster.disaggregation.kv_link.peak_gb_per_s_per_direction=1"});
+  const auto served = serve(run, open_loop({request_at(0, 512, 8), request_at(0, 512, 8)}));
+  const Cluster& cluster = *served->cluster;
+  const Tick copy = copy_time(cluster, run, 512);
+  const auto& prefill = cluster.engine(0);
+  const Tick gap = prefill.ttft().max() - prefill.ttft().min();
+  REQUIRE(copy > gap);
+  CHECK(cluster.engine(1).totals().requests_completed == 1);
+  CHECK(cluster.engine(2).totals().requests_completed == 1);
+  CHECK(cluster.kv_transfers().count == 2);
+  CHECK(cluster.kv_transfers().transfer.min() == copy);
+  CHECK(cluster.kv_transfers().transfer.max() == copy + copy - gap);
   CHECK(cluster.kv_transfers().busy == copy + copy);
 }
 
@@ -143,6 +180,14 @@ TEST_CASE("a disaggregation the engines cannot serve is refused", "[disaggregati
   refused({"cluster.disaggregation.prefill_engines=2"}, "leaves no decode engine");
   refused({"cluster.disaggregation.decode_routing=PREFIX_HASH"}, "choose ROUND_ROBIN or");
   refused({"cluster.disaggregation.kv_link.preset=PCIe-Gen5-x16"}, "NVLINK within a node");
+  // Nine engines of one GPU take two nodes of eight: NVLink does not reach between them.
+  refused({"cluster.engines=9"},
+          "an NVLINK kv_link joins the GPUs of one node, but the "
+          "cluster's 9 engines take 9 GPUs of nodes of 8");
+  CHECK_NOTHROW(run_with({"cluster.engines=8", "cluster.routing=ROUND_ROBIN",
+                          "cluster.disaggregation.prefill_engines=1",
+                          "cluster.disaggregation.decode_routing=ROUND_ROBIN",
+                          "cluster.disaggregation.kv_link.preset=NVLink4"}));
   // Runs built in code are held to the same rules.
   RunSpec unchecked = split_run(2, 1);
   unchecked.mutable_cluster()->mutable_disaggregation()->set_prefill_engines(2);
