@@ -107,9 +107,11 @@ bool parse_arguments(const Arguments& args, const po::options_description& optio
   return true;
 }
 
-void add_format_option(po::options_description& options) {
+void add_format_option(po::options_description& options, bool offers_html) {
   options.add_options()("format", po::value<std::string>()->default_value("text"),
-                        "output: text (aligned tables) or json");
+                        offers_html ? "output: text (aligned tables), json or html (a page of "
+                                      "charts and tables)"
+                                    : "output: text (aligned tables) or json");
 }
 
 void add_set_option(po::options_description& options) {
@@ -119,7 +121,7 @@ void add_set_option(po::options_description& options) {
                         "repeatable");
 }
 
-Format format_from(const po::variables_map& values) {
+Format format_from(const po::variables_map& values, bool offers_html) {
   const std::string format = values["format"].as<std::string>();
   if (format == "text") {
     return Format::kText;
@@ -127,7 +129,11 @@ Format format_from(const po::variables_map& values) {
   if (format == "json") {
     return Format::kJson;
   }
-  throw ConfigError("unknown --format '" + format + "': expected text or json");
+  if (format == "html" && offers_html) {
+    return Format::kHtml;
+  }
+  throw ConfigError("unknown --format '" + format + "': expected text" +
+                    (offers_html ? ", json or html" : " or json"));
 }
 
 std::vector<config::Override> overrides_from(const po::variables_map& values) {

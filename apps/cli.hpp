@@ -28,7 +28,7 @@ struct TraceContents;
 
 namespace kvtier::app {
 
-enum class Format { kText, kJson };
+enum class Format { kText, kJson, kHtml };
 
 struct Context {
   std::ostream& out;
@@ -46,9 +46,12 @@ bool parse_arguments(const Arguments& args,
                      boost::program_options::variables_map& values, const std::string& usage,
                      std::ostream& out);
 
-void add_format_option(boost::program_options::options_description& options);
+// --format: text or json, and html where the command offers a page (report/html_page.hpp).
+void add_format_option(boost::program_options::options_description& options,
+                       bool offers_html = false);
 void add_set_option(boost::program_options::options_description& options);
-[[nodiscard]] Format format_from(const boost::program_options::variables_map& values);
+[[nodiscard]] Format format_from(const boost::program_options::variables_map& values,
+                                 bool offers_html = false);
 [[nodiscard]] std::vector<config::Override> overrides_from(
     const boost::program_options::variables_map& values);
 

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "apps/cli.hpp"
+#include "apps/plan_report.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "configs/schema/run.pb.h"
@@ -19,7 +20,8 @@ namespace {
 
 namespace po = boost::program_options;
 
-std::string json_result(const serving::PlanResult& result, bool with_target, bool cluster) {
+std::string json_result(const serving::PlanResult& result, const std::vector<serving::Slo>& slos,
+                        bool with_target, bool cluster) {
   const bool rate = result.search == serving::PlanSearch::kRate;
   std::string json = "{\"policy\": " + json_escape(result.policy);
   if (rate) {
@@ -56,7 +58,19 @@ std::string json_result(const serving::PlanResult& result, bool with_target, boo
     json += (i == 0 ? "" : ", ") + json_escape(result.metrics[i].name) + ": " +
             format_double(result.metrics[i].value);
   }
-  return json + "}}";
+  json += "}, \"probes\": [";
+  for (std::size_t p = 0; p < result.probes.size(); ++p) {
+    const serving::PlanProbe& probe = result.probes[p];
+    json += std::string(p == 0 ? "" : ", ") + "{\"load\": " + format_double(probe.load) +
+            ", \"feasible\": " + (probe.feasible ? "true" : "false") +
+            ", \"binding\": " + json_escape(probe.binding) + ", \"slos_ms\": {";
+    for (std::size_t s = 0; s < slos.size(); ++s) {
+      json += (s == 0 ? "" : ", ") + json_escape(slos[s].metric) + ": " +
+              json_number_or_null(probe.slo_values_ms[s]);
+    }
+    json += "}, \"output_tokens_per_s\": " + json_number_or_null(probe.output_tokens_per_s) + "}";
+  }
+  return json + "]}";
 }
 
 // The option's value, or nullopt when it is absent (plan_capacity checks a target's value).
@@ -83,7 +97,7 @@ int run_plan(const Arguments& args, Context& context) {
       "rate-precision", po::value<double>()->default_value(0.01),
       "open loop: stop when the smallest rate missing an SLO is within this share above the "
       "largest meeting them");
-  add_format_option(options);
+  add_format_option(options, true);
   add_set_option(options);
   po::positional_options_description positional;
   positional.add("run", 1);
@@ -92,7 +106,7 @@ int run_plan(const Arguments& args, Context& context) {
           args, options, positional, values,
           "usage: kvtier plan RUN --slo METRIC=LIMIT[,...] [--policy P] [--compare P1,P2,...] "
           "[--target-tokens-per-s X] [--target-requests-per-s R] [--rounds N | "
-          "--rate-precision F] [--set PATH=VALUE]... [--format text|json]\n\n"
+          "--rate-precision F] [--set PATH=VALUE]... [--format text|json|html]\n\n"
           "For each policy, the largest load one engine (a TP group) serves while meeting the "
           "SLOs, found by bisection with the simulator: with a closed_loop workload the batch, "
           "over closed-loop runs of RUN's request shape; with a poisson or request_file "
@@ -104,7 +118,7 @@ int run_plan(const Arguments& args, Context& context) {
           context.out)) {
     return 0;
   }
-  const Format format = format_from(values);  // refused before the search, not after it
+  const Format format = format_from(values, true);  // refused before the search, not after it
   const std::string file = values["run"].as<std::string>();
   config::RunSpec run;
   const config::LocationMap locations = context.loader.load_file(file, run, overrides_from(values));
@@ -142,6 +156,11 @@ int run_plan(const Arguments& args, Context& context) {
   plan.target_requests_per_s = optional_number(values, "target-requests-per-s");
   std::vector<config::PolicySpec> policies{run.policy()};
   policies.insert(policies.end(), run.compare().begin(), run.compare().end());
+  std::vector<std::string> policy_names;
+  policy_names.reserve(policies.size());
+  for (const config::PolicySpec& policy : policies) {
+    policy_names.push_back(replay::policy_string(policy));
+  }
   serving::DemandMemo memo;
   std::vector<serving::PlanResult> results;
   for (const config::PolicySpec& policy : policies) {
@@ -153,11 +172,15 @@ int run_plan(const Arguments& args, Context& context) {
 
   const bool with_target =
       plan.target_output_tokens_per_s.has_value() || plan.target_requests_per_s.has_value();
+  if (format == Format::kHtml) {
+    context.out << plan_html(results, policy_names, run, plan, file, version_line());
+    return 0;
+  }
   if (format == Format::kJson) {
     context.out << "{\"run\": " << json_escape(file) << ", \"plans\": [";
     for (std::size_t i = 0; i < results.size(); ++i) {
       context.out << (i == 0 ? "" : ", ")
-                  << json_result(results[i], with_target, run.has_cluster());
+                  << json_result(results[i], plan.slos, with_target, run.has_cluster());
     }
     context.out << "]}\n";
     return 0;
@@ -178,35 +201,9 @@ int run_plan(const Arguments& args, Context& context) {
                    "clusters\n";
   }
   context.out << "\n";
-  std::vector<std::string> header =
-      closed_loop ? std::vector<std::string>{"policy",       "max batch", "req/s engine",
-                                             "tok/s engine", "tok/s GPU", "tok/s node"}
-                  : std::vector<std::string>{"policy",       "max req/s", "in flight",
-                                             "tok/s engine", "tok/s GPU", "tok/s node"};
-  if (with_target) {
-    header.insert(header.end(), {"engines", "GPUs", "nodes"});
-  }
-  header.emplace_back("bound by");
-  TextTable table(header);
-  for (const auto& result : results) {
-    std::vector<std::string> row{result.policy};
-    if (closed_loop) {
-      row.insert(row.end(), {std::to_string(result.max_batch),
-                             format_fixed(result.requests_per_s_per_engine, 3)});
-    } else {
-      row.insert(row.end(), {format_fixed(result.requests_per_s_per_engine, 3),
-                             serving::serves_any(result) ? std::to_string(result.max_batch) : "-"});
-    }
-    row.insert(row.end(), {format_fixed(result.output_tokens_per_s_per_engine, 1),
-                           format_fixed(result.output_tokens_per_s_per_gpu, 1),
-                           format_fixed(result.output_tokens_per_s_per_node, 1)});
-    if (with_target && !serving::serves_any(result)) {
-      row.insert(row.end(), {"-", "-", "-"});
-    } else if (with_target) {
-      row.insert(row.end(), {std::to_string(result.engines), std::to_string(result.gpus),
-                             std::to_string(result.nodes)});
-    }
-    row.push_back(result.binding);
+  const PlanTable answer = plan_table(results, closed_loop, with_target);
+  TextTable table(answer.header);
+  for (const auto& row : answer.rows) {
     table.add_row(row);
   }
   table.render(context.out);

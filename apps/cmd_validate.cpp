@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "apps/cli.hpp"
+#include "apps/validate_report.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "validation/live.hpp"
@@ -17,22 +18,9 @@ namespace po = boost::program_options;
 
 namespace {
 
-double median(std::vector<double> values) {
-  if (values.empty()) {
-    return 0.0;
-  }
-  std::sort(values.begin(), values.end());
-  const size_t middle = values.size() / 2;
-  return values.size() % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2.0;
-}
-
 // A number for JSON: null for a non-finite one (the relative error of a figure measured as 0).
 std::string json_number(double value) {
   return std::isfinite(value) ? format_double(value) : "null";
-}
-
-std::string percent(double fraction) {
-  return std::isfinite(fraction) ? format_fixed(100.0 * fraction, 1) + "%" : "inf";
 }
 
 // Measured references and live measurement files: projected vs measured per figure, skipped
@@ -47,7 +35,9 @@ int validate_files(const std::vector<std::string>& files, Format format, Context
     skipped += check.skipped() ? 1 : 0;
   }
   const std::size_t compared = checks.size() - skipped;
-  if (format == Format::kJson) {
+  if (format == Format::kHtml) {
+    context.out << measurements_html(checks, version_line());
+  } else if (format == Format::kJson) {
     context.out << "{\"references\": [";
     for (std::size_t i = 0; i < checks.size(); ++i) {
       const auto& c = checks[i];
@@ -72,19 +62,10 @@ int validate_files(const std::vector<std::string>& files, Format format, Context
     context.out << "],\n \"outside_tolerance\": " << outside << ", \"skipped\": " << skipped
                 << "}\n";
   } else {
-    TextTable table({"id", "policy", "metric", "measured", "projected", "error", "tolerance", ""},
-                    {false, false, false, true, true, true, true, false});
-    for (const auto& c : checks) {
-      if (c.skipped()) {
-        table.add_row({c.id, c.policy, c.metric, format_fixed(c.measured, c.decimals), "-", "-",
-                       "-", "skipped: " + c.skipped_because});
-        continue;
-      }
-      table.add_row(
-          {c.id, c.policy, c.metric, format_fixed(c.measured, c.decimals),
-           format_fixed(c.projected, c.decimals), percent(c.relative_error), percent(c.tolerance),
-           std::string(c.within() ? "ok" : "OUTSIDE") + (c.calibrated ? " (calibrated)" : "") +
-               (c.note.empty() ? "" : "; " + c.note)});
+    const ValidationTable figures = figures_table(checks);
+    TextTable table(figures.header, figures.numeric);
+    for (const auto& row : figures.rows) {
+      table.add_row(row);
     }
     table.render(context.out);
     context.out << "\n"
@@ -109,13 +90,13 @@ int run_validate(const Arguments& args, Context& context) {
       "validation/measurements/*.textproto validation/measurements/*.json")(
       "published", po::value<std::string>(),
       "CSV of published measurements (validation/published/*.csv)");
-  add_format_option(options);
+  add_format_option(options, true);
   po::positional_options_description positional;
   positional.add("file", -1);
   po::variables_map values;
   if (!parse_arguments(
           args, options, positional, values,
-          "usage: kvtier validate [FILE... | --published FILE] [--format text|json]\n\n"
+          "usage: kvtier validate [FILE... | --published FILE] [--format text|json|html]\n\n"
           "Simulates the configuration of every measurement file and prints projected next to "
           "measured with the relative error, exiting 1 when a figure is outside its tolerance. "
           "A FILE is a measured reference (ReferenceMeasurement, protobuf text format: a run and "
@@ -134,7 +115,7 @@ int run_validate(const Arguments& args, Context& context) {
           context.out)) {
     return 0;
   }
-  const Format format = format_from(values);
+  const Format format = format_from(values, true);
   if (values.count("file") != 0U) {
     if (values.count("published") != 0U) {
       throw ConfigError("give measurement files or --published, not both");
@@ -150,11 +131,14 @@ int run_validate(const Arguments& args, Context& context) {
   for (const auto& point : points) {
     projections.push_back(validation::project(point, context.loader));
   }
-  std::vector<double> errors;
-  for (const auto& projection : projections) {
-    if (projection.projected) {
-      errors.push_back(std::abs(projection.relative_error));
-    }
+  const auto projected = static_cast<std::size_t>(
+      std::count_if(projections.begin(), projections.end(),
+                    [](const validation::Projection& p) { return p.projected; }));
+  const double median = median_abs_error(projections);
+  if (format == Format::kHtml) {
+    context.out << published_html(projections, values["published"].as<std::string>(),
+                                  version_line());
+    return 0;
   }
   if (format == Format::kJson) {
     context.out << "{\"points\": [";
@@ -171,27 +155,19 @@ int run_validate(const Arguments& args, Context& context) {
       }
       context.out << "}";
     }
-    context.out << "],\n \"projected\": " << errors.size()
-                << ", \"median_abs_relative_error\": " << format_double(median(errors)) << "}\n";
+    context.out << "],\n \"projected\": " << projected
+                << ", \"median_abs_relative_error\": " << format_double(median) << "}\n";
     return 0;
   }
-  TextTable table(
-      {"id", "gpu", "tp", "model", "batch", "in/out", "metric", "published", "projected", "error"},
-      {false, false, true, false, true, true, false, true, true, true});
-  for (const auto& p : projections) {
-    table.add_row(
-        {p.point.id, p.point.gpu, std::to_string(p.point.tensor_parallel), p.point.model,
-         std::to_string(p.point.batch_size),
-         std::to_string(p.point.prompt_tokens) + "/" + std::to_string(p.point.output_tokens),
-         p.point.metric, format_fixed(p.point.value, 2),
-         p.projected ? format_fixed(p.simulated, 2) : "-",
-         p.projected ? format_fixed(100.0 * p.relative_error, 1) + "%" : p.skipped_because});
+  const ValidationTable published = published_table(projections);
+  TextTable table(published.header, published.numeric);
+  for (const auto& row : published.rows) {
+    table.add_row(row);
   }
   table.render(context.out);
   context.out << "\n"
-              << errors.size() << " of " << projections.size()
-              << " points projected; median |error| " << format_fixed(100.0 * median(errors), 1)
-              << "%\n";
+              << projected << " of " << projections.size() << " points projected; median |error| "
+              << format_fixed(100.0 * median, 1) << "%\n";
   return 0;
 }
 

@@ -29,6 +29,18 @@ struct LineSeries {
   std::string label;
   std::vector<double> x;
   std::vector<double> y;  // NaN (or a value a log axis cannot show) breaks the line there
+  // Empty, or a few words per point that its marker's <title> adds ("misses ttft_p99").
+  std::vector<std::string> notes = {};
+};
+
+// A reference drawn grey under the data and named in the legend: the level y = `level` (an
+// SLO's limit) when `factor` is 0, else the line y = factor·x (a parity chart's y = x and its
+// ±10%), which needs both axes on the same scale. The axes cover a level.
+struct Guide {
+  std::string label;
+  double factor = 0.0;
+  double level = 0.0;
+  bool dashed = true;  // solid for the one a chart is read against (y = x)
 };
 
 struct LineChart {
@@ -36,9 +48,14 @@ struct LineChart {
   ChartAxis x;
   ChartAxis y;
   std::vector<LineSeries> series;
+  std::vector<Guide> guides;
   // A dot, with its values in a <title>, at every point. Off for sampled series, whose points
   // are thinned to the plot's width (keeping each pixel column's lowest and highest value).
   bool markers = true;
+  // Points joined by lines; off for a scatter of points that are no sequence.
+  bool lines = true;
+  // Both axes span the x and the y data together (a parity chart); they must share a scale.
+  bool same_ranges = false;
 };
 
 struct BarChart {
@@ -59,8 +76,9 @@ inline constexpr double kPlotRight = kChartWidth - 24.0;
 inline constexpr double kPlotTop = 36.0;
 inline constexpr double kPlotBottom = 300.0;
 
-// std::invalid_argument when the series' x and y lengths differ, a bar chart's values do not
-// match its series and groups, or a categorical axis is given where none can be.
+// std::invalid_argument when the series' x and y (or notes) lengths differ, a bar chart's
+// values do not match its series and groups, a categorical axis is given where none can be, or
+// a proportional guide or same_ranges is given axes of different scales.
 [[nodiscard]] std::string line_chart_svg(const LineChart& chart);
 [[nodiscard]] std::string bar_chart_svg(const BarChart& chart);
 

@@ -58,6 +58,19 @@ enum class PlanSearch {
   kRate,   // poisson and request_file workloads
 };
 
+// One simulation of a search: the load it ran, whether it met every SLO, and the figures the
+// SLOs name there.
+struct PlanProbe {
+  // Batch plans: the batch; rate plans: requests/s to one engine (its share of a cluster's).
+  double load = 0.0;
+  bool feasible = false;
+  std::string binding;  // why the load is not served (empty when it is)
+  // The SLOs' metrics in PlanOptions::slos' order, in ms; NaN where the run has none (the
+  // policy's requests did not fit).
+  std::vector<double> slo_values_ms;
+  double output_tokens_per_s = 0.0;  // NaN likewise
+};
+
 struct PlanResult {
   PlanSearch search = PlanSearch::kBatch;
   std::string policy;  // canonical
@@ -81,6 +94,7 @@ struct PlanResult {
   double output_tokens_per_s_per_gpu = 0.0;
   double output_tokens_per_s_per_node = 0.0;
   std::uint32_t evaluations = 0;  // simulations run
+  std::vector<PlanProbe> probes;  // each simulation, in the order run
   // Engines the search ran together (run.cluster; 1 without), and for a cluster the largest
   // rate it serves as a whole (requests_per_s_per_engine × cluster_engines, searched as such).
   std::uint32_t cluster_engines = 1;

@@ -35,6 +35,9 @@ constexpr std::size_t kPointsBeforeThinning = 4 * static_cast<std::size_t>(kPlot
 constexpr std::array<const char*, 7> kPalette = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
                                                  "#E69F00", "#56B4E9", "#000000"};
 constexpr std::array<const char*, 4> kDashes = {"", "7 3", "2 2", "9 3 2 3"};
+// Guides (an SLO's limit, y = x) are grey and dashed, apart from every series.
+constexpr const char* kGuideColour = "#888888";
+constexpr const char* kGuideDashes = "5 4";
 
 // A coordinate at a tenth of a unit, never "-0.0".
 std::string coordinate(double value) {
@@ -291,36 +294,62 @@ double x_labels(std::string& svg, const std::vector<std::pair<double, std::strin
   return 18.0 + static_cast<double>(longest) * kCharWidth * 0.58;
 }
 
-// The legend's rows below `top`: a line (or box) in each series' colour and its label.
-// Returns its height.
-double legend(std::string& svg, const std::vector<std::string>& labels, double top, bool boxes) {
-  if (labels.empty()) {
+// How the legend shows one entry: a box (bars), a line in the entry's colour and dashes, or a
+// dot (points not joined).
+struct LegendEntry {
+  enum Swatch { kLine, kBox, kDot };
+  std::string label;
+  std::string colour;
+  std::string dashes;
+  Swatch swatch = kLine;
+};
+
+std::string stroke_attributes(const std::string& colour, const std::string& dashes,
+                              const char* width) {
+  return " stroke=\"" + colour + "\" stroke-width=\"" + width + "\"" +
+         (dashes.empty() ? std::string() : " stroke-dasharray=\"" + dashes + "\"");
+}
+
+// The legend's rows below `top`. Returns its height.
+double legend(std::string& svg, const std::vector<LegendEntry>& entries, double top) {
+  if (entries.empty()) {
     return 0.0;
   }
   double x = kPlotLeft;
   double y = top;
-  for (std::size_t i = 0; i < labels.size(); ++i) {
+  for (const LegendEntry& entry : entries) {
     const double width =
-        kLegendSwatch + 6.0 + static_cast<double>(labels[i].size()) * kCharWidth + 16.0;
+        kLegendSwatch + 6.0 + static_cast<double>(entry.label.size()) * kCharWidth + 16.0;
     if (x > kPlotLeft && x + width > kPlotRight) {
       x = kPlotLeft;
       y += kLegendRowHeight;
     }
-    if (boxes) {
+    if (entry.swatch == LegendEntry::kBox) {
       svg += "<rect x=\"" + coordinate(x) + "\" y=\"" + coordinate(y - 10.0) +
-             "\" width=\"12\" height=\"12\" fill=\"" + series_colour(i) + "\"/>\n";
+             "\" width=\"12\" height=\"12\" fill=\"" + entry.colour + "\"/>\n";
+    } else if (entry.swatch == LegendEntry::kDot) {
+      svg += "<circle cx=\"" + coordinate(x + kLegendSwatch / 2.0) + "\" cy=\"" +
+             coordinate(y - 4.0) + "\" r=\"3.5\" fill=\"" + entry.colour + "\"/>\n";
     } else {
-      const std::string dashes = series_dashes(i);
-      svg += line_element(
-          x, x + kLegendSwatch, y - 4.0, y - 4.0,
-          " stroke=\"" + series_colour(i) + "\" stroke-width=\"2\"" +
-              (dashes.empty() ? std::string() : " stroke-dasharray=\"" + dashes + "\""));
+      svg += line_element(x, x + kLegendSwatch, y - 4.0, y - 4.0,
+                          stroke_attributes(entry.colour, entry.dashes, "2"));
     }
     svg += "<text class=\"legend\" x=\"" + coordinate(x + kLegendSwatch + 6.0) + "\" y=\"" +
-           coordinate(y) + "\">" + html_escape(labels[i]) + "</text>\n";
+           coordinate(y) + "\">" + html_escape(entry.label) + "</text>\n";
     x += width;
   }
   return y - top + kLegendRowHeight;
+}
+
+// Legend entries for series in the palette's order.
+std::vector<LegendEntry> series_entries(const std::vector<std::string>& labels,
+                                        LegendEntry::Swatch swatch) {
+  std::vector<LegendEntry> entries;
+  for (std::size_t i = 0; i < labels.size(); ++i) {
+    entries.push_back({labels[i], series_colour(i),
+                       swatch == LegendEntry::kLine ? series_dashes(i) : "", swatch});
+  }
+  return entries;
 }
 
 // The points of one unbroken stretch of a line, thinned to each pixel column's extremes when
@@ -468,17 +497,24 @@ std::string series_dashes(std::size_t index) {
 }
 
 std::string line_chart_svg(const LineChart& chart) {
+  const auto refuse = [&chart](const std::string& why) {
+    throw std::invalid_argument("line chart '" + chart.title + "': " + why);
+  };
   if (!chart.y.categories.empty()) {
-    throw std::invalid_argument("line chart '" + chart.title + "': a categorical y axis");
+    refuse("a categorical y axis");
   }
   const bool log_x = chart.x.scale == AxisScale::kLog && chart.x.categories.empty();
   const bool log_y = chart.y.scale == AxisScale::kLog;
+  const bool one_scale = chart.x.categories.empty() && log_x == log_y;
+  if (chart.same_ranges && !one_scale) {
+    refuse("same_ranges needs both axes on one scale");
+  }
   Range xs;
   Range ys;
   for (const LineSeries& series : chart.series) {
-    if (series.x.size() != series.y.size()) {
-      throw std::invalid_argument("line chart '" + chart.title + "', series '" + series.label +
-                                  "': x and y differ in length");
+    if (series.x.size() != series.y.size() ||
+        (!series.notes.empty() && series.notes.size() != series.x.size())) {
+      refuse("series '" + series.label + "': x, y and notes differ in length");
     }
     for (std::size_t i = 0; i < series.x.size(); ++i) {
       const bool x_shown = finite(series.x[i]) && (!log_x || series.x[i] > 0.0);
@@ -489,11 +525,26 @@ std::string line_chart_svg(const LineChart& chart) {
       }
     }
   }
+  for (const Guide& guide : chart.guides) {
+    if (guide.factor != 0.0 && !one_scale) {
+      refuse("guide '" + guide.label + "': y = factor·x needs both axes on one scale");
+    }
+    if (guide.factor == 0.0 && finite(guide.level) && (!log_y || guide.level > 0.0)) {
+      ys.add(guide.level);
+    }
+  }
   if (xs.empty()) {
     xs.add(log_x ? 1.0 : 0.0);
     xs.add(log_x ? 10.0 : 1.0);
+  }
+  if (ys.empty()) {
     ys.add(log_y ? 1.0 : 0.0);
     ys.add(log_y ? 10.0 : 1.0);
+  }
+  if (chart.same_ranges) {
+    xs.add(ys.low);
+    xs.add(ys.high);
+    ys = xs;
   }
   const AxisMap x(chart.x, xs.low, xs.high, kPlotLeft, kPlotRight);
   const AxisMap y(chart.y, ys.low, ys.high, kPlotBottom, kPlotTop);
@@ -511,6 +562,34 @@ std::string line_chart_svg(const LineChart& chart) {
           "\" y=\"" + coordinate(kPlotBottom + band + 16.0) + "\" text-anchor=\"middle\">" +
           html_escape(chart.x.label) + "</text>\n";
 
+  std::vector<LegendEntry> entries;
+  for (const Guide& guide : chart.guides) {
+    // The part of the guide inside the plot.
+    const double x_low = x.ticks().low;
+    const double x_high = x.ticks().high;
+    double from = x_low;
+    double to = x_high;
+    if (guide.factor != 0.0) {
+      const double ends[] = {y.ticks().low / guide.factor, y.ticks().high / guide.factor};
+      from = std::max(x_low, std::min(ends[0], ends[1]));
+      to = std::min(x_high, std::max(ends[0], ends[1]));
+    } else if (!y.shows(guide.level)) {
+      continue;
+    }
+    if (!(from < to)) {
+      continue;
+    }
+    const auto at = [&guide](double value) {
+      return guide.factor != 0.0 ? guide.factor * value : guide.level;
+    };
+    const std::string dashes = guide.dashed ? kGuideDashes : "";
+    body += "<g class=\"guide\">" +
+            line_element(x(from), x(to), y(at(from)), y(at(to)),
+                         stroke_attributes(kGuideColour, dashes, "1.25")) +
+            "<title>" + html_escape(guide.label) + "</title></g>\n";
+    entries.push_back({guide.label, kGuideColour, dashes, LegendEntry::kLine});
+  }
+
   std::vector<std::string> names;
   for (std::size_t s = 0; s < chart.series.size(); ++s) {
     const LineSeries& series = chart.series[s];
@@ -522,7 +601,7 @@ std::string line_chart_svg(const LineChart& chart) {
     std::vector<std::pair<double, double>> stretch;
     std::string markers;
     const auto flush = [&] {
-      if (stretch.size() > 1) {
+      if (chart.lines && stretch.size() > 1) {
         body += polyline(chart.markers ? stretch : thin(std::move(stretch)));
       }
       stretch.clear();
@@ -539,14 +618,21 @@ std::string line_chart_svg(const LineChart& chart) {
         markers += "<circle cx=\"" + coordinate(px) + "\" cy=\"" + coordinate(py) +
                    "\" r=\"3\"><title>" + html_escape(series.label) + ": " +
                    html_escape(x.value_text(series.x[i])) + ", " +
-                   html_escape(format_double(series.y[i])) + "</title></circle>\n";
+                   html_escape(format_double(series.y[i])) +
+                   (series.notes.empty() || series.notes[i].empty()
+                        ? std::string()
+                        : " (" + html_escape(series.notes[i]) + ")") +
+                   "</title></circle>\n";
       }
     }
     flush();
     body += markers + "</g>\n";
   }
+  std::vector<LegendEntry> all =
+      series_entries(names, chart.lines ? LegendEntry::kLine : LegendEntry::kDot);
+  all.insert(all.end(), entries.begin(), entries.end());
   const double legend_top = kPlotBottom + band + 44.0;
-  const double legend_height = legend(body, names, legend_top, false);
+  const double legend_height = legend(body, all, legend_top);
   return open_svg(chart.title, legend_top + legend_height) + body + "</svg>\n";
 }
 
@@ -638,7 +724,8 @@ std::string bar_chart_svg(const BarChart& chart) {
   }
   const double label_band = x_labels(body, labels);
   const double legend_top = kPlotBottom + label_band + 22.0;
-  const double legend_height = legend(body, chart.series, legend_top, true);
+  const double legend_height =
+      legend(body, series_entries(chart.series, LegendEntry::kBox), legend_top);
   return open_svg(chart.title, legend_top + legend_height) + body + "</svg>\n";
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 #include <utility>
@@ -27,6 +28,21 @@ double metric(const std::vector<Metric>& metrics, const std::string& name) {
     }
   }
   throw std::logic_error("report has no metric " + name);
+}
+
+void record_probe(PlanResult& result, double load, const Evaluation& evaluation,
+                  const std::vector<Slo>& slos) {
+  ++result.evaluations;
+  const auto value = [&evaluation](const std::string& name) {
+    return evaluation.report.does_not_fit.empty() ? metric(evaluation.report.metrics, name)
+                                                  : std::numeric_limits<double>::quiet_NaN();
+  };
+  PlanProbe probe{
+      load, evaluation.feasible, evaluation.binding, {}, value("throughput_output_tokens_per_s")};
+  for (const Slo& slo : slos) {
+    probe.slo_values_ms.push_back(value(slo.metric));
+  }
+  result.probes.push_back(std::move(probe));
 }
 
 std::string does_not_fit_binding(const SimulationReport& report) {
@@ -187,8 +203,12 @@ PlanResult plan_batch(const config::RunSpec& run, const PlanOptions& options, De
   PlanResult result;
   result.search = PlanSearch::kBatch;
   const std::uint32_t cap = run.workload().max_batch_size();
-  Evaluation one = evaluate(run, 1, options, memo);
-  result.evaluations = 1;
+  const auto probe_at = [&](std::uint32_t batch) {
+    Evaluation evaluation = evaluate(run, batch, options, memo);
+    plan_detail::record_probe(result, batch, evaluation, options.slos);
+    return evaluation;
+  };
+  Evaluation one = probe_at(1);
   result.policy = one.report.policy;
   if (!one.feasible) {
     result.binding = one.binding;
@@ -204,8 +224,7 @@ PlanResult plan_batch(const config::RunSpec& run, const PlanOptions& options, De
   auto high = static_cast<std::uint32_t>(std::clamp(fits, 1.0, static_cast<double>(cap)));
   Evaluation best = std::move(one);
   std::uint32_t low = 1;  // feasible
-  Evaluation top = evaluate(run, high, options, memo);
-  ++result.evaluations;
+  Evaluation top = probe_at(high);
   if (top.feasible) {
     low = high;
     result.binding = high == cap ? "max_batch_size " + std::to_string(cap)
@@ -216,8 +235,7 @@ PlanResult plan_batch(const config::RunSpec& run, const PlanOptions& options, De
     result.binding = top.binding;
     while (high - low > 1) {
       const std::uint32_t middle = low + (high - low) / 2;
-      Evaluation probe = evaluate(run, middle, options, memo);
-      ++result.evaluations;
+      Evaluation probe = probe_at(middle);
       if (probe.feasible) {
         low = middle;
         best = std::move(probe);

@@ -20,6 +20,10 @@ struct Evaluation {
 
 [[nodiscard]] double metric(const std::vector<Metric>& metrics, const std::string& name);
 
+// Adds the evaluation of `load` to result.probes (and counts it).
+void record_probe(PlanResult& result, double load, const Evaluation& evaluation,
+                  const std::vector<Slo>& slos);
+
 // "HBM: <why>" or "DDR: <why>": a single request of the workload fits neither memory, so no
 // load of this policy runs.
 [[nodiscard]] std::string does_not_fit_binding(const SimulationReport& report);

@@ -130,8 +130,9 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
   const double engines = result.cluster_engines;
   const std::string server = run.has_cluster() ? "the cluster" : "one engine";
   const auto probe_at = [&](double speed) {
-    ++result.evaluations;
-    return probe(run, speed, options, memo);
+    Evaluation evaluation = probe(run, speed, options, memo);
+    record_probe(result, arrivals.rate_per_s * speed / engines, evaluation, options.slos);
+    return evaluation;
   };
   Evaluation first = probe_at(1.0);
   result.policy = first.report.policy;

@@ -12,6 +12,7 @@
 
 #include "tests/support/cli_runner.hpp"
 #include "tests/support/paths.hpp"
+#include "tests/support/small_run.hpp"
 #include "tests/support/xml_reader.hpp"
 
 namespace {
@@ -39,20 +40,7 @@ int count_lines(const std::string& text) {
   return lines;
 }
 
-const std::string kRun = R"(hardware { node { preset: "hgx-h100-8" } num_nodes: 1 }
-model { preset: "Llama-3.1-8B" }
-tensor_parallel_degree: 1
-workload {
-  closed_loop { concurrency: 4 num_requests: 8 prompt_tokens { fixed_tokens: 128 }
-                output_tokens { fixed_tokens: 64 } }
-  max_batch_size: 64
-  prefill_chunk_tokens: 512
-}
-policy { name: "full" }
-memory { runtime_reserve_gib: 2 activation_workspace_gib: 1 }
-engine { iteration_overhead_us: 1000 }
-seed: 7
-)";
+const std::string kRun = kvtier::test::small_run_text();
 
 // kRun's requests arriving open-loop: 600 Poisson arrivals at 4/s.
 std::string open_loop_run() {

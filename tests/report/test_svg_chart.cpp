@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -26,6 +27,18 @@ std::vector<std::pair<double, double>> polyline_points(const testing::XmlTree& p
   while (in >> pair) {
     const auto comma = pair.find(',');
     points.emplace_back(std::stod(pair.substr(0, comma)), std::stod(pair.substr(comma + 1)));
+  }
+  return points;
+}
+
+// The markers of the data (a scatter's legend draws dots too).
+std::vector<const testing::XmlTree*> data_points(const testing::XmlTree& svg) {
+  std::vector<const testing::XmlTree*> points;
+  for (const auto* group : elements(svg, "g")) {
+    if (attribute(*group, "class") == "series") {
+      const auto circles = elements(*group, "circle");
+      points.insert(points.end(), circles.begin(), circles.end());
+    }
   }
   return points;
 }
@@ -218,6 +231,8 @@ TEST_CASE("charts refuse data that does not match its shape", "[report]") {
   LineChart line;
   line.series.push_back({"s", {1, 2}, {1}});
   CHECK_THROWS_AS(line_chart_svg(line), std::invalid_argument);
+  line.series = {{"s", {1, 2}, {1, 2}, {"one note"}}};
+  CHECK_THROWS_AS(line_chart_svg(line), std::invalid_argument);
   BarChart bars;
   bars.groups = {"a"};
   bars.series = {"s", "t"};
@@ -225,6 +240,74 @@ TEST_CASE("charts refuse data that does not match its shape", "[report]") {
   CHECK_THROWS_AS(bar_chart_svg(bars), std::invalid_argument);
   bars.values = {{1.0}, {1.0, 2.0}};
   CHECK_THROWS_AS(bar_chart_svg(bars), std::invalid_argument);
+}
+
+TEST_CASE("a level guide is drawn across the plot, and the y axis reaches it", "[report]") {
+  LineChart chart;
+  chart.title = "TTFT p99 against batch";
+  chart.series.push_back({"full", {1, 2}, {10, 20}, {"meets the SLOs", "misses ttft_p99"}});
+  chart.guides.push_back({"SLO 50 ms", 0.0, 50.0});
+  const auto svg = parse_xml(line_chart_svg(chart));
+  const auto guides = elements(svg, "g");
+  const auto guide = std::find_if(guides.begin(), guides.end(), [](const auto* group) {
+    return attribute(*group, "class") == "guide";
+  });
+  REQUIRE(guide != guides.end());
+  const auto line = elements(**guide, "line");
+  REQUIRE(line.size() == 1);
+  // The y axis runs 0 to 50 (step 10): the level is its top.
+  CHECK(number_attribute(*line[0], "y1") == Approx(kPlotTop));
+  CHECK(number_attribute(*line[0], "y2") == Approx(kPlotTop));
+  CHECK(number_attribute(*line[0], "x1") == Approx(kPlotLeft));
+  CHECK(number_attribute(*line[0], "x2") == Approx(kPlotRight));
+  CHECK(attribute(*line[0], "stroke-dasharray") == "5 4");
+  CHECK(text_of(*elements(**guide, "title").front()) == "SLO 50 ms");
+  const auto circles = elements(svg, "circle");
+  REQUIRE(circles.size() == 2);
+  CHECK(text_of(*circles[1]) == "full: 2, 20 (misses ttft_p99)");
+  CHECK_THAT(kvtier::testing::joined_texts(svg, "text"), Catch::EndsWith("|full|SLO 50 ms|"));
+}
+
+TEST_CASE("a parity chart: points alone, both axes alike, y = x from corner to corner",
+          "[report]") {
+  LineChart chart;
+  chart.title = "simulated against published";
+  chart.x.scale = AxisScale::kLog;
+  chart.y.scale = AxisScale::kLog;
+  chart.lines = false;
+  chart.same_ranges = true;
+  chart.series.push_back({"tpot", {10, 20, 40}, {11, 19, 90}});
+  chart.guides.push_back({"y = x", 1.0, 0.0, false});
+  const auto svg = parse_xml(line_chart_svg(chart));
+  CHECK(elements(svg, "polyline").empty());
+  CHECK(data_points(svg).size() == 3);
+  // The legend shows a dot for points that are not joined, and a solid line for y = x.
+  CHECK(elements(svg, "circle").size() == 4);
+  // 10 to 90 on both axes: ticks 10, 20, 50, 100, so a point on y = x sits on the diagonal.
+  LineChart on_diagonal = chart;
+  on_diagonal.series = {{"s", {20}, {20}}, {"t", {10, 100}, {10, 100}}};
+  const auto diagonal = parse_xml(line_chart_svg(on_diagonal));
+  const auto point = data_points(diagonal).front();
+  const double across = (number_attribute(*point, "cx") - kPlotLeft) / (kPlotRight - kPlotLeft);
+  const double up = (kPlotBottom - number_attribute(*point, "cy")) / (kPlotBottom - kPlotTop);
+  CHECK(across == Approx(up).margin(0.002));
+  for (const auto* group : elements(diagonal, "g")) {
+    if (attribute(*group, "class") == "guide") {
+      const auto* line = elements(*group, "line").front();
+      CHECK(attribute(*line, "stroke-dasharray").empty());
+      CHECK(number_attribute(*line, "x1") == Approx(kPlotLeft));
+      CHECK(number_attribute(*line, "y1") == Approx(kPlotBottom));
+      CHECK(number_attribute(*line, "x2") == Approx(kPlotRight));
+      CHECK(number_attribute(*line, "y2") == Approx(kPlotTop));
+    }
+  }
+  LineChart mixed = chart;
+  mixed.y.scale = AxisScale::kLinear;
+  mixed.same_ranges = false;
+  CHECK_THROWS_AS(line_chart_svg(mixed), std::invalid_argument);  // y = x on mixed scales
+  mixed.guides.clear();
+  mixed.same_ranges = true;
+  CHECK_THROWS_AS(line_chart_svg(mixed), std::invalid_argument);
 }
 
 TEST_CASE("series past the palette repeat its colours with dashes", "[report]") {

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -114,6 +115,23 @@ TEST_CASE("the planned batch meets the SLO and one more request does not", "[pla
   CHECK((result.engines - 1) * result.output_tokens_per_s_per_engine < 10000.0);
   CHECK(result.gpus == result.engines);
   CHECK(result.nodes == (result.gpus + 7) / 8);
+  // Every probe is recorded as run: 1, the memory limit, then bisection; the planned batch is
+  // the largest feasible one, and every infeasible one lies above it.
+  REQUIRE(result.probes.size() == result.evaluations);
+  CHECK(result.probes.front().load == 1.0);
+  CHECK(result.probes.front().slo_values_ms == std::vector<double>{low});
+  double largest_feasible = 0.0;
+  for (const auto& probe : result.probes) {
+    INFO("batch " << probe.load);
+    CHECK(probe.feasible == (probe.slo_values_ms.at(0) <= (low + high) / 2));
+    CHECK(probe.feasible == probe.binding.empty());
+    if (probe.feasible) {
+      largest_feasible = std::max(largest_feasible, probe.load);
+    } else {
+      CHECK(probe.load > result.max_batch);
+    }
+  }
+  CHECK(largest_feasible == result.max_batch);
 }
 
 TEST_CASE("a loose SLO plans up to the batch cap or the memory limit", "[plan]") {
@@ -266,6 +284,20 @@ TEST_CASE("an open-loop plan finds the rate at the SLO's edge, within the precis
   CHECK(result.engines * result.requests_per_s_per_engine >= 1000.0);
   CHECK((result.engines - 1) * result.requests_per_s_per_engine < 1000.0);
   CHECK(result.notes.empty());
+  // The probes: the run's own rate first, its TTFT as a run at that rate gives it; the planned
+  // rate among them, and its neighbour past the precision missing the SLO.
+  REQUIRE(result.probes.size() == result.evaluations);
+  CHECK(result.probes.front().load == 4.0);
+  CHECK(result.probes.front().slo_values_ms.at(0) == at_rate(run, 4.0).at("ttft_p99_ms"));
+  const auto planned_probe = std::find_if(
+      result.probes.begin(), result.probes.end(),
+      [&result](const auto& probe) { return probe.load == result.requests_per_s_per_engine; });
+  REQUIRE(planned_probe != result.probes.end());
+  CHECK(planned_probe->feasible);
+  CHECK(planned_probe->output_tokens_per_s == planned.at("throughput_output_tokens_per_s"));
+  CHECK(std::any_of(result.probes.begin(), result.probes.end(), [&result](const auto& probe) {
+    return !probe.feasible && probe.load == result.infeasible_requests_per_s;
+  }));
   // Two targets: the engines serve both. Tokens at 64 a request ask for twice the engines.
   options.target_output_tokens_per_s = 2 * 64 * 1000.0;
   const auto both = plan_capacity(run, options);

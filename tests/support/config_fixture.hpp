@@ -7,6 +7,7 @@
 #include "common/errors.hpp"
 #include "configs/loader.hpp"
 #include "configs/presets.hpp"
+#include "tests/support/small_run.hpp"
 
 namespace kvtier::test {
 
@@ -43,23 +44,9 @@ std::vector<std::string> problems(const std::string& text,
   return {};
 }
 
-// A valid RunSpec to start tests from.
+// A valid RunSpec to start tests from (small_run.hpp's, after an empty line).
 inline std::string quickstart_run() {
-  return R"(
-hardware { node { preset: "hgx-h100-8" } num_nodes: 1 }
-model { preset: "Llama-3.1-8B" }
-tensor_parallel_degree: 1
-workload {
-  closed_loop { concurrency: 4 num_requests: 8 prompt_tokens { fixed_tokens: 128 }
-                output_tokens { fixed_tokens: 64 } }
-  max_batch_size: 64
-  prefill_chunk_tokens: 512
-}
-policy { name: "full" }
-memory { runtime_reserve_gib: 2 activation_workspace_gib: 1 }
-engine { iteration_overhead_us: 1000 }
-seed: 7
-)";
+  return "\n" + small_run_text();
 }
 
 }  // namespace kvtier::test

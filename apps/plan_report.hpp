@@ -1,0 +1,32 @@
+#pragma once
+// What `kvtier plan` prints: the answer table (text and html share it) and the page of
+// `--format html`.
+
+#include <string>
+#include <vector>
+
+#include "configs/schema/run.pb.h"
+#include "serving/plan.hpp"
+
+namespace kvtier::app {
+
+struct PlanTable {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;  // a row per result
+};
+
+// policy, the load (max batch and req/s, or max req/s and requests in flight), tokens/s per
+// engine, GPU and node, with targets the engines, GPUs and nodes, and what binds it.
+[[nodiscard]] PlanTable plan_table(const std::vector<serving::PlanResult>& results,
+                                   bool closed_loop, bool with_target);
+
+// The page: the answer for each policy charted side by side (its load, tokens/s per GPU, with
+// targets the GPUs), what binds it and its notes; every simulation of each search, each SLO's
+// metric against the load with the SLO's limit; the figures at the planned load. `policies`
+// names the results as the run wrote them.
+[[nodiscard]] std::string plan_html(const std::vector<serving::PlanResult>& results,
+                                    const std::vector<std::string>& policies,
+                                    const config::RunSpec& run, const serving::PlanOptions& options,
+                                    const std::string& file, const std::string& version);
+
+}  // namespace kvtier::app
