@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "apps/cli.hpp"
+#include "apps/replay_report.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "replay/demand_cache.hpp"
@@ -21,13 +22,15 @@ namespace po = boost::program_options;
 
 constexpr const char* kUsage =
     "usage: kvtier replay run --trace FILE --policy POLICY [--policy POLICY ...]\n"
-    "                         [--out DEMAND.h5] [--cache-dir DIR] [--format text|json]\n\n"
+    "                         [--out DEMAND.h5] [--cache-dir DIR] [--format text|json|html]\n\n"
     "Replays each policy over the trace and prints, per policy: the canonical policy string "
     "(every parameter), the attention mass kept (mean and minimum over steps and layers), the "
     "HBM fraction (mean and at the last step), the evicted fraction at the last step, tokens "
     "promoted, demoted and evicted, the T1 prefetch volumes (full: T1 tokens summed over steps "
     "and layers; differential: tokens newly placed in T1) and whether the demand came from the "
-    "cache. Token counts are summed over layers.\n\n"
+    "cache. Token counts are summed over layers. --format html prints a page that also charts, "
+    "per decode step, the mass kept, the context by tier and what crosses PCIe, and per layer "
+    "the mass kept and the HBM share.\n\n"
     "A policy is NAME:PARAM=VALUE,... (kvtier policies list). --out writes the demand file "
     "(one policy only). --cache-dir reads and writes demand files keyed by the trace's content "
     "hash and the canonical policy, so a repeated run reads instead of replaying. A trace with "
@@ -37,11 +40,6 @@ constexpr const char* kUsage =
 
 // Labels of the per-policy lines are padded to this width.
 constexpr std::size_t kLabelWidth = 27;
-
-struct PolicyRun {
-  std::string given;
-  replay::CachedReplay result;
-};
 
 std::string cache_cell(const replay::CachedReplay& result) {
   std::string text(replay::cache_outcome_name(result.outcome));
@@ -144,12 +142,12 @@ int run_replay_run(const Arguments& args, Context& context) {
                                                  "write the demand file here (one --policy only)")(
       "cache-dir", po::value<std::string>(),
       "demand cache folder: reuse demand files keyed by trace content and policy");
-  add_format_option(options);
+  add_format_option(options, true);
   po::variables_map values;
   if (!parse_arguments(args, options, {}, values, kUsage, context.out)) {
     return 0;
   }
-  const Format format = format_from(values);
+  const Format format = format_from(values, true);
   const auto policies = values["policy"].as<std::vector<std::string>>();
   const std::string out_file = values.count("out") != 0U ? values["out"].as<std::string>() : "";
   const std::string cache_dir =
@@ -192,7 +190,9 @@ int run_replay_run(const Arguments& args, Context& context) {
     const replay::CachedReplay& result = runs.front().result;
     replay::write_demand_file(out_file, result.demand, result.provenance);
   }
-  if (format == Format::kJson) {
+  if (format == Format::kHtml) {
+    context.out << replay_html(trace, runs, version_line());
+  } else if (format == Format::kJson) {
     print_json(context.out, trace, runs, cache_dir, out_file);
   } else {
     print_text(context.out, trace, runs, out_file);

@@ -89,7 +89,8 @@ struct Ticks {
   double step = 1.0;  // linear: between ticks; log: unused (0)
   std::vector<double> values;
 };
-// About `target` ticks; a degenerate range is widened around its value.
+// `target` to `target` + 3 ticks, at the finest round step that gives no more; a degenerate
+// range is widened around its value.
 [[nodiscard]] Ticks linear_ticks(double low, double high, int target = 6);
 // Powers of ten covering [low, high] (both > 0), with 2 and 5 times them when the range spans
 // two decades or less.

@@ -403,22 +403,32 @@ Ticks linear_ticks(double low, double high, int target) {
     low -= low == 0.0 ? 0.0 : pad;
     high += pad;
   }
+  // The finest round step (1, 2 or 5 times a power of ten) whose ticks number at most three
+  // more than asked: it wastes the least of the plot beyond the data.
   const double rough = (high - low) / std::max(1, target - 1);
-  const double magnitude = std::pow(10.0, std::floor(std::log10(rough)));
-  const double fraction = rough / magnitude;
-  const double nice = fraction <= 1.0 ? 1.0 : fraction <= 2.0 ? 2.0 : fraction <= 5.0 ? 5.0 : 10.0;
-  Ticks ticks;
-  ticks.step = nice * magnitude;
-  // A tolerance of a millionth of a step keeps 0.30000000000000004 from starting a new step.
-  const double slack = ticks.step * 1e-6;
-  const double first = std::floor((low + slack) / ticks.step);
-  const double last = std::ceil((high - slack) / ticks.step);
-  ticks.low = first * ticks.step;
-  ticks.high = last * ticks.step;
-  for (double k = first; k <= last; k += 1.0) {
-    ticks.values.push_back(k * ticks.step);
+  if (!std::isfinite(rough) || !(std::pow(10.0, std::floor(std::log10(rough)) - 1.0) > 0.0)) {
+    throw std::invalid_argument("linear_ticks: a range too wide or too narrow for doubles");
   }
-  return ticks;
+  Ticks ticks;
+  double first = 0.0;
+  double last = 0.0;
+  for (double decade = std::pow(10.0, std::floor(std::log10(rough)) - 1.0);; decade *= 10.0) {
+    for (const double multiple : {1.0, 2.0, 5.0}) {
+      ticks.step = multiple * decade;
+      // A tolerance of a millionth of a step keeps 0.30000000000000004 from starting a new one.
+      const double slack = ticks.step * 1e-6;
+      first = std::floor((low + slack) / ticks.step);
+      last = std::ceil((high - slack) / ticks.step);
+      if (last - first + 1.0 <= static_cast<double>(target + 3)) {
+        ticks.low = first * ticks.step;
+        ticks.high = last * ticks.step;
+        for (double k = first; k <= last; k += 1.0) {
+          ticks.values.push_back(k * ticks.step);
+        }
+        return ticks;
+      }
+    }
+  }
 }
 
 Ticks log_ticks(double low, double high) {

@@ -9,9 +9,11 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "tests/support/cli_runner.hpp"
+#include "tests/support/xml_reader.hpp"
 
 namespace {
 
@@ -206,4 +208,39 @@ TEST_CASE("replay run errors", "[cli][replay]") {
       run(with_trace + "--policy h2o --policy snapkv --cache-dir '" + cache.string() + "'"), 3,
       "--policy snapkv: ");
   CHECK_FALSE(fs::exists(cache));
+}
+
+TEST_CASE("kvtier replay run --format html charts each policy over the steps and layers",
+          "[cli][replay]") {
+  const std::string file = trace("html.h5");
+  const std::string args =
+      "replay run --trace '" + file + "' --policy full --policy tiered:hbm=0.5,evict=0.1";
+  const Json json = run_json(args);
+  const Result html = run(args + " --format html");
+  INFO("stderr: " << html.err);
+  REQUIRE(html.exit_code == 0);
+  const auto page = kvtier::testing::parse_xml(html.out);
+  const auto steps = json["trace"]["steps"].get<std::size_t>();
+  const auto layers = json["trace"]["layers"].get<std::size_t>();
+  std::map<std::string, const kvtier::testing::XmlTree*> charts;
+  for (const auto* svg : kvtier::testing::elements(page, "svg")) {
+    charts[kvtier::testing::attribute(*svg, "aria-label")] = svg;
+  }
+  // Over the steps: a line per policy (one stretch each, steps-long series thinned to the
+  // plot but never past it); by layer: a point per layer and policy.
+  const auto* kept = charts.at("Attention mass kept, mean over layers");
+  CHECK(kvtier::testing::elements(*kept, "polyline").size() == 2);
+  for (const char* policy : {"full", "tiered:hbm=0.5,evict=0.1"}) {
+    const auto* tiers = charts.at("The context by tier (" + std::string(policy) + ")");
+    CHECK(kvtier::testing::elements(*tiers, "polyline").size() == 4);
+  }
+  const auto* by_layer = charts.at("HBM share by layer, mean over steps");
+  CHECK(kvtier::testing::elements(*by_layer, "circle").size() == 2 * layers);
+  CHECK(steps == 160);
+  // The table holds the summary the JSON gives.
+  const std::string cells = kvtier::testing::joined_texts(page, "td");
+  char kept_mean[32];
+  std::snprintf(kept_mean, sizeof(kept_mean), "%.5f",
+                json["policies"][1]["mean_kept_mass"].get<double>());
+  CHECK_THAT(cells, Catch::Contains("|tiered:hbm=0.5,evict=0.1|" + std::string(kept_mean) + "|"));
 }

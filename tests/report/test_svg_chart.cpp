@@ -48,15 +48,19 @@ TEST_CASE("linear ticks are round values that cover the data", "[report]") {
   CHECK(ticks.step == 2.0);
   CHECK(ticks.values == std::vector<double>{0, 2, 4, 6, 8, 10});
   const Ticks small = linear_ticks(0.013, 0.087);
-  CHECK(small.step == Approx(0.02));
-  CHECK(small.low == 0.0);
-  CHECK(small.high == Approx(0.1));
-  REQUIRE(small.values.size() == 6);
-  CHECK(tick_label(small.values[3], small.step) == "0.06");
+  CHECK(small.step == Approx(0.01));
+  CHECK(small.low == Approx(0.01));
+  CHECK(small.high == Approx(0.09));
+  REQUIRE(small.values.size() == 9);
+  CHECK(tick_label(small.values[3], small.step) == "0.04");
+  // The finest step of at most target + 3 ticks: 0 to 1023 by 200, not by 500 to 1500.
+  const Ticks steps = linear_ticks(0.0, 1023.0);
+  CHECK(steps.step == 200.0);
+  CHECK(steps.high == 1200.0);
   // A tick a rounding error past the data does not add a step.
   const Ticks exact = linear_ticks(0.0, 0.1 + 0.2);
   CHECK(exact.high == Approx(0.3));
-  CHECK(exact.values.size() == 4);
+  CHECK(exact.values.size() == 7);
 }
 
 TEST_CASE("a degenerate range is widened around its value", "[report]") {
@@ -68,6 +72,8 @@ TEST_CASE("a degenerate range is widened around its value", "[report]") {
   CHECK(flat.high > 50.0);
   CHECK_THROWS_AS(linear_ticks(2.0, 1.0), std::invalid_argument);
   CHECK_THROWS_AS(linear_ticks(0.0, kNaN), std::invalid_argument);
+  CHECK_THROWS_AS(linear_ticks(-1e308, 1e308), std::invalid_argument);
+  CHECK_THROWS_AS(linear_ticks(0.0, 1e-323), std::invalid_argument);
 }
 
 TEST_CASE("log ticks are decades, with 2 and 5 over short ranges", "[report]") {
