@@ -241,10 +241,12 @@ int run_sim(const Arguments& args, Context& context) {
     const std::string metrics = serving::report_csv(reports);
     const std::string series = report.series.empty() ? "" : serving::series_csv(report);
     const std::string engines = serving::engines_csv(reports);
+    // OutputFile holds views: every text it writes lives until the files are written.
+    const std::string page =
+        wanted(config::HTML) ? serving::report_html(reports, run, version_line(), file) : "";
     std::vector<OutputFile> files;
     if (wanted(config::HTML)) {
-      files.push_back(
-          {folder / "report.html", serving::report_html(reports, run, version_line(), file)});
+      files.push_back({folder / "report.html", page});
     }
     if (wanted(config::JSON)) {
       files.push_back({folder / "report.json", json});
