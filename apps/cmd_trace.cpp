@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "apps/cli.hpp"
+#include "apps/trace_report.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "configs/locations.hpp"
@@ -61,6 +62,24 @@ traces::WriterOptions writer_options(const po::variables_map& values, const std:
   return options;
 }
 
+// "0,15,31": layer indices; ConfigError naming the option for anything else.
+std::vector<std::uint32_t> parse_layer_list(const std::string& text, const char* option) {
+  std::vector<std::uint32_t> layers;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(',', begin), text.size());
+    std::uint32_t layer = 0;
+    const auto parsed = std::from_chars(text.data() + begin, text.data() + end, layer);
+    if (end == begin || parsed.ec != std::errc() || parsed.ptr != text.data() + end) {
+      throw ConfigError(std::string(option) + " takes layer numbers separated by commas, got '" +
+                        text + "'");
+    }
+    layers.push_back(layer);
+    begin = end + 1;
+  }
+  return layers;
+}
+
 // "A:B" is the half-open range [A, B); "A" alone is [A, A + 1).
 std::pair<std::uint32_t, std::uint32_t> parse_range(const std::string& text, const char* option) {
   const auto colon = text.find(':');
@@ -89,21 +108,28 @@ int info(const Arguments& args, Context& context) {
       "steps the statistics read, evenly spread (0: all)")(
       "sink-tokens", po::value<std::uint32_t>()->default_value(4), "positions counted as sinks")(
       "threshold", po::value<double>()->default_value(0.01),
-      "weights at least this heavy enter the reach histogram");
-  add_format_option(options);
+      "weights at least this heavy enter the reach histogram")(
+      "map-layers", po::value<std::string>(),
+      "html: layers to draw attention maps of, e.g. 0,15,31 (default: the first, middle and "
+      "last)");
+  add_format_option(options, true);
   po::positional_options_description positional;
   positional.add("file", 1);
   po::variables_map values;
   if (!parse_arguments(args, options, positional, values,
                        "usage: kvtier trace info FILE [--sample-steps N] [--sink-tokens N] "
-                       "[--threshold W] [--format text|json]\n\n"
+                       "[--threshold W] [--format text|json|html [--map-layers L,...]]\n\n"
                        "What a trace holds and per-layer attention statistics: sink mass, mass "
                        "within the last 128 tokens, far mass, entropy, recency decay and how far "
-                       "back attention reaches.",
+                       "back attention reaches. --format html also draws them, and maps where "
+                       "chosen layers' attention goes, step by step.",
                        context.out)) {
     return 0;
   }
-  const Format format = format_from(values);
+  const Format format = format_from(values, true);
+  if (values.count("map-layers") != 0U && format != Format::kHtml) {
+    throw ConfigError("--map-layers chooses the attention maps of --format html");
+  }
   const traces::TraceReader reader(values["file"].as<std::string>());
   traces::StatsOptions stats_options;
   stats_options.sample_steps = values["sample-steps"].as<std::uint32_t>();
@@ -115,6 +141,23 @@ int info(const Arguments& args, Context& context) {
   }
   const traces::TraceStats stats = traces::compute_stats(reader, stats_options);
   const traces::TraceSummary summary = traces::summarize(reader);
+  if (format == Format::kHtml) {
+    const traces::LayerRange layers = reader.shape().layers;
+    const std::vector<std::uint32_t> chosen =
+        values.count("map-layers") != 0U
+            ? parse_layer_list(values["map-layers"].as<std::string>(), "--map-layers")
+            : std::vector<std::uint32_t>{layers.first, layers.first + layers.count / 2,
+                                         layers.end() - 1};
+    std::vector<traces::AttentionMap> maps;
+    for (const std::uint32_t layer : chosen) {
+      if (std::none_of(maps.begin(), maps.end(),
+                       [layer](const traces::AttentionMap& map) { return map.layer == layer; })) {
+        maps.push_back(traces::attention_map(reader, layer));
+      }
+    }
+    context.out << trace_html(reader, summary, stats, stats_options, maps, version_line());
+    return 0;
+  }
   context.out << (format == Format::kJson
                       ? traces::describe_json(reader, summary, stats, stats_options)
                       : traces::describe_text(reader, summary, stats, stats_options));

@@ -6,6 +6,7 @@
 // <title> (shown on hover), at full precision. Same chart, same bytes: coordinates are printed
 // with a fixed number of decimals.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

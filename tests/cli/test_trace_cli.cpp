@@ -8,6 +8,7 @@
 #include <string>
 
 #include "tests/support/cli_runner.hpp"
+#include "tests/support/xml_reader.hpp"
 
 namespace {
 
@@ -67,6 +68,36 @@ TEST_CASE("synth, info, validate", "[cli][trace]") {
   const Result valid = run("trace validate '" + file + "'");
   CHECK(valid.exit_code == 0);
   CHECK_THAT(valid.out, Catch::Contains("valid"));
+}
+
+TEST_CASE("trace info --format html charts the layers and maps chosen layers' attention",
+          "[cli][trace]") {
+  const std::string file = path_of("html.h5");
+  REQUIRE(run(synth_command() + "'" + file + "'").exit_code == 0);
+  const auto map_titles = [](const std::string& html) {
+    std::vector<std::string> titles;
+    const kvtier::testing::XmlTree page = kvtier::testing::parse_xml(html);
+    for (const auto* svg : kvtier::testing::elements(page, "svg")) {
+      const std::string title = kvtier::testing::attribute(*svg, "aria-label");
+      if (title.rfind("Layer ", 0) == 0) {
+        titles.push_back(title.substr(0, title.find(' ', 6)));
+      }
+    }
+    return titles;
+  };
+  // stories260K's five layers: the first, the middle and the last by default.
+  const Result html = run("trace info --format html '" + file + "'");
+  REQUIRE(html.exit_code == 0);
+  CHECK(map_titles(html.out) == std::vector<std::string>{"Layer 0", "Layer 2", "Layer 4"});
+  CHECK_THAT(html.out, Catch::Contains("reach p90") && Catch::Contains("stories260K"));
+  const Result chosen = run("trace info --format html --map-layers 3,1,3 '" + file + "'");
+  REQUIRE(chosen.exit_code == 0);
+  CHECK(map_titles(chosen.out) == std::vector<std::string>{"Layer 3", "Layer 1"});
+  expect_one_line_error(run("trace info --map-layers 1 '" + file + "'"), 2, "--format html");
+  expect_one_line_error(run("trace info --format html --map-layers 1,x '" + file + "'"), 2,
+                        "--map-layers takes layer numbers");
+  expect_one_line_error(run("trace info --format html --map-layers 9 '" + file + "'"), 3,
+                        "layer 9 is not in the trace");
 }
 
 TEST_CASE("synth is deterministic", "[cli][trace]") {

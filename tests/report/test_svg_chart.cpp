@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "report/heat_map.hpp"
 #include "report/svg_chart.hpp"
 #include "tests/support/xml_reader.hpp"
 
@@ -314,6 +315,50 @@ TEST_CASE("a parity chart: points alone, both axes alike, y = x from corner to c
   mixed.guides.clear();
   mixed.same_ranges = true;
   CHECK_THROWS_AS(line_chart_svg(mixed), std::invalid_argument);
+}
+
+TEST_CASE("a heat map merges each row's runs of one colour and leaves empty cells out",
+          "[report]") {
+  HeatMap map;
+  map.title = "attention";
+  map.rows = 2;
+  map.columns = 4;
+  map.decades = 2;
+  // Row 0: the largest value, a hundredth of it, then nothing; row 1 one colour throughout.
+  map.values = {1.0, 0.01, kNaN, kNaN, 0.1, 0.1, 0.1, 0.1};
+  map.x_high = 400;
+  map.y_high = 20;
+  const auto svg = parse_xml(heat_map_svg(map));
+  std::vector<const testing::XmlTree*> cells;
+  for (const auto* group : elements(svg, "g")) {
+    if (attribute(*group, "class") == "cells") {
+      cells = elements(*group, "rect");
+    }
+  }
+  REQUIRE(cells.size() == 3);
+  // The largest value takes the scale's top colour, two decades below its bottom one.
+  CHECK(attribute(*cells[0], "fill") == heat_colour((31 + 0.5) / 32));
+  CHECK(attribute(*cells[1], "fill") == heat_colour(0.5 / 32));
+  // Neighbours share their edge exactly, and a merged run spans the row.
+  CHECK(number_attribute(*cells[0], "x") + number_attribute(*cells[0], "width") ==
+        Approx(number_attribute(*cells[1], "x")).margin(1e-9));
+  CHECK(number_attribute(*cells[2], "width") ==
+        Approx(number_attribute(*cells[0], "width") * 4).margin(0.11));
+  CHECK(number_attribute(*cells[2], "y") ==
+        Approx(number_attribute(*cells[0], "y") + number_attribute(*cells[0], "height"))
+            .margin(1e-9));
+  // The colour bar's labels are the scale's decades.
+  CHECK_THAT(kvtier::testing::joined_texts(svg, "text"),
+             Catch::Contains("|1|") && Catch::Contains("|0.1|") && Catch::Contains("|≤ 0.01|"));
+  map.values.pop_back();
+  CHECK_THROWS_AS(heat_map_svg(map), std::invalid_argument);
+}
+
+TEST_CASE("heat colours run from viridis' dark blue to its yellow", "[report]") {
+  CHECK(heat_colour(0.0) == "#440154");
+  CHECK(heat_colour(1.0) == "#fde725");
+  CHECK(heat_colour(kNaN) == "#440154");
+  CHECK(heat_colour(2.0) == "#fde725");
 }
 
 TEST_CASE("series past the palette repeat its colours with dashes", "[report]") {

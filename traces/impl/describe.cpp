@@ -78,6 +78,53 @@ std::string reach_quantile(const LayerStats& layer, double share) {
   return "-";
 }
 
+std::vector<std::pair<std::string, std::string>> describe_facts(const TraceReader& reader,
+                                                                const TraceSummary& summary) {
+  const TraceShape& shape = reader.shape();
+  const config::TraceMeta& meta = reader.meta();
+  return {{"format", "kvtier-attention-trace v1, producer " + reader.producer() + ", created " +
+                         reader.created()},
+          {"model", meta.model().name() + " (" + std::to_string(meta.model().num_hidden_layers()) +
+                        " layers, " + std::to_string(shape.heads) + " heads, " +
+                        std::to_string(shape.kv_heads) + " KV heads, vocabulary " +
+                        std::to_string(shape.vocab_size) + ")"},
+          {"prompt tokens", std::to_string(shape.prompt_tokens)},
+          {"decode steps", std::to_string(shape.steps)},
+          {"layers",
+           std::to_string(shape.layers.first) + ".." + std::to_string(shape.layers.end() - 1)},
+          {"granularities", granularities(shape)},
+          {"attention dtype", std::string(config::dtype_name(meta.attention_dtype()))},
+          {"source", source_text(meta)},
+          {"file size", format_fixed(static_cast<double>(summary.file_bytes) / kMiB, 2) + " MiB"},
+          {"attention data",
+           format_fixed(static_cast<double>(summary.attention.logical_bytes) / kMiB, 2) +
+               " MiB, stored in " +
+               format_fixed(static_cast<double>(summary.attention.stored_bytes) / kMiB, 2) +
+               " MiB (compression " + format_fixed(ratio(summary), 2) + "x)"}};
+}
+
+std::vector<std::vector<std::string>> layer_rows(const TraceStats& stats) {
+  std::vector<std::vector<std::string>> rows;
+  for (const LayerStats& layer : stats.layers) {
+    rows.push_back({std::to_string(layer.layer), format_fixed(layer.sink_mass, 3),
+                    format_fixed(layer.recent_mass, 3), format_fixed(layer.far_mass, 3),
+                    format_fixed(layer.entropy_bits, 2),
+                    format_fixed(layer.recency_decay_tokens, 1), reach_quantile(layer, 0.5),
+                    reach_quantile(layer, 0.9), reach_quantile(layer, 0.99)});
+  }
+  return rows;
+}
+
+std::array<double, kReachBins> mean_reach(const TraceStats& stats) {
+  std::array<double, kReachBins> reach{};
+  for (const LayerStats& layer : stats.layers) {
+    for (std::size_t bin = 0; bin < kReachBins; ++bin) {
+      reach[bin] += layer.reach[bin] / static_cast<double>(stats.layers.size());
+    }
+  }
+  return reach;
+}
+
 std::string describe_text(const TraceReader& reader, const TraceSummary& summary,
                           const TraceStats& stats, const StatsOptions& options) {
   const TraceShape& shape = reader.shape();
@@ -85,27 +132,9 @@ std::string describe_text(const TraceReader& reader, const TraceSummary& summary
   std::ostringstream out;
   out << "trace " << reader.file_name() << "\n\n";
   TextTable facts({"field", "value"});
-  facts.add_row({"format", "kvtier-attention-trace v1, producer " + reader.producer() +
-                               ", created " + reader.created()});
-  facts.add_row({"model", meta.model().name() + " (" +
-                              std::to_string(meta.model().num_hidden_layers()) + " layers, " +
-                              std::to_string(shape.heads) + " heads, " +
-                              std::to_string(shape.kv_heads) + " KV heads, vocabulary " +
-                              std::to_string(shape.vocab_size) + ")"});
-  facts.add_row({"prompt tokens", std::to_string(shape.prompt_tokens)});
-  facts.add_row({"decode steps", std::to_string(shape.steps)});
-  facts.add_row({"layers", std::to_string(shape.layers.first) + ".." +
-                               std::to_string(shape.layers.end() - 1)});
-  facts.add_row({"granularities", granularities(shape)});
-  facts.add_row({"attention dtype", std::string(config::dtype_name(meta.attention_dtype()))});
-  facts.add_row({"source", source_text(meta)});
-  facts.add_row(
-      {"file size", format_fixed(static_cast<double>(summary.file_bytes) / kMiB, 2) + " MiB"});
-  facts.add_row({"attention data",
-                 format_fixed(static_cast<double>(summary.attention.logical_bytes) / kMiB, 2) +
-                     " MiB, stored in " +
-                     format_fixed(static_cast<double>(summary.attention.stored_bytes) / kMiB, 2) +
-                     " MiB (compression " + format_fixed(ratio(summary), 2) + "x)"});
+  for (const auto& [field, value] : describe_facts(reader, summary)) {
+    facts.add_row({field, value});
+  }
   facts.render(out);
   if (meta.source().has_synthetic()) {
     const config::SyntheticAttention& p = meta.source().synthetic();
@@ -121,24 +150,15 @@ std::string describe_text(const TraceReader& reader, const TraceSummary& summary
       << options.recent_window << "; far: distance >= " << options.far_distance
       << ", sinks excluded; reach: distance quantiles of non-sink weights >= "
       << format_double(options.reach_threshold) << ")\n\n";
-  TextTable table({"layer", "sink", "recent", "far", "entropy bits", "decay tokens", "reach p50",
-                   "reach p90", "reach p99"},
-                  {true, true, true, true, true, true, true, true, true});
-  std::array<double, kReachBins> reach{};
-  for (const LayerStats& layer : stats.layers) {
-    table.add_row({std::to_string(layer.layer), format_fixed(layer.sink_mass, 3),
-                   format_fixed(layer.recent_mass, 3), format_fixed(layer.far_mass, 3),
-                   format_fixed(layer.entropy_bits, 2), format_fixed(layer.recency_decay_tokens, 1),
-                   reach_quantile(layer, 0.5), reach_quantile(layer, 0.9),
-                   reach_quantile(layer, 0.99)});
-    for (std::size_t bin = 0; bin < kReachBins; ++bin) {
-      reach[bin] += layer.reach[bin] / static_cast<double>(stats.layers.size());
-    }
+  TextTable table(kLayerColumns, std::vector<bool>(kLayerColumns.size(), true));
+  for (const auto& row : layer_rows(stats)) {
+    table.add_row(row);
   }
   table.render(out);
   out << "\nreach histogram, mean over layers (share of non-sink weights >= "
       << format_double(options.reach_threshold) << " by distance):\n\n";
   TextTable histogram({"distance", "share"}, {true, true});
+  const std::array<double, kReachBins> reach = mean_reach(stats);
   for (std::size_t bin = 0; bin < kReachBins; ++bin) {
     if (reach[bin] > 0.0) {
       histogram.add_row({reach_bin_label(bin), format_fixed(reach[bin], 4)});
