@@ -28,9 +28,11 @@ namespace kvtier::serving {
 
 // What a disaggregated cluster's KV transfers did.
 struct KvTransfers {
-  std::uint64_t count = 0;
-  double bytes = 0.0;  // per GPU
-  sim::Tick busy;      // Σ over transfers of the time one took on the link
+  std::uint64_t count = 0;  // copies over the link (a prompt found all cached makes none)
+  double bytes = 0.0;       // per GPU
+  // Per GPU: prompt KV the decode engines found in their prefix caches and did not pull.
+  double cached_bytes = 0.0;
+  sim::Tick busy;  // Σ over transfers of the time one took on the link
   // Per request handed off: from its first token to its KV in its decode engine's HBM (waiting
   // for admission there, for the link, and the copy), and of that the copy with its wait for
   // the link.
@@ -72,6 +74,8 @@ class Cluster {
   void route(std::uint32_t request);
   void route_decode(std::size_t prefill_engine, std::uint32_t request, sim::Tick arrival);
   void transfer(std::uint32_t request);
+  // The KV is in: the prefill engine lets its copy go, the decode engine may decode.
+  void hand_over(std::uint32_t request);
 
   sim::Simulator& simulator_;
   Workload workload_;

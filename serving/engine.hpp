@@ -180,6 +180,11 @@ class ServingEngine {
   [[nodiscard]] std::uint64_t cached_prefix_blocks(std::uint32_t request) const {
     return prefix_hits(request).blocks;
   }
+  // The blocks of a request's context it holds from the prefix cache: a decode engine's
+  // request receiving its KV pulls its prompt's other blocks only.
+  [[nodiscard]] std::uint64_t held_cached_blocks(std::uint32_t request) const {
+    return requests_[request].cache_held;
+  }
 
   [[nodiscard]] const ServingTotals& totals() const noexcept { return totals_; }
   [[nodiscard]] const MemoryPlan& memory() const noexcept { return plan_; }
@@ -310,7 +315,8 @@ class ServingEngine {
   }
   [[nodiscard]] Footprint planned_footprint() const;
   // Prefix caching (none without it or once a prefill has begun; at most all but the last
-  // token's blocks, which the prefill computes to give the next token).
+  // token's blocks, which the prefill computes to give the next token; a decode engine's
+  // request received prefilled: every full block of its prompt).
   [[nodiscard]] PrefixHits prefix_hits(std::uint32_t id) const;
   // Takes them: its prefill starts after them.
   void take_prefix_hits(std::uint32_t id, const PrefixHits& hits);

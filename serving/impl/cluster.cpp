@@ -112,10 +112,20 @@ void Cluster::route_decode(std::size_t prefill_engine, std::uint32_t request, si
 
 void Cluster::transfer(std::uint32_t request) {
   const Handoff& handoff = handoffs_[request];
-  // Each GPU's share of the prompt's KV in its prefill engine's HBM, in whole blocks.
-  const double bytes = engines_[handoff.prefill_engine]->memory().kv_bytes_for(
-      workload_.requests[request].prompt_tokens);
+  // Each GPU's share of the prompt's KV in its prefill engine's HBM, in whole blocks, less the
+  // blocks the decode engine found in its own prefix cache.
+  const MemoryPlan& memory = engines_[handoff.prefill_engine]->memory();
+  const double cached =
+      static_cast<double>(engines_[handoff.decode_engine]->held_cached_blocks(request)) *
+      memory.block_bytes();
+  const double bytes = memory.kv_bytes_for(workload_.requests[request].prompt_tokens) - cached;
+  transfers_.cached_bytes += cached;
   const sim::Tick now = simulator_.now();
+  if (bytes <= 0.0) {
+    // Every block was cached there: nothing crosses the link.
+    simulator_.schedule_at(now, [this, request] { hand_over(request); });
+    return;
+  }
   const sim::Tick start = std::max(
       {now, sending_free_[handoff.prefill_engine], receiving_free_[handoff.decode_engine]});
   const sim::Tick copy = swap_time(bytes, 1, link_bytes_per_s_, link_setup_);
@@ -126,12 +136,14 @@ void Cluster::transfer(std::uint32_t request) {
   transfers_.bytes += bytes;
   transfers_.busy += copy;
   transfers_.transfer.record(end - now);
-  simulator_.schedule_at(end, [this, request] {
-    const Handoff& done = handoffs_[request];
-    transfers_.handoff.record(simulator_.now() - done.prefilled);
-    engines_[done.prefill_engine]->release(request);
-    engines_[done.decode_engine]->kv_received(request);
-  });
+  simulator_.schedule_at(end, [this, request] { hand_over(request); });
+}
+
+void Cluster::hand_over(std::uint32_t request) {
+  const Handoff& done = handoffs_[request];
+  transfers_.handoff.record(simulator_.now() - done.prefilled);
+  engines_[done.prefill_engine]->release(request);
+  engines_[done.decode_engine]->kv_received(request);
 }
 
 }  // namespace kvtier::serving

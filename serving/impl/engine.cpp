@@ -640,7 +640,11 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
     // out of the free memory count with its first chunk.
     const PrefixHits hits = prefix_hits(id);
     Footprint first_chunk;
-    if (hits.blocks > 0) {
+    if (head.remote) {
+      // Its prompt's KV arrives whole, less the cached blocks it shares.
+      first_chunk = footprint(id, 0);
+      first_chunk.hbm -= static_cast<double>(hits.shared()) * plan_.block_bytes();
+    } else if (hits.blocks > 0) {
       const std::uint64_t start = hits.blocks * plan_.block_tokens;
       first_chunk.hbm = plan_.kv_bytes_for(start + std::min(budget, head.prefill_target - start)) -
                         static_cast<double>(hits.shared()) * plan_.block_bytes();

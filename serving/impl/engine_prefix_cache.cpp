@@ -37,10 +37,14 @@ class ChunkCounter {
 ServingEngine::PrefixHits ServingEngine::prefix_hits(std::uint32_t id) const {
   const Request& request = requests_[id];
   PrefixHits hits;
-  if (!prefix_cache_ || request.prefilled > 0 || !prefilling(request)) {
+  // A decode engine's request arriving with its prompt's KV at a prefill engine pulls only the
+  // blocks not cached here (as vLLM's and Dynamo's connectors do): every full block of its
+  // prompt may be a hit. A prefill looks up all but its last token's block.
+  if (!prefix_cache_ || (!request.remote && (request.prefilled > 0 || !prefilling(request)))) {
     return hits;
   }
-  const std::uint64_t limit = (request.prefill_target - 1) / plan_.block_tokens;
+  const std::uint64_t limit = request.remote ? request.spec.prompt_tokens / plan_.block_tokens
+                                             : (request.prefill_target - 1) / plan_.block_tokens;
   while (hits.blocks < limit) {
     const BlockKey key = block_key(request.spec, id, hits.blocks, plan_.block_tokens);
     if (prefix_cache_->cached(key)) {
@@ -57,13 +61,17 @@ ServingEngine::PrefixHits ServingEngine::prefix_hits(std::uint32_t id) const {
 
 void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
   Request& request = requests_[id];
-  // As prefix_hits: only a prefill from its start looks its prompt up. A request that arrives
-  // with its prompt's KV (from a prefill engine) has nothing to look up or prefill again.
-  if (!prefix_cache_ || request.prefilled > 0 || !prefilling(request)) {
+  // As prefix_hits: a prefill from its start, or a prompt whose KV a prefill engine holds. The
+  // latter prefills nothing again: its prompt's blocks not found here are pulled.
+  if (!prefix_cache_ || (!request.remote && (request.prefilled > 0 || !prefilling(request)))) {
     return;
   }
-  totals_.prefix_queried_tokens += request.prefill_target;
-  totals_.prefix_hit_tokens += hits.blocks * plan_.block_tokens;
+  // A decode engine's lookups are not its prefills': the cluster counts what they spared the
+  // link (kv_transfer_cached_gb).
+  if (!request.remote) {
+    totals_.prefix_queried_tokens += request.prefill_target;
+    totals_.prefix_hit_tokens += hits.blocks * plan_.block_tokens;
+  }
   ChunkCounter chunks(prefix_chunk_blocks_);
   for (std::uint64_t place = 0; place < hits.blocks; ++place) {
     const BlockKey key = block_key(request.spec, id, place, plan_.block_tokens);
@@ -80,7 +88,9 @@ void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
   prefix_load_chunks_now_ += chunks.touched();
   totals_.prefix_host_hit_tokens += hits.loaded * plan_.block_tokens;
   request.cache_held = hits.blocks;
-  request.prefilled = hits.blocks * plan_.block_tokens;
+  if (!request.remote) {
+    request.prefilled = hits.blocks * plan_.block_tokens;
+  }
 }
 
 void ServingEngine::cache_filled_blocks(std::uint32_t id) {

@@ -87,6 +87,7 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
   m.push_back({"decode_gpu_busy_fraction", busy.decode_fraction, 4});
   m.push_back({"kv_transfers", static_cast<double>(transfers.count), 0});
   m.push_back({"kv_transfer_gb", transfers.bytes / 1e9, 3});
+  m.push_back({"kv_transfer_cached_gb", transfers.cached_bytes / 1e9, 3});
   // Each transfer holds one prefill engine's sending side and one decode engine's receiving
   // side for its copy.
   m.push_back(

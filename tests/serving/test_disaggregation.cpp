@@ -101,6 +101,40 @@ TEST_CASE("a handed-off request costs its KV's copy and nothing else", "[disaggr
   CHECK(prefill.kv_used().value() == 0.0);
 }
 
+TEST_CASE("a decode engine pulls only the prompt blocks its prefix cache lacks",
+          "[disaggregation]") {
+  // Two requests of one 1,024-token prefix and 128 tokens of their own, the second arriving once
+  // the first has finished: the decode engine has the prefix's 64 blocks cached by then, and
+  // pulls the second prompt's other 8 blocks only.
+  const RunSpec run = split_run(2, 1, {"memory.kv_block_tokens=16", "memory.prefix_caching=true"});
+  const auto request = [](double seconds) {
+    RequestSpec spec = request_at(seconds, 1152, 32);
+    spec.shared_tokens = 1024;
+    spec.segment_tokens = 1024;
+    spec.segments = {7};
+    return spec;
+  };
+  const auto served = serve(run, open_loop({request(0), request(10)}));
+  const Cluster& cluster = *served->cluster;
+  const auto& prefill = cluster.engine(0);
+  const auto& decode = cluster.engine(1);
+  REQUIRE(decode.totals().requests_completed == 2);
+  const double block = prefill.memory().block_bytes();
+  CHECK(cluster.kv_transfers().count == 2);
+  CHECK(cluster.kv_transfers().bytes == Approx((72 + 8) * block));
+  CHECK(cluster.kv_transfers().cached_bytes == Approx(64 * block));
+  const auto& link = run.cluster().disaggregation().kv_link();
+  const Tick eight_blocks = kvtier::serving::swap_time(
+      8 * block, 1, kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::PEER) * 1e9,
+      kvtier::sim::from_microseconds(link.per_copy_overhead_us(), kvtier::sim::Rounding::kUp));
+  CHECK(cluster.kv_transfers().transfer.min() == eight_blocks);
+  CHECK(cluster.kv_transfers().transfer.max() == copy_time(cluster, run, 1152));
+  // The prefill engine found the prefix too; the decode engine's lookups are not prefills'.
+  CHECK(prefill.totals().prefix_hit_tokens == 1024);
+  CHECK(decode.totals().prefix_queried_tokens == 0);
+  CHECK(decode.totals().prompt_tokens == 0);
+}
+
 TEST_CASE("a request of one output token ends where it was prefilled", "[disaggregation]") {
   const auto served = serve(split_run(2, 1), open_loop({request_at(0, 512, 1)}));
   CHECK(served->cluster->kv_transfers().count == 0);
