@@ -11,7 +11,8 @@
 
 namespace kvtier::report {
 
-// & < > " and ' as entities.
+// & < > " and ' as entities; control characters other than tab and line ends, and bytes of no
+// valid UTF-8 sequence, as U+FFFD (XML 1.0 allows them in no form).
 [[nodiscard]] std::string html_escape(std::string_view text);
 
 class HtmlPage {

@@ -68,7 +68,7 @@ struct PlanProbe {
   // The SLOs' metrics in PlanOptions::slos' order, in ms; NaN where the run has none (the
   // policy's requests did not fit).
   std::vector<double> slo_values_ms;
-  double output_tokens_per_s = 0.0;  // NaN likewise
+  double output_tokens_per_s = 0.0;  // per engine (a cluster's share); NaN likewise
 };
 
 struct PlanResult {

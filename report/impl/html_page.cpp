@@ -1,5 +1,7 @@
 #include "report/html_page.hpp"
 
+#include "common/utf8.hpp"
+
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -37,16 +39,26 @@ svg.chart g.series circle { stroke: none; }
 }  // namespace
 
 std::string html_escape(std::string_view text) {
+  // XML 1.0 allows no other control characters, not even as references, nor invalid UTF-8.
+  static const std::string kReplacement = utf8_of(U'\uFFFD');
   std::string escaped;
   escaped.reserve(text.size());
-  for (const char c : text) {
+  for (const char c : valid_utf8(text)) {
     switch (c) {
       case '&': escaped += "&amp;"; break;
       case '<': escaped += "&lt;"; break;
       case '>': escaped += "&gt;"; break;
       case '"': escaped += "&quot;"; break;
       case '\'': escaped += "&apos;"; break;
-      default: escaped += c;
+      case '\t':
+      case '\n':
+      case '\r': escaped += c; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 || c == '\x7f') {
+          escaped += kReplacement;
+        } else {
+          escaped += c;
+        }
     }
   }
   return escaped;

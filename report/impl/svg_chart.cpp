@@ -287,9 +287,12 @@ Ticks linear_ticks(double low, double high, int target) {
   if (!finite(low) || !finite(high) || low > high) {
     throw std::invalid_argument("linear_ticks: not a range");
   }
-  if (low == high) {
-    const double pad = low == 0.0 ? 1.0 : std::abs(low) * 0.1;
-    low -= low == 0.0 ? 0.0 : pad;
+  // A range of a few ulps is as degenerate as none: no round step ticks it in doubles.
+  if (high - low <=
+      8.0 * std::numeric_limits<double>::epsilon() * std::max(std::abs(low), std::abs(high))) {
+    const double pad =
+        low == 0.0 && high == 0.0 ? 1.0 : std::max(std::abs(low), std::abs(high)) * 0.1;
+    low -= low == 0.0 && high == 0.0 ? 0.0 : pad;
     high += pad;
   }
   // The finest round step (1, 2 or 5 times a power of ten) whose ticks number at most three
@@ -311,8 +314,9 @@ Ticks linear_ticks(double low, double high, int target) {
       if (last - first + 1.0 <= static_cast<double>(target + 3)) {
         ticks.low = first * ticks.step;
         ticks.high = last * ticks.step;
-        for (double k = first; k <= last; k += 1.0) {
-          ticks.values.push_back(k * ticks.step);
+        const auto count = static_cast<int>(last - first) + 1;
+        for (int k = 0; k < count; ++k) {
+          ticks.values.push_back((first + k) * ticks.step);
         }
         return ticks;
       }

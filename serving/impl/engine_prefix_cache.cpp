@@ -66,8 +66,8 @@ void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
   if (!prefix_cache_ || (!request.remote && (request.prefilled > 0 || !prefilling(request)))) {
     return;
   }
-  // A decode engine's lookups are not its prefills': the cluster counts what they spared the
-  // link (kv_transfer_cached_gb).
+  // A decode engine's lookups are not its prefills' (its host-tier loads are copies all the
+  // same): the cluster counts what they spared the link (kv_transfer_cached_gb).
   if (!request.remote) {
     totals_.prefix_queried_tokens += request.prefill_target;
     totals_.prefix_hit_tokens += hits.blocks * plan_.block_tokens;
@@ -86,7 +86,9 @@ void ServingEngine::take_prefix_hits(std::uint32_t id, const PrefixHits& hits) {
     }
   }
   prefix_load_chunks_now_ += chunks.touched();
-  totals_.prefix_host_hit_tokens += hits.loaded * plan_.block_tokens;
+  if (!request.remote) {
+    totals_.prefix_host_hit_tokens += hits.loaded * plan_.block_tokens;
+  }
   request.cache_held = hits.blocks;
   if (!request.remote) {
     request.prefilled = hits.blocks * plan_.block_tokens;

@@ -37,8 +37,13 @@ void record_probe(PlanResult& result, double load, const Evaluation& evaluation,
     return evaluation.report.does_not_fit.empty() ? metric(evaluation.report.metrics, name)
                                                   : std::numeric_limits<double>::quiet_NaN();
   };
-  PlanProbe probe{
-      load, evaluation.feasible, evaluation.binding, {}, value("throughput_output_tokens_per_s")};
+  // A cluster's run reports the cluster's throughput: the probe's is an engine's share, as its
+  // load is.
+  PlanProbe probe{load,
+                  evaluation.feasible,
+                  evaluation.binding,
+                  {},
+                  value("throughput_output_tokens_per_s") / result.cluster_engines};
   for (const Slo& slo : slos) {
     probe.slo_values_ms.push_back(value(slo.metric));
   }

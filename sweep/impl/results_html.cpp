@@ -180,6 +180,10 @@ class SweepCharts {
       if (axes_[a].policy) {
         policy_axis_ = a;
       }
+      // An axis that edits a policy's fields makes its rows' policies differ from the spec's.
+      const std::string& path = manifest.axis_paths[a];
+      policy_edited_ = policy_edited_ || path.starts_with("policy.");
+      compare_edited_ = compare_edited_ || path.starts_with("compare");
     }
     std::size_t k = 0;
     for (std::size_t r = 0; r < table.rows.size(); ++r) {
@@ -249,7 +253,9 @@ class SweepCharts {
     if (k == 0 && policy_axis_) {
       return table_.rows[row].axis_values[*policy_axis_];
     }
-    return k < policies_.size() ? policies_[k] : table_.rows[row].policy;
+    // As the row ran when an axis edits it (the canonical string), else as the spec wrote it.
+    const bool edited = k == 0 ? policy_edited_ : compare_edited_;
+    return !edited && k < policies_.size() ? policies_[k] : table_.rows[row].policy;
   }
 
  private:
@@ -365,6 +371,8 @@ class SweepCharts {
   std::vector<std::string> policies_;
   Layout layout_;
   std::optional<std::size_t> policy_axis_;
+  bool policy_edited_ = false;             // an axis on policy.<field>
+  bool compare_edited_ = false;            // an axis on compare[...]
   std::vector<std::size_t> policy_index_;  // each row's place among its point's policies
 };
 

@@ -226,8 +226,8 @@ TEST_CASE("kvtier replay run --format html charts each policy over the steps and
   for (const auto* svg : kvtier::testing::elements(page, "svg")) {
     charts[kvtier::testing::attribute(*svg, "aria-label")] = svg;
   }
-  // Over the steps: a line per policy (one stretch each, steps-long series thinned to the
-  // plot but never past it); by layer: a point per layer and policy.
+  // Over the steps: a line per policy, one stretch each; by layer: a point per layer and
+  // policy.
   const auto* kept = charts.at("Attention mass kept, mean over layers");
   CHECK(kvtier::testing::elements(*kept, "polyline").size() == 2);
   for (const char* policy : {"full", "tiered:hbm=0.5,evict=0.1"}) {

@@ -17,6 +17,15 @@ using testing::text_of;
 TEST_CASE("html_escape replaces the five characters markup gives meaning to", "[report]") {
   CHECK(html_escape("a<b>&\"c\"'d'") == "a&lt;b&gt;&amp;&quot;c&quot;&apos;d&apos;");
   CHECK(html_escape("µs × 2") == "µs × 2");
+  // Control characters and bytes of no UTF-8 sequence, which XML allows in no form, become
+  // U+FFFD; tab and line ends stay.
+  CHECK(html_escape("a\x01"
+                    "b\x1b[31m\tc\n") ==
+        "a\uFFFD"
+        "b\uFFFD[31m\tc\n");
+  CHECK(html_escape("x\xffy") == "x\uFFFDy");
+  HtmlPage page("run \x01 with a bell \x07");
+  CHECK_NOTHROW(parse_xml(page.str()));
 }
 
 TEST_CASE("a page is well-formed, escapes its text and lists its sections", "[report]") {

@@ -73,6 +73,14 @@ TEST_CASE("a degenerate range is widened around its value", "[report]") {
   CHECK(flat.high > 50.0);
   CHECK_THROWS_AS(linear_ticks(2.0, 1.0), std::invalid_argument);
   CHECK_THROWS_AS(linear_ticks(0.0, kNaN), std::invalid_argument);
+  // A range of an ulp or two is widened like one of none, rather than ticked forever.
+  for (const auto& [low, high] :
+       {std::pair{1.0, std::nextafter(1.0, 2.0)}, std::pair{0.99999999999999989, 1.0}}) {
+    const Ticks near = linear_ticks(low, high);
+    CHECK(near.values.size() <= 9);
+    CHECK(near.low <= low);
+    CHECK(near.high >= high);
+  }
   CHECK_THROWS_AS(linear_ticks(-1e308, 1e308), std::invalid_argument);
   CHECK_THROWS_AS(linear_ticks(0.0, 1e-323), std::invalid_argument);
 }

@@ -45,6 +45,17 @@ RunSpec split_run(std::uint32_t engines, std::uint32_t prefill,
   return run_with(sets);
 }
 
+// A request at `seconds` whose prompt of `prompt` tokens starts with a `prefix`-token shared
+// prefix (one segment, the same for every such request).
+RequestSpec after_prefix(double seconds, std::uint64_t prefix, std::uint64_t prompt,
+                         std::uint64_t output) {
+  RequestSpec spec = request_at(seconds, prompt, output);
+  spec.shared_tokens = prefix;
+  spec.segment_tokens = prefix;
+  spec.segments = {1};
+  return spec;
+}
+
 // One copy of `prompt` tokens' KV per GPU over the run's kv_link.
 Tick copy_time(const Cluster& cluster, const RunSpec& run, std::uint64_t prompt) {
   const auto& link = run.cluster().disaggregation().kv_link();
@@ -107,14 +118,8 @@ TEST_CASE("a decode engine pulls only the prompt blocks its prefix cache lacks",
   // the first has finished: the decode engine has the prefix's 64 blocks cached by then, and
   // pulls the second prompt's other 8 blocks only.
   const RunSpec run = split_run(2, 1, {"memory.kv_block_tokens=16", "memory.prefix_caching=true"});
-  const auto request = [](double seconds) {
-    RequestSpec spec = request_at(seconds, 1152, 32);
-    spec.shared_tokens = 1024;
-    spec.segment_tokens = 1024;
-    spec.segments = {7};
-    return spec;
-  };
-  const auto served = serve(run, open_loop({request(0), request(10)}));
+  const auto served =
+      serve(run, open_loop({after_prefix(0, 1024, 1152, 32), after_prefix(10, 1024, 1152, 32)}));
   const Cluster& cluster = *served->cluster;
   const auto& prefill = cluster.engine(0);
   const auto& decode = cluster.engine(1);
@@ -133,6 +138,24 @@ TEST_CASE("a decode engine pulls only the prompt blocks its prefix cache lacks",
   CHECK(prefill.totals().prefix_hit_tokens == 1024);
   CHECK(decode.totals().prefix_queried_tokens == 0);
   CHECK(decode.totals().prompt_tokens == 0);
+}
+
+TEST_CASE("a prompt whose every block a decode engine holds crosses no link", "[disaggregation]") {
+  // Prompts of one 1,024-token prefix alone (64 whole blocks): the second finds them all on
+  // the decode engine, and nothing is copied for it.
+  const RunSpec run = split_run(2, 1, {"memory.kv_block_tokens=16", "memory.prefix_caching=true"});
+  const auto served =
+      serve(run, open_loop({after_prefix(0, 1024, 1024, 32), after_prefix(10, 1024, 1024, 32)}));
+  const Cluster& cluster = *served->cluster;
+  REQUIRE(cluster.engine(1).totals().requests_completed == 2);
+  const double block = cluster.engine(0).memory().block_bytes();
+  CHECK(cluster.kv_transfers().count == 1);
+  CHECK(cluster.kv_transfers().bytes == Approx(64 * block));
+  CHECK(cluster.kv_transfers().cached_bytes == Approx(64 * block));
+  CHECK(cluster.kv_transfers().handoff.count() == 2);
+  CHECK(cluster.kv_transfers().handoff.min() == Tick::zero());
+  // The prefill engine let its copy go at once.
+  CHECK(cluster.engine(0).totals().requests_handed_off == 2);
 }
 
 TEST_CASE("a request of one output token ends where it was prefilled", "[disaggregation]") {

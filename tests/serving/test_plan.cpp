@@ -459,6 +459,13 @@ TEST_CASE("a cluster's plan searches the rate the cluster serves whole", "[plan]
   // Two engines behind a router serve more than one, if not quite twice as much.
   CHECK(rate > 1.5 * single.requests_per_s_per_engine);
   CHECK(result.output_tokens_per_s_per_engine == Approx(64 * rate / 2));
+  // Its probes are per engine too: the planned one's load and tokens/s are half the cluster's.
+  const auto planned = std::find_if(result.probes.begin(), result.probes.end(), [&](const auto& p) {
+    return p.load == result.requests_per_s_per_engine;
+  });
+  REQUIRE(planned != result.probes.end());
+  CHECK(planned->output_tokens_per_s ==
+        Approx(report_value(result.metrics, "throughput_output_tokens_per_s") / 2));
   // Whole clusters serve the target.
   CHECK(result.engines % 2 == 0);
   CHECK(static_cast<double>(result.engines / 2) * rate >= 1000.0);

@@ -232,6 +232,25 @@ TEST_CASE("sweep report: the policy axis names lines, and a compared policy is c
   CHECK(contains(by_policy[0].ticks, "tiered:hbm=0.5"));
 }
 
+TEST_CASE("sweep report: a policy an axis edits is named as it ran", "[sweep]") {
+  // An axis on the run's policy's parameter: the spec's own string would name every row alike.
+  Sweep sweep = make_sweep({{"policy.param[0].number", {"0.25", "0.75"}},
+                            {"workload.closed_loop.concurrency", {"1", "2", "4"}}},
+                           "GRID", {"h2o"});
+  for (Row& row : sweep.table.rows) {
+    if (row.policy == "full") {
+      row.policy = "tiered:hbm=" + row.axis_values[0] + ",evict=0";
+    }
+  }
+  const std::string html = kvtier::sweep::detail::results_html(sweep.table, sweep.manifest);
+  const std::vector<Chart> found = charts(html);
+  REQUIRE(found.size() == 2);
+  CHECK(contains(found[0].lines, "tiered:hbm=0.25,evict=0; number=0.25"));
+  CHECK(contains(found[0].lines, "h2o:budget=64; number=0.75"));
+  CHECK_THAT(kvtier::testing::joined_texts(parse_xml(html), "td"),
+             Catch::Contains("|tiered:hbm=0.75,evict=0|"));
+}
+
 TEST_CASE("sweep report: the table shows its first rows and says where the rest are", "[sweep]") {
   std::vector<std::string> seeds;
   for (std::size_t i = 0; i <= kvtier::sweep::detail::kMaxTableRows; ++i) {

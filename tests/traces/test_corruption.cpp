@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/traces/trace_fixture.hpp"
+#include "traces/attention_map.hpp"
 #include "traces/half.hpp"
 #include "traces/reader.hpp"
 #include "traces/validate.hpp"
@@ -191,6 +192,34 @@ TEST_CASE("row offsets out of order", "[traces][corruption]") {
   const std::uint64_t wrong = 40;  // monotone but not the packed layout (row 5 starts at 45)
   RawFile(shifted).write_element("/attention/row_offsets", H5T_NATIVE_UINT64, 5, &wrong);
   expect_refused(shifted, "/attention/row_offsets", "/meta implies 45");
+}
+
+TEST_CASE("an attention map refuses a top-k index outside its row", "[traces][corruption]") {
+  config::TraceMeta meta = kvtier::test::tiny_meta(6, 10, {config::GRANULARITY_TOP_K});
+  meta.set_top_k(4);
+  const fs::path path = trace_scratch() / "map-bad-index.h5";
+  kvtier::test::write_test_trace(path, meta);
+  {
+    // Step 0's first entry of the [steps, k] indices.
+    const RawFile file(path);
+    const hid_t set = H5Dopen2(file.id(), "/attention/topk/layer_000/indices", H5P_DEFAULT);
+    REQUIRE(set >= 0);
+    const hid_t space = H5Dget_space(set);
+    REQUIRE(H5Sget_simple_extent_ndims(space) == 2);
+    const hsize_t start[2] = {0, 0};
+    const hsize_t count[2] = {1, 1};
+    REQUIRE(H5Sselect_hyperslab(space, H5S_SELECT_SET, start, nullptr, count, nullptr) >= 0);
+    const hid_t memory = H5Screate_simple(2, count, nullptr);
+    const std::int32_t outside = 100'000'000;
+    REQUIRE(H5Dwrite(set, H5T_NATIVE_INT32, memory, space, H5P_DEFAULT, &outside) >= 0);
+    H5Sclose(memory);
+    H5Sclose(space);
+    H5Dclose(set);
+  }
+  const traces::TraceReader reader(path);
+  CHECK_THROWS_WITH(traces::attention_map(reader, 0),
+                    Catch::Contains("top-k index 100000000 of layer 0, step 0 is outside its row "
+                                    "of 7 positions"));
 }
 
 TEST_CASE("NaN rows are refused by reads and reported by validation", "[traces][corruption]") {

@@ -67,9 +67,17 @@ AttentionMap attention_map(const TraceReader& reader, std::uint32_t layer,
       }
       reader.read_topk(layer, {step, 1}, topk);
       for (std::uint32_t k = 0; k < topk.k; ++k) {
-        if (topk.indices[k] != kTopKPadIndex) {
-          add(static_cast<std::uint64_t>(topk.indices[k]), static_cast<double>(topk.weights[k]));
+        const std::int32_t index = topk.indices[k];
+        if (index == kTopKPadIndex) {
+          continue;
         }
+        if (index < 0 || static_cast<std::uint64_t>(index) >= length) {
+          throw DataError("top-k index " + std::to_string(index) + " of layer " +
+                              std::to_string(layer) + ", step " + std::to_string(step) +
+                              " is outside its row of " + std::to_string(length) + " positions",
+                          reader.file_name());
+        }
+        add(static_cast<std::uint64_t>(index), static_cast<double>(topk.weights[k]));
       }
     }
     for (std::uint32_t column = 0; column < map.position_bins; ++column) {
