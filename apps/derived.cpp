@@ -19,6 +19,9 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 void model_rows(const config::ModelSpec& model, std::vector<Row>& rows) {
   const hw::ParameterCount count = hw::count_parameters(model);
   rows.push_back(integer_row("parameters", count.total, ""));
+  if (model.has_moe()) {
+    rows.push_back(integer_row("parameters_active_per_token", count.active, ""));
+  }
   rows.push_back(integer_row("parameters_embedding", count.embedding, ""));
   rows.push_back(
       integer_row("parameters_per_layer",

@@ -60,6 +60,8 @@ class IterationCostModel {
   struct Accumulator;
   void add_layer(const BatchShape& batch, Accumulator& layer) const;
   void add_head(const BatchShape& batch, Accumulator& total) const;
+  // A mixture of experts' MLP over `tokens` tokens (the router, the routed experts, their sum).
+  void add_experts(double tokens, Accumulator& layer) const;
 
   config::ModelSpec model_;
   GpuModel gpu_;

@@ -63,6 +63,12 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
                         "integer activations with floating-point weights are not a deployable "
                         "combination"});
   }
+  if (model.has_moe() && model.moe().has_num_experts() && model.moe().has_experts_per_token() &&
+      model.moe().experts_per_token() > model.moe().num_experts()) {
+    problems.push_back({at(path, "moe.experts_per_token"),
+                        "experts_per_token " + std::to_string(model.moe().experts_per_token()) +
+                            " exceeds num_experts " + std::to_string(model.moe().num_experts())});
+  }
   if (model.has_rope_scaling() && model.rope_scaling().rope_type() == "llama3" &&
       (!model.rope_scaling().has_low_freq_factor() ||
        !model.rope_scaling().has_high_freq_factor() ||

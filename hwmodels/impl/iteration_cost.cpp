@@ -1,6 +1,7 @@
 #include "hwmodels/iteration_cost.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/errors.hpp"
 #include "configs/dtype.hpp"
@@ -120,15 +121,61 @@ void IterationCostModel::add_layer(const BatchShape& batch, Accumulator& layer) 
     layer.all_reduce += ring_all_reduce_time(gpu_link_, tp_, bytes);
     layer.interconnect_bytes += ring_all_reduce_bytes_per_gpu(tp_, bytes);
   }
-  elementwise(tokens * hidden, tokens * hidden);          // post-attention RMSNorm (+ residual)
-  gemm(hidden, 2 * ffn, Split::kColumns);                 // fused gate and up projections
-  elementwise(2 * tokens * ffn / tp, tokens * ffn / tp);  // SiLU(gate) * up
-  gemm(ffn, hidden, Split::kRows);                        // down projection
+  elementwise(tokens * hidden, tokens * hidden);  // post-attention RMSNorm (+ residual)
+  const auto dense_mlp = [&](double width) {
+    gemm(hidden, 2 * width, Split::kColumns);                   // fused gate and up projections
+    elementwise(2 * tokens * width / tp, tokens * width / tp);  // SiLU(gate) * up
+    gemm(width, hidden, Split::kRows);                          // down projection
+  };
+  if (model_.has_moe()) {
+    add_experts(tokens, layer);
+    if (model_.moe().has_shared_expert_intermediate_size()) {
+      dense_mlp(model_.moe().shared_expert_intermediate_size());
+    }
+  } else {
+    dense_mlp(ffn);
+  }
   if (tp_ > 1) {
     const double bytes = tokens * hidden * a;
     layer.all_reduce += ring_all_reduce_time(gpu_link_, tp_, bytes);
     layer.interconnect_bytes += ring_all_reduce_bytes_per_gpu(tp_, bytes);
   }
+}
+
+void IterationCostModel::add_experts(double tokens, Accumulator& layer) const {
+  const config::DType math = model_.activation_dtype();
+  const config::MixtureOfExperts& moe = model_.moe();
+  const double tp = tp_;
+  const double hidden = model_.hidden_size();
+  const double experts = moe.num_experts();
+  const double per_token = moe.experts_per_token();
+  const double width = moe.expert_intermediate_size();
+  const double a = activation_bytes_;
+  // The router's logits, computed whole on every GPU (a replicated layer, as vLLM's), and the
+  // top-k of each token's.
+  layer.add(gpu_, OpKind::kGemm,
+            OpCost{2.0 * tokens * hidden * experts,
+                   hidden * experts * weight_bytes_ + tokens * (hidden + experts) * a},
+            math);
+  // Every token's hidden state goes to its k experts: T·k rows through grouped GEMMs that read
+  // each expert a row goes to once. Routed evenly, T tokens reach E·(1 − (1 − k/E)^T) distinct
+  // experts in expectation: k of them for one token, nearly all of them for a large batch.
+  // Tensor parallelism splits every expert (vLLM's fused MoE without expert parallelism).
+  const double rows = tokens * per_token;
+  const double reached = experts * (1.0 - std::pow(1.0 - per_token / experts, tokens));
+  const auto grouped = [&](double in, double out, bool split_columns) {
+    const double weights = reached * in * out / tp;
+    const double activations = split_columns ? in + out / tp : in / tp + out;
+    layer.add(gpu_, OpKind::kGemm,
+              OpCost{2.0 * rows * in * out / tp, weights * weight_bytes_ + rows * activations * a},
+              math);
+  };
+  grouped(hidden, 2 * width, true);  // the experts' gate and up projections
+  layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, 3.0 * rows * width / tp * a},
+            math);                // SiLU(gate) * up
+  grouped(width, hidden, false);  // their down projections
+  layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, (rows + tokens) * hidden * a},
+            math);  // the k outputs of each token weighted by the router and summed
 }
 
 void IterationCostModel::add_head(const BatchShape& batch, Accumulator& total) const {

@@ -19,13 +19,26 @@ ParameterCount count_parameters(const config::ModelSpec& model) {
   if (model.qk_norm()) {
     count.attention_per_layer += 2ULL * model.head_dim();
   }
-  count.mlp_per_layer = 3 * hidden * model.intermediate_size();
+  if (model.has_moe()) {
+    const config::MixtureOfExperts& moe = model.moe();
+    count.expert = 3 * hidden * moe.expert_intermediate_size();
+    count.router = hidden * moe.num_experts();
+    count.shared_expert = 3 * hidden * moe.shared_expert_intermediate_size();
+    count.mlp_per_layer = moe.num_experts() * count.expert + count.router + count.shared_expert;
+    count.active_mlp_per_layer =
+        moe.experts_per_token() * count.expert + count.router + count.shared_expert;
+  } else {
+    count.mlp_per_layer = 3 * hidden * model.intermediate_size();
+    count.active_mlp_per_layer = count.mlp_per_layer;
+  }
   count.norms_per_layer = 2 * hidden;
   count.final_norm = hidden;
   count.lm_head = model.tie_word_embeddings() ? 0 : count.embedding;
   count.layers = model.num_hidden_layers() *
                  (count.attention_per_layer + count.mlp_per_layer + count.norms_per_layer);
   count.total = count.embedding + count.layers + count.final_norm + count.lm_head;
+  count.active = count.total - static_cast<uint64_t>(model.num_hidden_layers()) *
+                                   (count.mlp_per_layer - count.active_mlp_per_layer);
   return count;
 }
 
@@ -44,7 +57,7 @@ double kv_bytes_per_token(const config::ModelSpec& model) {
 
 double linear_flops_per_token(const config::ModelSpec& model) {
   const ParameterCount count = count_parameters(model);
-  const uint64_t matrix_weights_per_layer = count.attention_per_layer + count.mlp_per_layer;
+  const uint64_t matrix_weights_per_layer = count.attention_per_layer + count.active_mlp_per_layer;
   // The LM head multiplies by a vocab x hidden matrix whether or not it is tied.
   return 2.0 * (static_cast<double>(matrix_weights_per_layer) * model.num_hidden_layers() +
                 static_cast<double>(count.embedding));

@@ -12,6 +12,12 @@ void check_engine_spec(const config::ModelSpec& spec, const std::string& where) 
       throw DataError(std::string("model field '") + field + "' is missing or zero", where);
     }
   };
+  if (spec.has_moe()) {
+    throw DataError("model '" + spec.name() +
+                        "' is a mixture of experts, which kvtier simulates (kvtier sim) but whose "
+                        "engine runs dense models only (field moe)",
+                    where);
+  }
   require_positive(spec.has_num_hidden_layers(), spec.num_hidden_layers(), "num_hidden_layers");
   require_positive(spec.has_hidden_size(), spec.hidden_size(), "hidden_size");
   require_positive(spec.has_num_attention_heads(), spec.num_attention_heads(),

@@ -161,6 +161,14 @@ TEST_CASE("inconsistent combinations are reported", "[loader]") {
     CHECK_THAT(joined(problems<ModelSpec>("preset: \"Llama-3.1-8B\" num_key_value_heads: 5")),
                Catch::Contains("num_key_value_heads 5 does not divide num_attention_heads 32"));
   }
+  SECTION("a token cannot go to more experts than a layer has") {
+    CHECK_THAT(
+        joined(problems<ModelSpec>("preset: \"Qwen3-30B-A3B\" moe { experts_per_token: 200 }")),
+        Catch::Contains("experts_per_token 200 exceeds num_experts 128") &&
+            Catch::Contains("field moe.experts_per_token"));
+    CHECK_THAT(joined(problems<ModelSpec>("preset: \"Qwen3-30B-A3B\" moe { num_experts: 1 }")),
+               Catch::Contains("moe.num_experts"));
+  }
   SECTION("an explicit head_dim need not divide hidden evenly among the heads") {
     // Mistral-NeMo 12B's config.json: 32 heads of 128 against a hidden size of 5120.
     CHECK(

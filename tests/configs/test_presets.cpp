@@ -26,7 +26,7 @@ TEST_CASE("every built-in preset loads, validates and is named after its file", 
       ++loaded;
     }
   }
-  CHECK(loaded == 47);
+  CHECK(loaded == 50);
 }
 
 TEST_CASE("the preset catalogue holds the documented hardware and models", "[presets]") {
@@ -48,7 +48,10 @@ TEST_CASE("the preset catalogue holds the documented hardware and models", "[pre
                                                "InfiniBand-NDR"});
   CHECK(names("node") == std::set<std::string>{"workstation-rtx5080", "hgx-h100-8", "hgx-h200-8",
                                                "dgx-a100-8", "gh200"});
-  CHECK(names("model").size() == 16);
+  CHECK(names("model").size() == 19);
+  CHECK(names("model").count("Mixtral-8x7B-v0.1") == 1);
+  CHECK(names("model").count("Qwen3-30B-A3B") == 1);
+  CHECK(names("model").count("Qwen3-235B-A22B") == 1);
 }
 
 TEST_CASE("preset lookup is exact first, then case-insensitive", "[presets]") {
@@ -87,6 +90,38 @@ TEST_CASE("parameter counts match the published ones within 1% and KV bytes exac
     CHECK(std::abs(parameters - figures.parameters) / figures.parameters < 0.01);
     REQUIRE(model.kv_dtype() == kvtier::config::BF16);
     CHECK(kvtier::hw::kv_bytes_per_token(model) == figures.kv_kib_per_token * 1024.0);
+  }
+}
+
+TEST_CASE("mixture-of-experts presets match their published totals and active parameters",
+          "[presets]") {
+  struct Moe {
+    double total;
+    double active;
+    double kv_kib_per_token;
+  };
+  // Mixtral: 46.7B / 12.9B (arXiv:2401.04088); Qwen3: the model cards' 30.5B / 3.3B and
+  // 235B / 22B.
+  const std::map<std::string, Moe> published = {{"Mixtral-8x7B-v0.1", {46.7e9, 12.9e9, 128}},
+                                                {"Qwen3-30B-A3B", {30.5e9, 3.3e9, 96}},
+                                                {"Qwen3-235B-A22B", {235e9, 22e9, 188}}};
+  for (const auto& [name, figures] : published) {
+    INFO(name);
+    kvtier::config::ModelSpec model;
+    (void)loader().load_preset(*builtin_presets().find("model", name), model, {});
+    REQUIRE(model.has_moe());
+    const auto count = kvtier::hw::count_parameters(model);
+    CHECK(std::abs(static_cast<double>(count.total) - figures.total) / figures.total < 0.01);
+    CHECK(std::abs(static_cast<double>(count.active) - figures.active) / figures.active < 0.02);
+    CHECK(kvtier::hw::kv_bytes_per_token(model) == figures.kv_kib_per_token * 1024.0);
+    // A token's FLOPs are its routed experts', not the whole MLP's.
+    const double layers = model.num_hidden_layers();
+    CHECK(count.active_mlp_per_layer ==
+          model.moe().experts_per_token() * count.expert + count.router);
+    CHECK(kvtier::hw::linear_flops_per_token(model) ==
+          2.0 * (layers *
+                     static_cast<double>(count.attention_per_layer + count.active_mlp_per_layer) +
+                 static_cast<double>(count.embedding)));
   }
 }
 

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <cmath>
+
 #include "common/errors.hpp"
 #include "configs/schema/hardware.pb.h"
 #include "configs/schema/model.pb.h"
@@ -182,4 +184,71 @@ TEST_CASE("a prefill chunk attends and reads only the sliding window", "[iterati
   CHECK(without.cost(straddling).flops - with_window.cost(straddling).flops ==
         Approx(layers * per_key_flops * (n * (3072 + (n + 1) / 2) - straddling_attended))
             .epsilon(1e-9));
+}
+
+TEST_CASE("a mixture of experts reads the experts a batch reaches and computes those it uses",
+          "[iteration_cost]") {
+  const auto gpu = preset<kvtier::config::GpuSpec>("gpu", "H100-SXM");
+  const auto model = preset<kvtier::config::ModelSpec>("model", "Mixtral-8x7B-v0.1");
+  const kvtier::hw::IterationCostModel costs(model, gpu, nullptr, 1);
+  const auto count = kvtier::hw::count_parameters(model);
+  const double layers = model.num_hidden_layers();
+  const auto decode = [](std::uint32_t batch) {
+    kvtier::hw::BatchShape shape;
+    shape.decode_tokens = batch;
+    shape.decode_context_tokens = batch;  // one token of context each: attention is negligible
+    return shape;
+  };
+  // Matrix weights an iteration of `tokens` reads: attention and router whole, and the experts
+  // the batch reaches, E·(1 − (1 − k/E)^T) of them in expectation.
+  const auto weights_read = [&](double tokens) {
+    const double reached = 8.0 * (1.0 - std::pow(1.0 - 2.0 / 8.0, tokens));
+    return layers * (static_cast<double>(count.attention_per_layer + count.router) +
+                     reached * static_cast<double>(count.expert));
+  };
+  // One token reaches its two experts: the iteration reads 12.9B-class weights, not 46.7B.
+  const auto one = costs.cost(decode(1));
+  const double activations_one = one.hbm_bytes - 2.0 * weights_read(1);
+  CHECK(activations_one > 0.0);
+  CHECK(activations_one < 0.001 * one.hbm_bytes);
+  // 64 tokens reach all 8 experts but for a vanishing share: every expert's weights are read.
+  const auto many = costs.cost(decode(64));
+  CHECK(many.hbm_bytes > 2.0 * weights_read(64));
+  CHECK(weights_read(64) ==
+        Approx(layers * static_cast<double>(count.mlp_per_layer + count.attention_per_layer))
+            .epsilon(1e-6));
+  CHECK(many.hbm_bytes - 2.0 * weights_read(64) < 0.02 * many.hbm_bytes);  // activations
+  // FLOPs follow the experts tokens use (k per token), not the experts reached.
+  const double linear_per_token =
+      2.0 * layers * static_cast<double>(count.attention_per_layer + count.active_mlp_per_layer);
+  CHECK(many.flops == Approx(64 * linear_per_token).epsilon(0.01));
+  CHECK(one.flops == Approx(linear_per_token).epsilon(0.01));
+  // Per layer: router, the experts' two grouped GEMMs, their activation and the weighted sum, on
+  // top of the dense layer's kernels less the dense MLP's three; and the embedding lookup.
+  CHECK(one.kernels == 32 * (9 - 3 + 5) + 1);
+}
+
+TEST_CASE("tensor parallelism splits every expert, and a shared expert adds a dense MLP",
+          "[iteration_cost]") {
+  const auto gpu = preset<kvtier::config::GpuSpec>("gpu", "H100-SXM");
+  const auto nvlink = preset<kvtier::config::LinkSpec>("link", "NVLink4");
+  auto model = preset<kvtier::config::ModelSpec>("model", "Qwen3-30B-A3B");
+  kvtier::hw::BatchShape batch;
+  batch.decode_tokens = 16;
+  batch.decode_context_tokens = 16;
+  const kvtier::hw::IterationCostModel tp1(model, gpu, nullptr, 1);
+  const kvtier::hw::IterationCostModel tp2(model, gpu, &nvlink, 2);
+  // The experts' GEMM bytes halve; the router's, replicated, do not.
+  CHECK(tp2.cost(batch).hbm_bytes < 0.55 * tp1.cost(batch).hbm_bytes);
+  CHECK(tp2.cost(batch).hbm_bytes > 0.5 * tp1.cost(batch).hbm_bytes);
+  model.mutable_moe()->set_shared_expert_intermediate_size(4096);
+  const kvtier::hw::IterationCostModel shared(model, gpu, nullptr, 1);
+  // Its weights in BF16, and its activations: 16 tokens through gate/up (2048 in, 8192 out),
+  // SiLU·up (8192 in, 4096 out) and down (4096 in, 2048 out), two bytes each.
+  const double layers = model.num_hidden_layers();
+  const double shared_weights = 3.0 * 2048 * 4096 * layers;
+  const double shared_activations = 16.0 * ((2048 + 8192) + (8192 + 4096) + (4096 + 2048)) * 2;
+  CHECK(shared.cost(batch).hbm_bytes - tp1.cost(batch).hbm_bytes ==
+        Approx(2.0 * shared_weights + layers * shared_activations).epsilon(1e-12));
+  CHECK(shared.cost(batch).kernels == tp1.cost(batch).kernels + 3 * model.num_hidden_layers());
 }

@@ -94,4 +94,11 @@ TEST_CASE("a random model of an engine-incompatible spec is refused", "[kernels]
   kvtier::config::ModelSpec spec = kk::testing::small_spec(kvtier::config::LLAMA);
   spec.set_num_key_value_heads(3);  // heads not a multiple of KV heads
   REQUIRE_THROWS_AS(kk::random_model(spec), kvtier::DataError);
+  // A mixture of experts is simulated, not run: the engine says so, naming the field.
+  kvtier::config::ModelSpec moe = kk::testing::small_spec(kvtier::config::QWEN3);
+  moe.mutable_moe()->set_num_experts(4);
+  moe.mutable_moe()->set_experts_per_token(2);
+  moe.mutable_moe()->set_expert_intermediate_size(8);
+  CHECK_THROWS_WITH(kk::random_model(moe),
+                    Catch::Contains("is a mixture of experts") && Catch::Contains("field moe"));
 }
