@@ -156,11 +156,7 @@ int run_plan(const Arguments& args, Context& context) {
   plan.target_requests_per_s = optional_number(values, "target-requests-per-s");
   std::vector<config::PolicySpec> policies{run.policy()};
   policies.insert(policies.end(), run.compare().begin(), run.compare().end());
-  std::vector<std::string> policy_names;
-  policy_names.reserve(policies.size());
-  for (const config::PolicySpec& policy : policies) {
-    policy_names.push_back(replay::policy_string(policy));
-  }
+
   serving::DemandMemo memo;
   std::vector<serving::PlanResult> results;
   for (const config::PolicySpec& policy : policies) {
@@ -173,7 +169,7 @@ int run_plan(const Arguments& args, Context& context) {
   const bool with_target =
       plan.target_output_tokens_per_s.has_value() || plan.target_requests_per_s.has_value();
   if (format == Format::kHtml) {
-    context.out << plan_html(results, policy_names, run, plan, file, version_line());
+    context.out << plan_html(results, serving::policy_names(run), run, plan, file, version_line());
     return 0;
   }
   if (format == Format::kJson) {

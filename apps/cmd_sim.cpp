@@ -55,9 +55,9 @@ void print_table(std::ostream& out, const std::vector<serving::SimulationReport>
       << "\n  workload: " << reports.front().workload << "\n";
   std::vector<std::string> header{"metric"};
   std::vector<bool> right{false};
+  const std::vector<std::string> policies = serving::policy_names(run);
   for (std::size_t i = 0; i < reports.size(); ++i) {
-    const config::PolicySpec& spec = i == 0 ? run.policy() : run.compare(static_cast<int>(i - 1));
-    header.push_back(replay::policy_string(spec));
+    header.push_back(policies[i]);
     right.push_back(true);
     out << "  policy " << header.back() << ": " << reports[i].policy << "\n";
     for (const std::string& note : reports[i].notes) {
@@ -91,10 +91,8 @@ void print_table(std::ostream& out, const std::vector<serving::SimulationReport>
   for (std::size_t e = 0; e < ran->engines.size(); ++e) {
     std::vector<std::string> row{std::to_string(e)};
     for (const char* column : kEngineColumns) {
-      const auto metric =
-          std::find_if(ran->engines[e].begin(), ran->engines[e].end(),
-                       [column](const serving::Metric& each) { return each.name == column; });
-      row.push_back(metric == ran->engines[e].end() || std::isnan(metric->value)
+      const serving::Metric* metric = serving::find_metric(ran->engines[e], column);
+      row.push_back(metric == nullptr || std::isnan(metric->value)
                         ? "-"
                         : format_fixed(metric->value, metric->decimals));
     }
@@ -231,19 +229,22 @@ int run_sim(const Arguments& args, Context& context) {
     std::cerr << "kvtier sim: " << cache_hits << " trace demand(s) read from the demand cache "
               << run.tiering().demand_cache_directory() << "\n";
   }
+  const auto& formats = run.outputs().formats();
+  const auto wanted = [&](config::OutputFormat kind) {
+    return out_folder &&
+           (formats.empty() || std::find(formats.begin(), formats.end(), kind) != formats.end());
+  };
+  // Each text once, for the folder and standard output alike; OutputFile holds views of them.
   const std::string json = serving::report_json(reports, run, version_line());
+  const std::string metrics =
+      wanted(config::CSV) || format == "csv" ? serving::report_csv(reports) : "";
+  const std::string page = wanted(config::HTML) || format == "html"
+                               ? serving::report_html(reports, run, version_line(), file)
+                               : "";
   if (out_folder) {
     const std::filesystem::path& folder = *out_folder;
-    const auto& formats = run.outputs().formats();
-    const auto wanted = [&formats](config::OutputFormat kind) {
-      return formats.empty() || std::find(formats.begin(), formats.end(), kind) != formats.end();
-    };
-    const std::string metrics = serving::report_csv(reports);
     const std::string series = report.series.empty() ? "" : serving::series_csv(report);
     const std::string engines = serving::engines_csv(reports);
-    // OutputFile holds views: every text it writes lives until the files are written.
-    const std::string page =
-        wanted(config::HTML) ? serving::report_html(reports, run, version_line(), file) : "";
     std::vector<OutputFile> files;
     if (wanted(config::HTML)) {
       files.push_back({folder / "report.html", page});
@@ -274,9 +275,9 @@ int run_sim(const Arguments& args, Context& context) {
   if (format == "json") {
     context.out << json;
   } else if (format == "html") {
-    context.out << serving::report_html(reports, run, version_line(), file);
+    context.out << page;
   } else if (format == "csv") {
-    context.out << serving::report_csv(reports);
+    context.out << metrics;
   } else {
     print_table(context.out, reports, run, file);
   }

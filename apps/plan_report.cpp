@@ -224,12 +224,8 @@ std::string plan_html(const std::vector<serving::PlanResult>& results,
     for (std::size_t m = 0; m < ran->metrics.size(); ++m) {
       std::vector<std::string> row{ran->metrics[m].name};
       for (const serving::PlanResult& result : results) {
-        const auto found = std::find_if(result.metrics.begin(), result.metrics.end(),
-                                        [&ran, m](const serving::Metric& metric) {
-                                          return metric.name == ran->metrics[m].name;
-                                        });
-        row.push_back(found == result.metrics.end() ? "-"
-                                                    : format_fixed(found->value, found->decimals));
+        const serving::Metric* found = serving::find_metric(result.metrics, ran->metrics[m].name);
+        row.push_back(found == nullptr ? "-" : format_fixed(found->value, found->decimals));
       }
       rows.push_back(std::move(row));
     }

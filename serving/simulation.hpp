@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "configs/schema/run.pb.h"
@@ -17,6 +18,9 @@ struct Metric {
   double value = 0.0;
   int decimals = 3;  // for tables; JSON and CSV print the shortest exact text
 };
+
+// The metric of that name among `metrics`; null when there is none.
+[[nodiscard]] const Metric* find_metric(const std::vector<Metric>& metrics, std::string_view name);
 
 struct Series {
   std::string name;
@@ -61,6 +65,10 @@ class DemandMemo;
 // fits, DoesNotFit as simulate() throws it.
 [[nodiscard]] std::vector<SimulationReport> simulate_all(const config::RunSpec& run,
                                                          DemandMemo* memo = nullptr);
+
+// The run's policies as written ("tiered:hbm=0.5"): its policy, then each it compares, in the
+// order simulate_all reports them.
+[[nodiscard]] std::vector<std::string> policy_names(const config::RunSpec& run);
 
 // {"schema": "kvtier.sim.v2", "kvtier_version": ..., "seed": ..., "workload": ...,
 //  "policies": [{"policy": ..., "notes": [...], "metrics": {...}, "series": {...}

@@ -22,12 +22,11 @@ namespace plan_detail {
 constexpr double kPcieBound = 0.25;
 
 double metric(const std::vector<Metric>& metrics, const std::string& name) {
-  for (const Metric& m : metrics) {
-    if (m.name == name) {
-      return m.value;
-    }
+  const Metric* found = find_metric(metrics, name);
+  if (found == nullptr) {
+    throw std::logic_error("report has no metric " + name);
   }
-  throw std::logic_error("report has no metric " + name);
+  return found->value;
 }
 
 void record_probe(PlanResult& result, double load, const Evaluation& evaluation,

@@ -6,12 +6,10 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/text_output.hpp"
-#include "replay/parameters.hpp"
 #include "report/html_page.hpp"
 #include "report/svg_chart.hpp"
 #include "serving/simulation.hpp"
@@ -21,25 +19,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-std::optional<double> find_metric(const std::vector<Metric>& metrics, const std::string& name) {
-  const auto found = std::find_if(metrics.begin(), metrics.end(),
-                                  [&name](const Metric& metric) { return metric.name == name; });
-  if (found == metrics.end()) {
-    return std::nullopt;
-  }
-  return found->value;
-}
-
-// The policies as the run wrote them (tiered:hbm=0.5,evict=0.1), in the reports' order.
-std::vector<std::string> policy_names(const config::RunSpec& run, std::size_t count) {
-  std::vector<std::string> names;
-  for (std::size_t i = 0; i < count; ++i) {
-    names.push_back(
-        replay::policy_string(i == 0 ? run.policy() : run.compare(static_cast<int>(i - 1))));
-  }
-  return names;
-}
-
 class ReportPage {
  public:
   ReportPage(const std::vector<SimulationReport>& reports, std::vector<std::string> policies,
@@ -48,11 +27,12 @@ class ReportPage {
 
   // Whether any report has the metric (a policy that did not fit has its names, NaN values).
   [[nodiscard]] bool has(const std::string& name) const {
-    return find_metric(reports_.front().metrics, name).has_value();
+    return find_metric(reports_.front().metrics, name) != nullptr;
   }
 
   [[nodiscard]] double value(std::size_t report, const std::string& name) const {
-    return find_metric(reports_[report].metrics, name).value_or(kNaN);
+    const Metric* metric = find_metric(reports_[report].metrics, name);
+    return metric != nullptr ? metric->value : kNaN;
   }
 
   // Whether some policy's value of the metric is neither zero nor missing.
@@ -189,7 +169,8 @@ class ReportPage {
       std::vector<std::vector<std::string>> rows;
       for (std::size_t e = 0; e < engines.size(); ++e) {
         routed.groups.push_back(std::to_string(e));
-        routed.values.back().push_back(find_metric(engines[e], "requests_routed").value_or(kNaN));
+        const Metric* requests = find_metric(engines[e], "requests_routed");
+        routed.values.back().push_back(requests != nullptr ? requests->value : kNaN);
         std::vector<std::string> row{std::to_string(e)};
         for (const Metric& metric : engines[e]) {
           row.push_back(cell(metric));
@@ -257,7 +238,7 @@ class ReportPage {
 
 std::string report_html(const std::vector<SimulationReport>& reports, const config::RunSpec& run,
                         const std::string& version, const std::string& source) {
-  const std::vector<std::string> policies = policy_names(run, reports.size());
+  const std::vector<std::string> policies = policy_names(run);
   report::HtmlPage page("kvtier sim: " + (run.name().empty() ? source : run.name()));
   page.labelled("Run:", source);
   page.labelled("Hardware:", run.model().name() + " on " + run.hardware().node().gpu().name() +

@@ -12,6 +12,7 @@
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
 #include "hwmodels/link_math.hpp"
+#include "replay/parameters.hpp"
 #include "serving/cluster.hpp"
 #include "serving/engine.hpp"
 #include "serving/impl/figures.hpp"
@@ -427,6 +428,20 @@ std::string report_json(const std::vector<SimulationReport>& reports, const conf
   }
   json += "],\n \"config\": " + config + "}\n";
   return json;
+}
+
+const Metric* find_metric(const std::vector<Metric>& metrics, std::string_view name) {
+  const auto found = std::find_if(metrics.begin(), metrics.end(),
+                                  [name](const Metric& metric) { return metric.name == name; });
+  return found == metrics.end() ? nullptr : &*found;
+}
+
+std::vector<std::string> policy_names(const config::RunSpec& run) {
+  std::vector<std::string> names{replay::policy_string(run.policy())};
+  for (const config::PolicySpec& compared : run.compare()) {
+    names.push_back(replay::policy_string(compared));
+  }
+  return names;
 }
 
 std::vector<SimulationReport> simulate_all(const config::RunSpec& run, DemandMemo* memo) {

@@ -106,14 +106,16 @@ struct Layout {
   std::vector<std::size_t> in_label;
 };
 
-std::size_t rows_per_point(const ResultTable& table) {
-  std::size_t most = 0;
-  std::size_t run = 0;
+// Each row's place among its point's rows (0 for the run's own policy, i for its i-th compared
+// one): rows of a point are consecutive.
+std::vector<std::size_t> places_in_point(const ResultTable& table) {
+  std::vector<std::size_t> places;
+  places.reserve(table.rows.size());
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
-    run = r > 0 && table.rows[r].point == table.rows[r - 1].point ? run + 1 : 1;
-    most = std::max(most, run);
+    places.push_back(r > 0 && table.rows[r].point == table.rows[r - 1].point ? places.back() + 1
+                                                                             : 0);
   }
-  return std::max<std::size_t>(1, most);
+  return places;
 }
 
 Layout layout_of(const std::vector<Axis>& axes, const Manifest& manifest, std::size_t policies) {
@@ -175,7 +177,8 @@ class SweepCharts {
         manifest_(manifest),
         axes_(axes_of(manifest)),
         policies_(policy_labels(manifest)),
-        layout_(layout_of(axes_, manifest, rows_per_point(table))) {
+        policy_index_(places_in_point(table)),
+        layout_(layout_of(axes_, manifest, rows_per_point())) {
     for (std::size_t a = 0; a < axes_.size(); ++a) {
       if (axes_[a].policy) {
         policy_axis_ = a;
@@ -185,11 +188,17 @@ class SweepCharts {
       policy_edited_ = policy_edited_ || path.starts_with("policy.");
       compare_edited_ = compare_edited_ || path.starts_with("compare");
     }
-    std::size_t k = 0;
-    for (std::size_t r = 0; r < table.rows.size(); ++r) {
-      k = r > 0 && table.rows[r].point == table.rows[r - 1].point ? k + 1 : 0;
-      policy_index_.push_back(k);
-    }
+  }
+
+  // Points the table holds, and the most rows one has (the policies of a point that ran).
+  [[nodiscard]] std::size_t points() const {
+    return static_cast<std::size_t>(
+        std::count(policy_index_.begin(), policy_index_.end(), std::size_t{0}));
+  }
+  [[nodiscard]] std::size_t rows_per_point() const {
+    return policy_index_.empty()
+               ? 1
+               : *std::max_element(policy_index_.begin(), policy_index_.end()) + 1;
   }
 
   // What the charts show, in words.
@@ -369,11 +378,11 @@ class SweepCharts {
   const Manifest& manifest_;
   std::vector<Axis> axes_;
   std::vector<std::string> policies_;
+  std::vector<std::size_t> policy_index_;  // each row's place among its point's policies
   Layout layout_;
   std::optional<std::size_t> policy_axis_;
-  bool policy_edited_ = false;             // an axis on policy.<field>
-  bool compare_edited_ = false;            // an axis on compare[...]
-  std::vector<std::size_t> policy_index_;  // each row's place among its point's policies
+  bool policy_edited_ = false;   // an axis on policy.<field>
+  bool compare_edited_ = false;  // an axis on compare[...]
 };
 
 }  // namespace
@@ -381,13 +390,10 @@ class SweepCharts {
 std::string results_html(const ResultTable& table, const Manifest& manifest) {
   report::HtmlPage page("kvtier sweep: " + table.name);
   const std::uint64_t failed = failed_points(table);
-  std::uint64_t points = 0;
-  for (std::size_t r = 0; r < table.rows.size(); ++r) {
-    points += r == 0 || table.rows[r].point != table.rows[r - 1].point ? 1 : 0;
-  }
+  const SweepCharts charts(table, manifest);
   page.labelled("Spec:", "spec hash " + table.spec_hash + ", kvtier " + table.kvtier_version +
                              ", " + manifest.mode);
-  page.labelled("Points:", std::to_string(points) + " of the sweep's " +
+  page.labelled("Points:", std::to_string(charts.points()) + " of the sweep's " +
                                std::to_string(manifest.points) + " here, " +
                                std::to_string(table.rows.size()) + " rows (a row per policy), " +
                                std::to_string(failed) + " with a policy that could not run");
@@ -403,7 +409,6 @@ std::string results_html(const ResultTable& table, const Manifest& manifest) {
   }
   page.table({"column", "values"}, axis_rows);
 
-  const SweepCharts charts(table, manifest);
   page.heading(2, "Charts", "charts");
   page.paragraph(charts.description());
   for (const HeadlineMetric& metric : kHeadlineMetrics) {
