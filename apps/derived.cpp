@@ -10,6 +10,7 @@
 #include "configs/schema/run.pb.h"
 #include "hwmodels/link_math.hpp"
 #include "hwmodels/model_shape.hpp"
+#include "serving/memory_plan.hpp"
 
 namespace kvtier::app {
 namespace {
@@ -91,9 +92,11 @@ void node_rows(const config::NodeSpec& node, std::vector<Row>& rows) {
 void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   const auto& model = run.model();
   const auto& gpu = run.hardware().node().gpu();
-  const double tp = run.tensor_parallel_degree();
-  const double weights_per_gpu = hw::weight_bytes(model, model.weight_dtype()) / tp;
-  const double kv_per_token_per_gpu = hw::kv_bytes_per_token(model) / tp;
+  const uint32_t tp = run.tensor_parallel_degree();
+  const double weights_per_gpu =
+      hw::weight_bytes_per_gpu(model, model.weight_dtype(), tp, serving::attention_split(run));
+  const double kv_per_token_per_gpu =
+      hw::kv_bytes_per_token_per_gpu(model, tp, serving::attention_split(run));
   const double fixed =
       weights_per_gpu +
       (run.memory().runtime_reserve_gib() + run.memory().activation_workspace_gib()) * kGiB;

@@ -10,6 +10,7 @@
 #include "configs/schema/hardware.pb.h"
 #include "configs/schema/model.pb.h"
 #include "hwmodels/gpu_model.hpp"
+#include "hwmodels/model_shape.hpp"
 #include "sim/tick.hpp"
 
 namespace kvtier::hw {
@@ -35,9 +36,10 @@ struct IterationCost {
   sim::Tick attention;
   sim::Tick elementwise;  // norms, RoPE, activation, embedding
   sim::Tick all_reduce;   // tensor-parallel all-reduces on the GPU interconnect
-  // One decoder layer (every layer costs the same) and what follows them (embedding, final
-  // norm, LM head): total == layer × layers + head. The tier-aware engine pipelines prefetches
-  // against the layers.
+  // One decoder layer and what follows them (embedding, final norm, LM head). Every layer costs
+  // the same but for a mixture of experts' first dense layers, where `layer` is their mean:
+  // total == layer × layers + head within a picosecond per layer. The tier-aware engine
+  // pipelines prefetches against the layers.
   sim::Tick layer;
   sim::Tick layer_attention;  // the attention part of `layer`
   sim::Tick head;
@@ -49,16 +51,30 @@ struct IterationCost {
 
 class IterationCostModel {
  public:
-  // `gpu_link` may be null when `tensor_parallel` is 1.
+  // `gpu_link` may be null when `tensor_parallel` is 1. Attention split by heads.
   IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
                      const config::LinkSpec* gpu_link, std::uint32_t tensor_parallel);
+  // Splitting by requests (data-parallel attention) needs a model with latent attention.
+  IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
+                     const config::LinkSpec* gpu_link, std::uint32_t tensor_parallel,
+                     AttentionSplit split);
 
   [[nodiscard]] IterationCost cost(const BatchShape& batch) const;
   [[nodiscard]] const GpuModel& gpu() const noexcept { return gpu_; }
 
  private:
   struct Accumulator;
-  void add_layer(const BatchShape& batch, Accumulator& layer) const;
+  struct LayerOps;
+  enum class Mlp { kDense, kExperts };
+  void add_layer(const BatchShape& batch, Mlp mlp, Accumulator& layer) const;
+  // Multi-head latent attention after the input norm, on the GPUs `ops` splits it over:
+  // `decode` tokens attend over `context` cached latents with the up-projections absorbed into
+  // the query and the output, prefill chunks expand their keys' latents into every head's K
+  // and V (vLLM's MLA backends).
+  void add_latent_attention(double decode, double context, const std::vector<PrefillChunk>& chunks,
+                            const LayerOps& ops) const;
+  // Data-parallel attention: every GPU its own requests', the layer waiting for the slowest.
+  void add_data_parallel_attention(const BatchShape& batch, Accumulator& layer) const;
   void add_head(const BatchShape& batch, Accumulator& total) const;
   // A mixture of experts' MLP over `tokens` tokens (the router, the routed experts, their sum).
   void add_experts(double tokens, Accumulator& layer) const;
@@ -67,6 +83,7 @@ class IterationCostModel {
   GpuModel gpu_;
   config::LinkSpec gpu_link_;
   std::uint32_t tp_;
+  AttentionSplit split_;
   double weight_bytes_;      // per weight
   double activation_bytes_;  // per activation element
   double kv_bytes_per_token_per_layer_;

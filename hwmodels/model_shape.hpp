@@ -8,10 +8,20 @@
 
 namespace kvtier::hw {
 
+// How a tensor-parallel group splits attention: every GPU takes a share of every request's heads
+// (Megatron's split), or all heads of its own share of the requests (data-parallel attention,
+// SGLang's --enable-dp-attention), keeping only their KV and the attention weights whole.
+enum class AttentionSplit { kHeads, kRequests };
+
 struct ParameterCount {
-  uint64_t embedding = 0;            // token embedding table
-  uint64_t attention_per_layer = 0;  // q, k, v, o projections (+ biases, + q/k norms)
-  uint64_t mlp_per_layer = 0;        // gate, up, down; with experts, all of them and the router
+  uint64_t embedding = 0;  // token embedding table
+  // q, k, v, o projections (+ biases, + q/k norms); with latent attention, its down and up
+  // projections and the latents' norms
+  uint64_t attention_per_layer = 0;
+  uint64_t mlp_per_layer = 0;  // gate, up, down; with experts, all of them and the router
+  // A mixture of experts whose first layers keep a dense MLP: how many, and one such MLP.
+  uint64_t dense_mlp_layers = 0;
+  uint64_t dense_mlp_per_layer = 0;
   // A mixture of experts' (0 without): one expert MLP, the router, the shared expert, and what
   // one token uses of a layer's MLP (its experts, the router and the shared expert; the whole
   // MLP of a dense model).
@@ -20,6 +30,9 @@ struct ParameterCount {
   uint64_t shared_expert = 0;
   uint64_t active_mlp_per_layer = 0;
   uint64_t norms_per_layer = 0;  // the two RMSNorm weight vectors
+  // Of all layers' weights, those every GPU of a tensor-parallel group keeps whole (as vLLM
+  // does): the routers, and latent attention's down-projections with their norms.
+  uint64_t replicated = 0;
   uint64_t final_norm = 0;
   uint64_t lm_head = 0;  // 0 when tied to the embedding
   uint64_t layers = 0;   // all decoder layers together
@@ -32,16 +45,44 @@ struct ParameterCount {
 // Weight bytes when every parameter is stored as `dtype` (norm vectors included; they are
 // < 0.01% of any preset model).
 [[nodiscard]] double weight_bytes(const config::ModelSpec& model, config::DType dtype);
+// What one GPU of a tensor-parallel group keeps: its share of the split weights and the
+// replicated ones whole (with data-parallel attention, all attention weights).
+[[nodiscard]] double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
+                                          uint32_t tensor_parallel, AttentionSplit split);
 
-// K and V of one token in one layer: 2 · kv_heads · head_dim · bytes(kv_dtype).
+// The vectors one token keeps in one layer's KV cache: K and V of every KV head (2 · kv_heads of
+// head_dim), or multi-head latent attention's one latent with its RoPE key (kv_lora_rank +
+// qk_rope_head_dim). A compressed tier stores each with its own scale.
+struct KvVectors {
+  uint64_t count = 0;
+  uint64_t width = 0;
+  [[nodiscard]] uint64_t values() const noexcept { return count * width; }
+};
+[[nodiscard]] KvVectors kv_vectors_per_token_per_layer(const config::ModelSpec& model);
+
+// Over how many GPUs of a tensor-parallel group the KV of its tokens is spread: all of them when
+// each holds its share of the KV heads, or its share of the requests (data-parallel attention,
+// on average); one with latent attention split by heads, whose latent every head reads, so that
+// every GPU keeps it whole (vLLM's and SGLang's MLA under tensor parallelism).
+[[nodiscard]] uint32_t kv_shards(const config::ModelSpec& model, uint32_t tensor_parallel,
+                                 AttentionSplit split);
+
+// One token's KV in one layer, and in all layers: kv_vectors_per_token_per_layer · bytes(kv_dtype).
 [[nodiscard]] double kv_bytes_per_token_per_layer(const config::ModelSpec& model);
 [[nodiscard]] double kv_bytes_per_token(const config::ModelSpec& model);
+// What one GPU of a tensor-parallel group keeps of them, on average.
+[[nodiscard]] double kv_bytes_per_token_per_layer_per_gpu(const config::ModelSpec& model,
+                                                          uint32_t tensor_parallel,
+                                                          AttentionSplit split);
+[[nodiscard]] double kv_bytes_per_token_per_gpu(const config::ModelSpec& model,
+                                                uint32_t tensor_parallel, AttentionSplit split);
 
 // Matrix-multiply FLOPs for one token excluding attention over the context:
 // 2 FLOPs per weight of every projection, MLP and the LM head (the embedding is a lookup); of a
 // mixture of experts, the experts a token is routed to.
 [[nodiscard]] double linear_flops_per_token(const config::ModelSpec& model);
-// Attention FLOPs one token spends per context token it attends to (QKᵀ and AV, all layers).
+// Attention FLOPs one token spends per context token it attends to (QKᵀ and AV, all layers);
+// with latent attention, as decoding computes it: every head over the cached latent.
 [[nodiscard]] double attention_flops_per_context_token(const config::ModelSpec& model);
 // Total FLOPs for one token attending to `context_tokens` earlier tokens (capped by the
 // sliding window where the model has one).

@@ -21,7 +21,11 @@ struct CompressedFormat {
   // One token of one layer: K and V of `kv_heads` heads of `head_dim` elements each. kv_heads
   // may be a share of a tensor-parallel GPU (heads / TP).
   [[nodiscard]] double token_layer_bytes(double kv_heads, double head_dim) const noexcept {
-    return 2.0 * kv_heads * (head_dim * code_bits / 8.0 + scale_bytes_per_head_vector);
+    return vectors_bytes(2.0 * kv_heads, head_dim);
+  }
+  // `count` vectors of `width` values each (a latent attention's one latent per token-layer).
+  [[nodiscard]] double vectors_bytes(double count, double width) const noexcept {
+    return count * (width * code_bits / 8.0 + scale_bytes_per_head_vector);
   }
 
   friend bool operator==(const CompressedFormat&, const CompressedFormat&) = default;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "configs/schema/run.pb.h"
+#include "hwmodels/model_shape.hpp"
 
 namespace kvtier::serving {
 
@@ -58,5 +59,11 @@ struct MemoryPlan {
 // Throws ConfigError (exit 2) with the breakdown when weights, workspace and reserve alone
 // exceed the GPU's memory: nothing could ever run.
 [[nodiscard]] MemoryPlan plan_memory(const config::RunSpec& run);
+
+// How the run's tensor-parallel group splits attention (engine.data_parallel_attention).
+[[nodiscard]] inline hw::AttentionSplit attention_split(const config::RunSpec& run) {
+  return run.engine().data_parallel_attention() ? hw::AttentionSplit::kRequests
+                                                : hw::AttentionSplit::kHeads;
+}
 
 }  // namespace kvtier::serving

@@ -24,6 +24,37 @@ std::string at(const std::string& prefix, const std::string& field) {
   return join_path(prefix, field);
 }
 
+// Multi-head latent attention fixes the per-head shapes the spec also states: they must agree,
+// and what kvtier costs for it (no biases, no q/k norms, global attention) must hold.
+void check_latent_attention(const ModelSpec& model, const std::string& path, Problems& problems) {
+  const MultiHeadLatentAttention& mla = model.mla();
+  if (model.num_key_value_heads() != model.num_attention_heads()) {
+    problems.push_back(
+        {at(path, "num_key_value_heads"),
+         "with mla, num_key_value_heads " + std::to_string(model.num_key_value_heads()) +
+             " must equal num_attention_heads " + std::to_string(model.num_attention_heads()) +
+             " (every head has its own keys, expanded from the latent)"});
+  }
+  if (model.has_head_dim() && mla.has_qk_nope_head_dim() && mla.has_qk_rope_head_dim() &&
+      model.head_dim() != mla.qk_nope_head_dim() + mla.qk_rope_head_dim()) {
+    problems.push_back({at(path, "head_dim"),
+                        "with mla, head_dim " + std::to_string(model.head_dim()) +
+                            " must be qk_nope_head_dim + qk_rope_head_dim = " +
+                            std::to_string(mla.qk_nope_head_dim() + mla.qk_rope_head_dim())});
+  }
+  const std::pair<bool, const char*> unsupported[] = {
+      {model.attention_bias(), "attention_bias"},
+      {model.qk_norm(), "qk_norm"},
+      {model.has_sliding_window(), "sliding_window"}};
+  for (const auto& [set, field] : unsupported) {
+    if (set) {
+      problems.push_back({at(path, field), std::string("kvtier models latent attention (mla) "
+                                                       "without ") +
+                                               field});
+    }
+  }
+}
+
 void check_model(const ModelSpec& model, const std::string& path, Problems& problems) {
   if (!model.has_num_attention_heads() || !model.has_num_key_value_heads()) {
     return;  // reported as missing already
@@ -68,6 +99,16 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
     problems.push_back({at(path, "moe.experts_per_token"),
                         "experts_per_token " + std::to_string(model.moe().experts_per_token()) +
                             " exceeds num_experts " + std::to_string(model.moe().num_experts())});
+  }
+  if (model.has_moe() && model.moe().first_dense_layers() > 0 && model.has_num_hidden_layers() &&
+      model.moe().first_dense_layers() >= model.num_hidden_layers()) {
+    problems.push_back({at(path, "moe.first_dense_layers"),
+                        "first_dense_layers " + std::to_string(model.moe().first_dense_layers()) +
+                            " leaves none of the " + std::to_string(model.num_hidden_layers()) +
+                            " layers to the experts"});
+  }
+  if (model.has_mla()) {
+    check_latent_attention(model, path, problems);
   }
   if (model.has_rope_scaling() && model.rope_scaling().rope_type() == "llama3" &&
       (!model.rope_scaling().has_low_freq_factor() ||
@@ -405,6 +446,11 @@ void check_run(const RunSpec& run, const std::string& path, Problems& problems) 
   check_prefix_caching(run, path, problems);
   const ModelSpec& model = run.model();
   const NodeSpec& node = run.hardware().node();
+  if (run.engine().data_parallel_attention() && !run.model().has_mla()) {
+    problems.push_back({at(path, "engine.data_parallel_attention"),
+                        "data-parallel attention is modelled for models with latent attention "
+                        "(model.mla) only"});
+  }
   const uint32_t tp = run.tensor_parallel_degree();
   if (run.has_tensor_parallel_degree() && tp > 0) {
     if (node.has_gpus_per_node() && tp > node.gpus_per_node()) {

@@ -27,17 +27,39 @@ struct IterationCostModel::Accumulator {
     hbm_bytes += cost.bytes;
     ++kernels;
   }
+
+  void add_times(const Accumulator& other, std::int64_t times) {
+    gemm += other.gemm * times;
+    attention += other.attention * times;
+    elementwise += other.elementwise * times;
+    all_reduce += other.all_reduce * times;
+    const auto scale = static_cast<double>(times);
+    flops += other.flops * scale;
+    hbm_bytes += other.hbm_bytes * scale;
+    interconnect_bytes += other.interconnect_bytes * scale;
+    kernels += other.kernels * static_cast<std::uint32_t>(times);
+  }
 };
 
 IterationCostModel::IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
                                        const config::LinkSpec* gpu_link,
                                        std::uint32_t tensor_parallel)
+    : IterationCostModel(model, gpu, gpu_link, tensor_parallel, AttentionSplit::kHeads) {}
+
+IterationCostModel::IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
+                                       const config::LinkSpec* gpu_link,
+                                       std::uint32_t tensor_parallel, AttentionSplit split)
     : model_(model),
       gpu_(gpu),
       tp_(tensor_parallel),
+      split_(split),
       weight_bytes_(config::dtype_bytes(model.weight_dtype())),
       activation_bytes_(config::dtype_bytes(model.activation_dtype())),
       kv_bytes_per_token_per_layer_(kv_bytes_per_token_per_layer(model)) {
+  if (split == AttentionSplit::kRequests && !model.has_mla()) {
+    throw ConfigError("data-parallel attention is modelled for latent attention (model.mla) only",
+                      "field engine.data_parallel_attention");
+  }
   if (gpu_link != nullptr) {
     gpu_link_ = *gpu_link;
   } else if (tensor_parallel > 1) {
@@ -46,100 +68,231 @@ IterationCostModel::IterationCostModel(const config::ModelSpec& model, const con
   }
 }
 
-void IterationCostModel::add_layer(const BatchShape& batch, Accumulator& layer) const {
-  const config::DType math = model_.activation_dtype();
-  const double tp = tp_;
+// A layer's operations on the `tokens` of a batch, on one GPU of the tensor-parallel group.
+struct IterationCostModel::LayerOps {
+  const IterationCostModel& model;
+  Accumulator& layer;
+  double tokens;
+  double gpus;  // how many GPUs split the weights of these operations
+
+  // A GEMM of `in` x `out` weights split over TP GPUs, applied to `rows` tokens (Megatron's
+  // split). Column-parallel (QKV, gate/up) reads the whole input and writes its slice of the
+  // output; row-parallel (output, down projection) reads its slice of the input and writes a
+  // whole partial output, which the all-reduce then sums. Replicated: every GPU computes it whole.
+  enum class Split { kColumns, kRows, kReplicated };
+  void gemm(double in, double out, Split split, double rows) const {
+    const double tp = split == Split::kReplicated ? 1.0 : gpus;
+    const double weights = in * out / tp;
+    const double activations = split == Split::kRows ? in / tp + out : in + out / tp;
+    layer.add(model.gpu_, OpKind::kGemm,
+              OpCost{2.0 * rows * weights,
+                     weights * model.weight_bytes_ + rows * activations * model.activation_bytes_},
+              model.model_.activation_dtype());
+  }
+  void gemm(double in, double out, Split split) const { gemm(in, out, split, tokens); }
+  // `heads` GEMMs of `in` x `out` weights each (one per head on this GPU), each applied to the
+  // `rows` tokens' own slice of that head.
+  void per_head_gemm(double heads, double in, double out, double rows) const {
+    const double weights = heads * in * out;
+    layer.add(model.gpu_, OpKind::kGemm,
+              OpCost{2.0 * rows * weights, weights * model.weight_bytes_ +
+                                               rows * heads * (in + out) * model.activation_bytes_},
+              model.model_.activation_dtype());
+  }
+  void elementwise(double elements_read, double elements_written) const {
+    layer.add(model.gpu_, OpKind::kElementwise,
+              OpCost{0.0, (elements_read + elements_written) * model.activation_bytes_},
+              model.model_.activation_dtype());
+  }
+  void attention(double flops, double bytes) const {
+    layer.add(model.gpu_, OpKind::kAttention, OpCost{flops, bytes},
+              model.model_.activation_dtype());
+  }
+  void all_reduce() const {
+    if (model.tp_ > 1) {
+      const double bytes = tokens * model.model_.hidden_size() * model.activation_bytes_;
+      layer.all_reduce += ring_all_reduce_time(model.gpu_link_, model.tp_, bytes);
+      layer.interconnect_bytes += ring_all_reduce_bytes_per_gpu(model.tp_, bytes);
+    }
+  }
+};
+
+namespace {
+
+// Query i of a prefill chunk (position before + i) attends min(before + i, W) keys; together
+// the chunk reads the keys from before + 1 − W on: min(before + n, W + n − 1) of them.
+struct ChunkReach {
+  double attended = 0.0;  // (query, key) pairs
+  double keys_read = 0.0;
+};
+
+ChunkReach chunk_reach(const config::ModelSpec& model, const PrefillChunk& chunk) {
+  const double n = static_cast<double>(chunk.tokens);
+  const double before = static_cast<double>(chunk.context_before);
+  if (!model.has_sliding_window()) {
+    return {n * (before + (n + 1.0) / 2.0), before + n};
+  }
+  const auto window = static_cast<double>(model.sliding_window());
+  const double unclipped = std::clamp(window - before, 0.0, n);  // queries with ≤ W keys
+  return {unclipped * before + unclipped * (unclipped + 1.0) / 2.0 + (n - unclipped) * window,
+          std::min(before + n, window + n - 1.0)};
+}
+
+double batch_tokens(const BatchShape& batch) {
   double tokens = static_cast<double>(batch.decode_tokens);
   for (const auto& chunk : batch.prefill) {
     tokens += static_cast<double>(chunk.tokens);
   }
+  return tokens;
+}
+
+}  // namespace
+
+void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator& layer) const {
+  using Split = LayerOps::Split;
+  const double tp = tp_;
+  const double tokens = batch_tokens(batch);
+  const LayerOps ops{*this, layer, tokens, tp};
   const double hidden = model_.hidden_size();
-  const double q_width = static_cast<double>(model_.num_attention_heads()) * model_.head_dim();
-  const double kv_width = static_cast<double>(model_.num_key_value_heads()) * model_.head_dim();
-  const double ffn = model_.intermediate_size();
   const double a = activation_bytes_;
 
-  // A GEMM of `in` x `out` weights split over TP GPUs, applied to every token of the batch
-  // (Megatron's split). Column-parallel (QKV, gate/up) reads the whole input and writes its slice
-  // of the output; row-parallel (output, down projection) reads its slice of the input and writes
-  // a whole partial output, which the all-reduce then sums.
-  enum class Split { kColumns, kRows };
-  auto gemm = [&](double in, double out, Split split) {
-    const double weights = in * out / tp;
-    const double activations = split == Split::kColumns ? in + out / tp : in / tp + out;
-    layer.add(gpu_, OpKind::kGemm,
-              OpCost{2.0 * tokens * weights, weights * weight_bytes_ + tokens * activations * a},
-              math);
-  };
-  auto elementwise = [&](double elements_read, double elements_written) {
-    layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, (elements_read + elements_written) * a},
-              math);
-  };
-
-  elementwise(tokens * hidden, tokens * hidden);          // input RMSNorm
-  gemm(hidden, q_width + 2 * kv_width, Split::kColumns);  // fused QKV projection
-  if (model_.qk_norm()) {
-    elementwise(tokens * (q_width + kv_width) / tp, tokens * (q_width + kv_width) / tp);
-  }
-  elementwise(tokens * (q_width + kv_width) / tp, tokens * (q_width + kv_width) / tp);  // RoPE
-
-  // Attention: decode tokens read their requests' whole KV; prefill chunks attend causally.
-  const double heads = model_.num_attention_heads() / tp;
-  const double kv_per_token = kv_bytes_per_token_per_layer_ / tp;
-  if (batch.decode_tokens > 0) {
-    const double context = static_cast<double>(batch.decode_context_tokens);
-    const double decode = static_cast<double>(batch.decode_tokens);
-    layer.add(
-        gpu_, OpKind::kAttention,
-        OpCost{4.0 * heads * model_.head_dim() * context,
-               context * kv_per_token + decode * kv_per_token + 2.0 * decode * q_width / tp * a},
-        math);
-  }
-  for (const auto& chunk : batch.prefill) {
-    const double n = static_cast<double>(chunk.tokens);
-    const double before = static_cast<double>(chunk.context_before);
-    // Query i of the chunk (position before + i) attends min(before + i, W) keys; together the
-    // chunk reads the keys from before + 1 − W on: min(before + n, W + n − 1) of them.
-    double attended = n * (before + (n + 1.0) / 2.0);
-    double keys_read = before + n;
-    if (model_.has_sliding_window()) {
-      const auto window = static_cast<double>(model_.sliding_window());
-      const double unclipped = std::clamp(window - before, 0.0, n);  // queries with ≤ W keys
-      attended =
-          unclipped * before + unclipped * (unclipped + 1.0) / 2.0 + (n - unclipped) * window;
-      keys_read = std::min(before + n, window + n - 1.0);
+  if (split_ == AttentionSplit::kRequests) {
+    // No all-reduce after attention: each GPU has its tokens' whole output. They are gathered
+    // to every GPU for the MLP and scattered back after it: a ring all-gather and a ring
+    // reduce-scatter, together the bytes and hops of the all-reduce after the MLP.
+    add_data_parallel_attention(batch, layer);
+  } else if (model_.has_mla()) {
+    ops.elementwise(tokens * hidden, tokens * hidden);  // input RMSNorm
+    add_latent_attention(static_cast<double>(batch.decode_tokens),
+                         static_cast<double>(batch.decode_context_tokens), batch.prefill, ops);
+    ops.all_reduce();
+  } else {
+    ops.elementwise(tokens * hidden, tokens * hidden);  // input RMSNorm
+    const double q_width = static_cast<double>(model_.num_attention_heads()) * model_.head_dim();
+    const double kv_width = static_cast<double>(model_.num_key_value_heads()) * model_.head_dim();
+    ops.gemm(hidden, q_width + 2 * kv_width, Split::kColumns);  // fused QKV projection
+    const double roped = tokens * (q_width + kv_width) / tp;
+    if (model_.qk_norm()) {
+      ops.elementwise(roped, roped);
     }
-    layer.add(gpu_, OpKind::kAttention,
-              OpCost{4.0 * heads * model_.head_dim() * attended,
-                     keys_read * kv_per_token + n * kv_per_token + 2.0 * n * q_width / tp * a},
-              math);
-  }
+    ops.elementwise(roped, roped);  // RoPE
 
-  gemm(q_width, hidden, Split::kRows);  // output projection
-  if (tp_ > 1) {
-    const double bytes = tokens * hidden * a;
-    layer.all_reduce += ring_all_reduce_time(gpu_link_, tp_, bytes);
-    layer.interconnect_bytes += ring_all_reduce_bytes_per_gpu(tp_, bytes);
+    // Attention: decode tokens read their requests' whole KV; prefill chunks attend causally.
+    const double heads = model_.num_attention_heads() / tp;
+    const double kv_per_token = kv_bytes_per_token_per_layer_ / tp;
+    if (batch.decode_tokens > 0) {
+      const double context = static_cast<double>(batch.decode_context_tokens);
+      const double decode = static_cast<double>(batch.decode_tokens);
+      ops.attention(
+          4.0 * heads * model_.head_dim() * context,
+          context * kv_per_token + decode * kv_per_token + 2.0 * decode * q_width / tp * a);
+    }
+    for (const auto& chunk : batch.prefill) {
+      const double n = static_cast<double>(chunk.tokens);
+      const ChunkReach reach = chunk_reach(model_, chunk);
+      ops.attention(4.0 * heads * model_.head_dim() * reach.attended,
+                    reach.keys_read * kv_per_token + n * kv_per_token + 2.0 * n * q_width / tp * a);
+    }
+    ops.gemm(q_width, hidden, Split::kRows);  // output projection
+    ops.all_reduce();
   }
-  elementwise(tokens * hidden, tokens * hidden);  // post-attention RMSNorm (+ residual)
+  ops.elementwise(tokens * hidden, tokens * hidden);  // post-attention RMSNorm (+ residual)
   const auto dense_mlp = [&](double width) {
-    gemm(hidden, 2 * width, Split::kColumns);                   // fused gate and up projections
-    elementwise(2 * tokens * width / tp, tokens * width / tp);  // SiLU(gate) * up
-    gemm(width, hidden, Split::kRows);                          // down projection
+    ops.gemm(hidden, 2 * width, Split::kColumns);                   // fused gate and up projections
+    ops.elementwise(2 * tokens * width / tp, tokens * width / tp);  // SiLU(gate) * up
+    ops.gemm(width, hidden, Split::kRows);                          // down projection
   };
-  if (model_.has_moe()) {
+  if (mlp == Mlp::kExperts) {
     add_experts(tokens, layer);
     if (model_.moe().has_shared_expert_intermediate_size()) {
       dense_mlp(model_.moe().shared_expert_intermediate_size());
     }
   } else {
-    dense_mlp(ffn);
+    dense_mlp(model_.intermediate_size());
   }
-  if (tp_ > 1) {
-    const double bytes = tokens * hidden * a;
-    layer.all_reduce += ring_all_reduce_time(gpu_link_, tp_, bytes);
-    layer.interconnect_bytes += ring_all_reduce_bytes_per_gpu(tp_, bytes);
+  ops.all_reduce();
+}
+
+void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
+                                                     Accumulator& layer) const {
+  // An even share of the decoding requests each, the prefill chunks dealt out in turn. GPUs
+  // past the chunks have the least work, so the first max(chunks, 1) hold the slowest.
+  const double tp = tp_;
+  std::vector<std::vector<PrefillChunk>> chunks(tp_);
+  for (std::size_t i = 0; i < batch.prefill.size(); ++i) {
+    chunks[i % tp_].push_back(batch.prefill[i]);
   }
+  const double decode = static_cast<double>(batch.decode_tokens) / tp;
+  const double context = static_cast<double>(batch.decode_context_tokens) / tp;
+  const std::size_t distinct = std::clamp<std::size_t>(batch.prefill.size(), 1, tp_);
+  Accumulator slowest;
+  sim::Tick slowest_time = sim::Tick::ps(-1);
+  for (std::size_t gpu = 0; gpu < distinct; ++gpu) {
+    double tokens = decode;
+    for (const PrefillChunk& chunk : chunks[gpu]) {
+      tokens += static_cast<double>(chunk.tokens);
+    }
+    Accumulator own;
+    const LayerOps ops{*this, own, tokens, 1.0};
+    const double hidden = model_.hidden_size();
+    ops.elementwise(tokens * hidden, tokens * hidden);  // input RMSNorm
+    add_latent_attention(decode, context, chunks[gpu], ops);
+    const sim::Tick time = own.gemm + own.attention + own.elementwise;
+    if (time > slowest_time) {
+      slowest = own;
+      slowest_time = time;
+    }
+  }
+  layer.add_times(slowest, 1);
+}
+
+void IterationCostModel::add_latent_attention(double decode, double context,
+                                              const std::vector<PrefillChunk>& chunks,
+                                              const LayerOps& ops) const {
+  using Split = LayerOps::Split;
+  const config::MultiHeadLatentAttention& mla = model_.mla();
+  const double tokens = ops.tokens;
+  const double hidden = model_.hidden_size();
+  const double a = activation_bytes_;
+  const double heads = static_cast<double>(model_.num_attention_heads()) / ops.gpus;
+  const double all_heads = model_.num_attention_heads();
+  const double latent = mla.kv_lora_rank();
+  const double q_latent = mla.q_lora_rank();  // 0 without one
+  const double rope = mla.qk_rope_head_dim();
+  const double nope = mla.qk_nope_head_dim();
+  const double value = mla.v_head_dim();
+  // The latents are not split by heads: a GPU reads the whole latent of each token it attends.
+  const double kv_per_token = kv_bytes_per_token_per_layer_;
+
+  // The down-projections to the query's and the KV's latents (with the RoPE key), replicated,
+  // then the latents' norms.
+  ops.gemm(hidden, q_latent + latent + rope, Split::kReplicated);
+  ops.elementwise(tokens * (q_latent + latent), tokens * (q_latent + latent));
+  // The query of every head: from its latent, or from the hidden state without one.
+  ops.gemm(q_latent > 0 ? q_latent : hidden, all_heads * (nope + rope), Split::kColumns);
+  const double roped = tokens * (heads + 1.0) * rope;  // every query head's and the shared key's
+  ops.elementwise(roped, roped);
+
+  if (decode > 0) {
+    // Absorbed: each head's query through its W_UK into the latent space, scores against the
+    // latents and RoPE keys, the latents weighted by them, and back through W_UV: one shared
+    // "KV head" of kv_lora_rank + qk_rope_head_dim for all query heads (FlashMLA's decode).
+    ops.per_head_gemm(heads, nope, latent, decode);
+    ops.attention(2.0 * heads * (2.0 * latent + rope) * context,
+                  (context + decode) * kv_per_token + decode * heads * (2.0 * latent + rope) * a);
+    ops.per_head_gemm(heads, latent, value, decode);
+  }
+  for (const auto& chunk : chunks) {
+    // Expanded: the latents of every key the chunk reads up-projected into each head's K and V
+    // (kv_b_proj), then attention as multi-head attention of head widths nope + rope and v.
+    const double n = static_cast<double>(chunk.tokens);
+    const ChunkReach reach = chunk_reach(model_, chunk);
+    ops.gemm(latent, all_heads * (nope + value), Split::kColumns, reach.keys_read);
+    ops.attention(2.0 * heads * (nope + rope + value) * reach.attended,
+                  reach.keys_read * heads * (nope + rope + value) * a + n * kv_per_token +
+                      n * heads * (nope + rope + value) * a);
+  }
+  ops.gemm(all_heads * value, hidden, Split::kRows);  // output projection
 }
 
 void IterationCostModel::add_experts(double tokens, Accumulator& layer) const {
@@ -182,10 +335,7 @@ void IterationCostModel::add_head(const BatchShape& batch, Accumulator& total) c
   const config::DType math = model_.activation_dtype();
   const double hidden = model_.hidden_size();
   const double vocab = model_.vocab_size();
-  double tokens = static_cast<double>(batch.decode_tokens);
-  for (const auto& chunk : batch.prefill) {
-    tokens += static_cast<double>(chunk.tokens);
-  }
+  const double tokens = batch_tokens(batch);
   total.add(gpu_, OpKind::kElementwise, OpCost{0.0, tokens * hidden * activation_bytes_},
             math);  // embedding lookup
   const double logits = static_cast<double>(batch.logits_tokens);
@@ -201,24 +351,37 @@ void IterationCostModel::add_head(const BatchShape& batch, Accumulator& total) c
 }
 
 IterationCost IterationCostModel::cost(const BatchShape& batch) const {
-  Accumulator layer;
-  add_layer(batch, layer);
   const auto layers = static_cast<std::int64_t>(model_.num_hidden_layers());
+  const std::int64_t dense_layers =
+      model_.has_moe() ? std::min<std::int64_t>(model_.moe().first_dense_layers(), layers) : layers;
+  Accumulator all_layers;
+  Accumulator layer;
+  if (dense_layers > 0) {
+    add_layer(batch, Mlp::kDense, layer);
+    all_layers.add_times(layer, dense_layers);
+  }
+  if (dense_layers < layers) {
+    layer = Accumulator{};
+    add_layer(batch, Mlp::kExperts, layer);
+    all_layers.add_times(layer, layers - dense_layers);
+  }
   Accumulator head;
   add_head(batch, head);
   IterationCost cost;
-  cost.gemm = layer.gemm * layers + head.gemm;
-  cost.attention = layer.attention * layers + head.attention;
-  cost.elementwise = layer.elementwise * layers + head.elementwise;
-  cost.all_reduce = layer.all_reduce * layers;
+  cost.gemm = all_layers.gemm + head.gemm;
+  cost.attention = all_layers.attention + head.attention;
+  cost.elementwise = all_layers.elementwise + head.elementwise;
+  cost.all_reduce = all_layers.all_reduce;
   cost.total = cost.gemm + cost.attention + cost.elementwise + cost.all_reduce;
-  cost.layer = layer.gemm + layer.attention + layer.elementwise + layer.all_reduce;
-  cost.layer_attention = layer.attention;
+  const sim::Tick layers_time =
+      all_layers.gemm + all_layers.attention + all_layers.elementwise + all_layers.all_reduce;
+  cost.layer = sim::Tick::ps(layers_time.picoseconds() / layers);
+  cost.layer_attention = layer.attention;  // the same in every layer
   cost.head = head.gemm + head.attention + head.elementwise;
-  cost.flops = layer.flops * static_cast<double>(layers) + head.flops;
-  cost.hbm_bytes = layer.hbm_bytes * static_cast<double>(layers) + head.hbm_bytes;
-  cost.interconnect_bytes = layer.interconnect_bytes * static_cast<double>(layers);
-  cost.kernels = layer.kernels * static_cast<std::uint32_t>(layers) + head.kernels;
+  cost.flops = all_layers.flops + head.flops;
+  cost.hbm_bytes = all_layers.hbm_bytes + head.hbm_bytes;
+  cost.interconnect_bytes = all_layers.interconnect_bytes;
+  cost.kernels = all_layers.kernels + head.kernels;
   return cost;
 }
 

@@ -6,13 +6,52 @@
 
 namespace kvtier::hw {
 
+namespace {
+
+// The projections to the latents and the latents' norms, replicated over tensor parallelism
+// (vLLM's fused_qkv_a_proj).
+uint64_t latent_down_projection_parameters(const config::ModelSpec& model) {
+  const config::MultiHeadLatentAttention& mla = model.mla();
+  const uint64_t latents = static_cast<uint64_t>(mla.kv_lora_rank()) + mla.q_lora_rank();
+  return model.hidden_size() * (latents + mla.qk_rope_head_dim()) + latents;
+}
+
+// DeepSeek-V2's attention: queries straight from the hidden state or through a low-rank
+// latent (q_a_proj, its norm, q_b_proj), the keys' and values' latent with the shared RoPE key
+// (kv_a_proj_with_mqa) and its norm, their up-projection to every head (kv_b_proj), and the
+// output projection from the heads' values.
+uint64_t latent_attention_parameters(const config::ModelSpec& model) {
+  const config::MultiHeadLatentAttention& mla = model.mla();
+  const uint64_t hidden = model.hidden_size();
+  const uint64_t heads = model.num_attention_heads();
+  const uint64_t q_head = static_cast<uint64_t>(mla.qk_nope_head_dim()) + mla.qk_rope_head_dim();
+  uint64_t count = 0;
+  if (mla.has_q_lora_rank()) {
+    count += hidden * mla.q_lora_rank() + mla.q_lora_rank() + mla.q_lora_rank() * heads * q_head;
+  } else {
+    count += hidden * heads * q_head;
+  }
+  count += hidden * (static_cast<uint64_t>(mla.kv_lora_rank()) + mla.qk_rope_head_dim()) +
+           mla.kv_lora_rank();
+  count += static_cast<uint64_t>(mla.kv_lora_rank()) * heads *
+           (static_cast<uint64_t>(mla.qk_nope_head_dim()) + mla.v_head_dim());
+  count += heads * mla.v_head_dim() * hidden;
+  return count;
+}
+
+}  // namespace
+
 ParameterCount count_parameters(const config::ModelSpec& model) {
   const uint64_t hidden = model.hidden_size();
   const uint64_t q_width = static_cast<uint64_t>(model.num_attention_heads()) * model.head_dim();
   const uint64_t kv_width = static_cast<uint64_t>(model.num_key_value_heads()) * model.head_dim();
   ParameterCount count;
   count.embedding = static_cast<uint64_t>(model.vocab_size()) * hidden;
-  count.attention_per_layer = hidden * q_width + 2 * hidden * kv_width + q_width * hidden;
+  if (model.has_mla()) {
+    count.attention_per_layer = latent_attention_parameters(model);
+  } else {
+    count.attention_per_layer = hidden * q_width + 2 * hidden * kv_width + q_width * hidden;
+  }
   if (model.attention_bias()) {
     count.attention_per_layer += q_width + 2 * kv_width;
   }
@@ -27,6 +66,8 @@ ParameterCount count_parameters(const config::ModelSpec& model) {
     count.mlp_per_layer = moe.num_experts() * count.expert + count.router + count.shared_expert;
     count.active_mlp_per_layer =
         moe.experts_per_token() * count.expert + count.router + count.shared_expert;
+    count.dense_mlp_layers = moe.first_dense_layers();
+    count.dense_mlp_per_layer = 3 * hidden * model.intermediate_size();
   } else {
     count.mlp_per_layer = 3 * hidden * model.intermediate_size();
     count.active_mlp_per_layer = count.mlp_per_layer;
@@ -34,11 +75,17 @@ ParameterCount count_parameters(const config::ModelSpec& model) {
   count.norms_per_layer = 2 * hidden;
   count.final_norm = hidden;
   count.lm_head = model.tie_word_embeddings() ? 0 : count.embedding;
-  count.layers = model.num_hidden_layers() *
-                 (count.attention_per_layer + count.mlp_per_layer + count.norms_per_layer);
+  const uint64_t layers = model.num_hidden_layers();
+  const uint64_t mlp_layers = layers - std::min(count.dense_mlp_layers, layers);
+  count.layers = layers * (count.attention_per_layer + count.norms_per_layer) +
+                 mlp_layers * count.mlp_per_layer +
+                 (layers - mlp_layers) * count.dense_mlp_per_layer;
+  count.replicated = mlp_layers * count.router;
+  if (model.has_mla()) {
+    count.replicated += layers * latent_down_projection_parameters(model);
+  }
   count.total = count.embedding + count.layers + count.final_norm + count.lm_head;
-  count.active = count.total - static_cast<uint64_t>(model.num_hidden_layers()) *
-                                   (count.mlp_per_layer - count.active_mlp_per_layer);
+  count.active = count.total - mlp_layers * (count.mlp_per_layer - count.active_mlp_per_layer);
   return count;
 }
 
@@ -46,8 +93,36 @@ double weight_bytes(const config::ModelSpec& model, config::DType dtype) {
   return static_cast<double>(count_parameters(model).total) * config::dtype_bytes(dtype);
 }
 
+double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
+                            uint32_t tensor_parallel, AttentionSplit split) {
+  const ParameterCount count = count_parameters(model);
+  uint64_t replicated = count.replicated;
+  if (split == AttentionSplit::kRequests) {
+    // The whole of every layer's attention, of which latent attention's down-projections were
+    // replicated already.
+    const uint64_t layers = model.num_hidden_layers();
+    replicated += layers * count.attention_per_layer;
+    if (model.has_mla()) {
+      replicated -= layers * latent_down_projection_parameters(model);
+    }
+  }
+  const auto shared = static_cast<double>(count.total - replicated);
+  return (shared / tensor_parallel + static_cast<double>(replicated)) * config::dtype_bytes(dtype);
+}
+
+KvVectors kv_vectors_per_token_per_layer(const config::ModelSpec& model) {
+  if (model.has_mla()) {
+    return {1, static_cast<uint64_t>(model.mla().kv_lora_rank()) + model.mla().qk_rope_head_dim()};
+  }
+  return {2ULL * model.num_key_value_heads(), model.head_dim()};
+}
+
+uint32_t kv_shards(const config::ModelSpec& model, uint32_t tensor_parallel, AttentionSplit split) {
+  return model.has_mla() && split == AttentionSplit::kHeads ? 1 : tensor_parallel;
+}
+
 double kv_bytes_per_token_per_layer(const config::ModelSpec& model) {
-  return 2.0 * model.num_key_value_heads() * model.head_dim() *
+  return static_cast<double>(kv_vectors_per_token_per_layer(model).values()) *
          config::dtype_bytes(model.kv_dtype());
 }
 
@@ -55,15 +130,34 @@ double kv_bytes_per_token(const config::ModelSpec& model) {
   return kv_bytes_per_token_per_layer(model) * model.num_hidden_layers();
 }
 
+double kv_bytes_per_token_per_layer_per_gpu(const config::ModelSpec& model,
+                                            uint32_t tensor_parallel, AttentionSplit split) {
+  return kv_bytes_per_token_per_layer(model) / kv_shards(model, tensor_parallel, split);
+}
+
+double kv_bytes_per_token_per_gpu(const config::ModelSpec& model, uint32_t tensor_parallel,
+                                  AttentionSplit split) {
+  return kv_bytes_per_token(model) / kv_shards(model, tensor_parallel, split);
+}
+
 double linear_flops_per_token(const config::ModelSpec& model) {
   const ParameterCount count = count_parameters(model);
-  const uint64_t matrix_weights_per_layer = count.attention_per_layer + count.active_mlp_per_layer;
+  const uint64_t layers = model.num_hidden_layers();
+  const uint64_t dense_layers = std::min(count.dense_mlp_layers, layers);
+  const uint64_t matrix_weights = layers * count.attention_per_layer +
+                                  (layers - dense_layers) * count.active_mlp_per_layer +
+                                  dense_layers * count.dense_mlp_per_layer;
   // The LM head multiplies by a vocab x hidden matrix whether or not it is tied.
-  return 2.0 * (static_cast<double>(matrix_weights_per_layer) * model.num_hidden_layers() +
-                static_cast<double>(count.embedding));
+  return 2.0 * (static_cast<double>(matrix_weights) + static_cast<double>(count.embedding));
 }
 
 double attention_flops_per_context_token(const config::ModelSpec& model) {
+  if (model.has_mla()) {
+    // Scores over the latent and the RoPE key, then the latent weighted by them.
+    const config::MultiHeadLatentAttention& mla = model.mla();
+    return 2.0 * model.num_hidden_layers() * model.num_attention_heads() *
+           (2.0 * mla.kv_lora_rank() + mla.qk_rope_head_dim());
+  }
   return 4.0 * model.num_hidden_layers() * model.num_attention_heads() * model.head_dim();
 }
 

@@ -18,6 +18,12 @@ void check_engine_spec(const config::ModelSpec& spec, const std::string& where) 
                         "engine runs dense models only (field moe)",
                     where);
   }
+  if (spec.has_mla()) {
+    throw DataError("model '" + spec.name() +
+                        "' uses multi-head latent attention, which kvtier simulates (kvtier sim) "
+                        "but whose engine does not run (field mla)",
+                    where);
+  }
   require_positive(spec.has_num_hidden_layers(), spec.num_hidden_layers(), "num_hidden_layers");
   require_positive(spec.has_hidden_size(), spec.hidden_size(), "hidden_size");
   require_positive(spec.has_num_attention_heads(), spec.num_attention_heads(),

@@ -33,7 +33,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       workload_(std::move(workload)),
       plan_(plan_memory(run)),
       cost_model_(run.model(), run.hardware().node().gpu(), gpu_link_of(run),
-                  run.tensor_parallel_degree()),
+                  run.tensor_parallel_degree(), attention_split(run)),
       prefill_budget_(run.workload().prefill_chunk_tokens()),
       max_batch_(run.workload().max_batch_size()),
       iteration_overhead_(
@@ -120,19 +120,22 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     copy_rates_ = measure_copy_rates(run);
     lookahead_ = run.tiering().prefetch_lookahead_layers();
     staged_layers_ = std::min(lookahead_ + 1, run.model().num_hidden_layers());
-    bytes_per_token_layer_ =
-        hw::kv_bytes_per_token_per_layer(run.model()) / run.tensor_parallel_degree();
-    // One token in one layer on this GPU (its share of the KV heads) in the policy's T2 format:
-    // codes and the scales of each head vector.
-    const double kv_heads_per_gpu =
-        static_cast<double>(run.model().num_key_value_heads()) / run.tensor_parallel_degree();
-    compressed_bytes_per_token_layer_ =
-        tiers_->compressed_format().token_layer_bytes(kv_heads_per_gpu, run.model().head_dim());
+    const std::uint32_t shards =
+        hw::kv_shards(run.model(), run.tensor_parallel_degree(), attention_split(run));
+    bytes_per_token_layer_ = hw::kv_bytes_per_token_per_layer_per_gpu(
+        run.model(), run.tensor_parallel_degree(), attention_split(run));
+    // One token in one layer on this GPU (its share of the KV vectors) in the policy's T2
+    // format: codes and the scale of each vector.
+    const hw::KvVectors vectors = hw::kv_vectors_per_token_per_layer(run.model());
+    compressed_bytes_per_token_layer_ = tiers_->compressed_format().vectors_bytes(
+        static_cast<double>(vectors.count) / shards, static_cast<double>(vectors.width));
     layer_copies_.resize(run.model().num_hidden_layers());
     if (run.tiering().has_host_recode()) {
       // configs/impl/consistency.cpp requires the host's rates with it.
       const config::KvRecodeRates& rates = run.hardware().node().host().kv_recode();
-      const double values = 2.0 * run.model().num_key_value_heads() * run.model().head_dim();
+      // Every GPU's token-layer: the model's KV heads once, or each GPU's copy of a latent.
+      const double values =
+          static_cast<double>(vectors.values()) * run.tensor_parallel_degree() / shards;
       recode_timing_ = run.tiering().host_recode().timing();
       recode_ns_to_compressed_ = values * rates.to_compressed_ns_per_value();
       recode_ns_to_full_ = values * rates.to_full_ns_per_value();

@@ -80,17 +80,19 @@ std::string MemoryPlan::breakdown() const {
 
 MemoryPlan plan_memory(const config::RunSpec& run) {
   const auto& model = run.model();
-  const double tp = run.tensor_parallel_degree();
+  const uint32_t tp = run.tensor_parallel_degree();
   MemoryPlan plan;
   plan.capacity_bytes = run.hardware().node().gpu().memory_capacity_gib() * kGiB;
-  plan.weights_bytes = hw::weight_bytes(model, model.weight_dtype()) / tp;
+  plan.weights_bytes =
+      hw::weight_bytes_per_gpu(model, model.weight_dtype(), tp, attention_split(run));
   plan.workspace_bytes = run.memory().activation_workspace_gib() * kGiB;
   plan.reserve_bytes = run.memory().runtime_reserve_gib() * kGiB;
-  plan.kv_bytes_per_token = hw::kv_bytes_per_token(model) / tp;
+  plan.kv_bytes_per_token = hw::kv_bytes_per_token_per_gpu(model, tp, attention_split(run));
   plan.window_tokens = model.has_sliding_window() ? model.sliding_window() : 0;
   const auto& node = run.hardware().node();
-  // Every GPU's T1/T2 holds its own share of the KV heads, so each GPU gets its share of the
-  // DDR (configs/impl/consistency.cpp keeps the swap space below it).
+  // Every GPU's T1/T2 holds what its HBM would (its share of the KV heads, or with latent
+  // attention its own copy of the latents), so each GPU gets its share of the DDR
+  // (configs/impl/consistency.cpp keeps the swap space below it).
   const auto& admission = run.workload().on_demand_admission();
   plan.swap_space_bytes = admission.has_swap() ? admission.swap().space_gib() * kGiB : 0.0;
   plan.prefix_host_bytes = run.memory().prefix_cache_host_gib() * kGiB;

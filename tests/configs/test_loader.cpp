@@ -169,6 +169,31 @@ TEST_CASE("inconsistent combinations are reported", "[loader]") {
     CHECK_THAT(joined(problems<ModelSpec>("preset: \"Qwen3-30B-A3B\" moe { num_experts: 1 }")),
                Catch::Contains("moe.num_experts"));
   }
+  SECTION("a mixture of experts keeps at least one layer of experts") {
+    CHECK_THAT(
+        joined(problems<ModelSpec>("preset: \"DeepSeek-V3\" moe { first_dense_layers: 61 }")),
+        Catch::Contains("first_dense_layers 61 leaves none of the 61 layers to the experts") &&
+            Catch::Contains("field moe.first_dense_layers"));
+    CHECK(problems<ModelSpec>("preset: \"DeepSeek-V3\" moe { first_dense_layers: 60 }").empty());
+  }
+  SECTION("latent attention's shapes agree with the heads' and exclude what it does not model") {
+    CHECK(problems<ModelSpec>("preset: \"DeepSeek-V2-Lite\"").empty());
+    CHECK_THAT(joined(problems<ModelSpec>("preset: \"DeepSeek-V3\" num_key_value_heads: 8")),
+               Catch::Contains("with mla, num_key_value_heads 8 must equal num_attention_heads "
+                               "128") &&
+                   Catch::Contains("field num_key_value_heads"));
+    CHECK_THAT(joined(problems<ModelSpec>("preset: \"DeepSeek-V3\" head_dim: 128")),
+               Catch::Contains("with mla, head_dim 128 must be qk_nope_head_dim + "
+                               "qk_rope_head_dim = 192") &&
+                   Catch::Contains("field head_dim"));
+    CHECK_THAT(joined(problems<ModelSpec>("preset: \"DeepSeek-V3\" sliding_window: 4096")),
+               Catch::Contains("latent attention (mla) without sliding_window") &&
+                   Catch::Contains("field sliding_window"));
+    CHECK_THAT(joined(problems<ModelSpec>("preset: \"DeepSeek-V3\" attention_bias: true")),
+               Catch::Contains("field attention_bias"));
+    CHECK_THAT(joined(problems<ModelSpec>("preset: \"DeepSeek-V3\" mla { v_head_dim: 0 }")),
+               Catch::Contains("mla.v_head_dim"));
+  }
   SECTION("an explicit head_dim need not divide hidden evenly among the heads") {
     // Mistral-NeMo 12B's config.json: 32 heads of 128 against a hidden size of 5120.
     CHECK(

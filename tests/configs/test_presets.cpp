@@ -26,7 +26,7 @@ TEST_CASE("every built-in preset loads, validates and is named after its file", 
       ++loaded;
     }
   }
-  CHECK(loaded == 50);
+  CHECK(loaded == 52);
 }
 
 TEST_CASE("the preset catalogue holds the documented hardware and models", "[presets]") {
@@ -48,9 +48,11 @@ TEST_CASE("the preset catalogue holds the documented hardware and models", "[pre
                                                "InfiniBand-NDR"});
   CHECK(names("node") == std::set<std::string>{"workstation-rtx5080", "hgx-h100-8", "hgx-h200-8",
                                                "dgx-a100-8", "gh200"});
-  CHECK(names("model").size() == 19);
+  CHECK(names("model").size() == 21);
   CHECK(names("model").count("Mixtral-8x7B-v0.1") == 1);
   CHECK(names("model").count("Qwen3-30B-A3B") == 1);
+  CHECK(names("model").count("DeepSeek-V3") == 1);
+  CHECK(names("model").count("DeepSeek-V2-Lite") == 1);
   CHECK(names("model").count("Qwen3-235B-A22B") == 1);
 }
 
@@ -122,6 +124,32 @@ TEST_CASE("mixture-of-experts presets match their published totals and active pa
           2.0 * (layers *
                      static_cast<double>(count.attention_per_layer + count.active_mlp_per_layer) +
                  static_cast<double>(count.embedding)));
+  }
+}
+
+TEST_CASE("DeepSeek presets match their published totals, active parameters and latent KV",
+          "[presets]") {
+  struct Latent {
+    double total;
+    double active;  // as DeepSeek counts them: without the embedding lookup
+    double kv_bytes_per_token;
+  };
+  // DeepSeek-V3: 671B / 37B (arXiv:2412.19437); DeepSeek-V2-Lite: 15.7B / 2.4B
+  // (arXiv:2405.04434), rounded to 0.1B, so within 3%. KV: (512 + 64) bf16 values per layer.
+  const std::map<std::string, Latent> published = {
+      {"DeepSeek-V3", {671e9, 37e9, 576 * 2 * 61}},
+      {"DeepSeek-V2-Lite", {15.7e9, 2.4e9, 576 * 2 * 27}}};
+  for (const auto& [name, figures] : published) {
+    INFO(name);
+    kvtier::config::ModelSpec model;
+    (void)loader().load_preset(*builtin_presets().find("model", name), model, {});
+    REQUIRE(model.has_mla());
+    REQUIRE(model.has_moe());
+    const auto count = kvtier::hw::count_parameters(model);
+    CHECK(std::abs(static_cast<double>(count.total) - figures.total) / figures.total < 0.005);
+    const double active = static_cast<double>(count.active - count.embedding);
+    CHECK(std::abs(active - figures.active) / figures.active < 0.03);
+    CHECK(kvtier::hw::kv_bytes_per_token(model) == figures.kv_bytes_per_token);
   }
 }
 

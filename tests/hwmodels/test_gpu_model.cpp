@@ -14,15 +14,9 @@
 using kvtier::hw::OpCost;
 using kvtier::hw::OpKind;
 
-namespace {
+using kvtier::test::preset;
 
-template <typename Spec>
-Spec preset(const char* kind, const char* name) {
-  Spec spec;
-  (void)kvtier::test::loader().load_preset(*kvtier::test::builtin_presets().find(kind, name), spec,
-                                           {});
-  return spec;
-}
+namespace {
 
 double seconds(kvtier::sim::Tick tick) {
   return kvtier::sim::to_seconds(tick);

@@ -101,4 +101,12 @@ TEST_CASE("a random model of an engine-incompatible spec is refused", "[kernels]
   moe.mutable_moe()->set_expert_intermediate_size(8);
   CHECK_THROWS_WITH(kk::random_model(moe),
                     Catch::Contains("is a mixture of experts") && Catch::Contains("field moe"));
+  // So is latent attention.
+  kvtier::config::ModelSpec latent = kk::testing::small_spec(kvtier::config::DEEPSEEK_V2);
+  latent.mutable_mla()->set_kv_lora_rank(8);
+  latent.mutable_mla()->set_qk_nope_head_dim(4);
+  latent.mutable_mla()->set_qk_rope_head_dim(4);
+  latent.mutable_mla()->set_v_head_dim(8);
+  CHECK_THROWS_WITH(kk::random_model(latent),
+                    Catch::Contains("multi-head latent attention") && Catch::Contains("field mla"));
 }

@@ -21,6 +21,14 @@ inline const config::ConfigLoader& loader() {
   return instance;
 }
 
+// A built-in preset of `kind` (gpu, link, model, ...), loaded as its spec.
+template <typename Spec>
+Spec preset(const char* kind, const char* name) {
+  Spec spec;
+  (void)loader().load_preset(*builtin_presets().find(kind, name), spec, {});
+  return spec;
+}
+
 template <typename Spec>
 Spec load_spec(const std::string& text, const std::vector<std::string>& sets = {}) {
   std::vector<config::Override> overrides;

@@ -1,0 +1,235 @@
+// Multi-head latent attention (DeepSeek-V2/V3) and a mixture of experts' first dense layers in
+// the iteration cost model and the serving simulation.
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "configs/schema/run.pb.h"
+#include "hwmodels/iteration_cost.hpp"
+#include "hwmodels/model_shape.hpp"
+#include "tests/support/config_fixture.hpp"
+#include "tests/support/serving_metrics.hpp"
+
+using kvtier::config::ModelSpec;
+using kvtier::hw::BatchShape;
+using kvtier::hw::IterationCostModel;
+
+using kvtier::test::preset;
+
+namespace {
+
+// DeepSeek-V3 on H200s joined by NVLink 4, as the tests below cost it.
+struct DeepSeekOnH200 {
+  kvtier::config::GpuSpec gpu = preset<kvtier::config::GpuSpec>("gpu", "H200");
+  kvtier::config::LinkSpec nvlink = preset<kvtier::config::LinkSpec>("link", "NVLink4");
+  ModelSpec model = preset<ModelSpec>("model", "DeepSeek-V3");
+  double layers = model.num_hidden_layers();
+};
+
+BatchShape decode(std::uint64_t requests, std::uint64_t context_each) {
+  BatchShape batch;
+  batch.decode_tokens = requests;
+  batch.decode_context_tokens = requests * context_each;
+  batch.logits_tokens = requests;
+  return batch;
+}
+
+BatchShape prefill(std::uint64_t tokens, std::uint64_t before) {
+  BatchShape batch;
+  batch.prefill.push_back({tokens, before});
+  batch.logits_tokens = 1;
+  return batch;
+}
+
+}  // namespace
+
+TEST_CASE("decoding reads each context token's latent once per layer, whole on every GPU",
+          "[iteration_cost]") {
+  const DeepSeekOnH200 setup;
+  const auto& [gpu, nvlink, model, layers] = setup;
+  for (const std::uint32_t tp : {1U, 8U}) {
+    INFO("TP " << tp);
+    const IterationCostModel costs(model, gpu, tp > 1 ? &nvlink : nullptr, tp);
+    // 16 requests, 1,000 more context tokens each: only attention over the context changes.
+    const auto shorter = costs.cost(decode(16, 3000));
+    const auto longer = costs.cost(decode(16, 4000));
+    const double extra_tokens = 16.0 * 1000;
+    // (512 + 64) bf16 values per layer, the same bytes at TP 1 and 8.
+    CHECK(longer.hbm_bytes - shorter.hbm_bytes ==
+          Approx(extra_tokens * layers * 576 * 2).epsilon(1e-9));
+    // Every head of this GPU scores the latent and the RoPE key and weights the latent.
+    const double heads = 128.0 / tp;
+    CHECK(longer.flops - shorter.flops ==
+          Approx(extra_tokens * layers * heads * 2 * (2 * 512 + 64)).epsilon(1e-9));
+  }
+  // Grouped-query heads are split instead: Llama-3.1-70B's 8 KV heads over 8 GPUs, one each.
+  const auto llama = preset<ModelSpec>("model", "Llama-3.1-70B");
+  const IterationCostModel split(llama, gpu, &nvlink, 8);
+  CHECK(split.cost(decode(16, 4000)).hbm_bytes - split.cost(decode(16, 3000)).hbm_bytes ==
+        Approx(16.0 * 1000 * 80 * (2 * 1 * 128 * 2)).epsilon(1e-9));
+}
+
+TEST_CASE("a prefill chunk expands the latents it reads into every head's keys and values",
+          "[iteration_cost]") {
+  const DeepSeekOnH200 setup;
+  const auto& [gpu, nvlink, model, layers] = setup;
+  const IterationCostModel costs(model, gpu, &nvlink, 8);
+  // The same 512-token chunk after 2,048 tokens of its prompt instead of none: kv_b_proj
+  // up-projects 2,048 more latents to 16 heads' K (128) and V (128), and every query attends
+  // 2,048 more keys of width 128 + 64 with values of 128.
+  const double before = 2048;
+  const double n = 512;
+  const double heads = 16;
+  const double extra = costs.cost(prefill(512, 2048)).flops - costs.cost(prefill(512, 0)).flops;
+  CHECK(extra == Approx(layers * (2.0 * before * 512 * heads * (128 + 128) +
+                                  2.0 * heads * (128 + 64 + 128) * n * before))
+                     .epsilon(1e-9));
+}
+
+TEST_CASE("replicated down-projections and routers are read whole by every GPU",
+          "[iteration_cost]") {
+  const DeepSeekOnH200 setup;
+  const auto& [gpu, nvlink, model, layers] = setup;
+  const auto count = kvtier::hw::count_parameters(model);
+  // 61 layers' q_a/kv_a projections and latent norms, 58 routers.
+  CHECK(count.replicated == 61ULL * (7168 * (1536 + 512 + 64) + 1536 + 512) + 58ULL * 7168 * 256);
+  // One decoding token on 8 GPUs reaches 8 experts per layer; its weights per GPU are 1/8 of
+  // the split ones it touches and all the replicated ones: more than 1/8 of one GPU's reads.
+  const IterationCostModel tp1(model, gpu, nullptr, 1);
+  const IterationCostModel tp8(model, gpu, &nvlink, 8);
+  const double one = tp1.cost(decode(1, 1)).hbm_bytes;
+  const double eight = tp8.cost(decode(1, 1)).hbm_bytes;
+  const double replicated = static_cast<double>(count.replicated);  // FP8: a byte each
+  // (One token's activations, not all of which the GPUs split, are under 0.5% of the bytes.)
+  CHECK(eight == Approx((one - replicated) / 8 + replicated).epsilon(0.005));
+  CHECK(eight > 1.15 * one / 8);
+}
+
+TEST_CASE("a mixture of experts' first dense layers cost a dense MLP each", "[iteration_cost]") {
+  const DeepSeekOnH200 setup;
+  const auto& [gpu, nvlink, model, layers] = setup;
+  ModelSpec experts_everywhere = model;
+  experts_everywhere.mutable_moe()->clear_first_dense_layers();
+  ModelSpec dense = experts_everywhere;
+  dense.clear_moe();
+  const ModelSpec& mixed = model;
+  const auto batch = decode(32, 2000);
+  const auto all = IterationCostModel(experts_everywhere, gpu, &nvlink, 8).cost(batch);
+  const auto none = IterationCostModel(dense, gpu, &nvlink, 8).cost(batch);
+  const auto three = IterationCostModel(mixed, gpu, &nvlink, 8).cost(batch);
+  // Layers cost the same but for their MLP, and the head is the same: 3 dense + 58 expert layers.
+  CHECK(three.flops == Approx((3 * none.flops + 58 * all.flops) / 61).epsilon(1e-12));
+  CHECK(three.hbm_bytes == Approx((3 * none.hbm_bytes + 58 * all.hbm_bytes) / 61).epsilon(1e-12));
+  CHECK(three.kernels * 61 == 3 * none.kernels + 58 * all.kernels);
+  // The engine's mean layer: the layers' total within a picosecond each.
+  const auto layers_total = three.total - three.head;
+  CHECK((layers_total - three.layer * 61).picoseconds() >= 0);
+  CHECK((layers_total - three.layer * 61).picoseconds() < 61);
+}
+
+TEST_CASE("under tensor parallelism every GPU keeps the whole latent", "[serving]") {
+  const auto run = [](const std::string& model, int tp) {
+    return kvtier::test::serving_metrics(kvtier::test::load_spec<kvtier::config::RunSpec>(
+        kvtier::test::quickstart_run(),
+        {"model.preset=" + model, "tensor_parallel_degree=" + std::to_string(tp)}));
+  };
+  const auto lite1 = run("DeepSeek-V2-Lite", 1);
+  const auto lite2 = run("DeepSeek-V2-Lite", 2);
+  CHECK(lite1.at("kv_bytes_per_token_per_gpu") == 576 * 2 * 27);
+  CHECK(lite2.at("kv_bytes_per_token_per_gpu") == 576 * 2 * 27);
+  CHECK(lite2.at("hbm_kv_used_peak_gib") == Approx(lite1.at("hbm_kv_used_peak_gib")));
+  // Per-head KV halves.
+  const auto llama1 = run("Llama-3.1-8B", 1);
+  const auto llama2 = run("Llama-3.1-8B", 2);
+  CHECK(llama2.at("kv_bytes_per_token_per_gpu") == llama1.at("kv_bytes_per_token_per_gpu") / 2);
+}
+
+TEST_CASE("T2 stores a latent as one vector with one scale", "[tiers]") {
+  // Monarch copies only T2 tokens; int8 with a float32 scale is 512 + 64 + 4 bytes a
+  // token-layer, turboquant's 16 bits (576 · 2).
+  const auto run = [](const std::string& compression) {
+    auto spec = kvtier::test::load_spec<kvtier::config::RunSpec>(
+        kvtier::test::quickstart_run(),
+        {"model.preset=DeepSeek-V2-Lite", "tiering.prefetch_lookahead_layers=1",
+         "tiering.host_allocation=PINNED", "tiering.copy_method=COPY_ENGINES",
+         "tiering.synthetic_pattern=reasoning",
+         "workload.closed_loop.prompt_tokens.fixed_tokens=512",
+         "workload.closed_loop.output_tokens.fixed_tokens=512"});
+    spec.mutable_policy()->Clear();
+    spec.mutable_policy()->set_name("monarch");
+    auto* attend = spec.mutable_policy()->add_param();
+    attend->set_name("attend");
+    attend->set_text("all");
+    auto* format = spec.mutable_policy()->add_param();
+    format->set_name("compression");
+    format->set_text(compression);
+    return kvtier::test::serving_metrics(spec);
+  };
+  const auto int8 = run("int8");
+  const auto turboquant = run("turboquant");
+  REQUIRE(turboquant.at("pcie_h2d_gb") > 0.0);
+  CHECK(int8.at("pcie_h2d_gb") / turboquant.at("pcie_h2d_gb") ==
+        Approx(580.0 / 1152.0).epsilon(1e-12));
+  CHECK(int8.at("host_kv_used_peak_gib") / turboquant.at("host_kv_used_peak_gib") ==
+        Approx(580.0 / 1152.0).epsilon(1e-12));
+}
+
+TEST_CASE("data-parallel attention: each GPU attends its own requests with every head",
+          "[iteration_cost]") {
+  const DeepSeekOnH200 setup;
+  const auto& [gpu, nvlink, model, layers] = setup;
+  const IterationCostModel by_requests(model, gpu, &nvlink, 8,
+                                       kvtier::hw::AttentionSplit::kRequests);
+  const IterationCostModel by_heads(model, gpu, &nvlink, 8, kvtier::hw::AttentionSplit::kHeads);
+  // 16 decoding requests: two per GPU, each read by one GPU only, scored by all 128 heads.
+  const auto shorter = by_requests.cost(decode(16, 3000));
+  const auto longer = by_requests.cost(decode(16, 4000));
+  CHECK(longer.hbm_bytes - shorter.hbm_bytes ==
+        Approx(16.0 * 1000 / 8 * layers * 576 * 2).epsilon(1e-9));
+  CHECK(longer.flops - shorter.flops ==
+        Approx(16.0 * 1000 / 8 * layers * 128 * 2 * (2 * 512 + 64)).epsilon(1e-9));
+  // One all-gather and one reduce-scatter a layer move what one all-reduce does: half the
+  // traffic of the two all-reduces of attention split by heads.
+  CHECK(shorter.interconnect_bytes ==
+        Approx(by_heads.cost(decode(16, 3000)).interconnect_bytes / 2).epsilon(1e-12));
+  // A prefill chunk runs on one GPU whole: 2,048 more tokens of context before a 512-token
+  // chunk cost every one of the 128 heads.
+  const double extra =
+      by_requests.cost(prefill(512, 2048)).flops - by_requests.cost(prefill(512, 0)).flops;
+  CHECK(extra == Approx(layers * (2.0 * 2048 * 512 * 128 * (128 + 128) +
+                                  2.0 * 128 * (128 + 64 + 128) * 512 * 2048))
+                     .epsilon(1e-9));
+  // Two chunks go to two GPUs, and the layer waits for the one with the longer chunk.
+  BatchShape two = prefill(512, 0);
+  two.prefill.push_back({64, 0});
+  CHECK(by_requests.cost(two).attention == by_requests.cost(prefill(512, 0)).attention);
+  // Without latent attention it is refused.
+  const auto llama = preset<ModelSpec>("model", "Llama-3.1-70B");
+  CHECK_THROWS_WITH(
+      IterationCostModel(llama, gpu, &nvlink, 8, kvtier::hw::AttentionSplit::kRequests),
+      Catch::Contains("data-parallel attention is modelled for latent attention"));
+}
+
+TEST_CASE("with data-parallel attention a GPU keeps only its own requests' latents", "[serving]") {
+  const auto run = [](const std::vector<std::string>& sets) {
+    return kvtier::test::serving_metrics(
+        kvtier::test::load_spec<kvtier::config::RunSpec>(kvtier::test::quickstart_run(), sets));
+  };
+  const auto by_heads = run({"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2"});
+  const auto by_requests = run({"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2",
+                                "engine.data_parallel_attention=true"});
+  CHECK(by_requests.at("kv_bytes_per_token_per_gpu") == 576 * 2 * 27 / 2.0);
+  CHECK(by_requests.at("hbm_kv_used_peak_gib") == Approx(by_heads.at("hbm_kv_used_peak_gib") / 2));
+  // Every GPU holds the attention weights whole: more weights, room for twice the tokens.
+  CHECK(by_requests.at("hbm_weights_gib") > by_heads.at("hbm_weights_gib"));
+  CHECK(by_requests.at("largest_batch_that_fits") > 1.5 * by_heads.at("largest_batch_that_fits"));
+  const auto problems = kvtier::test::problems<kvtier::config::RunSpec>(
+      kvtier::test::quickstart_run(), {"engine.data_parallel_attention=true"});
+  REQUIRE(problems.size() == 1);
+  CHECK_THAT(problems[0], Catch::Contains("data-parallel attention is modelled for models with "
+                                          "latent attention (model.mla) only") &&
+                              Catch::Contains("field engine.data_parallel_attention"));
+}
