@@ -376,6 +376,10 @@ class ServingEngine {
   MemoryPlan plan_;
   hw::IterationCostModel cost_model_;
   std::uint64_t prefill_budget_;
+  // The most prompt tokens one request prefills in an iteration: the whole budget, or with
+  // data-parallel attention one GPU's share of it (SGLang divides chunked_prefill_size by the
+  // data-parallel size), so that the GPUs prefill different requests side by side.
+  std::uint64_t chunk_cap_;
   std::uint32_t max_batch_;
   sim::Tick iteration_overhead_;
   // workload.on_demand_admission's watermark; absent: whole-request reservations.

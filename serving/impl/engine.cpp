@@ -35,6 +35,9 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       cost_model_(run.model(), run.hardware().node().gpu(), gpu_link_of(run),
                   run.tensor_parallel_degree(), attention_split(run)),
       prefill_budget_(run.workload().prefill_chunk_tokens()),
+      chunk_cap_(attention_split(run) == hw::AttentionSplit::kRequests
+                     ? std::max<std::uint64_t>(prefill_budget_ / run.tensor_parallel_degree(), 1)
+                     : prefill_budget_),
       max_batch_(run.workload().max_batch_size()),
       iteration_overhead_(
           sim::from_microseconds(run.engine().iteration_overhead_us(), sim::Rounding::kUp)),
@@ -417,7 +420,8 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
 
 void ServingEngine::add_chunk(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
   const Request& request = requests_[id];
-  const std::uint64_t tokens = std::min(budget, request.prefill_target - request.prefilled);
+  const std::uint64_t tokens =
+      std::min({budget, chunk_cap_, request.prefill_target - request.prefilled});
   budget -= tokens;
   prefilling_now_.push_back(PlannedChunk{id, tokens});
   batch.prefill.push_back(hw::PrefillChunk{tokens, request.prefilled});
@@ -649,10 +653,12 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
       first_chunk.hbm -= static_cast<double>(hits.shared()) * plan_.block_bytes();
     } else if (hits.blocks > 0) {
       const std::uint64_t start = hits.blocks * plan_.block_tokens;
-      first_chunk.hbm = plan_.kv_bytes_for(start + std::min(budget, head.prefill_target - start)) -
-                        static_cast<double>(hits.shared()) * plan_.block_bytes();
+      first_chunk.hbm =
+          plan_.kv_bytes_for(start + std::min({budget, chunk_cap_, head.prefill_target - start})) -
+          static_cast<double>(hits.shared()) * plan_.block_bytes();
     } else {
-      first_chunk = footprint(id, std::min(budget, head.prefill_target - head.prefilled));
+      first_chunk =
+          footprint(id, std::min({budget, chunk_cap_, head.prefill_target - head.prefilled}));
     }
     // Alone, a request always fits (its whole life does); the watermark does not hold it back.
     const bool alone = running_.empty() && handed_off_.empty();

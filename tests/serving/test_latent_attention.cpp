@@ -233,3 +233,21 @@ TEST_CASE("with data-parallel attention a GPU keeps only its own requests' laten
                                           "latent attention (model.mla) only") &&
                               Catch::Contains("field engine.data_parallel_attention"));
 }
+
+TEST_CASE("with data-parallel attention a prompt is prefilled in one GPU's share of the budget",
+          "[serving]") {
+  // One request of 4,096 prompt tokens and 4 output tokens, a budget of 2,048 tokens an
+  // iteration: split by heads, two prefill iterations and three more decoding; by requests over
+  // two GPUs, SGLang's per-GPU chunk of 1,024 takes four.
+  const auto run = [](bool data_parallel) {
+    return kvtier::test::serving_metrics(kvtier::test::load_spec<kvtier::config::RunSpec>(
+        kvtier::test::quickstart_run(),
+        {"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2",
+         "workload.closed_loop.concurrency=1", "workload.closed_loop.num_requests=1",
+         "workload.closed_loop.prompt_tokens.fixed_tokens=4096",
+         "workload.closed_loop.output_tokens.fixed_tokens=4", "workload.prefill_chunk_tokens=2048",
+         std::string("engine.data_parallel_attention=") + (data_parallel ? "true" : "false")}));
+  };
+  CHECK(run(false).at("iterations") == 2 + 3);
+  CHECK(run(true).at("iterations") == 4 + 3);
+}
