@@ -36,7 +36,7 @@ int validate_files(const std::vector<std::string>& files, Format format, Context
   }
   const std::size_t compared = checks.size() - skipped;
   if (format == Format::kHtml) {
-    context.out << measurements_html(checks, version_line());
+    context.out << measurements_html(checks, validation::live_steps(files), version_line());
   } else if (format == Format::kJson) {
     context.out << "{\"references\": [";
     for (std::size_t i = 0; i < checks.size(); ++i) {

@@ -24,9 +24,15 @@ void model_rows(const config::ModelSpec& model, std::vector<Row>& rows) {
     rows.push_back(integer_row("parameters_active_per_token", count.active, ""));
   }
   rows.push_back(integer_row("parameters_embedding", count.embedding, ""));
+  // With experts, a layer of experts; the first dense layers' own count follows.
   rows.push_back(
       integer_row("parameters_per_layer",
                   count.attention_per_layer + count.mlp_per_layer + count.norms_per_layer, ""));
+  if (count.dense_mlp_layers > 0) {
+    rows.push_back(integer_row(
+        "parameters_per_dense_layer",
+        count.attention_per_layer + count.dense_mlp_per_layer + count.norms_per_layer, ""));
+  }
   rows.push_back(integer_row("parameters_lm_head", count.lm_head, ""));
   rows.push_back(number_row("weight_bytes", hw::weight_bytes(model, model.weight_dtype()), "B", 0));
   for (const config::DType dtype :

@@ -100,6 +100,58 @@ ValidationTable figures_table(const std::vector<validation::ReferenceCheck>& che
   return table;
 }
 
+namespace {
+
+// A live run's steps as four charts, the step number along x.
+void add_live_steps(report::HtmlPage& page, const validation::LiveSteps& run) {
+  page.heading(3, run.id + " (" + run.policy + ", " + run.device + ")");
+  const auto chart = [&](const std::string& what, const std::string& unit) {
+    report::LineChart c;
+    c.title = run.id + ": " + what;
+    c.x.label = "decode step";
+    c.y.label = unit;
+    c.markers = false;
+    return c;
+  };
+  const auto series = [&](const std::string& label, auto value) {
+    report::LineSeries line{label, {}, {}};
+    for (std::size_t step = 0; step < run.steps.size(); ++step) {
+      line.x.push_back(static_cast<double>(step + 1));
+      line.y.push_back(value(run.steps[static_cast<int>(step)]));
+    }
+    return line;
+  };
+  report::LineChart time = chart("time per step", "ms");
+  time.series.push_back(
+      series("step", [](const config::StepFigures& s) { return s.latency_ms(); }));
+  page.add_raw(report::line_chart_svg(time));
+
+  report::LineChart tiers = chart("the context by tier", "token-layers");
+  for (int tier = 0; tier < 4; ++tier) {
+    tiers.series.push_back(series("T" + std::to_string(tier), [tier](const config::StepFigures& s) {
+      return tier < s.tier_token_layers_size() ? static_cast<double>(s.tier_token_layers(tier))
+                                               : kNaN;
+    }));
+  }
+  page.add_raw(report::line_chart_svg(tiers));
+
+  report::LineChart copies = chart("bytes copied per step", "KiB");
+  copies.series.push_back(series("host to device", [](const config::StepFigures& s) {
+    return static_cast<double>(s.h2d_bytes()) / 1024.0;
+  }));
+  copies.series.push_back(series("device to host", [](const config::StepFigures& s) {
+    return static_cast<double>(s.d2h_bytes()) / 1024.0;
+  }));
+  page.add_raw(report::line_chart_svg(copies));
+
+  report::LineChart kept = chart("attention mass kept", "share of the attention");
+  kept.series.push_back(
+      series("held tokens", [](const config::StepFigures& s) { return s.kept_mass(); }));
+  page.add_raw(report::line_chart_svg(kept));
+}
+
+}  // namespace
+
 std::string published_html(const std::vector<validation::Projection>& projections,
                            const std::string& file, const std::string& version) {
   report::HtmlPage page("kvtier validate: " + file);
@@ -169,6 +221,7 @@ std::string published_html(const std::vector<validation::Projection>& projection
 }
 
 std::string measurements_html(const std::vector<validation::ReferenceCheck>& checks,
+                              const std::vector<validation::LiveSteps>& live,
                               const std::string& version) {
   report::HtmlPage page("kvtier validate: measurement files");
   std::size_t outside = 0;
@@ -243,6 +296,18 @@ std::string measurements_html(const std::vector<validation::ReferenceCheck>& che
   page.heading(2, "Every figure", "figures");
   const ValidationTable table = figures_table(checks);
   page.table(table.header, table.rows, table.numeric);
+
+  if (!live.empty()) {
+    page.heading(2, "Live runs step by step", "steps");
+    page.paragraph(
+        "What each live run measured at every decode step (the steps of its measurement file): "
+        "the step's time (decode, the policy's step and the cache's moves), the context by "
+        "tier summed over layers, the bytes its copies moved each way, and the attention mass "
+        "on held tokens (the mean over layers).");
+    for (const validation::LiveSteps& run : live) {
+      add_live_steps(page, run);
+    }
+  }
   return page.str();
 }
 

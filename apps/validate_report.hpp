@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "validation/live.hpp"
 #include "validation/published.hpp"
 #include "validation/reference.hpp"
 
@@ -34,8 +35,10 @@ struct ValidationTable {
 
 // Measurement files' figures against their projections: for each file, its compared figures
 // as the share of their tolerance the error takes (over 1: outside; a figure of tolerance 0 is 0
-// when exact); every figure in a table, skipped ones with the reason.
+// when exact); every figure in a table, skipped ones with the reason; then each live run step by
+// step (time, context by tier, bytes copied each way, attention mass kept).
 [[nodiscard]] std::string measurements_html(const std::vector<validation::ReferenceCheck>& checks,
+                                            const std::vector<validation::LiveSteps>& live,
                                             const std::string& version);
 
 }  // namespace kvtier::app

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "configs/loader.hpp"
+#include "configs/schema/measurement.pb.h"
 #include "validation/reference.hpp"
 
 namespace kvtier::validation {
@@ -33,5 +34,17 @@ namespace kvtier::validation {
 // file's folder) or cannot be simulated as it says.
 [[nodiscard]] std::vector<ReferenceCheck> check_measurement_files(
     const std::vector<std::string>& paths, const config::ConfigLoader& loader);
+
+// One live file's run step by step, for pages: its id (as its checks'), policy and device as
+// the file names them, and every decode step's figures.
+struct LiveSteps {
+  std::string id;
+  std::string policy;
+  std::string device;
+  std::vector<config::StepFigures> steps;
+};
+// The live files among `paths`, in their order (measured references have no steps). Errors as
+// check_measurement_files's.
+[[nodiscard]] std::vector<LiveSteps> live_steps(const std::vector<std::string>& paths);
 
 }  // namespace kvtier::validation

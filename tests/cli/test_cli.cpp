@@ -110,6 +110,19 @@ TEST_CASE("presets show resolves values and derives quantities", "[cli]") {
                            Catch::Contains("\"gpu_memory_total\": 636.8"));  // 8 x 79.6 GiB
   const Result overridden = run("presets show H100-SXM --set memory_capacity=40GiB --format json");
   CHECK_THAT(overridden.out, Catch::Contains("\"memory_capacity_gib\":40"));
+  // DeepSeek-V3's first dense layers: latent attention (187,107,328), a dense MLP of 18,432
+  // (396,361,728) and two norms (14,336).
+  const Result deepseek = run("presets show DeepSeek-V3");
+  CHECK(deepseek.exit_code == 0);
+  CHECK_THAT(deepseek.out,
+             Catch::Matches(R"((.|\n)*parameters_per_dense_layer +583483392\n(.|\n)*)"));
+  // Split by requests, a GPU keeps the attention weights whole and 1/8 of the latents.
+  const Result split =
+      run("config check configs/examples/deepseek-v3-attention.textproto --set "
+          "engine.data_parallel_attention=true");
+  CHECK(split.exit_code == 0);
+  CHECK_THAT(split.out, Catch::Contains("weights_per_gpu                          87.505") &&
+                            Catch::Contains("kv_bytes_per_token_per_gpu               8784.0"));
   expect_config_error(run("presets show H300"), "unknown preset 'H300'");
   expect_config_error(run("presets show H100-SXM --kind model"), "unknown model preset 'H100-SXM'");
   expect_config_error(run("presets show"), "name");

@@ -3,8 +3,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,6 +32,17 @@ fs::path write_file(const std::string& name, const std::string& content) {
   const fs::path path = kvtier::test::scratch_dir() / name;
   std::ofstream(path) << content;
   return path;
+}
+
+// A measured reference of kPlanRun's output tokens/s, measured as 1, within `tolerance`.
+fs::path throughput_reference(const std::string& id, const std::string& tolerance) {
+  const std::string run = "html-" + id + "-run.textproto";
+  (void)write_file(run, kPlanRun);
+  return write_file("html-" + id + ".textproto",
+                    "id: \"" + id + "\" citation: \"test\" run_file: \"" + run +
+                        "\"\nmetric { policy_index: 0 metric: \"throughput_output_tokens_per_s\" "
+                        "measured: 1 tolerance: " +
+                        tolerance + " }\n");
 }
 
 // The number after the last `"key": ` in a JSON text (a summary follows the items it sums).
@@ -133,18 +146,54 @@ TEST_CASE("validate --published --format html charts each metric against its pub
 
 TEST_CASE("validate --format html prints the page, then fails a figure outside tolerance",
           "[cli]") {
-  const fs::path run = write_file("html-reference-run.textproto", kPlanRun);
-  const fs::path strict =
-      write_file("html-strict.textproto",
-                 "id: \"strict\" citation: \"test\" run_file: \"html-reference-run.textproto\"\n"
-                 "metric { policy_index: 0 metric: \"throughput_output_tokens_per_s\" measured: 1 "
-                 "tolerance: 0.01 }\n");
+  const fs::path strict = throughput_reference("strict", "0.01");
   const CliResult html = kvtier::test::run_kvtier("validate " + strict.string() + " --format html");
   CHECK(html.exit_code == 1);
   CHECK_THAT(html.err, Catch::StartsWith("kvtier: error: 1 of 1 figures outside"));
   const XmlTree page = parse_xml(html.out);
   CHECK_THAT(kvtier::testing::joined_texts(page, "td"), Catch::Contains("|OUTSIDE|"));
   CHECK(data_points(chart_named(page, "strict")) == 1);
+}
+
+TEST_CASE("validate --format html charts each live run step by step", "[cli]") {
+  const std::string live = std::string(kvtier::test::source_dir()) +
+                           "/validation/measurements/stories260K-tiered-cpu.json";
+  std::ifstream in(live);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::size_t steps = 0;
+  for (auto at = text.find("\"latency_ms\""); at != std::string::npos;
+       at = text.find("\"latency_ms\"", at + 1)) {
+    ++steps;
+  }
+  REQUIRE(steps > 1);
+  const CliResult html = kvtier::test::run_kvtier("validate " + live + " --format html");
+  REQUIRE(html.exit_code == 0);
+  const XmlTree page = parse_xml(html.out);
+  CHECK_THAT(kvtier::testing::joined_texts(page, "h2"), Catch::Contains("Live runs step by step"));
+  for (const char* what : {"time per step", "bytes copied per step", "attention mass kept"}) {
+    (void)chart_named(page, std::string("stories260K-tiered-cpu: ") + what);
+  }
+  // The context by tier: T0 to T3, a point per step.
+  std::size_t lines = 0;
+  for (const XmlTree* group :
+       elements(chart_named(page, "stories260K-tiered-cpu: the context by tier"), "g")) {
+    if (attribute(*group, "class") != "series") {
+      continue;
+    }
+    ++lines;
+    const std::vector<const XmlTree*> polylines = elements(*group, "polyline");
+    REQUIRE(polylines.size() == 1);
+    const std::string points = attribute(*polylines.front(), "points");
+    CHECK(static_cast<std::size_t>(std::count(points.begin(), points.end(), ',')) == steps);
+  }
+  CHECK(lines == 4);
+  // A measured reference has no steps: no such section.
+  const fs::path reference = throughput_reference("loose", "1e9");
+  const CliResult plain =
+      kvtier::test::run_kvtier("validate " + reference.string() + " --format html");
+  CHECK(plain.exit_code == 0);
+  CHECK_THAT(kvtier::testing::joined_texts(parse_xml(plain.out), "h2"),
+             !Catch::Contains("Live runs step by step"));
 }
 
 TEST_CASE("a command without a page refuses --format html", "[cli]") {

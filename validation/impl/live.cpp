@@ -474,8 +474,13 @@ bool times_compared(const LiveRun& run) {
   return run.skip_all.empty() && run.skip_timing.empty();
 }
 
+// A live file's name without its folder and extension.
+std::string file_id(const std::string& path) {
+  return fs::path(path).stem().string();
+}
+
 std::string id_of(const LiveRun& run) {
-  return fs::path(run.file.path()).stem().string();
+  return file_id(run.file.path());
 }
 
 // The time per step a full-cache run took beyond the simulator's model of a tuned engine: what
@@ -569,6 +574,22 @@ std::string read_measurement(const std::string& path) {
 
 bool is_live_measurement(std::string_view text) {
   return config::looks_like_json(text);
+}
+
+std::vector<LiveSteps> live_steps(const std::vector<std::string>& paths) {
+  std::vector<LiveSteps> runs;
+  for (const std::string& path : paths) {
+    const std::string text = read_measurement(path);
+    if (!is_live_measurement(text)) {
+      continue;
+    }
+    const LiveFile file(path, text);
+    runs.push_back({file_id(path),
+                    file->policy(),
+                    file->provenance().device_name(),
+                    {file->steps().begin(), file->steps().end()}});
+  }
+  return runs;
 }
 
 std::vector<ReferenceCheck> check_measurement_files(const std::vector<std::string>& paths,
