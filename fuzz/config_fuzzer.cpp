@@ -563,6 +563,13 @@ void write_seeds(const fs::path& folder) {
                  "model.kv_dtype=fp8_e4m3\n"
                  "tiering.host_allocation=pageable\n"
                  "model.preset=Llama-3.1-8B\n");
+  // Latent attention split by requests, with a chunk budget the GPUs share.
+  write_seed(folder, "run-small-data-parallel-attention", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/deepseek-v3-attention.textproto") +
+                 kOverridesSeparator + std::string(kShrink) +
+                 "engine.data_parallel_attention=true\n"
+                 "workload.prefill_chunk_tokens=100\n");
   write_seed(folder, "run-small-cluster", Target::kConfig,
              std::string(1, kind_byte("run")) +
                  read_file(source / "configs/examples/cluster-routing.textproto") +
