@@ -111,10 +111,12 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   rows.push_back(number_row("kv_bytes_per_token_per_gpu", kv_per_token_per_gpu, "B", 1));
   rows.push_back(number_row("memory_left_for_kv_per_gpu", free_for_kv / kGiB, "GiB", 3));
   // In a paged cache the tokens of the whole blocks that fit, as serving/memory_plan sizes it.
+  // With data-parallel attention a GPU holds its own requests' tokens whole.
+  const double spread = serving::attention_split(run) == hw::AttentionSplit::kRequests ? tp : 1;
   const uint64_t block = run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 1;
   const uint64_t blocks =
       free_for_kv > 0
-          ? static_cast<uint64_t>(std::floor(free_for_kv / (kv_per_token_per_gpu * block)))
+          ? static_cast<uint64_t>(std::floor(free_for_kv / (kv_per_token_per_gpu * spread * block)))
           : 0;
   rows.push_back(integer_row("kv_tokens_that_fit_per_gpu", blocks * block, "tokens"));
   if (run.memory().has_kv_block_tokens()) {

@@ -110,7 +110,7 @@ void add_live_steps(report::HtmlPage& page, const validation::LiveSteps& run) {
     c.title = run.id + ": " + what;
     c.x.label = "decode step";
     c.y.label = unit;
-    c.markers = false;
+    c.markers = run.steps.size() < 2;  // a lone step has no line to show it
     return c;
   };
   const auto series = [&](const std::string& label, auto value) {

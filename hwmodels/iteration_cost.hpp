@@ -84,7 +84,10 @@ class IterationCostModel {
   config::LinkSpec gpu_link_;
   std::uint32_t tp_;
   AttentionSplit split_;
-  double weight_bytes_;      // per weight
+  double weight_bytes_;  // per weight
+  // The format of attention and of the activations between GEMMs: the activation dtype, but
+  // BF16 when the GEMMs run in FP8.
+  config::DType between_gemms_;
   double activation_bytes_;  // per activation element
   double kv_bytes_per_token_per_layer_;
 };

@@ -46,7 +46,8 @@ struct ParameterCount {
 // < 0.01% of any preset model).
 [[nodiscard]] double weight_bytes(const config::ModelSpec& model, config::DType dtype);
 // What one GPU of a tensor-parallel group keeps: its share of the split weights and the
-// replicated ones whole (with data-parallel attention, all attention weights).
+// replicated ones whole (with data-parallel attention, all attention weights and the input
+// embedding).
 [[nodiscard]] double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
                                           uint32_t tensor_parallel, AttentionSplit split);
 

@@ -17,6 +17,11 @@ struct MemoryPlan {
   double reserve_bytes = 0.0;
   double kv_capacity_bytes = 0.0;
   double kv_bytes_per_token = 0.0;  // this GPU's share of one token's K and V over all layers
+  // Over how many GPUs the engine's requests spread while each request's KV stays on one:
+  // the tensor-parallel degree with data-parallel attention (kv_bytes_per_token is then a
+  // GPU's average share), else 1. A request's own KV must fit one GPU: kv_bytes_for(tokens) ×
+  // this.
+  std::uint32_t requests_spread = 1;
   std::uint64_t window_tokens = 0;  // sliding window (0: none): KV a request holds is capped
   // Tokens per KV block (memory.kv_block_tokens; 0: counted a token at a time). The KV capacity
   // is then a whole number of blocks.

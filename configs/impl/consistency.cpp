@@ -446,10 +446,24 @@ void check_run(const RunSpec& run, const std::string& path, Problems& problems) 
   check_prefix_caching(run, path, problems);
   const ModelSpec& model = run.model();
   const NodeSpec& node = run.hardware().node();
-  if (run.engine().data_parallel_attention() && !run.model().has_mla()) {
-    problems.push_back({at(path, "engine.data_parallel_attention"),
-                        "data-parallel attention is modelled for models with latent attention "
-                        "(model.mla) only"});
+  if (run.engine().data_parallel_attention()) {
+    if (!run.model().has_mla()) {
+      problems.push_back({at(path, "engine.data_parallel_attention"),
+                          "data-parallel attention is modelled for models with latent attention "
+                          "(model.mla) only"});
+    }
+    // Each GPU's requests, and so its prefix cache and its KV transfers, are its own; the
+    // engine models one cache and one sender per engine.
+    if (run.memory().prefix_caching()) {
+      problems.push_back({at(path, "engine.data_parallel_attention"),
+                          "data-parallel attention with memory.prefix_caching is not modelled "
+                          "(each GPU would keep its own prefix cache, as SGLang's ranks do)"});
+    }
+    if (run.cluster().has_disaggregation()) {
+      problems.push_back({at(path, "engine.data_parallel_attention"),
+                          "data-parallel attention with cluster.disaggregation is not modelled "
+                          "(each GPU's requests' KV would cross the link from its own GPU)"});
+    }
   }
   const uint32_t tp = run.tensor_parallel_degree();
   if (run.has_tensor_parallel_degree() && tp > 0) {

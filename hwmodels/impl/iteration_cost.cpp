@@ -41,6 +41,18 @@ struct IterationCostModel::Accumulator {
   }
 };
 
+namespace {
+
+// Engines that run their GEMMs in FP8 quantise each GEMM's input as they go and keep attention,
+// norms and the activations between kernels in BF16 (vLLM's and SGLang's FP8 checkpoints, FP8
+// Llama as DeepSeek-V3); other formats run throughout.
+config::DType between_gemms(config::DType activation) {
+  return activation == config::FP8_E4M3 || activation == config::FP8_E5M2 ? config::BF16
+                                                                          : activation;
+}
+
+}  // namespace
+
 IterationCostModel::IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
                                        const config::LinkSpec* gpu_link,
                                        std::uint32_t tensor_parallel)
@@ -54,7 +66,8 @@ IterationCostModel::IterationCostModel(const config::ModelSpec& model, const con
       tp_(tensor_parallel),
       split_(split),
       weight_bytes_(config::dtype_bytes(model.weight_dtype())),
-      activation_bytes_(config::dtype_bytes(model.activation_dtype())),
+      between_gemms_(between_gemms(model.activation_dtype())),
+      activation_bytes_(config::dtype_bytes(between_gemms_)),
       kv_bytes_per_token_per_layer_(kv_bytes_per_token_per_layer(model)) {
   if (split == AttentionSplit::kRequests && !model.has_mla()) {
     throw ConfigError("data-parallel attention is modelled for latent attention (model.mla) only",
@@ -105,8 +118,7 @@ struct IterationCostModel::LayerOps {
               model.model_.activation_dtype());
   }
   void attention(double flops, double bytes) const {
-    layer.add(model.gpu_, OpKind::kAttention, OpCost{flops, bytes},
-              model.model_.activation_dtype());
+    layer.add(model.gpu_, OpKind::kAttention, OpCost{flops, bytes}, model.between_gemms_);
   }
   void all_reduce() const {
     if (model.tp_ > 1) {
@@ -215,15 +227,20 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
 
 void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
                                                      Accumulator& layer) const {
-  // An even share of the decoding requests each, the prefill chunks dealt out in turn. GPUs
-  // past the chunks have the least work, so the first max(chunks, 1) hold the slowest.
-  const double tp = tp_;
+  // The decoding requests spread as evenly as whole requests go: the busiest GPU attends
+  // ceil(D / TP) of them, with their share of the context (taken as the mean request's); the
+  // prefill chunks dealt out in turn. GPUs past the chunks have the least work, so the first
+  // max(chunks, 1) hold the slowest.
   std::vector<std::vector<PrefillChunk>> chunks(tp_);
   for (std::size_t i = 0; i < batch.prefill.size(); ++i) {
     chunks[i % tp_].push_back(batch.prefill[i]);
   }
-  const double decode = static_cast<double>(batch.decode_tokens) / tp;
-  const double context = static_cast<double>(batch.decode_context_tokens) / tp;
+  const std::uint64_t busiest = (batch.decode_tokens + tp_ - 1) / tp_;
+  const auto decode = static_cast<double>(busiest);
+  const double context = batch.decode_tokens > 0
+                             ? static_cast<double>(batch.decode_context_tokens) * decode /
+                                   static_cast<double>(batch.decode_tokens)
+                             : 0.0;
   const std::size_t distinct = std::clamp<std::size_t>(batch.prefill.size(), 1, tp_);
   Accumulator slowest;
   sim::Tick slowest_time = sim::Tick::ps(-1);

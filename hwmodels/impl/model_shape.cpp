@@ -99,9 +99,9 @@ double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
   uint64_t replicated = count.replicated;
   if (split == AttentionSplit::kRequests) {
     // The whole of every layer's attention, of which latent attention's down-projections were
-    // replicated already.
+    // replicated already, and the input embedding (SGLang's, under data-parallel attention).
     const uint64_t layers = model.num_hidden_layers();
-    replicated += layers * count.attention_per_layer;
+    replicated += layers * count.attention_per_layer + count.embedding;
     if (model.has_mla()) {
       replicated -= layers * latent_down_projection_parameters(model);
     }

@@ -157,17 +157,19 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     requests_.push_back(Request{spec, {}, {}, {}, 0, 0, 0.0, 0.0});
     requests_.back().prefill_target = spec.prompt_tokens;
     const auto id = static_cast<std::uint32_t>(i);
-    if (hbm_reservation(id) > plan_.kv_capacity_bytes) {
+    // With data-parallel attention a request's KV is all on the GPU that attends it.
+    const double own_gpu = hbm_reservation(id) * plan_.requests_spread;
+    if (own_gpu > plan_.kv_capacity_bytes) {
       throw DoesNotFit(DoesNotFit::Memory::kHbm,
                        describe_request(workload_, i) + " (" + std::to_string(tokens) +
-                           " tokens) needs " + format_fixed(hbm_reservation(id) / (1 << 30), 2) +
+                           " tokens) needs " + format_fixed(own_gpu / (1 << 30), 2) +
                            " GiB of KV per GPU, but only " +
                            format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
                            " GiB are left after " + plan_.breakdown());
     }
     // A preempted request's recompute holds every token it prefills whole in HBM, however a
     // tier policy would place them: the longest (prompt + output − 1) must fit alone.
-    const double recompute = plan_.peak_kv_bytes_for(tokens - 1);
+    const double recompute = plan_.peak_kv_bytes_for(tokens - 1) * plan_.requests_spread;
     if (on_demand_watermark_ && tiers_ != nullptr && recompute > plan_.kv_capacity_bytes) {
       throw DoesNotFit(DoesNotFit::Memory::kHbm,
                        describe_request(workload_, i) + " (" + std::to_string(tokens) +
@@ -177,10 +179,11 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
                            format_fixed(plan_.kv_capacity_bytes / (1 << 30), 2) +
                            " GiB are left after " + plan_.breakdown());
     }
-    if (host_reservation(id) > plan_.host_kv_capacity_bytes) {
+    const double own_host = host_reservation(id) * plan_.requests_spread;
+    if (own_host > plan_.host_kv_capacity_bytes) {
       throw DoesNotFit(DoesNotFit::Memory::kHost,
                        describe_request(workload_, i) + " needs " +
-                           format_fixed(host_reservation(id) / (1 << 30), 2) +
+                           format_fixed(own_host / (1 << 30), 2) +
                            " GiB of host memory for its T1/T2 KV, but each GPU's share of the "
                            "node's DDR leaves " +
                            format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB" +

@@ -121,8 +121,15 @@ TEST_CASE("presets show resolves values and derives quantities", "[cli]") {
       run("config check configs/examples/deepseek-v3-attention.textproto --set "
           "engine.data_parallel_attention=true");
   CHECK(split.exit_code == 0);
-  CHECK_THAT(split.out, Catch::Contains("weights_per_gpu                          87.505") &&
-                            Catch::Contains("kv_bytes_per_token_per_gpu               8784.0"));
+  CHECK_THAT(split.out, Catch::Contains("weights_per_gpu                          88.261") &&
+                            Catch::Contains("kv_bytes_per_token_per_gpu               8784.0") &&
+                            Catch::Contains("kv_tokens_that_fit_per_gpu               750839"));
+  // Data-parallel attention does not model disaggregated pools: refused, naming the field.
+  expect_config_error(
+      run("config check configs/examples/disaggregated-prefill-decode.textproto --set "
+          "model.preset=DeepSeek-V2-Lite --set memory.prefix_caching=false --set "
+          "engine.data_parallel_attention=true"),
+      "data-parallel attention with cluster.disaggregation is not modelled");
   expect_config_error(run("presets show H300"), "unknown preset 'H300'");
   expect_config_error(run("presets show H100-SXM --kind model"), "unknown model preset 'H100-SXM'");
   expect_config_error(run("presets show"), "name");

@@ -10,6 +10,8 @@
 #include "configs/schema/run.pb.h"
 #include "hwmodels/iteration_cost.hpp"
 #include "hwmodels/model_shape.hpp"
+#include "serving/memory_plan.hpp"
+#include "serving/simulation.hpp"
 #include "tests/support/config_fixture.hpp"
 #include "tests/support/serving_metrics.hpp"
 
@@ -27,6 +29,10 @@ struct DeepSeekOnH200 {
   kvtier::config::LinkSpec nvlink = preset<kvtier::config::LinkSpec>("link", "NVLink4");
   ModelSpec model = preset<ModelSpec>("model", "DeepSeek-V3");
   double layers = model.num_hidden_layers();
+
+  [[nodiscard]] IterationCostModel at_tp8(kvtier::hw::AttentionSplit split) const {
+    return {model, gpu, &nvlink, 8, split};
+  }
 };
 
 BatchShape decode(std::uint64_t requests, std::uint64_t context_each) {
@@ -180,10 +186,9 @@ TEST_CASE("T2 stores a latent as one vector with one scale", "[tiers]") {
 TEST_CASE("data-parallel attention: each GPU attends its own requests with every head",
           "[iteration_cost]") {
   const DeepSeekOnH200 setup;
-  const auto& [gpu, nvlink, model, layers] = setup;
-  const IterationCostModel by_requests(model, gpu, &nvlink, 8,
-                                       kvtier::hw::AttentionSplit::kRequests);
-  const IterationCostModel by_heads(model, gpu, &nvlink, 8, kvtier::hw::AttentionSplit::kHeads);
+  const double layers = setup.layers;
+  const IterationCostModel by_requests = setup.at_tp8(kvtier::hw::AttentionSplit::kRequests);
+  const IterationCostModel by_heads = setup.at_tp8(kvtier::hw::AttentionSplit::kHeads);
   // 16 decoding requests: two per GPU, each read by one GPU only, scored by all 128 heads.
   const auto shorter = by_requests.cost(decode(16, 3000));
   const auto longer = by_requests.cost(decode(16, 4000));
@@ -206,10 +211,20 @@ TEST_CASE("data-parallel attention: each GPU attends its own requests with every
   BatchShape two = prefill(512, 0);
   two.prefill.push_back({64, 0});
   CHECK(by_requests.cost(two).attention == by_requests.cost(prefill(512, 0)).attention);
+  // One request: its GPU reads every latent of its context, 10,000 more tokens of it here.
+  CHECK(by_requests.cost(decode(1, 110000)).hbm_bytes -
+            by_requests.cost(decode(1, 100000)).hbm_bytes ==
+        Approx(10000.0 * layers * 576 * 2).epsilon(1e-9));
+  // The same reads as split by heads, but every head's work and the attention weights whole.
+  CHECK(by_requests.cost(decode(1, 100000)).total > by_heads.cost(decode(1, 100000)).total);
+  // Nine requests on eight GPUs: the busiest attends two.
+  CHECK(by_requests.cost(decode(9, 110000)).hbm_bytes -
+            by_requests.cost(decode(9, 100000)).hbm_bytes ==
+        Approx(2 * 10000.0 * layers * 576 * 2).epsilon(1e-9));
   // Without latent attention it is refused.
   const auto llama = preset<ModelSpec>("model", "Llama-3.1-70B");
   CHECK_THROWS_WITH(
-      IterationCostModel(llama, gpu, &nvlink, 8, kvtier::hw::AttentionSplit::kRequests),
+      IterationCostModel(llama, setup.gpu, &setup.nvlink, 8, kvtier::hw::AttentionSplit::kRequests),
       Catch::Contains("data-parallel attention is modelled for latent attention"));
 }
 
@@ -250,4 +265,54 @@ TEST_CASE("with data-parallel attention a prompt is prefilled in one GPU's share
   };
   CHECK(run(false).at("iterations") == 2 + 3);
   CHECK(run(true).at("iterations") == 4 + 3);
+}
+
+TEST_CASE("FP8 GEMMs keep attention and the activations between them in BF16", "[iteration_cost]") {
+  const DeepSeekOnH200 setup;
+  const auto& [gpu, nvlink, model, layers] = setup;
+  ModelSpec bf16 = model;
+  bf16.set_activation_dtype(kvtier::config::BF16);
+  const auto fp8_cost = IterationCostModel(model, gpu, &nvlink, 8).cost(prefill(8192, 8192));
+  const auto bf16_cost = IterationCostModel(bf16, gpu, &nvlink, 8).cost(prefill(8192, 8192));
+  CHECK(fp8_cost.attention == bf16_cost.attention);
+  CHECK(fp8_cost.elementwise == bf16_cost.elementwise);
+  CHECK(fp8_cost.all_reduce == bf16_cost.all_reduce);
+  // Compute-bound at 8k tokens: the FP8 rate.
+  CHECK(4 * fp8_cost.gemm.picoseconds() < 3 * bf16_cost.gemm.picoseconds());
+}
+
+TEST_CASE("a request must fit on the GPU that attends it", "[serving]") {
+  // DeepSeek-V2-Lite at TP 2 on 19 GiB GPUs: 0.83 GiB of KV each. A request of 48k tokens
+  // (1.4 GiB of latents) fits the two GPUs on average but no one of them.
+  const std::vector<std::string> sets = {"model.preset=DeepSeek-V2-Lite",
+                                         "tensor_parallel_degree=2",
+                                         "hardware.node.gpu.memory_capacity_gib=19",
+                                         "workload.closed_loop.concurrency=1",
+                                         "workload.closed_loop.num_requests=1",
+                                         "workload.closed_loop.prompt_tokens.fixed_tokens=47000",
+                                         "workload.closed_loop.output_tokens.fixed_tokens=1000",
+                                         "engine.data_parallel_attention=true"};
+  const auto run =
+      kvtier::test::load_spec<kvtier::config::RunSpec>(kvtier::test::quickstart_run(), sets);
+  const auto plan = kvtier::serving::plan_memory(run);
+  REQUIRE(48000 * plan.kv_bytes_per_token < plan.kv_capacity_bytes);
+  REQUIRE(48000 * plan.kv_bytes_per_token * 2 > plan.kv_capacity_bytes);
+  CHECK_THROWS_WITH(kvtier::serving::simulate(run), Catch::Contains("GiB of KV per GPU"));
+}
+
+TEST_CASE("data-parallel attention refuses what it does not model", "[serving]") {
+  std::vector<std::string> sets = {"model.preset=DeepSeek-V2-Lite",
+                                   "engine.data_parallel_attention=true",
+                                   "memory.kv_block_tokens=16", "memory.prefix_caching=true"};
+  std::string lines;
+  for (const std::string& line :
+       kvtier::test::problems<kvtier::config::RunSpec>(kvtier::test::quickstart_run(), sets)) {
+    lines += line + "\n";
+  }
+  CHECK_THAT(lines, Catch::Contains(
+                        "data-parallel attention with memory.prefix_caching is not modelled") &&
+                        Catch::Contains("field engine.data_parallel_attention"));
+  sets.pop_back();
+  CHECK(kvtier::test::problems<kvtier::config::RunSpec>(kvtier::test::quickstart_run(), sets)
+            .empty());
 }
