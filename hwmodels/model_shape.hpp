@@ -42,9 +42,12 @@ struct ParameterCount {
 
 [[nodiscard]] ParameterCount count_parameters(const config::ModelSpec& model);
 
-// Weight bytes when every parameter is stored as `dtype` (norm vectors included; they are
-// < 0.01% of any preset model).
+// Weight bytes when the weights are stored as `dtype` (norm vectors included; they are < 0.01%
+// of any preset model). Quantised checkpoints (FP8, INT8, INT4: AWQ, GPTQ, FP8 and DeepSeek-V3's
+// own) keep the embedding and the LM head in 16 bits, as vLLM and SGLang load them.
 [[nodiscard]] double weight_bytes(const config::ModelSpec& model, config::DType dtype);
+// Bytes per weight of the embedding and the LM head: `dtype`'s, at least 2.
+[[nodiscard]] double embedding_bytes_per_weight(config::DType dtype);
 // What one GPU of a tensor-parallel group keeps: its share of the split weights and the
 // replicated ones whole (with data-parallel attention, all attention weights and the input
 // embedding).

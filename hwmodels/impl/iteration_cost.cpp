@@ -359,11 +359,13 @@ void IterationCostModel::add_head(const BatchShape& batch, Accumulator& total) c
   if (logits > 0) {
     total.add(gpu_, OpKind::kElementwise, OpCost{0.0, 2.0 * logits * hidden * activation_bytes_},
               math);  // final norm
+    // The LM head stays in 16 bits in quantised checkpoints, and so does its GEMM.
     const double weights = vocab * hidden / tp_;
-    total.add(gpu_, OpKind::kGemm,
-              OpCost{2.0 * logits * weights,
-                     weights * weight_bytes_ + logits * (hidden + vocab / tp_) * activation_bytes_},
-              math);
+    total.add(
+        gpu_, OpKind::kGemm,
+        OpCost{2.0 * logits * weights, weights * embedding_bytes_per_weight(model_.weight_dtype()) +
+                                           logits * (hidden + vocab / tp_) * activation_bytes_},
+        between_gemms_);
   }
 }
 

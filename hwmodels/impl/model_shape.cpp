@@ -89,8 +89,15 @@ ParameterCount count_parameters(const config::ModelSpec& model) {
   return count;
 }
 
+double embedding_bytes_per_weight(config::DType dtype) {
+  return std::max(config::dtype_bytes(dtype), 2.0);
+}
+
 double weight_bytes(const config::ModelSpec& model, config::DType dtype) {
-  return static_cast<double>(count_parameters(model).total) * config::dtype_bytes(dtype);
+  const ParameterCount count = count_parameters(model);
+  const uint64_t tables = count.embedding + count.lm_head;
+  return static_cast<double>(count.total - tables) * config::dtype_bytes(dtype) +
+         static_cast<double>(tables) * embedding_bytes_per_weight(dtype);
 }
 
 double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
@@ -106,8 +113,16 @@ double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
       replicated -= layers * latent_down_projection_parameters(model);
     }
   }
-  const auto shared = static_cast<double>(count.total - replicated);
-  return (shared / tensor_parallel + static_cast<double>(replicated)) * config::dtype_bytes(dtype);
+  // The embedding and LM head (vocabulary-parallel, the embedding whole under data-parallel
+  // attention) at their own format, the rest at `dtype`.
+  const uint64_t whole_tables = split == AttentionSplit::kRequests ? count.embedding : 0;
+  const uint64_t split_tables = count.embedding + count.lm_head - whole_tables;
+  const double tp = tensor_parallel;
+  const double layers_and_norms =
+      static_cast<double>(count.total - replicated - split_tables) / tp +
+      static_cast<double>(replicated - whole_tables);
+  const double tables = static_cast<double>(split_tables) / tp + static_cast<double>(whole_tables);
+  return layers_and_norms * config::dtype_bytes(dtype) + tables * embedding_bytes_per_weight(dtype);
 }
 
 KvVectors kv_vectors_per_token_per_layer(const config::ModelSpec& model) {

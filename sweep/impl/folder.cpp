@@ -194,6 +194,19 @@ void write_point_file(const fs::path& path, const fs::path& scratch, std::string
   }
 }
 
+std::error_code make_scratch(const fs::path& folder) {
+  constexpr int kAttempts = 100;
+  std::error_code error;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    error.clear();
+    fs::create_directories(folder, error);
+    if (fs::is_directory(folder)) {
+      return {};
+    }
+  }
+  return error ? error : std::make_error_code(std::errc::no_such_file_or_directory);
+}
+
 // Removes the scratch folders (OUT/.tmp/PID-THREAD) of sweeps killed before they could: those
 // whose process is gone. A live process's folders, another sweep's writing into the same
 // folder, are left alone.

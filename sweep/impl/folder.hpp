@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "sweep/sweep.hpp"
@@ -39,6 +40,12 @@ void claim_folder(const std::filesystem::path& out, const Manifest& manifest);
 // Removes the scratch folders (OUT/.tmp/PID-THREAD) of sweeps killed before they could: those
 // whose process is gone.
 void remove_stale_scratch(const std::filesystem::path& out);
+
+// Creates `folder` (OUT/.tmp/NAME) for the calling thread's temporary files. Other threads
+// remove OUT/.tmp when it is empty as they finish, which can fall between create_directories
+// making OUT/.tmp and making NAME in it; so this tries again until NAME is there. Returns the
+// last error when it never is.
+[[nodiscard]] std::error_code make_scratch(const std::filesystem::path& folder);
 
 [[nodiscard]] std::filesystem::path point_file(const std::filesystem::path& folder,
                                                std::uint64_t point);

@@ -24,6 +24,7 @@
 
 #include "common/errors.hpp"
 #include "serving/demand_memo.hpp"
+#include "sweep/impl/folder.hpp"
 #include "sweep/impl/point_runner.hpp"
 #include "sweep/mpi.hpp"
 
@@ -242,17 +243,11 @@ class Coordinator {
     }
   }
 
-  void ensure_scratch() {
-    if (!scratch_made_) {
-      std::error_code error;
-      fs::create_directories(scratch_, error);
-      scratch_made_ = true;
-    }
-  }
+  // Made (again) before each result: the local threads remove an empty OUT/.tmp as they finish.
+  void ensure_scratch() { (void)detail::make_scratch(scratch_); }
 
   std::vector<Worker> workers_;  // by rank; rank 0's entry unused
   fs::path scratch_;
-  bool scratch_made_ = false;
 };
 
 // A worker's points: taken by its threads, results returned to its MPI thread.

@@ -159,8 +159,7 @@ void PointRunner::work(unsigned thread) {
   const fs::path scratch =
       options_.out / kScratch /
       (std::to_string(static_cast<long>(::getpid())) + "-" + std::to_string(thread));
-  std::error_code error;
-  fs::create_directories(scratch, error);
+  std::error_code error = make_scratch(scratch);
   if (error) {
     fail(0, std::make_exception_ptr(Error("cannot create folder: " + error.message(),
                                           scratch.string(), ExitCode::kRuntimeFailure)));

@@ -121,9 +121,9 @@ TEST_CASE("presets show resolves values and derives quantities", "[cli]") {
       run("config check configs/examples/deepseek-v3-attention.textproto --set "
           "engine.data_parallel_attention=true");
   CHECK(split.exit_code == 0);
-  CHECK_THAT(split.out, Catch::Contains("weights_per_gpu                          88.261") &&
+  CHECK_THAT(split.out, Catch::Contains("weights_per_gpu                          89.232") &&
                             Catch::Contains("kv_bytes_per_token_per_gpu               8784.0") &&
-                            Catch::Contains("kv_tokens_that_fit_per_gpu               750839"));
+                            Catch::Contains("kv_tokens_that_fit_per_gpu               736004"));
   // Data-parallel attention does not model disaggregated pools: refused, naming the field.
   expect_config_error(
       run("config check configs/examples/disaggregated-prefill-decode.textproto --set "

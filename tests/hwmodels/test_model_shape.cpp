@@ -52,8 +52,16 @@ TEST_CASE("KV bytes follow 2 · layers · kv_heads · head_dim · bytes", "[mode
   CHECK(kvtier::hw::kv_bytes_per_token(model) == 2 * 2 * 2 * 2 * 2);
   model.set_kv_dtype(kvtier::config::INT4);
   CHECK(kvtier::hw::kv_bytes_per_token(model) == 2 * 2 * 2 * 2 * 0.5);
-  CHECK(kvtier::hw::weight_bytes(model, kvtier::config::INT8) ==
-        static_cast<double>(kvtier::hw::count_parameters(model).total));
+  // Quantised weights keep the embedding and LM head (80 each) in 16 bits.
+  const auto total = static_cast<double>(kvtier::hw::count_parameters(model).total);
+  CHECK(kvtier::hw::weight_bytes(model, kvtier::config::INT8) == (total - 160) * 1 + 160 * 2);
+  CHECK(kvtier::hw::weight_bytes(model, kvtier::config::INT4) == (total - 160) * 0.5 + 160 * 2);
+  CHECK(kvtier::hw::weight_bytes(model, kvtier::config::BF16) == total * 2);
+  CHECK(kvtier::hw::weight_bytes(model, kvtier::config::FP32) == total * 4);
+  // Over two GPUs both tables are split with the rest.
+  CHECK(kvtier::hw::weight_bytes_per_gpu(model, kvtier::config::INT4, 2,
+                                         kvtier::hw::AttentionSplit::kHeads) ==
+        (total - 160) * 0.5 / 2 + 160 * 2 / 2);
 }
 
 TEST_CASE("FLOPs per token: two per matrix weight plus attention over the context",
@@ -104,6 +112,9 @@ TEST_CASE("latent attention's parameters are its down- and up-projections and la
   // embedding (80) whole.
   CHECK(kvtier::hw::weight_bytes_per_gpu(model, kvtier::config::BF16, 2, kRequests) ==
         2.0 * ((1396.0 - 508.0) / 2.0 + 508.0));
+  // In INT8 the tables stay 16-bit: the whole embedding and half the LM head, 2 bytes each.
+  CHECK(kvtier::hw::weight_bytes_per_gpu(model, kvtier::config::INT8, 2, kRequests) ==
+        ((1396.0 - 508.0 - 80.0) / 2.0 + (508.0 - 80.0)) + 2.0 * (80.0 / 2.0 + 80.0));
   // Without a query latent, the queries come straight from the hidden state.
   model.mutable_mla()->clear_q_lora_rank();
   count = kvtier::hw::count_parameters(model);
