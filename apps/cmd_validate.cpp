@@ -26,8 +26,9 @@ std::string json_number(double value) {
 // Measured references and live measurement files: projected vs measured per figure, skipped
 // figures with the reason; exit 1 when one is out of tolerance.
 int validate_files(const std::vector<std::string>& files, Format format, Context& context) {
-  const std::vector<validation::ReferenceCheck> checks =
-      validation::check_measurement_files(files, context.loader);
+  std::vector<validation::LiveSteps> steps;
+  const std::vector<validation::ReferenceCheck> checks = validation::check_measurement_files(
+      files, context.loader, format == Format::kHtml ? &steps : nullptr);
   std::size_t outside = 0;
   std::size_t skipped = 0;
   for (const auto& check : checks) {
@@ -36,7 +37,7 @@ int validate_files(const std::vector<std::string>& files, Format format, Context
   }
   const std::size_t compared = checks.size() - skipped;
   if (format == Format::kHtml) {
-    context.out << measurements_html(checks, validation::live_steps(files), version_line());
+    context.out << measurements_html(checks, steps, version_line());
   } else if (format == Format::kJson) {
     context.out << "{\"references\": [";
     for (std::size_t i = 0; i < checks.size(); ++i) {

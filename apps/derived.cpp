@@ -112,7 +112,7 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   rows.push_back(number_row("memory_left_for_kv_per_gpu", free_for_kv / kGiB, "GiB", 3));
   // In a paged cache the tokens of the whole blocks that fit, as serving/memory_plan sizes it.
   // With data-parallel attention a GPU holds its own requests' tokens whole.
-  const double spread = serving::attention_split(run) == hw::AttentionSplit::kRequests ? tp : 1;
+  const double spread = serving::requests_spread(run);
   const uint64_t block = run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 1;
   const uint64_t blocks =
       free_for_kv > 0

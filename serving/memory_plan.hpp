@@ -71,4 +71,9 @@ struct MemoryPlan {
                                                 : hw::AttentionSplit::kHeads;
 }
 
+// MemoryPlan::requests_spread of the run.
+[[nodiscard]] inline std::uint32_t requests_spread(const config::RunSpec& run) {
+  return attention_split(run) == hw::AttentionSplit::kRequests ? run.tensor_parallel_degree() : 1;
+}
+
 }  // namespace kvtier::serving

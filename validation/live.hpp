@@ -15,6 +15,15 @@
 
 namespace kvtier::validation {
 
+// One live file's run step by step, for pages: its id (as its checks'), policy and device as
+// the file names them, and every decode step's figures.
+struct LiveSteps {
+  std::string id;
+  std::string policy;
+  std::string device;
+  std::vector<config::StepFigures> steps;
+};
+
 // A live file is JSON (what `kvtier live --measure` writes); a reference is protobuf text format.
 [[nodiscard]] bool is_live_measurement(std::string_view text);
 
@@ -31,20 +40,10 @@ namespace kvtier::validation {
 // when a file cannot be read;
 // DataError, naming the file and field, when it is binary, not a LiveMeasurement, lacks what the
 // comparison reads, names a follow_trace that does not exist (a relative one is found from the
-// file's folder) or cannot be simulated as it says.
+// file's folder) or cannot be simulated as it says. With `steps`, also every live file's steps
+// in the order of `paths` (measured references have none), from the same reading.
 [[nodiscard]] std::vector<ReferenceCheck> check_measurement_files(
-    const std::vector<std::string>& paths, const config::ConfigLoader& loader);
-
-// One live file's run step by step, for pages: its id (as its checks'), policy and device as
-// the file names them, and every decode step's figures.
-struct LiveSteps {
-  std::string id;
-  std::string policy;
-  std::string device;
-  std::vector<config::StepFigures> steps;
-};
-// The live files among `paths`, in their order (measured references have no steps). Errors as
-// check_measurement_files's.
-[[nodiscard]] std::vector<LiveSteps> live_steps(const std::vector<std::string>& paths);
+    const std::vector<std::string>& paths, const config::ConfigLoader& loader,
+    std::vector<LiveSteps>* steps = nullptr);
 
 }  // namespace kvtier::validation

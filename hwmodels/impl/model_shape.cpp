@@ -94,10 +94,7 @@ double embedding_bytes_per_weight(config::DType dtype) {
 }
 
 double weight_bytes(const config::ModelSpec& model, config::DType dtype) {
-  const ParameterCount count = count_parameters(model);
-  const uint64_t tables = count.embedding + count.lm_head;
-  return static_cast<double>(count.total - tables) * config::dtype_bytes(dtype) +
-         static_cast<double>(tables) * embedding_bytes_per_weight(dtype);
+  return weight_bytes_per_gpu(model, dtype, 1, AttentionSplit::kHeads);
 }
 
 double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,

@@ -88,7 +88,7 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   plan.workspace_bytes = run.memory().activation_workspace_gib() * kGiB;
   plan.reserve_bytes = run.memory().runtime_reserve_gib() * kGiB;
   plan.kv_bytes_per_token = hw::kv_bytes_per_token_per_gpu(model, tp, attention_split(run));
-  plan.requests_spread = attention_split(run) == hw::AttentionSplit::kRequests ? tp : 1;
+  plan.requests_spread = requests_spread(run);
   plan.window_tokens = model.has_sliding_window() ? model.sliding_window() : 0;
   const auto& node = run.hardware().node();
   // Every GPU's T1/T2 holds what its HBM would (its share of the KV heads, or with latent

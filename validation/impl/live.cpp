@@ -474,13 +474,8 @@ bool times_compared(const LiveRun& run) {
   return run.skip_all.empty() && run.skip_timing.empty();
 }
 
-// A live file's name without its folder and extension.
-std::string file_id(const std::string& path) {
-  return fs::path(path).stem().string();
-}
-
 std::string id_of(const LiveRun& run) {
-  return file_id(run.file.path());
+  return fs::path(run.file.path()).stem().string();
 }
 
 // The time per step a full-cache run took beyond the simulator's model of a tuned engine: what
@@ -576,24 +571,9 @@ bool is_live_measurement(std::string_view text) {
   return config::looks_like_json(text);
 }
 
-std::vector<LiveSteps> live_steps(const std::vector<std::string>& paths) {
-  std::vector<LiveSteps> runs;
-  for (const std::string& path : paths) {
-    const std::string text = read_measurement(path);
-    if (!is_live_measurement(text)) {
-      continue;
-    }
-    const LiveFile file(path, text);
-    runs.push_back({file_id(path),
-                    file->policy(),
-                    file->provenance().device_name(),
-                    {file->steps().begin(), file->steps().end()}});
-  }
-  return runs;
-}
-
 std::vector<ReferenceCheck> check_measurement_files(const std::vector<std::string>& paths,
-                                                    const config::ConfigLoader& loader) {
+                                                    const config::ConfigLoader& loader,
+                                                    std::vector<LiveSteps>* steps) {
   // Every file is read before any is compared, but a file's error is reported in file order:
   // the first bad file's, as when they were read one by one.
   std::vector<std::unique_ptr<LiveRun>> live(paths.size());
@@ -645,6 +625,13 @@ std::vector<ReferenceCheck> check_measurement_files(const std::vector<std::strin
       const EngineCalibration* calibration =
           found == calibrations.end() || !found->second ? nullptr : &*found->second;
       file_checks = live_checks(*live[i], i, calibration, loader);
+      if (steps != nullptr) {
+        const config::LiveMeasurement& m = *live[i]->file;
+        steps->push_back({id_of(*live[i]),
+                          m.policy(),
+                          m.provenance().device_name(),
+                          {m.steps().begin(), m.steps().end()}});
+      }
     }
     for (ReferenceCheck& check : file_checks) {
       checks.push_back(std::move(check));
