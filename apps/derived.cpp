@@ -100,7 +100,7 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   const auto& gpu = run.hardware().node().gpu();
   const uint32_t tp = run.tensor_parallel_degree();
   const double weights_per_gpu =
-      hw::weight_bytes_per_gpu(model, model.weight_dtype(), tp, serving::attention_split(run));
+      hw::weight_bytes_per_gpu(model, model.weight_dtype(), serving::parallelism(run));
   const double kv_per_token_per_gpu =
       hw::kv_bytes_per_token_per_gpu(model, tp, serving::attention_split(run));
   const double fixed =
@@ -121,6 +121,20 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   rows.push_back(integer_row("kv_tokens_that_fit_per_gpu", blocks * block, "tokens"));
   if (run.memory().has_kv_block_tokens()) {
     rows.push_back(integer_row("kv_blocks_that_fit_per_gpu", blocks, "blocks"));
+  }
+  if (run.engine().expert_parallel() && model.has_moe()) {
+    // What the busiest GPU's experts take over the mean share at a full batch of decoding
+    // tokens: the stated imbalance, or what uniformly random routing gives.
+    const hw::Parallelism parallelism = serving::parallelism(run);
+    const double tokens = run.workload().max_batch_size();
+    const double mean = tokens *
+                        std::min(model.moe().experts_per_token(), model.moe().num_experts()) *
+                        hw::experts_on_busiest_gpu(model, parallelism) / model.moe().num_experts();
+    rows.push_back(integer_row("routed_experts_on_busiest_gpu",
+                               hw::experts_on_busiest_gpu(model, parallelism), "experts"));
+    rows.push_back(number_row("expert_rows_over_mean_at_max_batch",
+                              hw::expert_rows_on_busiest_gpu(model, parallelism, tokens) / mean,
+                              "1", 3));
   }
   model_rows(model, rows);
 }

@@ -570,6 +570,15 @@ void write_seeds(const fs::path& folder) {
                  kOverridesSeparator + std::string(kShrink) +
                  "engine.data_parallel_attention=true\n"
                  "workload.prefill_chunk_tokens=100\n");
+  // Experts whole over the GPUs, their tokens sent in all-to-alls, a stated imbalance.
+  write_seed(folder, "run-small-expert-parallel", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/deepseek-v3-attention.textproto") +
+                 kOverridesSeparator + std::string(kShrink) +
+                 "engine.data_parallel_attention=true\n"
+                 "engine.expert_parallel=true\n"
+                 "engine.expert_load_imbalance=1.3\n"
+                 "workload.prefill_chunk_tokens=100\n");
   write_seed(folder, "run-small-cluster", Target::kConfig,
              std::string(1, kind_byte("run")) +
                  read_file(source / "configs/examples/cluster-routing.textproto") +

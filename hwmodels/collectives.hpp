@@ -15,6 +15,12 @@ namespace kvtier::hw {
 [[nodiscard]] sim::Tick ring_all_reduce_time(const config::LinkSpec& link, std::uint32_t gpus,
                                              double bytes);
 
+// All-to-all over `gpus` GPUs on a switched fabric (NVSwitch), every GPU sending to every other
+// at once: as long as the busiest port takes to send or receive `busiest_port_bytes`, plus one
+// hop's latency. Zero for one GPU.
+[[nodiscard]] sim::Tick all_to_all_time(const config::LinkSpec& link, std::uint32_t gpus,
+                                        double busiest_port_bytes);
+
 // Bytes each GPU sends in that all-reduce (for link utilisation).
 [[nodiscard]] double ring_all_reduce_bytes_per_gpu(std::uint32_t gpus, double bytes);
 

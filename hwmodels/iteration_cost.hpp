@@ -58,6 +58,9 @@ class IterationCostModel {
   IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
                      const config::LinkSpec* gpu_link, std::uint32_t tensor_parallel,
                      AttentionSplit split);
+  // Any parallelism; whole experts need a mixture of experts.
+  IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
+                     const config::LinkSpec* gpu_link, const Parallelism& parallelism);
 
   [[nodiscard]] IterationCost cost(const BatchShape& batch) const;
   [[nodiscard]] const GpuModel& gpu() const noexcept { return gpu_; }
@@ -75,15 +78,27 @@ class IterationCostModel {
                             const LayerOps& ops) const;
   // Data-parallel attention: every GPU its own requests', the layer waiting for the slowest.
   void add_data_parallel_attention(const BatchShape& batch, Accumulator& layer) const;
+  // The tokens each GPU attends with data-parallel attention: ceil(D / TP) decoding requests'
+  // on the busiest, the prefill chunks dealt out in turn.
+  [[nodiscard]] std::vector<std::vector<PrefillChunk>> chunks_per_gpu(
+      const BatchShape& batch) const;
+  [[nodiscard]] double busiest_decode_tokens(const BatchShape& batch) const;
   void add_head(const BatchShape& batch, Accumulator& total) const;
-  // A mixture of experts' MLP over `tokens` tokens (the router, the routed experts, their sum).
-  void add_experts(double tokens, Accumulator& layer) const;
+  // A mixture of experts' MLP over `tokens` tokens (the router, the routed experts, their sum),
+  // every expert sliced over the GPUs, or whole on one of them; the GPU routes and sums `own`
+  // of them (all `tokens` but under data-parallel attention with whole experts).
+  void add_experts(double tokens, double own, Accumulator& layer) const;
+  // Data-parallel attention with whole experts (SGLang's DeepEP): each GPU's `own` tokens
+  // through its replicated shared expert, and to the GPUs of their routed experts and back in
+  // two all-to-alls, instead of gathered to every GPU; `tokens` over all GPUs.
+  void add_expert_all_to_all(double tokens, double own, Accumulator& layer) const;
 
   config::ModelSpec model_;
   GpuModel gpu_;
   config::LinkSpec gpu_link_;
   std::uint32_t tp_;
   AttentionSplit split_;
+  Parallelism parallelism_;
   double weight_bytes_;  // per weight
   // The format of attention and of the activations between GEMMs: the activation dtype, but
   // BF16 when the GEMMs run in FP8.

@@ -13,6 +13,21 @@ namespace kvtier::hw {
 // SGLang's --enable-dp-attention), keeping only their KV and the attention weights whole.
 enum class AttentionSplit { kHeads, kRequests };
 
+// How a tensor-parallel group holds a mixture of experts' routed experts: each expert sliced over
+// every GPU (Megatron's split, vLLM's and SGLang's default), or whole, the experts spread over
+// the GPUs (expert parallelism: vLLM's --enable-expert-parallel, SGLang's --ep-size).
+enum class ExpertSplit { kSliced, kWhole };
+
+// How an engine's GPUs share the model.
+struct Parallelism {
+  uint32_t gpus = 1;  // the tensor-parallel group
+  AttentionSplit attention = AttentionSplit::kHeads;
+  ExpertSplit experts = ExpertSplit::kSliced;
+  // With whole experts: the rows the busiest GPU's experts take over those of a GPU with the
+  // mean share; 0 takes what uniformly random routing gives (expert_rows_on_busiest_gpu).
+  double expert_load_imbalance = 0.0;
+};
+
 struct ParameterCount {
   uint64_t embedding = 0;  // token embedding table
   // q, k, v, o projections (+ biases, + q/k norms); with latent attention, its down and up
@@ -53,6 +68,28 @@ struct ParameterCount {
 // embedding).
 [[nodiscard]] double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
                                           uint32_t tensor_parallel, AttentionSplit split);
+// The same for any parallelism. With whole experts, the GPU holding the most routed experts
+// (ceil(experts / GPUs) of them); with data-parallel attention as well, the shared expert whole
+// on every GPU (SGLang's, whose expert-parallel all-to-all leaves each GPU its own tokens).
+[[nodiscard]] double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
+                                          const Parallelism& parallelism);
+
+// Routed experts on the GPU that holds the most of them: ceil(experts / GPUs) with whole
+// experts, every expert's slice otherwise.
+[[nodiscard]] uint32_t experts_on_busiest_gpu(const config::ModelSpec& model,
+                                              const Parallelism& parallelism);
+
+// The (token, expert) rows that the busiest GPU's routed experts take when `tokens` tokens each
+// pick experts_per_token distinct experts, with whole experts spread over the GPUs. Given an
+// imbalance, that times the mean; otherwise routing is taken as uniformly random: a token sends
+// a hypergeometric number of its picks to one GPU, the sum over tokens is taken as normal, and
+// the busiest GPU is the expected largest of `gpus` such sums (mean + σ·E[max of n standard
+// normals]), at most tokens · min(picks, experts on the GPU).
+[[nodiscard]] double expert_rows_on_busiest_gpu(const config::ModelSpec& model,
+                                                const Parallelism& parallelism, double tokens);
+
+// E[max of n independent standard normal variables] (0 for n = 1; 0.5642 for 2, 1.4236 for 8).
+[[nodiscard]] double expected_max_standard_normal(uint32_t n);
 
 // The vectors one token keeps in one layer's KV cache: K and V of every KV head (2 · kv_heads of
 // head_dim), or multi-head latent attention's one latent with its RoPE key (kv_lora_rank +

@@ -71,6 +71,14 @@ struct MemoryPlan {
                                                 : hw::AttentionSplit::kHeads;
 }
 
+// How the run's GPUs share the model (tensor_parallel_degree, engine.data_parallel_attention,
+// engine.expert_parallel).
+[[nodiscard]] inline hw::Parallelism parallelism(const config::RunSpec& run) {
+  return {run.tensor_parallel_degree(), attention_split(run),
+          run.engine().expert_parallel() ? hw::ExpertSplit::kWhole : hw::ExpertSplit::kSliced,
+          run.engine().expert_load_imbalance()};
+}
+
 // MemoryPlan::requests_spread of the run.
 [[nodiscard]] inline std::uint32_t requests_spread(const config::RunSpec& run) {
   return attention_split(run) == hw::AttentionSplit::kRequests ? run.tensor_parallel_degree() : 1;

@@ -465,6 +465,20 @@ void check_run(const RunSpec& run, const std::string& path, Problems& problems) 
                           "(each GPU's requests' KV would cross the link from its own GPU)"});
     }
   }
+  if (run.engine().expert_parallel()) {
+    if (!model.has_moe()) {
+      problems.push_back({at(path, "engine.expert_parallel"),
+                          "expert parallelism needs a mixture of experts (model.moe)"});
+    }
+    if (run.has_tensor_parallel_degree() && run.tensor_parallel_degree() < 2) {
+      problems.push_back({at(path, "engine.expert_parallel"),
+                          "expert parallelism spreads the experts over the tensor-parallel "
+                          "group: tensor_parallel_degree must be at least 2"});
+    }
+  } else if (run.engine().has_expert_load_imbalance()) {
+    problems.push_back({at(path, "engine.expert_load_imbalance"),
+                        "applies to expert parallelism only: set engine.expert_parallel"});
+  }
   const uint32_t tp = run.tensor_parallel_degree();
   if (run.has_tensor_parallel_degree() && tp > 0) {
     if (node.has_gpus_per_node() && tp > node.gpus_per_node()) {

@@ -21,4 +21,14 @@ sim::Tick ring_all_reduce_time(const config::LinkSpec& link, std::uint32_t gpus,
   return sim::from_seconds(seconds, sim::Rounding::kUp);
 }
 
+sim::Tick all_to_all_time(const config::LinkSpec& link, std::uint32_t gpus,
+                          double busiest_port_bytes) {
+  if (gpus <= 1) {
+    return sim::Tick::zero();
+  }
+  const double bandwidth = asymptotic_gb_per_s(link, config::PEER) * 1e9;
+  const double seconds = busiest_port_bytes / bandwidth + link.hop_latency_us() * 1e-6;
+  return sim::from_seconds(seconds, sim::Rounding::kUp);
+}
+
 }  // namespace kvtier::hw

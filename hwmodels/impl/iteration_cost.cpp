@@ -61,15 +61,26 @@ IterationCostModel::IterationCostModel(const config::ModelSpec& model, const con
 IterationCostModel::IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
                                        const config::LinkSpec* gpu_link,
                                        std::uint32_t tensor_parallel, AttentionSplit split)
+    : IterationCostModel(model, gpu, gpu_link, Parallelism{tensor_parallel, split}) {}
+
+IterationCostModel::IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
+                                       const config::LinkSpec* gpu_link,
+                                       const Parallelism& parallelism)
     : model_(model),
       gpu_(gpu),
-      tp_(tensor_parallel),
-      split_(split),
+      tp_(parallelism.gpus),
+      split_(parallelism.attention),
+      parallelism_(parallelism),
       weight_bytes_(config::dtype_bytes(model.weight_dtype())),
       between_gemms_(between_gemms(model.activation_dtype())),
       activation_bytes_(config::dtype_bytes(between_gemms_)),
       kv_bytes_per_token_per_layer_(kv_bytes_per_token_per_layer(model)) {
-  if (split == AttentionSplit::kRequests && !model.has_mla()) {
+  const std::uint32_t tensor_parallel = parallelism.gpus;
+  if (parallelism.experts == ExpertSplit::kWhole && !model.has_moe()) {
+    throw ConfigError("expert parallelism needs a mixture of experts (model.moe)",
+                      "field engine.expert_parallel");
+  }
+  if (split_ == AttentionSplit::kRequests && !model.has_mla()) {
     throw ConfigError("data-parallel attention is modelled for latent attention (model.mla) only",
                       "field engine.data_parallel_attention");
   }
@@ -208,21 +219,55 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
     ops.gemm(q_width, hidden, Split::kRows);  // output projection
     ops.all_reduce();
   }
-  ops.elementwise(tokens * hidden, tokens * hidden);  // post-attention RMSNorm (+ residual)
-  const auto dense_mlp = [&](double width) {
-    ops.gemm(hidden, 2 * width, Split::kColumns);                   // fused gate and up projections
-    ops.elementwise(2 * tokens * width / tp, tokens * width / tp);  // SiLU(gate) * up
-    ops.gemm(width, hidden, Split::kRows);                          // down projection
+  const auto dense_mlp = [&](const LayerOps& on, double width) {
+    const double rows = on.tokens;
+    on.gemm(hidden, 2 * width, Split::kColumns);  // fused gate and up projections
+    on.elementwise(2 * rows * width / on.gpus, rows * width / on.gpus);  // SiLU(gate) * up
+    on.gemm(width, hidden, Split::kRows);                                // down projection
   };
-  if (mlp == Mlp::kExperts) {
-    add_experts(tokens, layer);
+  if (mlp == Mlp::kExperts && split_ == AttentionSplit::kRequests &&
+      parallelism_.experts == ExpertSplit::kWhole) {
+    // Each GPU keeps its own tokens through the MLP: nothing gathered, nothing to all-reduce.
+    double own = 0.0;
+    for (const auto& chunks : chunks_per_gpu(batch)) {
+      double tokens_here = busiest_decode_tokens(batch);
+      for (const PrefillChunk& chunk : chunks) {
+        tokens_here += static_cast<double>(chunk.tokens);
+      }
+      own = std::max(own, tokens_here);
+    }
+    const LayerOps mine{*this, layer, own, 1.0};
+    mine.elementwise(own * hidden, own * hidden);  // post-attention RMSNorm (+ residual)
+    add_expert_all_to_all(tokens, own, layer);
     if (model_.moe().has_shared_expert_intermediate_size()) {
-      dense_mlp(model_.moe().shared_expert_intermediate_size());
+      dense_mlp(mine, model_.moe().shared_expert_intermediate_size());
+    }
+    return;
+  }
+  ops.elementwise(tokens * hidden, tokens * hidden);  // post-attention RMSNorm (+ residual)
+  if (mlp == Mlp::kExperts) {
+    add_experts(tokens, tokens, layer);
+    if (model_.moe().has_shared_expert_intermediate_size()) {
+      dense_mlp(ops, model_.moe().shared_expert_intermediate_size());
     }
   } else {
-    dense_mlp(model_.intermediate_size());
+    dense_mlp(ops, model_.intermediate_size());
   }
   ops.all_reduce();
+}
+
+std::vector<std::vector<PrefillChunk>> IterationCostModel::chunks_per_gpu(
+    const BatchShape& batch) const {
+  std::vector<std::vector<PrefillChunk>> chunks(tp_);
+  for (std::size_t i = 0; i < batch.prefill.size(); ++i) {
+    chunks[i % tp_].push_back(batch.prefill[i]);
+  }
+  return chunks;
+}
+
+double IterationCostModel::busiest_decode_tokens(const BatchShape& batch) const {
+  const std::uint64_t busiest = (batch.decode_tokens + tp_ - 1) / tp_;  // whole requests
+  return static_cast<double>(busiest);
 }
 
 void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
@@ -231,12 +276,8 @@ void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
   // ceil(D / TP) of them, with their share of the context (taken as the mean request's); the
   // prefill chunks dealt out in turn. GPUs past the chunks have the least work, so the first
   // max(chunks, 1) hold the slowest.
-  std::vector<std::vector<PrefillChunk>> chunks(tp_);
-  for (std::size_t i = 0; i < batch.prefill.size(); ++i) {
-    chunks[i % tp_].push_back(batch.prefill[i]);
-  }
-  const std::uint64_t busiest = (batch.decode_tokens + tp_ - 1) / tp_;
-  const auto decode = static_cast<double>(busiest);
+  const std::vector<std::vector<PrefillChunk>> chunks = chunks_per_gpu(batch);
+  const double decode = busiest_decode_tokens(batch);
   const double context = batch.decode_tokens > 0
                              ? static_cast<double>(batch.decode_context_tokens) * decode /
                                    static_cast<double>(batch.decode_tokens)
@@ -312,40 +353,83 @@ void IterationCostModel::add_latent_attention(double decode, double context,
   ops.gemm(all_heads * value, hidden, Split::kRows);  // output projection
 }
 
-void IterationCostModel::add_experts(double tokens, Accumulator& layer) const {
+void IterationCostModel::add_experts(double tokens, double own, Accumulator& layer) const {
   const config::DType math = model_.activation_dtype();
   const config::MixtureOfExperts& moe = model_.moe();
-  const double tp = tp_;
   const double hidden = model_.hidden_size();
   const double experts = moe.num_experts();
   const double per_token = moe.experts_per_token();
   const double width = moe.expert_intermediate_size();
   const double a = activation_bytes_;
-  // The router's logits, computed whole on every GPU (a replicated layer, as vLLM's), and the
-  // top-k of each token's.
+  // The router's logits of the GPU's tokens, computed whole (a replicated layer, as vLLM's), and
+  // the top-k of each token's.
   layer.add(gpu_, OpKind::kGemm,
-            OpCost{2.0 * tokens * hidden * experts,
-                   hidden * experts * weight_bytes_ + tokens * (hidden + experts) * a},
+            OpCost{2.0 * own * hidden * experts,
+                   hidden * experts * weight_bytes_ + own * (hidden + experts) * a},
             math);
   // Every token's hidden state goes to its k experts: T·k rows through grouped GEMMs that read
-  // each expert a row goes to once. Routed evenly, T tokens reach E·(1 − (1 − k/E)^T) distinct
-  // experts in expectation: k of them for one token, nearly all of them for a large batch.
-  // Tensor parallelism splits every expert (vLLM's fused MoE without expert parallelism).
-  const double rows = tokens * per_token;
-  const double reached = experts * (1.0 - std::pow(1.0 - per_token / experts, tokens));
+  // each expert a row goes to once. Routed evenly, T tokens reach a given expert with
+  // probability 1 − (1 − k/E)^T: k experts for one token, nearly all of them for a large batch.
+  // Sliced, every GPU takes its slice of every expert (vLLM's fused MoE without expert
+  // parallelism); whole, the busiest GPU its own experts' rows whole.
+  const bool whole = parallelism_.experts == ExpertSplit::kWhole;
+  const double slices = whole ? 1.0 : static_cast<double>(tp_);
+  const double rows = expert_rows_on_busiest_gpu(model_, parallelism_, tokens);
+  const double reached = experts_on_busiest_gpu(model_, parallelism_) *
+                         (1.0 - std::pow(1.0 - per_token / experts, tokens));
   const auto grouped = [&](double in, double out, bool split_columns) {
-    const double weights = reached * in * out / tp;
-    const double activations = split_columns ? in + out / tp : in / tp + out;
-    layer.add(gpu_, OpKind::kGemm,
-              OpCost{2.0 * rows * in * out / tp, weights * weight_bytes_ + rows * activations * a},
-              math);
+    const double weights = reached * in * out / slices;
+    const double activations = split_columns ? in + out / slices : in / slices + out;
+    layer.add(
+        gpu_, OpKind::kGemm,
+        OpCost{2.0 * rows * in * out / slices, weights * weight_bytes_ + rows * activations * a},
+        math);
   };
   grouped(hidden, 2 * width, true);  // the experts' gate and up projections
-  layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, 3.0 * rows * width / tp * a},
+  layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, 3.0 * rows * width / slices * a},
             math);                // SiLU(gate) * up
   grouped(width, hidden, false);  // their down projections
-  layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, (rows + tokens) * hidden * a},
-            math);  // the k outputs of each token weighted by the router and summed
+  // The outputs of each token's experts weighted by the router and summed: on every GPU its
+  // partial sums of all tokens for the all-reduce, or its own tokens' k outputs sent back.
+  const double summed =
+      whole && split_ == AttentionSplit::kRequests ? own * (per_token + 1.0) : rows + tokens;
+  layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, summed * hidden * a}, math);
+}
+
+void IterationCostModel::add_expert_all_to_all(double tokens, double own,
+                                               Accumulator& layer) const {
+  const config::MixtureOfExperts& moe = model_.moe();
+  const double hidden = model_.hidden_size();
+  const double gpus = tp_;
+  const double experts = moe.num_experts();
+  const double picks = std::min<double>(moe.experts_per_token(), experts);
+  const double on_gpu = experts_on_busiest_gpu(model_, parallelism_);
+  // The GPUs a token's k distinct picks land on: a given GPU is missed with probability
+  // C(E − m, k) / C(E, k); a token crosses to the others it lands on, once each, whatever the
+  // number of its experts there (DeepEP's dispatch).
+  double missed = 1.0;
+  for (double i = 0; i < picks; ++i) {
+    missed *= std::max(experts - on_gpu - i, 0.0) / (experts - i);
+  }
+  const double others_reached_per_token = (gpus - 1.0) * (1.0 - missed);
+  const double sent_tokens = own * others_reached_per_token;
+  // What the busiest GPU's experts receive: the other GPUs' tokens that land on it, as much
+  // above the mean as its rows are.
+  const double mean_rows = tokens * picks * on_gpu / experts;
+  const double rows = expert_rows_on_busiest_gpu(model_, parallelism_, tokens);
+  const double above_mean = mean_rows > 0.0 ? rows / mean_rows : 1.0;
+  const double received_tokens = tokens * (1.0 - missed) * (gpus - 1.0) / gpus * above_mean;
+  const auto all_to_all = [&](double bytes_per_token) {
+    const double sent = sent_tokens * hidden * bytes_per_token;
+    const double received = received_tokens * hidden * bytes_per_token;
+    layer.all_reduce += all_to_all_time(gpu_link_, tp_, std::max(sent, received));
+    layer.interconnect_bytes += sent;
+  };
+  // Dispatched in the experts' GEMM format (FP8 when they run in FP8, as DeepEP sends them),
+  // combined back in the activations' format.
+  all_to_all(config::dtype_bytes(model_.activation_dtype()));
+  add_experts(tokens, own, layer);
+  all_to_all(activation_bytes_);
 }
 
 void IterationCostModel::add_head(const BatchShape& batch, Accumulator& total) const {

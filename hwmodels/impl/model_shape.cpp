@@ -1,6 +1,9 @@
 #include "hwmodels/model_shape.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <numbers>
 
 #include "configs/dtype.hpp"
 
@@ -94,32 +97,120 @@ double embedding_bytes_per_weight(config::DType dtype) {
 }
 
 double weight_bytes(const config::ModelSpec& model, config::DType dtype) {
-  return weight_bytes_per_gpu(model, dtype, 1, AttentionSplit::kHeads);
+  return weight_bytes_per_gpu(model, dtype, Parallelism{});
 }
 
 double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
                             uint32_t tensor_parallel, AttentionSplit split) {
+  return weight_bytes_per_gpu(model, dtype, Parallelism{tensor_parallel, split});
+}
+
+double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
+                            const Parallelism& parallelism) {
   const ParameterCount count = count_parameters(model);
+  const uint64_t layers = model.num_hidden_layers();
   uint64_t replicated = count.replicated;
-  if (split == AttentionSplit::kRequests) {
+  if (parallelism.attention == AttentionSplit::kRequests) {
     // The whole of every layer's attention, of which latent attention's down-projections were
     // replicated already, and the input embedding (SGLang's, under data-parallel attention).
-    const uint64_t layers = model.num_hidden_layers();
     replicated += layers * count.attention_per_layer + count.embedding;
     if (model.has_mla()) {
       replicated -= layers * latent_down_projection_parameters(model);
     }
   }
+  // Routed experts kept whole: out of the split weights, the busiest GPU's share in whole.
+  uint64_t routed = 0;
+  uint64_t routed_on_gpu = 0;
+  if (parallelism.experts == ExpertSplit::kWhole && model.has_moe()) {
+    const uint64_t expert_layers = layers - std::min(count.dense_mlp_layers, layers);
+    routed = expert_layers * model.moe().num_experts() * count.expert;
+    routed_on_gpu = expert_layers * experts_on_busiest_gpu(model, parallelism) * count.expert;
+    if (parallelism.attention == AttentionSplit::kRequests) {
+      replicated += expert_layers * count.shared_expert;
+    }
+  }
   // The embedding and LM head (vocabulary-parallel, the embedding whole under data-parallel
   // attention) at their own format, the rest at `dtype`.
-  const uint64_t whole_tables = split == AttentionSplit::kRequests ? count.embedding : 0;
+  const uint64_t whole_tables =
+      parallelism.attention == AttentionSplit::kRequests ? count.embedding : 0;
   const uint64_t split_tables = count.embedding + count.lm_head - whole_tables;
-  const double tp = tensor_parallel;
+  const double tp = parallelism.gpus;
   const double layers_and_norms =
-      static_cast<double>(count.total - replicated - split_tables) / tp +
-      static_cast<double>(replicated - whole_tables);
+      static_cast<double>(count.total - replicated - split_tables - routed) / tp +
+      static_cast<double>(replicated - whole_tables) + static_cast<double>(routed_on_gpu);
   const double tables = static_cast<double>(split_tables) / tp + static_cast<double>(whole_tables);
   return layers_and_norms * config::dtype_bytes(dtype) + tables * embedding_bytes_per_weight(dtype);
+}
+
+uint32_t experts_on_busiest_gpu(const config::ModelSpec& model, const Parallelism& parallelism) {
+  const uint32_t experts = model.moe().num_experts();
+  if (parallelism.experts == ExpertSplit::kSliced) {
+    return experts;
+  }
+  return (experts + parallelism.gpus - 1) / parallelism.gpus;
+}
+
+double expert_rows_on_busiest_gpu(const config::ModelSpec& model, const Parallelism& parallelism,
+                                  double tokens) {
+  const config::MixtureOfExperts& moe = model.moe();
+  const double experts = moe.num_experts();
+  const double picks = std::min<double>(moe.experts_per_token(), experts);
+  if (parallelism.experts == ExpertSplit::kSliced) {
+    return tokens * picks;
+  }
+  const double on_gpu = experts_on_busiest_gpu(model, parallelism);
+  const double mean = tokens * picks * on_gpu / experts;
+  const double most = tokens * std::min(picks, on_gpu);
+  if (parallelism.expert_load_imbalance > 0.0) {
+    return std::min(mean * parallelism.expert_load_imbalance, most);
+  }
+  // One token's picks on the GPU: hypergeometric, `picks` draws from `experts` of which
+  // `on_gpu` are the GPU's.
+  const double share = on_gpu / experts;
+  const double variance =
+      experts > 1.0 ? picks * share * (1.0 - share) * (experts - picks) / (experts - 1.0) : 0.0;
+  const double spread = std::sqrt(tokens * variance);
+  return std::min(mean + spread * expected_max_standard_normal(parallelism.gpus), most);
+}
+
+namespace {
+
+// ∫ x · n·φ(x)·Φ(x)^(n−1) dx by Simpson's rule over [−12, 12], where the tails are < 1e-30.
+double integrate_expected_max(uint32_t n) {
+  constexpr int kIntervals = 4800;
+  constexpr double kFrom = -12.0;
+  constexpr double kTo = 12.0;
+  constexpr double kStep = (kTo - kFrom) / kIntervals;
+  const double exponent = static_cast<double>(n) - 1.0;
+  const auto integrand = [&](double x) {
+    const double density = std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
+    const double below = 0.5 * std::erfc(-x / std::numbers::sqrt2);
+    return x * static_cast<double>(n) * density * std::pow(below, exponent);
+  };
+  double sum = integrand(kFrom) + integrand(kTo);
+  for (int i = 1; i < kIntervals; ++i) {
+    sum += (i % 2 == 1 ? 4.0 : 2.0) * integrand(kFrom + i * kStep);
+  }
+  return sum * kStep / 3.0;
+}
+
+}  // namespace
+
+double expected_max_standard_normal(uint32_t n) {
+  if (n <= 1) {
+    return 0.0;
+  }
+  // Every iteration's cost asks for it: the group sizes a run can have (at most 64 GPUs) are
+  // integrated once.
+  constexpr uint32_t kTabulated = 64;
+  static const std::array<double, kTabulated + 1> table = [] {
+    std::array<double, kTabulated + 1> values{};
+    for (uint32_t i = 2; i <= kTabulated; ++i) {
+      values[i] = integrate_expected_max(i);
+    }
+    return values;
+  }();
+  return n <= kTabulated ? table[n] : integrate_expected_max(n);
 }
 
 KvVectors kv_vectors_per_token_per_layer(const config::ModelSpec& model) {

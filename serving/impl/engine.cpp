@@ -32,8 +32,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       run_(run),
       workload_(std::move(workload)),
       plan_(plan_memory(run)),
-      cost_model_(run.model(), run.hardware().node().gpu(), gpu_link_of(run),
-                  run.tensor_parallel_degree(), attention_split(run)),
+      cost_model_(run.model(), run.hardware().node().gpu(), gpu_link_of(run), parallelism(run)),
       prefill_budget_(run.workload().prefill_chunk_tokens()),
       chunk_cap_(attention_split(run) == hw::AttentionSplit::kRequests
                      ? std::max<std::uint64_t>(prefill_budget_ / run.tensor_parallel_degree(), 1)

@@ -83,8 +83,7 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   const uint32_t tp = run.tensor_parallel_degree();
   MemoryPlan plan;
   plan.capacity_bytes = run.hardware().node().gpu().memory_capacity_gib() * kGiB;
-  plan.weights_bytes =
-      hw::weight_bytes_per_gpu(model, model.weight_dtype(), tp, attention_split(run));
+  plan.weights_bytes = hw::weight_bytes_per_gpu(model, model.weight_dtype(), parallelism(run));
   plan.workspace_bytes = run.memory().activation_workspace_gib() * kGiB;
   plan.reserve_bytes = run.memory().runtime_reserve_gib() * kGiB;
   plan.kv_bytes_per_token = hw::kv_bytes_per_token_per_gpu(model, tp, attention_split(run));

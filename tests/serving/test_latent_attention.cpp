@@ -12,6 +12,7 @@
 #include "hwmodels/model_shape.hpp"
 #include "serving/memory_plan.hpp"
 #include "serving/simulation.hpp"
+#include "tests/support/batch_shapes.hpp"
 #include "tests/support/config_fixture.hpp"
 #include "tests/support/serving_metrics.hpp"
 
@@ -19,6 +20,8 @@ using kvtier::config::ModelSpec;
 using kvtier::hw::BatchShape;
 using kvtier::hw::IterationCostModel;
 
+using kvtier::test::decode;
+using kvtier::test::prefill;
 using kvtier::test::preset;
 
 namespace {
@@ -34,21 +37,6 @@ struct DeepSeekOnH200 {
     return {model, gpu, &nvlink, 8, split};
   }
 };
-
-BatchShape decode(std::uint64_t requests, std::uint64_t context_each) {
-  BatchShape batch;
-  batch.decode_tokens = requests;
-  batch.decode_context_tokens = requests * context_each;
-  batch.logits_tokens = requests;
-  return batch;
-}
-
-BatchShape prefill(std::uint64_t tokens, std::uint64_t before) {
-  BatchShape batch;
-  batch.prefill.push_back({tokens, before});
-  batch.logits_tokens = 1;
-  return batch;
-}
 
 }  // namespace
 
