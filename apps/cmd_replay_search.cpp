@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "apps/cli.hpp"
+#include "apps/search_report.hpp"
 #include "common/atomic_file.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
@@ -27,7 +28,7 @@ constexpr const char* kUsage =
     "usage: kvtier replay search-budgets --traces FILE... --base-policy POLICY\n"
     "           [--held-out FILE...] [--evaluations N] [--seed S] [--floor 64] [--cap 4096]\n"
     "           [--target-mean B ...] [--winner-max-mean B] [--jobs N] [--memory MiB]\n"
-    "           [--format text|json] [--out front.csv]\n\n"
+    "           [--format text|json|html] [--out front.csv]\n\n"
     "Searches per-layer KV budgets for a budgeted policy (h2o, snapkv, pyramidkv, adakv, knorm; "
     "any "
     "policy taking allocation=explicit): minimise the mean budget, maximise the attention "
@@ -37,24 +38,18 @@ constexpr const char* kUsage =
     "the winner (the front's knee, or with --winner-max-mean the best recall at or under that "
     "mean budget), and the winner rescaled to each --target-mean (default: the winner's own "
     "mean) against the uniform allocation at the same mean, both replayed over the --held-out "
-    "traces (the calibration traces when none are given). --out writes the front as CSV.\n\n"
+    "traces (the calibration traces when none are given). --format html prints a page that "
+    "also charts every budget vector evaluated (recall against mean budget, the front and the "
+    "winner marked), the comparison with uniform and the budgets by layer. --out writes the "
+    "front as CSV.\n\n"
     "Same traces, options and seed give the same output, whatever --jobs.\n\n"
     "Exit codes: 2 for bad options or policies; 3 for bad traces or traces that lack data the "
     "policy needs.";
 
-struct Inputs {
-  std::vector<std::string> calibration;
-  std::vector<std::string> held_out;  // the calibration traces when none were given
-  bool has_held_out = false;
-  std::uint32_t layers = 0;
-  bool in_memory = false;          // calibration traces replayed from memory
-  std::uint64_t memory_bytes = 0;  // what holding them takes
-};
-
 // Opens every trace once, up front, so that a bad file fails before the search starts, and
 // checks that all of them share one layer count (one budget per layer must fit every trace).
-Inputs open_traces(const po::variables_map& values) {
-  Inputs inputs;
+SearchInputs open_traces(const po::variables_map& values) {
+  SearchInputs inputs;
   inputs.calibration = values["traces"].as<std::vector<std::string>>();
   if (values.count("held-out") != 0U) {
     inputs.held_out = values["held-out"].as<std::vector<std::string>>();
@@ -151,7 +146,8 @@ std::uint64_t memory_bytes(const replay::TraceAttention& trace, bool head_rows) 
 // are read once and replayed from memory (about 4x faster than decoding the file again, see
 // docs/REPLAY.md), otherwise every replay streams its file.
 std::vector<replay::SourceFactory> calibration_sources(
-    Inputs& inputs, const std::vector<replay::PolicyInput>& policy_inputs, std::uint64_t limit) {
+    SearchInputs& inputs, const std::vector<replay::PolicyInput>& policy_inputs,
+    std::uint64_t limit) {
   const bool head_rows = std::find(policy_inputs.begin(), policy_inputs.end(),
                                    replay::PolicyInput::kHeadRows) != policy_inputs.end();
   for (const std::string& file : inputs.calibration) {
@@ -167,14 +163,6 @@ std::vector<replay::SourceFactory> calibration_sources(
     sources.push_back(replay::MemoryTrace(trace, policy_inputs).factory());
   }
   return sources;
-}
-
-std::string joined(const std::vector<std::uint64_t>& budgets) {
-  std::string text;
-  for (const std::uint64_t b : budgets) {
-    text += (text.empty() ? "" : "/") + std::to_string(b);
-  }
-  return text;
 }
 
 std::string json_budgets(const std::vector<std::uint64_t>& budgets) {
@@ -199,21 +187,12 @@ std::string front_csv(const replay::SearchResult& result) {
     const replay::BudgetPoint& point = result.front[k];
     text += format_double(point.mean_budget) + "," + format_double(point.recall) + "," +
             std::to_string(point.evaluation) + "," + std::to_string(point.generation) + "," +
-            (k == result.winner ? "1" : "0") + "," + joined(point.budgets) + "\n";
+            (k == result.winner ? "1" : "0") + "," + joined_budgets(point.budgets) + "\n";
   }
   return text;
 }
 
-struct Report {
-  std::string base;
-  const Inputs& inputs;
-  const replay::SearchOptions& options;
-  const replay::SearchResult& result;
-  const std::vector<replay::UniformComparison>& comparisons;
-  std::string out_file;
-};
-
-void print_text(std::ostream& out, const Report& report) {
+void print_text(std::ostream& out, const SearchReport& report) {
   const replay::SearchResult& result = report.result;
   out << "search    " << report.base << ", " << report.inputs.layers << " layers, budgets in ["
       << report.options.bounds.floor << ", " << report.options.bounds.cap << "], seed "
@@ -233,7 +212,7 @@ void print_text(std::ostream& out, const Report& report) {
     const replay::BudgetPoint& point = result.front[k];
     front.add_row({format_fixed(point.mean_budget, 1), format_fixed(point.recall, 5),
                    std::to_string(point.evaluation) + (k == result.winner ? " *" : ""),
-                   joined(point.budgets)});
+                   joined_budgets(point.budgets)});
   }
   front.render(out);
   const replay::BudgetPoint& winner = result.front[result.winner];
@@ -247,7 +226,7 @@ void print_text(std::ostream& out, const Report& report) {
     const double gain = c.searched_recall - c.uniform_recall;
     table.add_row({std::to_string(c.target_mean), format_fixed(c.searched_recall, 5),
                    format_fixed(c.uniform_recall, 5),
-                   (gain >= 0 ? "+" : "") + format_fixed(gain, 5), joined(c.budgets)});
+                   (gain >= 0 ? "+" : "") + format_fixed(gain, 5), joined_budgets(c.budgets)});
   }
   table.render(out);
   if (!report.out_file.empty()) {
@@ -255,7 +234,7 @@ void print_text(std::ostream& out, const Report& report) {
   }
 }
 
-void print_json(std::ostream& out, const Report& report) {
+void print_json(std::ostream& out, const SearchReport& report) {
   const replay::SearchResult& result = report.result;
   const auto point_json = [&](const replay::BudgetPoint& point) {
     return "{\"mean_budget\": " + format_double(point.mean_budget) +
@@ -325,12 +304,12 @@ int run_replay_search_budgets(const Arguments& args, Context& context) {
       "memory", po::value<std::uint64_t>()->default_value(1024),
       "MiB: calibration traces that fit are replayed from memory, others from their files")(
       "out", po::value<std::string>(), "write the Pareto front here (CSV)");
-  add_format_option(options);
+  add_format_option(options, true);
   po::variables_map values;
   if (!parse_arguments(args, options, {}, values, kUsage, context.out)) {
     return 0;
   }
-  const Format format = format_from(values);
+  const Format format = format_from(values, true);
   replay::SearchOptions search;
   search.bounds = {values["floor"].as<std::uint64_t>(), values["cap"].as<std::uint64_t>()};
   search.evaluations = values["evaluations"].as<std::uint32_t>();
@@ -369,7 +348,7 @@ int run_replay_search_budgets(const Arguments& args, Context& context) {
   const std::string base = values["base-policy"].as<std::string>();
   const replay::PolicyRegistry registry = replay::builtin_policies();
   replay::check_base_policy(registry, base);
-  Inputs inputs = open_traces(values);
+  SearchInputs inputs = open_traces(values);
   std::vector<replay::PolicyInput> policy_inputs;
   {
     // The base policy's own parameters, checked against the traces' shape.
@@ -395,8 +374,10 @@ int run_replay_search_budgets(const Arguments& args, Context& context) {
   if (!out_file.empty()) {
     write_file_atomically(out_file, front_csv(result));
   }
-  const Report report{base, inputs, search, result, comparisons, out_file};
-  if (format == Format::kJson) {
+  const SearchReport report{base, inputs, search, result, comparisons, out_file};
+  if (format == Format::kHtml) {
+    context.out << search_html(report, version_line());
+  } else if (format == Format::kJson) {
     print_json(context.out, report);
   } else {
     print_text(context.out, report);

@@ -48,6 +48,9 @@ struct LineChart {
   std::string title;
   ChartAxis x;
   ChartAxis y;
+  // A series with exactly the points of an earlier one (x and y alike) would hide it: it is
+  // drawn with gaps the earlier one shows through, its markers hollow squares, diamonds or
+  // triangles around the earlier one's dots, and its legend entry ends "(same as LABEL)".
   std::vector<LineSeries> series;
   std::vector<Guide> guides;
   // A dot, with its values in a <title>, at every point. Off for sampled series, whose points

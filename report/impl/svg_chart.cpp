@@ -36,6 +36,14 @@ constexpr std::size_t kPointsBeforeThinning = 4 * static_cast<std::size_t>(kPlot
 constexpr std::array<const char*, 7> kPalette = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
                                                  "#E69F00", "#56B4E9", "#000000"};
 constexpr std::array<const char*, 4> kDashes = {"", "7 3", "2 2", "9 3 2 3"};
+// A series that repeats an earlier one exactly would hide it, drawn on top of it. Its line
+// takes gaps wide enough for the earlier line to show through, in patterns none of kDashes
+// uses, and its markers are hollow shapes around the earlier one's dots.
+constexpr std::array<const char*, 3> kRepeatDashes = {"6 6", "2 5", "12 5 2 5"};
+enum class Marker { kDot, kSquare, kDiamond, kTriangle };
+constexpr std::array<Marker, 3> kRepeatMarkers = {Marker::kSquare, Marker::kDiamond,
+                                                  Marker::kTriangle};
+constexpr double kRepeatMarkerSize = 5.0;  // half the width of a square, as r of a dot
 // Guides (an SLO's limit, y = x) are grey and dashed, apart from every series.
 constexpr const char* kGuideColour = "#888888";
 constexpr const char* kGuideDashes = "5 4";
@@ -184,19 +192,52 @@ std::string y_axis(const AxisMap& y, const std::string& label) {
 }
 
 // How the legend shows one entry: a box (bars), a line in the entry's colour and dashes, or a
-// dot (points not joined).
+// dot (points not joined); a repeated series' hollow marker over its line or instead of the dot.
 struct LegendEntry {
   enum Swatch { kLine, kBox, kDot };
   std::string label;
   std::string colour;
   std::string dashes;
   Swatch swatch = kLine;
+  Marker marker = Marker::kDot;
 };
 
 std::string stroke_attributes(const std::string& colour, const std::string& dashes,
                               const char* width) {
   return " stroke=\"" + colour + "\" stroke-width=\"" + width + "\"" +
          (dashes.empty() ? std::string() : " stroke-dasharray=\"" + dashes + "\"");
+}
+
+// A repeated series' marker centred on (x, y): an outline only, solid whatever the series'
+// dashes, around the dot of the series it repeats. `inside` is the element's content (a
+// <title>), or empty.
+std::string hollow_marker(Marker shape, double x, double y, const std::string& colour,
+                          const std::string& inside) {
+  constexpr double h = kRepeatMarkerSize;
+  std::string svg;
+  if (shape == Marker::kSquare) {
+    svg = "<rect x=\"" + coordinate(x - h) + "\" y=\"" + coordinate(y - h) + "\" width=\"" +
+          coordinate(2.0 * h) + "\" height=\"" + coordinate(2.0 * h) + "\"";
+  } else {
+    // Both centred on (x, y): the triangle's centroid, a third of its height above its base.
+    const std::vector<std::pair<double, double>> corners =
+        shape == Marker::kDiamond
+            ? std::vector<std::pair<double, double>>{{x, y - 1.3 * h},
+                                                     {x + 1.3 * h, y},
+                                                     {x, y + 1.3 * h},
+                                                     {x - 1.3 * h, y}}
+            : std::vector<std::pair<double, double>>{
+                  {x, y - 1.4 * h}, {x + 1.2 * h, y + 0.7 * h}, {x - 1.2 * h, y + 0.7 * h}};
+    svg = "<polygon points=\"";
+    for (std::size_t i = 0; i < corners.size(); ++i) {
+      svg +=
+          (i == 0 ? "" : " ") + coordinate(corners[i].first) + "," + coordinate(corners[i].second);
+    }
+    svg += "\"";
+  }
+  svg += " fill=\"none\" stroke=\"" + colour + "\" stroke-width=\"1.5\" stroke-dasharray=\"none\"";
+  const std::string tag = shape == Marker::kSquare ? "rect" : "polygon";
+  return svg + (inside.empty() ? "/>\n" : ">" + inside + "</" + tag + ">\n");
 }
 
 // The legend's rows below `top`. Returns its height.
@@ -216,12 +257,15 @@ double legend(std::string& svg, const std::vector<LegendEntry>& entries, double 
     if (entry.swatch == LegendEntry::kBox) {
       svg += "<rect x=\"" + coordinate(x) + "\" y=\"" + coordinate(y - 10.0) +
              "\" width=\"12\" height=\"12\" fill=\"" + entry.colour + "\"/>\n";
-    } else if (entry.swatch == LegendEntry::kDot) {
+    } else if (entry.swatch == LegendEntry::kDot && entry.marker == Marker::kDot) {
       svg += "<circle cx=\"" + coordinate(x + kLegendSwatch / 2.0) + "\" cy=\"" +
              coordinate(y - 4.0) + "\" r=\"3.5\" fill=\"" + entry.colour + "\"/>\n";
-    } else {
+    } else if (entry.swatch == LegendEntry::kLine) {
       svg += line_element(x, x + kLegendSwatch, y - 4.0, y - 4.0,
                           stroke_attributes(entry.colour, entry.dashes, "2"));
+    }
+    if (entry.swatch != LegendEntry::kBox && entry.marker != Marker::kDot) {
+      svg += hollow_marker(entry.marker, x + kLegendSwatch / 2.0, y - 4.0, entry.colour, "");
     }
     svg += "<text class=\"legend\" x=\"" + coordinate(x + kLegendSwatch + 6.0) + "\" y=\"" +
            coordinate(y) + "\">" + html_escape(entry.label) + "</text>\n";
@@ -271,6 +315,30 @@ std::vector<std::pair<double, double>> thin(std::vector<std::pair<double, double
     begin = end;
   }
   return kept;
+}
+
+// For each series, the first earlier series with the same points (x and y alike, NaN where it
+// has NaN), or the series' own index. A series with no point to draw repeats none.
+std::vector<std::size_t> repeated_series(const std::vector<LineSeries>& series) {
+  const auto same = [](double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+  const auto equal = [&same](const std::vector<double>& a, const std::vector<double>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(), same);
+  };
+  std::vector<std::size_t> repeats(series.size());
+  for (std::size_t s = 0; s < series.size(); ++s) {
+    repeats[s] = s;
+    bool drawn = false;
+    for (std::size_t i = 0; i < series[s].x.size() && !drawn; ++i) {
+      drawn = finite(series[s].x[i]) && finite(series[s].y[i]);
+    }
+    for (std::size_t t = 0; t < s && drawn; ++t) {
+      if (repeats[t] == t && equal(series[t].x, series[s].x) && equal(series[t].y, series[s].y)) {
+        repeats[s] = t;
+        break;
+      }
+    }
+  }
+  return repeats;
 }
 
 std::string polyline(const std::vector<std::pair<double, double>>& points) {
@@ -493,14 +561,24 @@ std::string line_chart_svg(const LineChart& chart) {
     entries.push_back({guide.label, kGuideColour, dashes, LegendEntry::kLine});
   }
 
-  std::vector<std::string> names;
+  std::vector<LegendEntry> all;
+  const std::vector<std::size_t> repeats = repeated_series(chart.series);
+  std::vector<std::size_t> repeat_count(chart.series.size(), 0);
   for (std::size_t s = 0; s < chart.series.size(); ++s) {
     const LineSeries& series = chart.series[s];
-    names.push_back(series.label);
-    const std::string dashes = series_dashes(s);
-    body += "<g class=\"series\" stroke=\"" + series_colour(s) + "\" fill=\"" + series_colour(s) +
-            "\"" + (dashes.empty() ? std::string() : " stroke-dasharray=\"" + dashes + "\"") +
-            ">\n";
+    LegendEntry look{series.label, series_colour(s), series_dashes(s),
+                     chart.lines ? LegendEntry::kLine : LegendEntry::kDot};
+    if (repeats[s] != s) {
+      // The legend says so: without it a reader would take the hidden series for missing.
+      const std::size_t k = repeat_count[repeats[s]]++;
+      look.label += " (same as " + chart.series[repeats[s]].label + ")";
+      look.dashes = chart.lines ? kRepeatDashes[k % kRepeatDashes.size()] : "";
+      look.marker = chart.markers ? kRepeatMarkers[k % kRepeatMarkers.size()] : Marker::kDot;
+    }
+    all.push_back(look);
+    const std::string& dashes = look.dashes;
+    body += "<g class=\"series\" stroke=\"" + look.colour + "\" fill=\"" + look.colour + "\"" +
+            (dashes.empty() ? std::string() : " stroke-dasharray=\"" + dashes + "\"") + ">\n";
     std::vector<std::pair<double, double>> stretch;
     std::string markers;
     const auto flush = [&] {
@@ -518,21 +596,22 @@ std::string line_chart_svg(const LineChart& chart) {
       const double py = y(series.y[i]);
       stretch.emplace_back(px, py);
       if (chart.markers) {
-        markers += "<circle cx=\"" + coordinate(px) + "\" cy=\"" + coordinate(py) +
-                   "\" r=\"3\"><title>" + html_escape(series.label) + ": " +
-                   html_escape(x.value_text(series.x[i])) + ", " +
-                   html_escape(format_double(series.y[i])) +
-                   (series.notes.empty() || series.notes[i].empty()
-                        ? std::string()
-                        : " (" + html_escape(series.notes[i]) + ")") +
-                   "</title></circle>\n";
+        const std::string title = "<title>" + html_escape(series.label) + ": " +
+                                  html_escape(x.value_text(series.x[i])) + ", " +
+                                  html_escape(format_double(series.y[i])) +
+                                  (series.notes.empty() || series.notes[i].empty()
+                                       ? std::string()
+                                       : " (" + html_escape(series.notes[i]) + ")") +
+                                  "</title>";
+        markers += look.marker == Marker::kDot
+                       ? "<circle cx=\"" + coordinate(px) + "\" cy=\"" + coordinate(py) +
+                             "\" r=\"3\">" + title + "</circle>\n"
+                       : hollow_marker(look.marker, px, py, look.colour, title);
       }
     }
     flush();
     body += markers + "</g>\n";
   }
-  std::vector<LegendEntry> all =
-      series_entries(names, chart.lines ? LegendEntry::kLine : LegendEntry::kDot);
   all.insert(all.end(), entries.begin(), entries.end());
   const double legend_top = kPlotBottom + band + 44.0;
   const double legend_height = legend(body, all, legend_top);

@@ -1,14 +1,18 @@
 // `kvtier replay search-budgets` driven as a user would: output, the front file, byte-identical
-// results whatever --jobs, one-line diagnostics and exit codes, no output file after a failure.
+// results whatever --jobs, the page of --format html, one-line diagnostics and exit codes, no
+// output file after a failure.
 
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "tests/support/cli_runner.hpp"
+#include "tests/support/xml_reader.hpp"
 
 namespace {
 
@@ -45,6 +49,44 @@ const std::string& traces() {
 }
 
 const std::string kSmall = " --base-policy h2o --floor 4 --cap 160 --evaluations 24 --seed 5";
+
+using kvtier::testing::attribute;
+using kvtier::testing::elements;
+using kvtier::testing::joined_texts;
+using kvtier::testing::XmlTree;
+
+const XmlTree* chart_named(const XmlTree& page, const std::string& title) {
+  for (const XmlTree* svg : elements(page, "svg")) {
+    if (attribute(*svg, "aria-label") == title) {
+      return svg;
+    }
+  }
+  return nullptr;
+}
+
+// The series groups of a chart, in order.
+std::vector<const XmlTree*> series_of(const XmlTree& svg) {
+  std::vector<const XmlTree*> groups;
+  for (const XmlTree* group : elements(svg, "g")) {
+    if (attribute(*group, "class") == "series") {
+      groups.push_back(group);
+    }
+  }
+  return groups;
+}
+
+// The `key` list after the first `after` in a JSON text, as the reports join budgets: "4/8/16".
+std::string json_budgets_after(const std::string& json, const std::string& after) {
+  const auto from = json.find(after);
+  REQUIRE(from != std::string::npos);
+  const auto open = json.find("\"budgets\": [", from);
+  REQUIRE(open != std::string::npos);
+  const auto begin = open + 12;
+  std::string list = json.substr(begin, json.find(']', begin) - begin);
+  list.erase(std::remove(list.begin(), list.end(), ' '), list.end());
+  std::replace(list.begin(), list.end(), ',', '/');
+  return list;
+}
 
 }  // namespace
 
@@ -100,6 +142,58 @@ TEST_CASE("replay search-budgets prints the front, the winner and the comparison
                                  "' --base-policy h2o --floor 4 --cap 160 --evaluations 10");
   REQUIRE(calibration.exit_code == 0);
   CHECK_THAT(calibration.out, Catch::Contains("the calibration traces"));
+}
+
+TEST_CASE("replay search-budgets --format html charts the search and marks the winner",
+          "[cli][search]") {
+  const std::string csv = path_of("html-front.csv");
+  const std::string args = "replay search-budgets " + traces() + kSmall + " --target-mean 16 32";
+  const Result json = run(args + " --format json");
+  REQUIRE(json.exit_code == 0);
+  const Result html = run(args + " --format html --out '" + csv + "'");
+  INFO("stderr: " << html.err);
+  REQUIRE(html.exit_code == 0);
+  CHECK(html.err.empty());
+  CHECK(fs::exists(csv));
+  CHECK_THAT(html.out, Catch::StartsWith("<!DOCTYPE html>"));
+  const XmlTree page = kvtier::testing::parse_xml(html.out);
+
+  // Every evaluated vector is a point of the first chart (the initial design and the DE
+  // generations), with the front and the winner drawn over them and its recall as a level.
+  const XmlTree* explored =
+      chart_named(page, "Every budget vector evaluated: recall against the mean budget");
+  REQUIRE(explored != nullptr);
+  const auto groups = series_of(*explored);
+  REQUIRE(groups.size() == 4);
+  const auto evaluations_at = json.out.find("\"evaluations\": ");
+  REQUIRE(evaluations_at != std::string::npos);
+  const std::size_t evaluations = std::stoul(json.out.substr(evaluations_at + 15));
+  CHECK(elements(*groups[0], "circle").size() + elements(*groups[1], "circle").size() ==
+        evaluations);
+  const auto mean_at = json.out.find("\"mean_budget\": ", json.out.find("\"winner\": {"));
+  const double winner_mean = std::stod(json.out.substr(mean_at + 15));
+  char winner_label[64];
+  std::snprintf(winner_label, sizeof(winner_label), "winner (mean %.1f)", winner_mean);
+  CHECK_THAT(joined_texts(*explored, "text"),
+             Catch::Contains(std::string("|") + winner_label + "|") &&
+                 Catch::Contains("|winner's recall "));
+  REQUIRE(chart_named(page, "The Pareto front and the winner") != nullptr);
+  REQUIRE(chart_named(page, "Winner rescaled against uniform, on the held-out traces") != nullptr);
+
+  // The tables: the winner's row of the front with its budgets, each target against uniform.
+  const std::string cells = joined_texts(page, "td");
+  const std::string winner_budgets = json_budgets_after(json.out, "\"winner\": {");
+  CHECK_THAT(cells, Catch::Contains("|winner|" + winner_budgets + "|"));
+  CHECK_THAT(cells, Catch::Contains("|16|") && Catch::Contains("|32|"));
+  CHECK_THAT(html.out, Catch::Contains(winner_budgets + "; as a policy h2o:"));
+
+  // The same search gives the same page, and the thread count does not show in it.
+  CHECK(run(args + " --format html --out '" + csv + "'").out == html.out);
+  CHECK(run(args + " --format html --jobs 3 --out '" + csv + "'").out == html.out);
+
+  const Result help = run("replay search-budgets --help");
+  CHECK_THAT(help.out, Catch::Contains("[--format text|json|html]"));
+  expect_one_line_error(run(args + " --format svg"), 2, "expected text, json or html");
 }
 
 TEST_CASE("replay search-budgets errors", "[cli][search]") {

@@ -369,6 +369,102 @@ TEST_CASE("heat colours run from viridis' dark blue to its yellow", "[report]") 
   CHECK(heat_colour(2.0) == "#fde725");
 }
 
+// The series groups of a chart, in order.
+std::vector<const testing::XmlTree*> series_groups(const testing::XmlTree& svg) {
+  std::vector<const testing::XmlTree*> groups;
+  for (const auto* group : elements(svg, "g")) {
+    if (attribute(*group, "class") == "series") {
+      groups.push_back(group);
+    }
+  }
+  return groups;
+}
+
+TEST_CASE("a series identical to an earlier one is drawn apart and named so in the legend",
+          "[report]") {
+  LineChart chart;
+  chart.title = "recall against the mean budget";
+  chart.series.push_back({"searched", {16, 32, 64}, {0.5, 0.6, 0.8}});
+  chart.series.push_back({"uniform", {16, 32, 64}, {0.5, 0.6, 0.8}});
+  chart.series.push_back({"other", {16, 32, 64}, {0.4, 0.6, 0.8}});
+  chart.series.push_back({"again", {16, 32, 64}, {0.5, 0.6, 0.8}});
+  chart.series.push_back({"gapped", {16, 32, 64}, {0.4, kNaN, 0.8}});
+  chart.series.push_back({"gapped too", {16, 32, 64}, {0.4, kNaN, 0.8}});
+  const std::string text = line_chart_svg(chart);
+  CHECK(text == line_chart_svg(chart));
+  const auto svg = parse_xml(text);
+  const auto groups = series_groups(svg);
+  REQUIRE(groups.size() == 6);
+  // The originals keep the palette's solid lines and dots; each repeat gets dashes of its own.
+  const std::vector<std::string> dashes = {
+      attribute(*groups[0], "stroke-dasharray"), attribute(*groups[1], "stroke-dasharray"),
+      attribute(*groups[2], "stroke-dasharray"), attribute(*groups[3], "stroke-dasharray"),
+      attribute(*groups[4], "stroke-dasharray"), attribute(*groups[5], "stroke-dasharray")};
+  CHECK(dashes[0].empty());
+  CHECK(dashes[2].empty());
+  CHECK(dashes[4].empty());
+  CHECK_FALSE(dashes[1].empty());
+  CHECK_FALSE(dashes[3].empty());
+  CHECK(dashes[1] != dashes[3]);
+  CHECK_FALSE(dashes[5].empty());
+  CHECK(elements(*groups[0], "circle").size() == 3);
+  CHECK(elements(*groups[2], "circle").size() == 3);
+  CHECK(elements(*groups[4], "circle").size() == 2);
+  // A repeat's markers are hollow shapes around the dots it would hide, with the values in
+  // their titles; two repeats of one series get different shapes.
+  CHECK(elements(*groups[1], "circle").empty());
+  const auto squares = elements(*groups[1], "rect");
+  REQUIRE(squares.size() == 3);
+  CHECK(attribute(*squares[0], "fill") == "none");
+  CHECK(attribute(*squares[0], "stroke-dasharray") == "none");
+  CHECK(number_attribute(*squares[0], "x") + number_attribute(*squares[0], "width") / 2 ==
+        Approx(number_attribute(*elements(*groups[0], "circle")[0], "cx")).margin(0.1));
+  CHECK(text_of(*squares[1]) == "uniform: 32, 0.6");
+  CHECK(elements(*groups[3], "rect").empty());
+  CHECK(elements(*groups[3], "polygon").size() == 3);
+  CHECK(elements(*groups[5], "rect").size() == 2);  // NaN where its original has NaN
+  // The legend names the series each repeat hides behind, and shows its dashes and shape.
+  const std::string legend = kvtier::testing::joined_texts(svg, "text");
+  CHECK_THAT(legend, Catch::Contains("|searched|uniform (same as searched)|other|"
+                                     "again (same as searched)|gapped|"
+                                     "gapped too (same as gapped)|"));
+  std::vector<std::string> legend_dashes;
+  for (const auto* line : elements(svg, "line")) {
+    if (!attribute(*line, "stroke").empty()) {
+      legend_dashes.push_back(attribute(*line, "stroke-dasharray"));
+    }
+  }
+  CHECK(legend_dashes == dashes);
+
+  // Without markers (sampled series) the dashes alone tell a repeat; a scatter shows only the
+  // hollow shapes.
+  chart.markers = false;
+  const auto sampled = parse_xml(line_chart_svg(chart));
+  CHECK(elements(sampled, "rect").size() == 1);  // the frame
+  CHECK(attribute(*series_groups(sampled)[1], "stroke-dasharray") == dashes[1]);
+  chart.markers = true;
+  chart.lines = false;
+  const auto scatter = parse_xml(line_chart_svg(chart));
+  CHECK(elements(scatter, "polyline").empty());
+  CHECK(elements(*series_groups(scatter)[1], "rect").size() == 3);
+  CHECK_THAT(kvtier::testing::joined_texts(scatter, "text"),
+             Catch::Contains("|uniform (same as searched)|"));
+
+  // Points alike in part, or the same values at other x, are no repeat.
+  LineChart apart;
+  apart.title = "apart";
+  apart.series.push_back({"a", {1, 2, 3}, {1, 2, 3}});
+  apart.series.push_back({"b", {1, 2}, {1, 2}});
+  apart.series.push_back({"c", {2, 3, 4}, {1, 2, 3}});
+  apart.series.push_back({"d", {1, 2, 3}, {kNaN, kNaN, kNaN}});
+  apart.series.push_back({"e", {1, 2, 3}, {kNaN, kNaN, kNaN}});
+  const auto separate = parse_xml(line_chart_svg(apart));
+  for (const auto* group : series_groups(separate)) {
+    CHECK(attribute(*group, "stroke-dasharray").empty());
+  }
+  CHECK_THAT(kvtier::testing::joined_texts(separate, "text"), !Catch::Contains("same as"));
+}
+
 TEST_CASE("series past the palette repeat its colours with dashes", "[report]") {
   CHECK(series_colour(0) == series_colour(7));
   CHECK(series_dashes(0).empty());
