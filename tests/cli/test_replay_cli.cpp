@@ -212,9 +212,9 @@ TEST_CASE("replay run errors", "[cli][replay]") {
 
 TEST_CASE("kvtier replay run --format html charts each policy over the steps and layers",
           "[cli][replay]") {
+  constexpr const char* kTiered = "tiered:hbm=0.5,evict=0.1,recent=16,delta=16";
   const std::string file = trace("html.h5");
-  const std::string args =
-      "replay run --trace '" + file + "' --policy full --policy tiered:hbm=0.5,evict=0.1";
+  const std::string args = "replay run --trace '" + file + "' --policy full --policy " + kTiered;
   const Json json = run_json(args);
   const Result html = run(args + " --format html");
   INFO("stderr: " << html.err);
@@ -230,26 +230,21 @@ TEST_CASE("kvtier replay run --format html charts each policy over the steps and
   // policy.
   const auto* kept = charts.at("Attention mass kept, mean over layers");
   CHECK(kvtier::testing::elements(*kept, "polyline").size() == 2);
-  for (const char* policy : {"full", "tiered:hbm=0.5,evict=0.1"}) {
-    const auto* tiers = charts.at("The context by tier (" + std::string(policy) + ")");
+  for (const std::string policy : {"full", kTiered}) {
+    const auto* tiers = charts.at("The context by tier (" + policy + ")");
     CHECK(kvtier::testing::elements(*tiers, "polyline").size() == 4);
   }
-  // A policy whose points repeat the other's has hollow markers (svg_chart.hpp), not dots.
+  // The two policies differ (a recent window of 128 would protect all of this short trace), so
+  // each draws its own dots.
+  REQUIRE(json["policies"][1]["demoted"].get<std::uint64_t>() > 0);
   const auto* by_layer = charts.at("HBM share by layer, mean over steps");
-  std::size_t markers = 0;
-  for (const auto* group : kvtier::testing::elements(*by_layer, "g")) {
-    if (kvtier::testing::attribute(*group, "class") == "series") {
-      for (const char* shape : {"circle", "rect", "polygon"}) {
-        markers += kvtier::testing::elements(*group, shape).size();
-      }
-    }
-  }
-  CHECK(markers == 2 * layers);
+  CHECK(kvtier::testing::elements(*by_layer, "circle").size() == 2 * layers);
   CHECK(steps == 160);
   // The table holds the summary the JSON gives.
   const std::string cells = kvtier::testing::joined_texts(page, "td");
   char kept_mean[32];
   std::snprintf(kept_mean, sizeof(kept_mean), "%.5f",
                 json["policies"][1]["mean_kept_mass"].get<double>());
-  CHECK_THAT(cells, Catch::Contains("|tiered:hbm=0.5,evict=0.1|" + std::string(kept_mean) + "|"));
+  CHECK_THAT(cells,
+             Catch::Contains("|" + std::string(kTiered) + "|" + std::string(kept_mean) + "|"));
 }
