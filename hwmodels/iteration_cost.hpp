@@ -45,8 +45,18 @@ struct IterationCost {
   sim::Tick head;
   double flops = 0.0;               // per GPU
   double hbm_bytes = 0.0;           // per GPU
-  double interconnect_bytes = 0.0;  // per GPU, sent
+  double interconnect_bytes = 0.0;  // per GPU, sent over the GPU link within its node
+  double network_bytes = 0.0;       // per GPU, sent over its adapter to other nodes
   std::uint32_t kernels = 0;
+};
+
+// The links a tensor-parallel group's collectives cross.
+struct GroupLinks {
+  const config::LinkSpec* gpu_link = nullptr;  // within a node; may be null for one GPU
+  const config::LinkSpec* network = nullptr;   // between nodes, each GPU's adapter
+  // GPUs of one node; 0 takes the whole group to be within one node. A group of more GPUs
+  // than this spans whole nodes and needs `network`.
+  std::uint32_t gpus_per_node = 0;
 };
 
 class IterationCostModel {
@@ -61,6 +71,9 @@ class IterationCostModel {
   // Any parallelism; whole experts need a mixture of experts.
   IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
                      const config::LinkSpec* gpu_link, const Parallelism& parallelism);
+  // A group that may span nodes.
+  IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
+                     const GroupLinks& links, const Parallelism& parallelism);
 
   [[nodiscard]] IterationCost cost(const BatchShape& batch) const;
   [[nodiscard]] const GpuModel& gpu() const noexcept { return gpu_; }
@@ -95,7 +108,16 @@ class IterationCostModel {
 
   config::ModelSpec model_;
   GpuModel gpu_;
+  // The group's all-reduce of `bytes` on every GPU: a ring within one node; across nodes,
+  // hierarchical (a ring within each node, then one across the nodes between GPUs of the same
+  // place, each over its own adapter, on 1/gpus_per_node of the bytes).
+  void add_all_reduce(double bytes, Accumulator& layer) const;
+  // An all-to-all in which the busiest GPU sends or receives `busiest_port_bytes`, spread evenly
+  // over the other GPUs: those of other nodes through its adapter, beside the rest.
+  void add_all_to_all(double busiest_port_bytes, double sent, Accumulator& layer) const;
+
   config::LinkSpec gpu_link_;
+  config::LinkSpec network_;
   std::uint32_t tp_;
   AttentionSplit split_;
   Parallelism parallelism_;
@@ -105,6 +127,8 @@ class IterationCostModel {
   config::DType between_gemms_;
   double activation_bytes_;  // per activation element
   double kv_bytes_per_token_per_layer_;
+  std::uint32_t gpus_per_node_;  // of the group's nodes; the group when within one
+  std::uint32_t nodes_;          // the group spans
 };
 
 }  // namespace kvtier::hw

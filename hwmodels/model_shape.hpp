@@ -65,7 +65,7 @@ struct ParameterCount {
 [[nodiscard]] double embedding_bytes_per_weight(config::DType dtype);
 // What one GPU of a tensor-parallel group keeps: its share of the split weights and the
 // replicated ones whole (with data-parallel attention, all attention weights and the input
-// embedding).
+// embedding; with more GPUs than KV heads, its KV head's K and V projections).
 [[nodiscard]] double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
                                           uint32_t tensor_parallel, AttentionSplit split);
 // The same for any parallelism. With whole experts, the GPU holding the most routed experts
@@ -103,8 +103,10 @@ struct KvVectors {
 
 // Over how many GPUs of a tensor-parallel group the KV of its tokens is spread: all of them when
 // each holds its share of the KV heads, or its share of the requests (data-parallel attention,
-// on average); one with latent attention split by heads, whose latent every head reads, so that
-// every GPU keeps it whole (vLLM's and SGLang's MLA under tensor parallelism).
+// on average); the KV heads' count when there are more GPUs than KV heads, each GPU keeping one
+// head that TP / kv_heads of them share (vLLM replicates them so); one with latent attention
+// split by heads, whose latent every head reads, so that every GPU keeps it whole (vLLM's and
+// SGLang's MLA under tensor parallelism).
 [[nodiscard]] uint32_t kv_shards(const config::ModelSpec& model, uint32_t tensor_parallel,
                                  AttentionSplit split);
 

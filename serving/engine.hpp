@@ -93,7 +93,8 @@ struct ServingTotals {
   sim::Tick last_completion;
   double flops = 0.0;               // per GPU
   double hbm_bytes = 0.0;           // per GPU
-  double interconnect_bytes = 0.0;  // per GPU, sent
+  double interconnect_bytes = 0.0;  // per GPU, sent within its node
+  double network_bytes = 0.0;       // per GPU, sent to other nodes (a group spanning nodes)
   // Per GPU: bytes copied host -> GPU and GPU -> host (a tier policy's prefetches and offloads,
   // and swaps), busy time of each copy engine, time layers waited for their prefetch, and all
   // the time iterations spent on copies beyond their compute: that stall, offloads that outlast

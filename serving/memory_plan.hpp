@@ -2,6 +2,7 @@
 // How one GPU's memory divides in a tensor-parallel engine: weights/TP, activation workspace,
 // runtime reserve, and what is left for the KV cache.
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -77,6 +78,14 @@ struct MemoryPlan {
   return {run.tensor_parallel_degree(), attention_split(run),
           run.engine().expert_parallel() ? hw::ExpertSplit::kWhole : hw::ExpertSplit::kSliced,
           run.engine().expert_load_imbalance()};
+}
+
+// The engines one node holds: whole ones, or the share of one whose tensor-parallel group spans
+// nodes (1/2 over two nodes).
+[[nodiscard]] inline double engines_per_node(const config::RunSpec& run) {
+  const double gpus_per_node = run.hardware().node().gpus_per_node();
+  const double tp = run.tensor_parallel_degree();
+  return tp > gpus_per_node ? gpus_per_node / tp : std::floor(gpus_per_node / tp);
 }
 
 // MemoryPlan::requests_spread of the run.

@@ -2,6 +2,10 @@
 
 #include <google/protobuf/descriptor.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "common/text_output.hpp"
 #include "configs/dtype.hpp"
 #include "configs/loader.hpp"
@@ -439,6 +443,42 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
   }
 }
 
+// A tensor-parallel group of more GPUs than a node has: whole nodes, as many as the hardware
+// has, joined by a network whose adapters its collectives cross.
+void check_group_across_nodes(const RunSpec& run, const std::string& path, Problems& problems) {
+  const HardwareSpec& hardware = run.hardware();
+  const uint32_t tp = run.tensor_parallel_degree();
+  const uint32_t per_node = hardware.node().gpus_per_node();
+  const std::string group = "tensor_parallel_degree " + std::to_string(tp);
+  if (tp % per_node != 0) {
+    problems.push_back({at(path, "tensor_parallel_degree"),
+                        group + " spans nodes, so it must be a multiple of the node's " +
+                            std::to_string(per_node) + " GPUs"});
+    return;
+  }
+  const uint32_t nodes = tp / per_node;
+  if (hardware.has_num_nodes() && nodes > hardware.num_nodes()) {
+    problems.push_back({at(path, "tensor_parallel_degree"),
+                        group + " needs " + std::to_string(nodes) + " nodes of " +
+                            std::to_string(per_node) + " GPUs; hardware.num_nodes is " +
+                            std::to_string(hardware.num_nodes())});
+  }
+  if (!hardware.has_network()) {
+    problems.push_back({at(path, "hardware.network"),
+                        group + " spans " + std::to_string(nodes) + " nodes of " +
+                            std::to_string(per_node) +
+                            " GPUs: give the network between them (each GPU's adapter, e.g. "
+                            "preset InfiniBand-NDR)"});
+  } else if (hardware.network().kind() != NETWORK) {
+    problems.push_back(
+        {at(path, "hardware.network.kind"), "the network between nodes must be a NETWORK link"});
+  }
+  if (hardware.node().gpu_interconnect() != NVLINK_SWITCH) {
+    problems.push_back({at(path, "tensor_parallel_degree"),
+                        group + " spans nodes: modelled for NVLINK_SWITCH nodes only"});
+  }
+}
+
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {
   check_cluster(run, path, problems);
   check_tiering(run, path, problems);
@@ -481,16 +521,18 @@ void check_run(const RunSpec& run, const std::string& path, Problems& problems) 
   }
   const uint32_t tp = run.tensor_parallel_degree();
   if (run.has_tensor_parallel_degree() && tp > 0) {
-    if (node.has_gpus_per_node() && tp > node.gpus_per_node()) {
-      problems.push_back({at(path, "tensor_parallel_degree"),
-                          "tensor_parallel_degree " + std::to_string(tp) + " exceeds the node's " +
-                              std::to_string(node.gpus_per_node()) + " GPUs"});
+    if (node.has_gpus_per_node() && node.gpus_per_node() > 0 && tp > node.gpus_per_node()) {
+      check_group_across_nodes(run, path, problems);
     }
-    if (model.has_num_key_value_heads() && model.num_key_value_heads() % tp != 0) {
+    // More GPUs than KV heads replicate each head over tp / kv_heads of them (as vLLM does),
+    // which needs whole copies.
+    const uint32_t kv_heads = model.num_key_value_heads();
+    if (model.has_num_key_value_heads() && kv_heads > 0 && kv_heads % tp != 0 &&
+        tp % kv_heads != 0) {
       problems.push_back({at(path, "tensor_parallel_degree"),
                           "tensor_parallel_degree " + std::to_string(tp) +
-                              " does not divide the model's " +
-                              std::to_string(model.num_key_value_heads()) + " KV heads"});
+                              " neither divides the model's " + std::to_string(kv_heads) +
+                              " KV heads nor is a multiple of them"});
     }
     if (model.has_num_attention_heads() && model.num_attention_heads() % tp != 0) {
       problems.push_back({at(path, "tensor_parallel_degree"),
@@ -534,30 +576,60 @@ void check_sweep(const SweepSpec& sweep, const std::string& path, const ConfigLo
       }
     }
   }
+  // The overrides of axis values, applied to the base together: the run they make, or the
+  // problems they give.
+  const auto check_point = [&](const std::vector<std::pair<int, int>>& values,
+                               const std::string& value_path, const std::string& named) {
+    std::vector<Override> overrides;
+    RunSpec point = sweep.base();
+    LocationMap point_locations(locations.default_file());
+    try {
+      for (const auto& [a, v] : values) {
+        overrides.push_back(parse_override(sweep.axis(a).path() + "=" + sweep.axis(a).values(v)));
+      }
+      loader.apply_and_resolve(point, point_locations, std::span(overrides));
+    } catch (const Error& error) {
+      problems.push_back({value_path, named + ": " + error.what()});
+      return;
+    }
+    for (const Problem& problem : validate(point, loader, point_locations)) {
+      problems.push_back({value_path, named + " makes an invalid run: " + problem.what +
+                                          " (field " + problem.path + ")"});
+    }
+  };
+  // A `policy` axis takes policy strings ("tiered:hbm=0.5"), not `--set` values; their syntax
+  // and parameters belong to replay/, above this module, so sweep/ checks them.
+  const auto is_policy = [&](int a) { return sweep.axis(a).path() == "policy"; };
+  if (sweep.mode() == ZIP) {
+    // Every point, its values taken together (they belong together: a model with the GPUs it
+    // needs), named by the first axis's value.
+    const int points = sweep.axis_size() > 0 ? sweep.axis(0).values_size() : 0;
+    for (int v = 0; v < points; ++v) {
+      std::vector<std::pair<int, int>> values;
+      std::string named;
+      for (int a = 0; a < sweep.axis_size(); ++a) {
+        if (!is_policy(a) && v < sweep.axis(a).values_size()) {
+          values.emplace_back(a, v);
+          named +=
+              (named.empty() ? "" : ", ") + sweep.axis(a).path() + "=" + sweep.axis(a).values(v);
+        }
+      }
+      if (!values.empty()) {
+        check_point(values, at(path, "axis[0].values[" + std::to_string(v) + "]"),
+                    "ZIP point " + std::to_string(v) + " (" + named + ")");
+      }
+    }
+    return;
+  }
   // Every value of every axis must make a valid run on its own.
   for (int a = 0; a < sweep.axis_size(); ++a) {
-    // A `policy` axis takes policy strings ("tiered:hbm=0.5"), not `--set` values; their syntax
-    // and parameters belong to replay/, above this module, so sweep/ checks them.
-    if (sweep.axis(a).path() == "policy") {
+    if (is_policy(a)) {
       continue;
     }
     for (int v = 0; v < sweep.axis(a).values_size(); ++v) {
-      const std::string value_path =
-          at(path, "axis[" + std::to_string(a) + "].values[" + std::to_string(v) + "]");
-      const std::string argument = sweep.axis(a).path() + "=" + sweep.axis(a).values(v);
-      RunSpec point = sweep.base();
-      LocationMap point_locations(locations.default_file());
-      try {
-        const Override override_ = parse_override(argument);
-        loader.apply_and_resolve(point, point_locations, std::span(&override_, 1));
-      } catch (const Error& error) {
-        problems.push_back({value_path, "axis value " + argument + ": " + error.what()});
-        continue;
-      }
-      for (const Problem& problem : validate(point, loader, point_locations)) {
-        problems.push_back({value_path, "axis value " + argument + " makes an invalid run: " +
-                                            problem.what + " (field " + problem.path + ")"});
-      }
+      check_point({{a, v}},
+                  at(path, "axis[" + std::to_string(a) + "].values[" + std::to_string(v) + "]"),
+                  "axis value " + sweep.axis(a).path() + "=" + sweep.axis(a).values(v));
     }
   }
 }

@@ -18,6 +18,7 @@ struct IterationCostModel::Accumulator {
   double flops = 0.0;
   double hbm_bytes = 0.0;
   double interconnect_bytes = 0.0;
+  double network_bytes = 0.0;
   std::uint32_t kernels = 0;
 
   void add(const GpuModel& gpu, OpKind kind, const OpCost& cost, config::DType math) {
@@ -37,6 +38,7 @@ struct IterationCostModel::Accumulator {
     flops += other.flops * scale;
     hbm_bytes += other.hbm_bytes * scale;
     interconnect_bytes += other.interconnect_bytes * scale;
+    network_bytes += other.network_bytes * scale;
     kernels += other.kernels * static_cast<std::uint32_t>(times);
   }
 };
@@ -66,6 +68,10 @@ IterationCostModel::IterationCostModel(const config::ModelSpec& model, const con
 IterationCostModel::IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
                                        const config::LinkSpec* gpu_link,
                                        const Parallelism& parallelism)
+    : IterationCostModel(model, gpu, GroupLinks{gpu_link}, parallelism) {}
+
+IterationCostModel::IterationCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
+                                       const GroupLinks& links, const Parallelism& parallelism)
     : model_(model),
       gpu_(gpu),
       tp_(parallelism.gpus),
@@ -74,7 +80,10 @@ IterationCostModel::IterationCostModel(const config::ModelSpec& model, const con
       weight_bytes_(config::dtype_bytes(model.weight_dtype())),
       between_gemms_(between_gemms(model.activation_dtype())),
       activation_bytes_(config::dtype_bytes(between_gemms_)),
-      kv_bytes_per_token_per_layer_(kv_bytes_per_token_per_layer(model)) {
+      kv_bytes_per_token_per_layer_(kv_bytes_per_token_per_layer(model)),
+      gpus_per_node_(links.gpus_per_node == 0 ? parallelism.gpus
+                                              : std::min(links.gpus_per_node, parallelism.gpus)),
+      nodes_(1) {
   const std::uint32_t tensor_parallel = parallelism.gpus;
   if (parallelism.experts == ExpertSplit::kWhole && !model.has_moe()) {
     throw ConfigError("expert parallelism needs a mixture of experts (model.moe)",
@@ -84,12 +93,49 @@ IterationCostModel::IterationCostModel(const config::ModelSpec& model, const con
     throw ConfigError("data-parallel attention is modelled for latent attention (model.mla) only",
                       "field engine.data_parallel_attention");
   }
-  if (gpu_link != nullptr) {
-    gpu_link_ = *gpu_link;
+  if (links.gpu_link != nullptr) {
+    gpu_link_ = *links.gpu_link;
   } else if (tensor_parallel > 1) {
     throw ConfigError("tensor parallelism over " + std::to_string(tensor_parallel) +
                       " GPUs needs a GPU-to-GPU link (the node's gpu_link)");
   }
+  if (tensor_parallel > gpus_per_node_) {
+    if (tensor_parallel % gpus_per_node_ != 0 || links.network == nullptr) {
+      throw ConfigError("tensor parallelism over " + std::to_string(tensor_parallel) +
+                            " GPUs spans nodes of " + std::to_string(gpus_per_node_) +
+                            ": it needs whole nodes and the network between them",
+                        "field hardware.network");
+    }
+    network_ = *links.network;
+    nodes_ = tensor_parallel / gpus_per_node_;
+  }
+}
+
+void IterationCostModel::add_all_reduce(double bytes, Accumulator& layer) const {
+  layer.all_reduce += ring_all_reduce_time(gpu_link_, gpus_per_node_, bytes);
+  layer.interconnect_bytes += ring_all_reduce_bytes_per_gpu(gpus_per_node_, bytes);
+  if (nodes_ > 1) {
+    const double share = bytes / gpus_per_node_;
+    layer.all_reduce += ring_all_reduce_time(network_, nodes_, share);
+    layer.network_bytes += ring_all_reduce_bytes_per_gpu(nodes_, share);
+  }
+}
+
+void IterationCostModel::add_all_to_all(double busiest_port_bytes, double sent,
+                                        Accumulator& layer) const {
+  if (nodes_ == 1) {
+    layer.all_reduce += all_to_all_time(gpu_link_, tp_, busiest_port_bytes);
+    layer.interconnect_bytes += sent;
+    return;
+  }
+  // Of the other tp − 1 GPUs, gpus_per_node − 1 share the node; both parts move at once.
+  const double others = tp_ - 1.0;
+  const double within = (gpus_per_node_ - 1.0) / others;
+  const sim::Tick nvlink = all_to_all_time(gpu_link_, gpus_per_node_, busiest_port_bytes * within);
+  const sim::Tick network = all_to_all_time(network_, nodes_, busiest_port_bytes * (1.0 - within));
+  layer.all_reduce += std::max(nvlink, network);
+  layer.interconnect_bytes += sent * within;
+  layer.network_bytes += sent * (1.0 - within);
 }
 
 // A layer's operations on the `tokens` of a batch, on one GPU of the tensor-parallel group.
@@ -133,9 +179,7 @@ struct IterationCostModel::LayerOps {
   }
   void all_reduce() const {
     if (model.tp_ > 1) {
-      const double bytes = tokens * model.model_.hidden_size() * model.activation_bytes_;
-      layer.all_reduce += ring_all_reduce_time(model.gpu_link_, model.tp_, bytes);
-      layer.interconnect_bytes += ring_all_reduce_bytes_per_gpu(model.tp_, bytes);
+      model.add_all_reduce(tokens * model.model_.hidden_size() * model.activation_bytes_, layer);
     }
   }
 };
@@ -192,7 +236,11 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
   } else {
     ops.elementwise(tokens * hidden, tokens * hidden);  // input RMSNorm
     const double q_width = static_cast<double>(model_.num_attention_heads()) * model_.head_dim();
-    const double kv_width = static_cast<double>(model_.num_key_value_heads()) * model_.head_dim();
+    // With more GPUs than KV heads each GPU computes its KV head's K and V, which
+    // TP / kv_heads of them share: as many columns in all as if the heads were that many more.
+    const double kv_copies = tp / kv_shards(model_, tp_, split_);
+    const double kv_width =
+        static_cast<double>(model_.num_key_value_heads()) * model_.head_dim() * kv_copies;
     ops.gemm(hidden, q_width + 2 * kv_width, Split::kColumns);  // fused QKV projection
     const double roped = tokens * (q_width + kv_width) / tp;
     if (model_.qk_norm()) {
@@ -202,7 +250,7 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
 
     // Attention: decode tokens read their requests' whole KV; prefill chunks attend causally.
     const double heads = model_.num_attention_heads() / tp;
-    const double kv_per_token = kv_bytes_per_token_per_layer_ / tp;
+    const double kv_per_token = kv_bytes_per_token_per_layer_ / kv_shards(model_, tp_, split_);
     if (batch.decode_tokens > 0) {
       const double context = static_cast<double>(batch.decode_context_tokens);
       const double decode = static_cast<double>(batch.decode_tokens);
@@ -422,8 +470,7 @@ void IterationCostModel::add_expert_all_to_all(double tokens, double own,
   const auto all_to_all = [&](double bytes_per_token) {
     const double sent = sent_tokens * hidden * bytes_per_token;
     const double received = received_tokens * hidden * bytes_per_token;
-    layer.all_reduce += all_to_all_time(gpu_link_, tp_, std::max(sent, received));
-    layer.interconnect_bytes += sent;
+    add_all_to_all(std::max(sent, received), sent, layer);
   };
   // Dispatched in the experts' GEMM format (FP8 when they run in FP8, as DeepEP sends them),
   // combined back in the activations' format.
@@ -484,6 +531,7 @@ IterationCost IterationCostModel::cost(const BatchShape& batch) const {
   cost.flops = all_layers.flops + head.flops;
   cost.hbm_bytes = all_layers.hbm_bytes + head.hbm_bytes;
   cost.interconnect_bytes = all_layers.interconnect_bytes;
+  cost.network_bytes = all_layers.network_bytes;
   cost.kernels = all_layers.kernels + head.kernels;
   return cost;
 }

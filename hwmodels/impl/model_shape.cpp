@@ -129,6 +129,19 @@ double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
       replicated += expert_layers * count.shared_expert;
     }
   }
+  // More GPUs than KV heads: each keeps the K and V projections of its one head (with their
+  // biases), which tp / kv_heads GPUs share, on top of its share of everything else.
+  double kv_head_copies = 0.0;
+  const uint32_t shards = kv_shards(model, parallelism.gpus, parallelism.attention);
+  if (parallelism.attention == AttentionSplit::kHeads && !model.has_mla() &&
+      shards < parallelism.gpus) {
+    const double kv_width = static_cast<double>(model.num_key_value_heads()) * model.head_dim();
+    const double per_layer =
+        2.0 * kv_width *
+        (static_cast<double>(model.hidden_size()) + (model.attention_bias() ? 1 : 0));
+    kv_head_copies = static_cast<double>(layers) * per_layer *
+                     (1.0 / shards - 1.0 / static_cast<double>(parallelism.gpus));
+  }
   // The embedding and LM head (vocabulary-parallel, the embedding whole under data-parallel
   // attention) at their own format, the rest at `dtype`.
   const uint64_t whole_tables =
@@ -137,7 +150,8 @@ double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
   const double tp = parallelism.gpus;
   const double layers_and_norms =
       static_cast<double>(count.total - replicated - split_tables - routed) / tp +
-      static_cast<double>(replicated - whole_tables) + static_cast<double>(routed_on_gpu);
+      static_cast<double>(replicated - whole_tables) + static_cast<double>(routed_on_gpu) +
+      kv_head_copies;
   const double tables = static_cast<double>(split_tables) / tp + static_cast<double>(whole_tables);
   return layers_and_norms * config::dtype_bytes(dtype) + tables * embedding_bytes_per_weight(dtype);
 }
@@ -221,7 +235,13 @@ KvVectors kv_vectors_per_token_per_layer(const config::ModelSpec& model) {
 }
 
 uint32_t kv_shards(const config::ModelSpec& model, uint32_t tensor_parallel, AttentionSplit split) {
-  return model.has_mla() && split == AttentionSplit::kHeads ? 1 : tensor_parallel;
+  if (split == AttentionSplit::kRequests) {
+    return tensor_parallel;
+  }
+  if (model.has_mla()) {
+    return 1;
+  }
+  return std::min(tensor_parallel, std::max(model.num_key_value_heads(), 1U));
 }
 
 double kv_bytes_per_token_per_layer(const config::ModelSpec& model) {

@@ -19,9 +19,11 @@ constexpr sim::Priority kStartPriority = sim::kLastPriority - 1;
 // without end (a 1 ps interval over seconds of serving).
 constexpr std::size_t kMaxSeriesSamples = 1'000'000;
 
-const config::LinkSpec* gpu_link_of(const config::RunSpec& run) {
-  const auto& node = run.hardware().node();
-  return node.has_gpu_link() ? &node.gpu_link() : nullptr;
+hw::GroupLinks group_links(const config::RunSpec& run) {
+  const auto& hardware = run.hardware();
+  const auto& node = hardware.node();
+  return {node.has_gpu_link() ? &node.gpu_link() : nullptr,
+          hardware.has_network() ? &hardware.network() : nullptr, node.gpus_per_node()};
 }
 
 }  // namespace
@@ -32,7 +34,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       run_(run),
       workload_(std::move(workload)),
       plan_(plan_memory(run)),
-      cost_model_(run.model(), run.hardware().node().gpu(), gpu_link_of(run), parallelism(run)),
+      cost_model_(run.model(), run.hardware().node().gpu(), group_links(run), parallelism(run)),
       prefill_budget_(run.workload().prefill_chunk_tokens()),
       chunk_cap_(attention_split(run) == hw::AttentionSplit::kRequests
                      ? std::max<std::uint64_t>(prefill_budget_ / run.tensor_parallel_degree(), 1)
@@ -740,6 +742,7 @@ void ServingEngine::try_start_iteration() {
   totals_.flops += cost.flops;
   totals_.hbm_bytes += cost.hbm_bytes;
   totals_.interconnect_bytes += cost.interconnect_bytes;
+  totals_.network_bytes += cost.network_bytes;
   totals_.busy += duration;
   simulator_.schedule_after(duration + iteration_overhead_ + host_wait,
                             [this] { finish_iteration(); });

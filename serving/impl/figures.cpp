@@ -14,7 +14,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Every field is summed but the three maxima; a field added to ServingTotals must be merged
 // here too, which this reminds of.
-static_assert(sizeof(ServingTotals) == 39 * sizeof(std::uint64_t),
+static_assert(sizeof(ServingTotals) == 40 * sizeof(std::uint64_t),
               "merge the new ServingTotals field in add()");
 
 void add(ServingTotals& sum, const ServingTotals& engine) {
@@ -38,6 +38,7 @@ void add(ServingTotals& sum, const ServingTotals& engine) {
   sum.flops += engine.flops;
   sum.hbm_bytes += engine.hbm_bytes;
   sum.interconnect_bytes += engine.interconnect_bytes;
+  sum.network_bytes += engine.network_bytes;
   sum.h2d_bytes += engine.h2d_bytes;
   sum.d2h_bytes += engine.d2h_bytes;
   sum.h2d_busy += engine.h2d_busy;
@@ -266,7 +267,8 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   m.push_back({"prefix_cache_load_s", sim::to_seconds(totals.prefix_load_busy), 4});
   m.push_back({"prefix_cache_copies", static_cast<double>(totals.prefix_copies), 0});
   m.push_back({"prefix_cache_gather_s", sim::to_seconds(totals.prefix_gather_busy), 4});
-  m.push_back({"engines_per_node", std::floor(node.gpus_per_node() / tp), 0});
+  const bool spans_nodes = tp > node.gpus_per_node();
+  m.push_back({"engines_per_node", engines_per_node(run), spans_nodes ? 3 : 0});
 
   const hw::GpuModel& gpu = engine.cost_model().gpu();
   m.push_back({"gpu_busy_fraction", sim::to_seconds(totals.busy) / per_gpu, 4});
@@ -277,6 +279,10 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   if (run.tensor_parallel_degree() > 1 && node.has_gpu_link()) {
     const double link = hw::asymptotic_gb_per_s(node.gpu_link(), config::PEER) * 1e9;
     m.push_back({"nvlink_utilisation", totals.interconnect_bytes / (link * per_gpu), 4});
+  }
+  if (spans_nodes && run.hardware().has_network()) {
+    const double adapter = hw::asymptotic_gb_per_s(run.hardware().network(), config::PEER) * 1e9;
+    m.push_back({"network_utilisation", totals.network_bytes / (adapter * per_gpu), 4});
   }
   return m;
 }

@@ -13,6 +13,7 @@
 #include "configs/schema/options.pb.h"
 #include "configs/schema/workload.pb.h"
 #include "serving/impl/plan_detail.hpp"
+#include "serving/memory_plan.hpp"
 
 namespace kvtier::serving {
 namespace plan_detail {
@@ -113,7 +114,7 @@ std::uint64_t engines_for(double target, double per_engine, const char* option) 
 
 void size_fleet(const config::RunSpec& run, const PlanOptions& options, PlanResult& result) {
   const double tp = run.tensor_parallel_degree();
-  const double engines_per_node = std::floor(run.hardware().node().gpus_per_node() / tp);
+  const double engines_per_node = serving::engines_per_node(run);
   result.output_tokens_per_s_per_gpu = result.output_tokens_per_s_per_engine / tp;
   result.output_tokens_per_s_per_node = result.output_tokens_per_s_per_engine * engines_per_node;
   if (!serves_any(result)) {

@@ -116,7 +116,7 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
   const config::ClusterSpec& spec = run.cluster();
   const auto engines = static_cast<double>(cluster.size());
   const double tp = run.tensor_parallel_degree();
-  const double engines_per_node = std::floor(run.hardware().node().gpus_per_node() / tp);
+  const double engines_per_node = serving::engines_per_node(run);
   // Disaggregated, every request passes a prefill engine: the spread is the decode pool's, and
   // the note gives each pool's.
   const auto routed = cluster.routed().begin();

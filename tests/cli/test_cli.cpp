@@ -86,7 +86,7 @@ TEST_CASE("kvtier --version and --help", "[cli]") {
 TEST_CASE("presets list prints a table or JSON, filtered by kind", "[cli]") {
   const Result all = run("presets list");
   CHECK(all.exit_code == 0);
-  CHECK(count_lines(all.out) == 53);  // header + 52 presets
+  CHECK(count_lines(all.out) == 54);  // header + 53 presets
   const Result gpus = run("presets list --kind gpu");
   CHECK(count_lines(gpus.out) == 13);
   CHECK_THAT(gpus.out, Catch::Contains("H200") && !Catch::Contains("Llama"));
@@ -309,7 +309,8 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
   SECTION("TP degree not dividing KV heads") {
     const auto path = write_file("tp.textproto", kRun);
     expect_config_error(run("config check " + path.string() + " --set tensor_parallel_degree=3"),
-                        "tensor_parallel_degree 3 does not divide the model's 8 KV heads");
+                        "tensor_parallel_degree 3 neither divides the model's 8 KV heads nor is a "
+                        "multiple of them");
   }
   SECTION("a dtype the GPU cannot run") {
     std::string text = kRun;
@@ -713,7 +714,8 @@ TEST_CASE("validate compares the simulator with the published measurements", "[c
         std::tuple{"batch0.csv", row("1", "Llama-3.1-8B", "0", "10"), "at least 1"},
         std::tuple{"nomodel.csv", row("1", "NoModel", "1", "10"),
                    "row p1 cannot be simulated: unknown model preset 'NoModel'"},
-        std::tuple{"tp3.csv", row("3", "Llama-3.1-8B", "1", "10"), "does not divide"},
+        std::tuple{"tp3.csv", row("3", "Llama-3.1-8B", "1", "10"),
+                   "neither divides the model's 8 KV heads"},
         // Before, these were compared as if in ms, as BF16 and as one engine.
         std::tuple{"seconds.csv", row("1", "Llama-3.1-8B", "1", "0.01", "s"),
                    "column unit: 's' is not the unit of tpot_ms (ms)"},

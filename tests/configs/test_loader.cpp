@@ -200,14 +200,15 @@ TEST_CASE("inconsistent combinations are reported", "[loader]") {
         problems<ModelSpec>("preset: \"Mistral-7B-v0.1\" hidden_size: 5120 head_dim: 128").empty());
     CHECK(problems<ModelSpec>("preset: \"Qwen3-8B\" head_dim: 64").empty());
   }
-  SECTION("tensor parallelism must divide the KV heads") {
+  SECTION("tensor parallelism must divide the KV heads or be a multiple of them") {
     std::string text = quickstart_run();
     text.replace(text.find("tensor_parallel_degree: 1"), 25, "tensor_parallel_degree: 3");
     CHECK_THAT(joined(problems<RunSpec>(text)),
-               Catch::Contains("tensor_parallel_degree 3 does not divide the model's 8 KV heads") &&
+               Catch::Contains("tensor_parallel_degree 3 neither divides the model's 8 KV heads "
+                               "nor is a multiple of them") &&
                    Catch::Contains("test.textproto:4:1"));
     CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"tensor_parallel_degree=16"})),
-               Catch::Contains("exceeds the node's 8 GPUs"));
+               Catch::Contains("tensor_parallel_degree 16 needs 2 nodes of 8 GPUs"));
   }
   SECTION("the swap space comes out of one GPU's share of the host memory") {
     // hgx-h100-8: 1,536 GiB of DDR over 8 GPUs, 192 GiB each.
@@ -343,6 +344,27 @@ TEST_CASE("sweeps validate every axis value on the base run", "[loader]") {
                                  "}\naxis { path: \"seed\" values: [\"1\", \"2\"] }\n"
                                  "axis { path: \"tensor_parallel_degree\" values: [\"1\"] }")),
       Catch::Contains("ZIP sweeps need axes of equal length"));
+}
+
+TEST_CASE("ZIP sweeps validate each point's values together", "[loader]") {
+  const std::string base = "name: \"s\" mode: ZIP base {" + quickstart_run() + "}\n";
+  // TP 16 alone spans two nodes the base does not have; with them and their network it is a
+  // valid point.
+  const std::string axes =
+      "axis { path: \"tensor_parallel_degree\" values: [\"1\", \"16\"] }\n"
+      "axis { path: \"hardware.num_nodes\" values: [\"1\", \"2\"] }\n"
+      "axis { path: \"hardware.network.preset\" values: [\"InfiniBand-NDR\", \"%\"] }\n";
+  std::string valid = axes;
+  valid.replace(valid.find('%'), 1, "InfiniBand-NDR");
+  CHECK(problems<SweepSpec>(base + valid).empty());
+  std::string wrong = axes;
+  wrong.replace(wrong.find('%'), 1, "NVLink4");
+  const std::string all = joined(problems<SweepSpec>(base + wrong));
+  CHECK_THAT(all, Catch::Contains("ZIP point 1 (tensor_parallel_degree=16, hardware.num_nodes=2, "
+                                  "hardware.network.preset=NVLink4) makes an invalid run: the "
+                                  "network between nodes must be a NETWORK link") &&
+                      Catch::Contains("field axis[0].values[1]"));
+  CHECK_THAT(all, !Catch::Contains("ZIP point 0"));
 }
 
 TEST_CASE("the declared message type is read from the file header", "[loader]") {

@@ -26,7 +26,7 @@ TEST_CASE("every built-in preset loads, validates and is named after its file", 
       ++loaded;
     }
   }
-  CHECK(loaded == 52);
+  CHECK(loaded == 53);
 }
 
 TEST_CASE("the preset catalogue holds the documented hardware and models", "[presets]") {
@@ -48,7 +48,8 @@ TEST_CASE("the preset catalogue holds the documented hardware and models", "[pre
                                                "InfiniBand-NDR"});
   CHECK(names("node") == std::set<std::string>{"workstation-rtx5080", "hgx-h100-8", "hgx-h200-8",
                                                "dgx-a100-8", "gh200"});
-  CHECK(names("model").size() == 21);
+  CHECK(names("model").size() == 22);
+  CHECK(names("model").count("Llama-3.1-405B") == 1);
   CHECK(names("model").count("Mixtral-8x7B-v0.1") == 1);
   CHECK(names("model").count("Qwen3-30B-A3B") == 1);
   CHECK(names("model").count("DeepSeek-V3") == 1);
@@ -75,14 +76,23 @@ struct Published {
 
 TEST_CASE("parameter counts match the published ones within 1% and KV bytes exactly", "[presets]") {
   const std::map<std::string, Published> published = {
-      {"Llama-2-7B", {6.74e9, 512}},     {"Llama-2-13B", {13.02e9, 800}},
-      {"Llama-2-70B", {68.98e9, 320}},   {"Llama-3.1-8B", {8.03e9, 128}},
-      {"Llama-3.1-70B", {70.55e9, 320}}, {"Mistral-7B-v0.1", {7.24e9, 128}},
-      {"Qwen2.5-7B", {7.62e9, 56}},      {"DeepSeek-R1-Distill-Qwen-7B", {7.62e9, 56}},
-      {"Qwen2.5-14B", {14.77e9, 192}},   {"DeepSeek-R1-Distill-Qwen-14B", {14.77e9, 192}},
-      {"Qwen2.5-32B", {32.76e9, 256}},   {"DeepSeek-R1-Distill-Qwen-32B", {32.76e9, 256}},
-      {"Qwen2.5-72B", {72.71e9, 320}},   {"TinyLlama-1.1B", {1.10e9, 22}},
+      {"Llama-2-7B", {6.74e9, 512}},
+      {"Llama-2-13B", {13.02e9, 800}},
+      {"Llama-2-70B", {68.98e9, 320}},
+      {"Llama-3.1-8B", {8.03e9, 128}},
+      {"Llama-3.1-70B", {70.55e9, 320}},
+      {"Mistral-7B-v0.1", {7.24e9, 128}},
+      {"Qwen2.5-7B", {7.62e9, 56}},
+      {"DeepSeek-R1-Distill-Qwen-7B", {7.62e9, 56}},
+      {"Qwen2.5-14B", {14.77e9, 192}},
+      {"DeepSeek-R1-Distill-Qwen-14B", {14.77e9, 192}},
+      {"Qwen2.5-32B", {32.76e9, 256}},
+      {"DeepSeek-R1-Distill-Qwen-32B", {32.76e9, 256}},
+      {"Qwen2.5-72B", {72.71e9, 320}},
+      {"TinyLlama-1.1B", {1.10e9, 22}},
       {"Qwen3-8B", {8.19e9, 144}},
+      // The model card's 405B; 126 layers of 8 KV heads of 128.
+      {"Llama-3.1-405B", {405e9, 504}},
   };
   for (const auto& [name, figures] : published) {
     INFO(name);
