@@ -101,16 +101,23 @@ class IterationCostModel {
   // every expert sliced over the GPUs, or whole on one of them; the GPU routes and sums `own`
   // of them (all `tokens` but under data-parallel attention with whole experts).
   void add_experts(double tokens, double own, Accumulator& layer) const;
-  // Data-parallel attention with whole experts (SGLang's DeepEP): each GPU's `own` tokens
-  // through its replicated shared expert, and to the GPUs of their routed experts and back in
-  // two all-to-alls, instead of gathered to every GPU; `tokens` over all GPUs.
-  void add_expert_all_to_all(double tokens, double own, Accumulator& layer) const;
+  // Data-parallel attention with whole experts (SGLang's DeepEP): each GPU's own tokens to the
+  // GPUs of their routed experts and back in two all-to-alls, instead of gathered to every GPU;
+  // decoding tokens as DeepEP's low-latency kernels send them (a copy per pick on another GPU),
+  // prefill tokens as its normal kernels do (a copy per other GPU they reach).
+  struct OwnTokens {
+    double decode = 0.0;   // the busiest GPU's decoding tokens
+    double prefill = 0.0;  // its prefill chunks' tokens
+  };
+  void add_expert_all_to_all(const BatchShape& batch, const OwnTokens& own,
+                             Accumulator& layer) const;
 
   config::ModelSpec model_;
   GpuModel gpu_;
   // The group's all-reduce of `bytes` on every GPU: a ring within one node; across nodes,
-  // hierarchical (a ring within each node, then one across the nodes between GPUs of the same
-  // place, each over its own adapter, on 1/gpus_per_node of the bytes).
+  // hierarchical (reduce-scatter within each node, a ring across the nodes between GPUs of the
+  // same place, each over its own adapter, on 1/gpus_per_node of the bytes, all-gather within
+  // the node), the phases pipelined.
   void add_all_reduce(double bytes, Accumulator& layer) const;
   // An all-to-all in which the busiest GPU sends or receives `busiest_port_bytes`, spread evenly
   // over the other GPUs: those of other nodes through its adapter, beside the rest.

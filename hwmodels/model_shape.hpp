@@ -26,6 +26,9 @@ struct Parallelism {
   // With whole experts: the rows the busiest GPU's experts take over those of a GPU with the
   // mean share; 0 takes what uniformly random routing gives (expert_rows_on_busiest_gpu).
   double expert_load_imbalance = 0.0;
+  // With whole experts and data-parallel attention: the fixed time of each all-to-all (a
+  // dispatch or a combine) beyond moving its bytes, in seconds.
+  double expert_all_to_all_overhead_s = 0.0;
 };
 
 struct ParameterCount {
@@ -83,8 +86,8 @@ struct ParameterCount {
 // pick experts_per_token distinct experts, with whole experts spread over the GPUs. Given an
 // imbalance, that times the mean; otherwise routing is taken as uniformly random: a token sends
 // a hypergeometric number of its picks to one GPU, the sum over tokens is taken as normal, and
-// the busiest GPU is the expected largest of `gpus` such sums (mean + σ·E[max of n standard
-// normals]), at most tokens · min(picks, experts on the GPU).
+// the busiest GPU is the expected largest of `gpus` such sums, which add up to every pick (mean
+// + σ·√(n/(n−1))·E[max of n standard normals]), at most tokens · min(picks, experts on the GPU).
 [[nodiscard]] double expert_rows_on_busiest_gpu(const config::ModelSpec& model,
                                                 const Parallelism& parallelism, double tokens);
 

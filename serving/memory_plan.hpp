@@ -77,7 +77,8 @@ struct MemoryPlan {
 [[nodiscard]] inline hw::Parallelism parallelism(const config::RunSpec& run) {
   return {run.tensor_parallel_degree(), attention_split(run),
           run.engine().expert_parallel() ? hw::ExpertSplit::kWhole : hw::ExpertSplit::kSliced,
-          run.engine().expert_load_imbalance()};
+          run.engine().expert_load_imbalance(),
+          run.engine().expert_all_to_all_overhead_us() * 1e-6};
 }
 
 // The engines one node holds: whole ones, or the share of one whose tensor-parallel group spans

@@ -443,6 +443,58 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
   }
 }
 
+// Experts spread whole over the group: a mixture of experts with an expert for every GPU; with
+// data-parallel attention as well, DeepEP's all-to-alls, which need as many experts on every GPU,
+// NVLink between them and their fixed cost stated. (expert_load_imbalance and
+// expert_all_to_all_overhead_us are accepted without them, unused, so that a sweep's base can
+// carry them over axes that turn expert parallelism on and off.)
+void check_expert_parallel(const RunSpec& run, const std::string& path, Problems& problems) {
+  const EngineSpec& engine = run.engine();
+  const bool all_to_all = engine.expert_parallel() && engine.data_parallel_attention();
+  if (!engine.expert_parallel()) {
+    return;
+  }
+  const std::string field = at(path, "engine.expert_parallel");
+  if (!run.model().has_moe()) {
+    problems.push_back({field, "expert parallelism needs a mixture of experts (model.moe)"});
+    return;
+  }
+  if (!run.has_tensor_parallel_degree()) {
+    return;
+  }
+  const uint32_t tp = run.tensor_parallel_degree();
+  const uint32_t experts = run.model().moe().num_experts();
+  if (tp < 2) {
+    problems.push_back({field,
+                        "expert parallelism spreads the experts over the tensor-parallel group: "
+                        "tensor_parallel_degree must be at least 2"});
+  } else if (experts < tp) {
+    problems.push_back({field, "the model's " + std::to_string(experts) +
+                                   " experts leave GPUs of tensor_parallel_degree " +
+                                   std::to_string(tp) + " without one"});
+  }
+  if (!all_to_all) {
+    return;
+  }
+  if (tp >= 2 && experts % tp != 0) {
+    problems.push_back({field,
+                        "with data-parallel attention every GPU holds as many experts "
+                        "(DeepEP's all-to-alls): tensor_parallel_degree " +
+                            std::to_string(tp) + " does not divide the model's " +
+                            std::to_string(experts) + " experts"});
+  }
+  if (run.hardware().node().gpu_interconnect() != NVLINK_SWITCH) {
+    problems.push_back({field,
+                        "expert parallelism with data-parallel attention is modelled on "
+                        "NVLINK_SWITCH nodes only (DeepEP's all-to-alls)"});
+  }
+  if (!engine.has_expert_all_to_all_overhead_us()) {
+    problems.push_back({at(path, "engine.expert_all_to_all_overhead_us"),
+                        "required with expert parallelism and data-parallel attention: the "
+                        "fixed time of each dispatch and combine"});
+  }
+}
+
 // A tensor-parallel group of more GPUs than a node has: whole nodes, as many as the hardware
 // has, joined by a network whose adapters its collectives cross.
 void check_group_across_nodes(const RunSpec& run, const std::string& path, Problems& problems) {
@@ -505,20 +557,7 @@ void check_run(const RunSpec& run, const std::string& path, Problems& problems) 
                           "(each GPU's requests' KV would cross the link from its own GPU)"});
     }
   }
-  if (run.engine().expert_parallel()) {
-    if (!model.has_moe()) {
-      problems.push_back({at(path, "engine.expert_parallel"),
-                          "expert parallelism needs a mixture of experts (model.moe)"});
-    }
-    if (run.has_tensor_parallel_degree() && run.tensor_parallel_degree() < 2) {
-      problems.push_back({at(path, "engine.expert_parallel"),
-                          "expert parallelism spreads the experts over the tensor-parallel "
-                          "group: tensor_parallel_degree must be at least 2"});
-    }
-  } else if (run.engine().has_expert_load_imbalance()) {
-    problems.push_back({at(path, "engine.expert_load_imbalance"),
-                        "applies to expert parallelism only: set engine.expert_parallel"});
-  }
+  check_expert_parallel(run, path, problems);
   const uint32_t tp = run.tensor_parallel_degree();
   if (run.has_tensor_parallel_degree() && tp > 0) {
     if (node.has_gpus_per_node() && node.gpus_per_node() > 0 && tp > node.gpus_per_node()) {

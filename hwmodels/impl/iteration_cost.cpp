@@ -6,6 +6,7 @@
 #include "common/errors.hpp"
 #include "configs/dtype.hpp"
 #include "hwmodels/collectives.hpp"
+#include "hwmodels/link_math.hpp"
 #include "hwmodels/model_shape.hpp"
 
 namespace kvtier::hw {
@@ -100,11 +101,13 @@ IterationCostModel::IterationCostModel(const config::ModelSpec& model, const con
                       " GPUs needs a GPU-to-GPU link (the node's gpu_link)");
   }
   if (tensor_parallel > gpus_per_node_) {
-    if (tensor_parallel % gpus_per_node_ != 0 || links.network == nullptr) {
-      throw ConfigError("tensor parallelism over " + std::to_string(tensor_parallel) +
-                            " GPUs spans nodes of " + std::to_string(gpus_per_node_) +
-                            ": it needs whole nodes and the network between them",
-                        "field hardware.network");
+    const std::string group = "tensor parallelism over " + std::to_string(tensor_parallel) +
+                              " GPUs spans nodes of " + std::to_string(gpus_per_node_);
+    if (tensor_parallel % gpus_per_node_ != 0) {
+      throw ConfigError(group + ": it needs whole nodes", "field tensor_parallel_degree");
+    }
+    if (links.network == nullptr) {
+      throw ConfigError(group + ": it needs the network between them", "field hardware.network");
     }
     network_ = *links.network;
     nodes_ = tensor_parallel / gpus_per_node_;
@@ -112,13 +115,22 @@ IterationCostModel::IterationCostModel(const config::ModelSpec& model, const con
 }
 
 void IterationCostModel::add_all_reduce(double bytes, Accumulator& layer) const {
-  layer.all_reduce += ring_all_reduce_time(gpu_link_, gpus_per_node_, bytes);
-  layer.interconnect_bytes += ring_all_reduce_bytes_per_gpu(gpus_per_node_, bytes);
-  if (nodes_ > 1) {
-    const double share = bytes / gpus_per_node_;
-    layer.all_reduce += ring_all_reduce_time(network_, nodes_, share);
-    layer.network_bytes += ring_all_reduce_bytes_per_gpu(nodes_, share);
+  const double within = ring_all_reduce_bytes_per_gpu(gpus_per_node_, bytes);
+  layer.interconnect_bytes += within;
+  if (nodes_ == 1) {
+    layer.all_reduce += ring_all_reduce_time(gpu_link_, gpus_per_node_, bytes);
+    return;
   }
+  // Reduce-scatter within each node, an all-reduce of each GPU's 1/G share with the GPUs of the
+  // same place in the other nodes over its adapter, all-gather within the node. NCCL pipelines
+  // the phases chunk by chunk, so the slower link sets the pace while every step's latency adds.
+  const double across = ring_all_reduce_bytes_per_gpu(nodes_, bytes / gpus_per_node_);
+  layer.network_bytes += across;
+  const double seconds = std::max(within / (asymptotic_gb_per_s(gpu_link_, config::PEER) * 1e9),
+                                  across / (asymptotic_gb_per_s(network_, config::PEER) * 1e9)) +
+                         2.0 * (gpus_per_node_ - 1) * gpu_link_.hop_latency_us() * 1e-6 +
+                         2.0 * (nodes_ - 1) * network_.hop_latency_us() * 1e-6;
+  layer.all_reduce += sim::from_seconds(seconds, sim::Rounding::kUp);
 }
 
 void IterationCostModel::add_all_to_all(double busiest_port_bytes, double sent,
@@ -276,17 +288,18 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
   if (mlp == Mlp::kExperts && split_ == AttentionSplit::kRequests &&
       parallelism_.experts == ExpertSplit::kWhole) {
     // Each GPU keeps its own tokens through the MLP: nothing gathered, nothing to all-reduce.
-    double own = 0.0;
+    OwnTokens own{busiest_decode_tokens(batch), 0.0};
     for (const auto& chunks : chunks_per_gpu(batch)) {
-      double tokens_here = busiest_decode_tokens(batch);
+      double tokens_here = 0.0;
       for (const PrefillChunk& chunk : chunks) {
         tokens_here += static_cast<double>(chunk.tokens);
       }
-      own = std::max(own, tokens_here);
+      own.prefill = std::max(own.prefill, tokens_here);
     }
-    const LayerOps mine{*this, layer, own, 1.0};
-    mine.elementwise(own * hidden, own * hidden);  // post-attention RMSNorm (+ residual)
-    add_expert_all_to_all(tokens, own, layer);
+    const double own_tokens = own.decode + own.prefill;
+    const LayerOps mine{*this, layer, own_tokens, 1.0};
+    mine.elementwise(own_tokens * hidden, own_tokens * hidden);  // post-attention RMSNorm
+    add_expert_all_to_all(batch, own, layer);
     if (model_.moe().has_shared_expert_intermediate_size()) {
       dense_mlp(mine, model_.moe().shared_expert_intermediate_size());
     }
@@ -444,7 +457,7 @@ void IterationCostModel::add_experts(double tokens, double own, Accumulator& lay
   layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, summed * hidden * a}, math);
 }
 
-void IterationCostModel::add_expert_all_to_all(double tokens, double own,
+void IterationCostModel::add_expert_all_to_all(const BatchShape& batch, const OwnTokens& own,
                                                Accumulator& layer) const {
   const config::MixtureOfExperts& moe = model_.moe();
   const double hidden = model_.hidden_size();
@@ -452,31 +465,41 @@ void IterationCostModel::add_expert_all_to_all(double tokens, double own,
   const double experts = moe.num_experts();
   const double picks = std::min<double>(moe.experts_per_token(), experts);
   const double on_gpu = experts_on_busiest_gpu(model_, parallelism_);
-  // The GPUs a token's k distinct picks land on: a given GPU is missed with probability
-  // C(E − m, k) / C(E, k); a token crosses to the others it lands on, once each, whatever the
-  // number of its experts there (DeepEP's dispatch).
+  const double decode = static_cast<double>(batch.decode_tokens);
+  const double prefill = batch_tokens(batch) - decode;
+  const double others = (gpus - 1.0) / gpus;  // of what reaches a GPU, what other GPUs send
+  // Decoding (low-latency kernels): a copy for each pick on another GPU, k·(1 − m/E) a token;
+  // the busiest GPU receives its experts' rows from the others.
+  const double decode_sent = own.decode * picks * (1.0 - on_gpu / experts);
+  const double decode_received = expert_rows_on_busiest_gpu(model_, parallelism_, decode) * others;
+  // Prefill (normal kernels): a copy for each other GPU a token's picks land on, whatever the
+  // number of its experts there; a GPU is missed with probability C(E − m, k) / C(E, k). The
+  // busiest GPU receives as much above the mean as its rows are, at most every other token once.
   double missed = 1.0;
   for (double i = 0; i < picks; ++i) {
     missed *= std::max(experts - on_gpu - i, 0.0) / (experts - i);
   }
-  const double others_reached_per_token = (gpus - 1.0) * (1.0 - missed);
-  const double sent_tokens = own * others_reached_per_token;
-  // What the busiest GPU's experts receive: the other GPUs' tokens that land on it, as much
-  // above the mean as its rows are.
-  const double mean_rows = tokens * picks * on_gpu / experts;
-  const double rows = expert_rows_on_busiest_gpu(model_, parallelism_, tokens);
-  const double above_mean = mean_rows > 0.0 ? rows / mean_rows : 1.0;
-  const double received_tokens = tokens * (1.0 - missed) * (gpus - 1.0) / gpus * above_mean;
-  const auto all_to_all = [&](double bytes_per_token) {
-    const double sent = sent_tokens * hidden * bytes_per_token;
-    const double received = received_tokens * hidden * bytes_per_token;
+  const double prefill_sent = own.prefill * (gpus - 1.0) * (1.0 - missed);
+  const double mean_rows = prefill * picks * on_gpu / experts;
+  const double above_mean =
+      mean_rows > 0.0 ? expert_rows_on_busiest_gpu(model_, parallelism_, prefill) / mean_rows : 1.0;
+  const double prefill_received =
+      std::min(prefill * (1.0 - missed) * others * above_mean, prefill * others);
+  const auto all_to_all = [&](double bytes_per_value) {
+    const double sent = (decode_sent + prefill_sent) * hidden * bytes_per_value;
+    const double received = (decode_received + prefill_received) * hidden * bytes_per_value;
     add_all_to_all(std::max(sent, received), sent, layer);
+    layer.all_reduce +=
+        sim::from_seconds(parallelism_.expert_all_to_all_overhead_s, sim::Rounding::kUp);
   };
-  // Dispatched in the experts' GEMM format (FP8 when they run in FP8, as DeepEP sends them),
-  // combined back in the activations' format.
-  all_to_all(config::dtype_bytes(model_.activation_dtype()));
-  add_experts(tokens, own, layer);
-  all_to_all(activation_bytes_);
+  // DeepEP moves FP8 (with a 4-byte scale for every 128 values) or BF16: dispatched in FP8 when
+  // the experts' GEMMs run in FP8, combined back in BF16.
+  const config::DType math = model_.activation_dtype();
+  const bool fp8 = math == config::FP8_E4M3 || math == config::FP8_E5M2;
+  constexpr double kBf16 = 2.0;
+  all_to_all(fp8 ? 1.0 + 4.0 / 128.0 : kBf16);
+  add_experts(decode + prefill, own.decode + own.prefill, layer);
+  all_to_all(kBf16);
 }
 
 void IterationCostModel::add_head(const BatchShape& batch, Accumulator& total) const {

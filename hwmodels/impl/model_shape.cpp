@@ -183,7 +183,14 @@ double expert_rows_on_busiest_gpu(const config::ModelSpec& model, const Parallel
   const double share = on_gpu / experts;
   const double variance =
       experts > 1.0 ? picks * share * (1.0 - share) * (experts - picks) / (experts - 1.0) : 0.0;
-  const double spread = std::sqrt(tokens * variance);
+  // The GPUs' sums add up to every pick, so they are correlated −1/(n − 1): each is the mean
+  // plus σ·√(n/(n−1)) times a standard normal less the mean of all n of them, whose largest
+  // expected value is E[max of n standard normals].
+  const double gpus = parallelism.gpus;
+  if (gpus <= 1.0) {
+    return mean;
+  }
+  const double spread = std::sqrt(tokens * variance * gpus / (gpus - 1.0));
   return std::min(mean + spread * expected_max_standard_normal(parallelism.gpus), most);
 }
 

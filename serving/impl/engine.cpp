@@ -137,9 +137,11 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     if (run.tiering().has_host_recode()) {
       // configs/impl/consistency.cpp requires the host's rates with it.
       const config::KvRecodeRates& rates = run.hardware().node().host().kv_recode();
-      // Every GPU's token-layer: the model's KV heads once, or each GPU's copy of a latent.
-      const double values =
-          static_cast<double>(vectors.values()) * run.tensor_parallel_degree() / shards;
+      // Every GPU of the group on this host (a group across nodes has a host in each): its
+      // share of the KV heads, or its copy of a latent or of its KV head.
+      const double gpus_here =
+          std::min(run.tensor_parallel_degree(), run.hardware().node().gpus_per_node());
+      const double values = static_cast<double>(vectors.values()) * gpus_here / shards;
       recode_timing_ = run.tiering().host_recode().timing();
       recode_ns_to_compressed_ = values * rates.to_compressed_ns_per_value();
       recode_ns_to_full_ = values * rates.to_full_ns_per_value();

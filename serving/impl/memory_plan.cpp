@@ -123,12 +123,17 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
         std::floor(plan.kv_capacity_bytes / plan.block_bytes()) * plan.block_bytes();
   }
   if (plan.kv_capacity_bytes <= 0.0) {
-    // Advice the node can take: a higher degree only where it has the GPUs for one.
-    const std::string advice = 2 * run.tensor_parallel_degree() <= node.gpus_per_node()
-                                   ? std::string("raise the TP degree")
-                                   : "node " + node.name() + " has " +
-                                         std::to_string(node.gpus_per_node()) +
-                                         " GPU(s): use a node with more GPUs";
+    // Advice the hardware can take: a higher degree where the node has the GPUs for one, or
+    // over more nodes where its GPUs share an NVLink switch.
+    std::string advice;
+    if (2 * run.tensor_parallel_degree() <= node.gpus_per_node()) {
+      advice = "raise the TP degree";
+    } else if (node.gpu_interconnect() == config::NVLINK_SWITCH) {
+      advice = "raise the TP degree over more nodes (hardware.num_nodes, hardware.network)";
+    } else {
+      advice = "node " + node.name() + " has " + std::to_string(node.gpus_per_node()) +
+               " GPU(s): use a node with more GPUs";
+    }
     throw ConfigError("nothing can run: " + plan.breakdown() +
                           ", leaving no room for the KV cache (" + model.name() +
                           " at tensor_parallel_degree " +

@@ -306,7 +306,8 @@ std::string report_html(const std::vector<SimulationReport>& reports, const conf
                      {{"gpu_busy_fraction", "busy"},
                       {"compute_utilisation", "compute"},
                       {"hbm_bandwidth_utilisation", "HBM bandwidth"},
-                      {"nvlink_utilisation", "NVLink"}});
+                      {"nvlink_utilisation", "NVLink"},
+                      {"network_utilisation", "network"}});
 
   page.heading(2, "Over time", "time");
   charts.series_over_time();

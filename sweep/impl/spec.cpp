@@ -241,7 +241,27 @@ Sweep load_sweep_text(std::string_view text, const std::string& file_name,
       if (!base_valid) {
         continue;
       }
-      for (const Problem& problem : config::validate(point, loader, sweep.base_locations)) {
+      config::LocationMap point_locations = sweep.base_locations;
+      if (spec.mode() == config::ZIP) {
+        // The policy with the point's other values: a ZIP's values belong together.
+        const bool complete =
+            std::all_of(spec.axis().begin(), spec.axis().end(),
+                        [&](const auto& other) { return v < other.values_size(); });
+        if (!complete) {
+          continue;  // unequal axes, reported by config::validate
+        }
+        try {
+          point = apply_point(sweep, static_cast<std::uint64_t>(v), loader, point_locations);
+        } catch (const Error&) {
+          continue;  // a value config::validate reports
+        }
+        config::RunSpec without_policy = point;
+        *without_policy.mutable_policy() = spec.base().policy();
+        if (!config::validate(without_policy, loader, point_locations).empty()) {
+          continue;  // the point's other values, which config::validate reports
+        }
+      }
+      for (const Problem& problem : config::validate(point, loader, point_locations)) {
         problems.push_back({where, "policy axis value '" + axis.values(v) +
                                        "' makes an invalid run: " + problem.what + " (field " +
                                        problem.path + ")"});

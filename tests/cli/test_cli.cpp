@@ -175,7 +175,7 @@ TEST_CASE("config check accepts the shipped examples", "[cli]") {
                                "--set engine.expert_parallel=true --format json";
   const Result experts = run(deepseek);
   CHECK_THAT(experts.out, Catch::Contains("\"routed_experts_on_busiest_gpu\": 32,") &&
-                              Catch::Contains("\"expert_rows_over_mean_at_max_batch\": 1.058"));
+                              Catch::Contains("\"expert_rows_over_mean_at_max_batch\": 1.062"));
   const Result stated = run(deepseek + " --set engine.expert_load_imbalance=1.25");
   CHECK_THAT(stated.out, Catch::Contains("\"expert_rows_over_mean_at_max_batch\": 1.25"));
 }
@@ -311,6 +311,17 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
     expect_config_error(run("config check " + path.string() + " --set tensor_parallel_degree=3"),
                         "tensor_parallel_degree 3 neither divides the model's 8 KV heads nor is a "
                         "multiple of them");
+  }
+  SECTION("a group over nodes without the network between them") {
+    const auto path = write_file("nodes.textproto", kRun);
+    expect_config_error(run("config check " + path.string() +
+                            " --set tensor_parallel_degree=16 --set hardware.num_nodes=2"),
+                        "spans 2 nodes of 8 GPUs: give the network between them");
+  }
+  SECTION("expert parallelism without a mixture of experts") {
+    const auto path = write_file("ep.textproto", kRun);
+    expect_config_error(run("config check " + path.string() + " --set engine.expert_parallel=true"),
+                        "expert parallelism needs a mixture of experts (model.moe)");
   }
   SECTION("a dtype the GPU cannot run") {
     std::string text = kRun;

@@ -389,11 +389,24 @@ TEST_CASE("weights that do not fit are a config error with the memory breakdown"
                Catch::Contains("nothing can run") && Catch::Contains("weights 131.") &&
                    Catch::Contains("of 79.60 GiB") && Catch::Contains("raise the TP degree"));
   }
-  // A node without the GPUs for a higher degree is not told to raise it.
+  // A node without the GPUs for a higher degree is told to go over more nodes where its GPUs
+  // have an NVLink switch, and otherwise to use a node with more GPUs.
+  const std::vector<std::string> one_gpu = {"model.preset=Llama-3.1-70B",
+                                            "hardware.node.gpus_per_node=1",
+                                            "hardware.node.gpus_per_pcie_switch=1"};
   try {
-    (void)kvtier::serving::simulate(
-        run_with({"model.preset=Llama-3.1-70B", "hardware.node.gpus_per_node=1",
-                  "hardware.node.gpus_per_pcie_switch=1"}));
+    (void)kvtier::serving::simulate(run_with(one_gpu));
+    FAIL("expected an error");
+  } catch (const kvtier::ConfigError& error) {
+    CHECK_THAT(error.what(),
+               Catch::Contains("nothing can run") &&
+                   Catch::Contains("raise the TP degree over more nodes (hardware.num_nodes, "
+                                   "hardware.network)"));
+  }
+  auto alone = one_gpu;
+  alone.push_back("hardware.node.gpu_interconnect=SINGLE_GPU");
+  try {
+    (void)kvtier::serving::simulate(run_with(alone));
     FAIL("expected an error");
   } catch (const kvtier::ConfigError& error) {
     CHECK_THAT(error.what(), Catch::Contains("nothing can run") &&

@@ -229,6 +229,16 @@ TEST_CASE("sweep: a sweep is refused before it runs when an axis value or a poli
   CHECK_THAT(joined(problems(no_tiering)),
              Catch::Contains("makes an invalid run") && Catch::Contains("tiering"));
   CHECK(problems(spec_text(axis("policy", {"full", "tiered:hbm=0.25,evict=0.1"}))).empty());
+  // In a ZIP the policy goes with the point's other values: here the tiering block it needs.
+  std::string zip = spec_text(axis("policy", {"full", "tiered"}) +
+                                  axis("tiering.synthetic_pattern", {"chat", "reasoning"}) +
+                                  axis("tiering.prefetch_lookahead_layers", {"1", "1"}) +
+                                  axis("tiering.host_allocation", {"PINNED", "PINNED"}) +
+                                  axis("tiering.copy_method", {"COPY_ENGINES", "COPY_ENGINES"}),
+                              "ZIP");
+  const auto zip_begin = zip.find("  tiering {");
+  zip.erase(zip_begin, zip.find('\n', zip_begin) - zip_begin);
+  CHECK(problems(zip).empty());
 }
 
 TEST_CASE("sweep: a policy a point would run twice is refused before the sweep runs", "[sweep]") {
