@@ -578,7 +578,16 @@ void write_seeds(const fs::path& folder) {
                  "engine.data_parallel_attention=true\n"
                  "engine.expert_parallel=true\n"
                  "engine.expert_load_imbalance=1.3\n"
+                 "engine.expert_all_to_all_overhead_us=25\n"
                  "workload.prefill_chunk_tokens=100\n");
+  // A group over two nodes, each KV head on two GPUs.
+  write_seed(folder, "run-small-two-nodes", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/quickstart.textproto") + kOverridesSeparator +
+                 std::string(kShrink) +
+                 "tensor_parallel_degree=16\n"
+                 "hardware.num_nodes=2\n"
+                 "hardware.network.preset=InfiniBand-NDR\n");
   write_seed(folder, "run-small-cluster", Target::kConfig,
              std::string(1, kind_byte("run")) +
                  read_file(source / "configs/examples/cluster-routing.textproto") +
