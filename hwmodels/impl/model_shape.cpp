@@ -5,38 +5,79 @@
 #include <cmath>
 #include <numbers>
 
+#include "common/errors.hpp"
 #include "configs/dtype.hpp"
 
 namespace kvtier::hw {
 
 namespace {
 
+// A parameter count whose arithmetic refuses to wrap: absurd dimensions (a hidden size and a
+// vocabulary of billions each) would otherwise wrap 64 bits into a small, plausible model.
+class Count {
+ public:
+  Count(uint64_t value, const config::ModelSpec& model) : value_(value), model_(&model) {}
+  Count(const Count&) = default;
+  Count& operator=(const Count&) = default;
+
+  Count operator*(uint64_t other) const {
+    uint64_t product = 0;
+    if (__builtin_mul_overflow(value_, other, &product)) {
+      overflow();
+    }
+    return {product, *model_};
+  }
+  Count operator*(const Count& other) const { return *this * other.value_; }
+  Count operator+(uint64_t other) const {
+    uint64_t sum = 0;
+    if (__builtin_add_overflow(value_, other, &sum)) {
+      overflow();
+    }
+    return {sum, *model_};
+  }
+  Count operator+(const Count& other) const { return *this + other.value_; }
+  Count& operator+=(const Count& other) { return *this = *this + other; }
+  [[nodiscard]] uint64_t value() const noexcept { return value_; }
+
+ private:
+  [[noreturn]] void overflow() const {
+    throw ConfigError("model " + model_->name() +
+                          " has more than 2^64 parameters: its dimensions (hidden_size, "
+                          "vocab_size, intermediate sizes, heads, experts, layers) are out of "
+                          "any model's range",
+                      "model " + model_->name());
+  }
+
+  uint64_t value_;
+  const config::ModelSpec* model_;
+};
+
 // The projections to the latents and the latents' norms, replicated over tensor parallelism
 // (vLLM's fused_qkv_a_proj).
-uint64_t latent_down_projection_parameters(const config::ModelSpec& model) {
+Count latent_down_projection_parameters(const config::ModelSpec& model) {
   const config::MultiHeadLatentAttention& mla = model.mla();
   const uint64_t latents = static_cast<uint64_t>(mla.kv_lora_rank()) + mla.q_lora_rank();
-  return model.hidden_size() * (latents + mla.qk_rope_head_dim()) + latents;
+  return Count(model.hidden_size(), model) * (latents + mla.qk_rope_head_dim()) + latents;
 }
 
 // DeepSeek-V2's attention: queries straight from the hidden state or through a low-rank
 // latent (q_a_proj, its norm, q_b_proj), the keys' and values' latent with the shared RoPE key
 // (kv_a_proj_with_mqa) and its norm, their up-projection to every head (kv_b_proj), and the
 // output projection from the heads' values.
-uint64_t latent_attention_parameters(const config::ModelSpec& model) {
+Count latent_attention_parameters(const config::ModelSpec& model) {
   const config::MultiHeadLatentAttention& mla = model.mla();
-  const uint64_t hidden = model.hidden_size();
-  const uint64_t heads = model.num_attention_heads();
+  const Count hidden(model.hidden_size(), model);
+  const Count heads(model.num_attention_heads(), model);
   const uint64_t q_head = static_cast<uint64_t>(mla.qk_nope_head_dim()) + mla.qk_rope_head_dim();
-  uint64_t count = 0;
+  Count count(0, model);
   if (mla.has_q_lora_rank()) {
-    count += hidden * mla.q_lora_rank() + mla.q_lora_rank() + mla.q_lora_rank() * heads * q_head;
+    count += hidden * mla.q_lora_rank() + mla.q_lora_rank() + heads * mla.q_lora_rank() * q_head;
   } else {
     count += hidden * heads * q_head;
   }
   count += hidden * (static_cast<uint64_t>(mla.kv_lora_rank()) + mla.qk_rope_head_dim()) +
            mla.kv_lora_rank();
-  count += static_cast<uint64_t>(mla.kv_lora_rank()) * heads *
+  count += heads * mla.kv_lora_rank() *
            (static_cast<uint64_t>(mla.qk_nope_head_dim()) + mla.v_head_dim());
   count += heads * mla.v_head_dim() * hidden;
   return count;
@@ -45,50 +86,66 @@ uint64_t latent_attention_parameters(const config::ModelSpec& model) {
 }  // namespace
 
 ParameterCount count_parameters(const config::ModelSpec& model) {
-  const uint64_t hidden = model.hidden_size();
-  const uint64_t q_width = static_cast<uint64_t>(model.num_attention_heads()) * model.head_dim();
-  const uint64_t kv_width = static_cast<uint64_t>(model.num_key_value_heads()) * model.head_dim();
+  const Count hidden(model.hidden_size(), model);
+  const Count q_width = Count(model.num_attention_heads(), model) * model.head_dim();
+  const Count kv_width = Count(model.num_key_value_heads(), model) * model.head_dim();
   ParameterCount count;
-  count.embedding = static_cast<uint64_t>(model.vocab_size()) * hidden;
+  count.embedding = (hidden * model.vocab_size()).value();
+  Count attention(0, model);
   if (model.has_mla()) {
-    count.attention_per_layer = latent_attention_parameters(model);
+    attention = latent_attention_parameters(model);
   } else {
-    count.attention_per_layer = hidden * q_width + 2 * hidden * kv_width + q_width * hidden;
+    attention = hidden * q_width + hidden * kv_width * 2 + q_width * hidden;
   }
   if (model.attention_bias()) {
-    count.attention_per_layer += q_width + 2 * kv_width;
+    attention += q_width + kv_width * 2;
   }
   if (model.qk_norm()) {
-    count.attention_per_layer += 2ULL * model.head_dim();
+    attention += Count(model.head_dim(), model) * 2;
   }
+  count.attention_per_layer = attention.value();
+  const Count layers(model.num_hidden_layers(), model);
+  Count mlp_layers = layers;
+  Count dense_layers(0, model);
+  Count mlp(0, model);
+  Count dense_mlp(0, model);
   if (model.has_moe()) {
     const config::MixtureOfExperts& moe = model.moe();
-    count.expert = 3 * hidden * moe.expert_intermediate_size();
-    count.router = hidden * moe.num_experts();
-    count.shared_expert = 3 * hidden * moe.shared_expert_intermediate_size();
-    count.mlp_per_layer = moe.num_experts() * count.expert + count.router + count.shared_expert;
-    count.active_mlp_per_layer =
-        moe.experts_per_token() * count.expert + count.router + count.shared_expert;
+    const Count expert = hidden * moe.expert_intermediate_size() * 3;
+    const Count router = hidden * moe.num_experts();
+    const Count shared = hidden * moe.shared_expert_intermediate_size() * 3;
+    mlp = expert * moe.num_experts() + router + shared;
+    count.expert = expert.value();
+    count.router = router.value();
+    count.shared_expert = shared.value();
+    count.mlp_per_layer = mlp.value();
+    count.active_mlp_per_layer = (expert * moe.experts_per_token() + router + shared).value();
     count.dense_mlp_layers = moe.first_dense_layers();
-    count.dense_mlp_per_layer = 3 * hidden * model.intermediate_size();
+    dense_mlp = hidden * model.intermediate_size() * 3;
+    count.dense_mlp_per_layer = dense_mlp.value();
+    const uint64_t dense = std::min<uint64_t>(moe.first_dense_layers(), layers.value());
+    dense_layers = Count(dense, model);
+    mlp_layers = Count(layers.value() - dense, model);
   } else {
-    count.mlp_per_layer = 3 * hidden * model.intermediate_size();
+    mlp = hidden * model.intermediate_size() * 3;
+    count.mlp_per_layer = mlp.value();
     count.active_mlp_per_layer = count.mlp_per_layer;
   }
-  count.norms_per_layer = 2 * hidden;
-  count.final_norm = hidden;
+  const Count norms = hidden * 2;
+  count.norms_per_layer = norms.value();
+  count.final_norm = hidden.value();
   count.lm_head = model.tie_word_embeddings() ? 0 : count.embedding;
-  const uint64_t layers = model.num_hidden_layers();
-  const uint64_t mlp_layers = layers - std::min(count.dense_mlp_layers, layers);
-  count.layers = layers * (count.attention_per_layer + count.norms_per_layer) +
-                 mlp_layers * count.mlp_per_layer +
-                 (layers - mlp_layers) * count.dense_mlp_per_layer;
-  count.replicated = mlp_layers * count.router;
+  const Count all_layers =
+      layers * (attention + norms) + mlp_layers * mlp + dense_layers * dense_mlp;
+  count.layers = all_layers.value();
+  Count replicated = mlp_layers * count.router;
   if (model.has_mla()) {
-    count.replicated += layers * latent_down_projection_parameters(model);
+    replicated += layers * latent_down_projection_parameters(model);
   }
-  count.total = count.embedding + count.layers + count.final_norm + count.lm_head;
-  count.active = count.total - mlp_layers * (count.mlp_per_layer - count.active_mlp_per_layer);
+  count.replicated = replicated.value();
+  count.total = (all_layers + count.embedding + count.final_norm + count.lm_head).value();
+  count.active =
+      count.total - mlp_layers.value() * (count.mlp_per_layer - count.active_mlp_per_layer);
   return count;
 }
 
@@ -115,7 +172,7 @@ double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
     // replicated already, and the input embedding (SGLang's, under data-parallel attention).
     replicated += layers * count.attention_per_layer + count.embedding;
     if (model.has_mla()) {
-      replicated -= layers * latent_down_projection_parameters(model);
+      replicated -= layers * latent_down_projection_parameters(model).value();
     }
   }
   // Routed experts kept whole: out of the split weights, the busiest GPU's share in whole.

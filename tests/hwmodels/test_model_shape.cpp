@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include "common/errors.hpp"
 #include "hwmodels/model_shape.hpp"
 
 using kvtier::config::ModelSpec;
@@ -168,4 +169,22 @@ TEST_CASE("a mixture of experts' first dense layers count a dense MLP", "[model_
   CHECK(count.replicated == 2 * 32);  // the two routers
   CHECK(kvtier::hw::linear_flops_per_token(model) ==
         2.0 * (3 * 192 + 2 * (2 * 96 + 32) + 384 + 80));
+}
+
+TEST_CASE("dimensions past any model's range are refused instead of wrapping", "[model_shape]") {
+  ModelSpec model = tiny(kvtier::config::LLAMA);
+  model.set_name("huge");
+  // 4·10^9 × 4·10^9 embedding weights: past 2^64, which would wrap to a small model.
+  model.set_hidden_size(4000000000U);
+  model.set_vocab_size(4000000000U);
+  CHECK_THROWS_AS(kvtier::hw::count_parameters(model), kvtier::ConfigError);
+  CHECK_THROWS_WITH(kvtier::hw::count_parameters(model),
+                    Catch::Contains("model huge has more than 2^64 parameters"));
+  // One layer's MLP fits (3 · 2^21 · (2^32 − 1) weights), 1,024 of them do not.
+  model = tiny(kvtier::config::LLAMA);
+  model.set_hidden_size(1U << 21);
+  model.set_intermediate_size(0xFFFFFFFFU);
+  model.set_num_hidden_layers(1024);
+  CHECK_THROWS_AS(kvtier::hw::count_parameters(model), kvtier::ConfigError);
+  CHECK_THROWS_AS(kvtier::hw::weight_bytes(model, kvtier::config::BF16), kvtier::ConfigError);
 }
