@@ -82,10 +82,23 @@ struct ParameterCount {
 [[nodiscard]] uint32_t experts_on_busiest_gpu(const config::ModelSpec& model,
                                               const Parallelism& parallelism);
 
+// How one token's picks fall on the GPU holding the most routed experts (m of them, whole, the
+// experts dealt out to the GPUs in order): their mean and variance, and the chance that none
+// does. Uniform over the experts (hypergeometric), or, with group-limited routing whose groups
+// and GPUs nest (a GPU within a group, or whole groups on a GPU), uniform over the experts of
+// groups_per_token groups chosen uniformly; groups that straddle GPUs are taken as uniform.
+struct PicksOnGpu {
+  double mean = 0.0;
+  double variance = 0.0;
+  double none = 0.0;  // the chance that no pick lands on the GPU
+};
+[[nodiscard]] PicksOnGpu picks_on_busiest_gpu(const config::ModelSpec& model,
+                                              const Parallelism& parallelism);
+
 // The (token, expert) rows that the busiest GPU's routed experts take when `tokens` tokens each
 // pick experts_per_token distinct experts, with whole experts spread over the GPUs. Given an
 // imbalance, that times the mean; otherwise routing is taken as uniformly random: a token sends
-// a hypergeometric number of its picks to one GPU, the sum over tokens is taken as normal, and
+// picks_on_busiest_gpu of its picks to one GPU, the sum over tokens is taken as normal, and
 // the busiest GPU is the expected largest of `gpus` such sums, which add up to every pick (mean
 // + σ·√(n/(n−1))·E[max of n standard normals]), at most tokens · min(picks, experts on the GPU).
 [[nodiscard]] double expert_rows_on_busiest_gpu(const config::ModelSpec& model,

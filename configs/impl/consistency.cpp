@@ -59,6 +59,41 @@ void check_latent_attention(const ModelSpec& model, const std::string& path, Pro
   }
 }
 
+// Group-limited routing: equal groups, as many picks as the chosen groups hold.
+void check_expert_groups(const MixtureOfExperts& moe, const std::string& path, Problems& problems) {
+  if (moe.has_expert_groups() != moe.has_groups_per_token()) {
+    problems.push_back(
+        {at(path, moe.has_expert_groups() ? "moe.groups_per_token" : "moe.expert_groups"),
+         "group-limited routing needs both moe.expert_groups and "
+         "moe.groups_per_token"});
+    return;
+  }
+  if (!moe.has_expert_groups() || moe.expert_groups() == 0 || !moe.has_num_experts()) {
+    return;
+  }
+  const uint32_t groups = moe.expert_groups();
+  if (moe.num_experts() % groups != 0) {
+    problems.push_back({at(path, "moe.expert_groups"),
+                        "expert_groups " + std::to_string(groups) + " does not divide the " +
+                            std::to_string(moe.num_experts()) + " experts"});
+    return;
+  }
+  if (moe.groups_per_token() > groups) {
+    problems.push_back({at(path, "moe.groups_per_token"),
+                        "groups_per_token " + std::to_string(moe.groups_per_token()) +
+                            " exceeds expert_groups " + std::to_string(groups)});
+    return;
+  }
+  const uint64_t reachable =
+      static_cast<uint64_t>(moe.groups_per_token()) * (moe.num_experts() / groups);
+  if (moe.has_experts_per_token() && moe.experts_per_token() > reachable) {
+    problems.push_back({at(path, "moe.experts_per_token"),
+                        "experts_per_token " + std::to_string(moe.experts_per_token()) +
+                            " exceeds the " + std::to_string(reachable) +
+                            " experts of groups_per_token groups"});
+  }
+}
+
 void check_model(const ModelSpec& model, const std::string& path, Problems& problems) {
   if (!model.has_num_attention_heads() || !model.has_num_key_value_heads()) {
     return;  // reported as missing already
@@ -103,6 +138,9 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
     problems.push_back({at(path, "moe.experts_per_token"),
                         "experts_per_token " + std::to_string(model.moe().experts_per_token()) +
                             " exceeds num_experts " + std::to_string(model.moe().num_experts())});
+  }
+  if (model.has_moe()) {
+    check_expert_groups(model.moe(), path, problems);
   }
   if (model.has_moe() && model.moe().first_dense_layers() > 0 && model.has_num_hidden_layers() &&
       model.moe().first_dense_layers() >= model.num_hidden_layers()) {

@@ -473,12 +473,10 @@ void IterationCostModel::add_expert_all_to_all(const BatchShape& batch, const Ow
   const double decode_sent = own.decode * picks * (1.0 - on_gpu / experts);
   const double decode_received = expert_rows_on_busiest_gpu(model_, parallelism_, decode) * others;
   // Prefill (normal kernels): a copy for each other GPU a token's picks land on, whatever the
-  // number of its experts there; a GPU is missed with probability C(E − m, k) / C(E, k). The
-  // busiest GPU receives as much above the mean as its rows are, at most every other token once.
-  double missed = 1.0;
-  for (double i = 0; i < picks; ++i) {
-    missed *= std::max(experts - on_gpu - i, 0.0) / (experts - i);
-  }
+  // number of its experts there (a GPU is missed with probability C(E − m, k) / C(E, k) under
+  // uniform routing). The busiest GPU receives as much above the mean as its rows are, at most
+  // every other token once.
+  const double missed = picks_on_busiest_gpu(model_, parallelism_).none;
   const double prefill_sent = own.prefill * (gpus - 1.0) * (1.0 - missed);
   const double mean_rows = prefill * picks * on_gpu / experts;
   const double above_mean =

@@ -221,6 +221,69 @@ uint32_t experts_on_busiest_gpu(const config::ModelSpec& model, const Parallelis
   return (experts + parallelism.gpus - 1) / parallelism.gpus;
 }
 
+namespace {
+
+// log C(n, k).
+double log_choose(double n, double k) {
+  return std::lgamma(n + 1.0) - std::lgamma(k + 1.0) - std::lgamma(n - k + 1.0);
+}
+
+// `draws` distinct picks of `population` of which `marked` are a GPU's: how many are.
+PicksOnGpu hypergeometric(double population, double marked, double draws) {
+  PicksOnGpu picks;
+  const double share = marked / population;
+  picks.mean = draws * share;
+  picks.variance = population > 1.0
+                       ? draws * share * (1.0 - share) * (population - draws) / (population - 1.0)
+                       : 0.0;
+  picks.none = 1.0;
+  for (double i = 0; i < draws; ++i) {
+    picks.none *= std::max(population - marked - i, 0.0) / (population - i);
+  }
+  return picks;
+}
+
+}  // namespace
+
+PicksOnGpu picks_on_busiest_gpu(const config::ModelSpec& model, const Parallelism& parallelism) {
+  const config::MixtureOfExperts& moe = model.moe();
+  const double experts = moe.num_experts();
+  const double picks = std::min<double>(moe.experts_per_token(), experts);
+  const uint32_t on_gpu = experts_on_busiest_gpu(model, parallelism);
+  const uint32_t groups = moe.expert_groups();
+  if (parallelism.experts == ExpertSplit::kSliced || groups <= 1 ||
+      moe.num_experts() % groups != 0) {
+    return hypergeometric(experts, on_gpu, picks);
+  }
+  const uint32_t group = moe.num_experts() / groups;
+  if (on_gpu % group != 0 && group % on_gpu != 0) {
+    return hypergeometric(experts, on_gpu, picks);
+  }
+  // J of the GPU's j groups (1 when it lies within one) are among the chosen ones, and the picks
+  // fall uniformly on the chosen groups' experts, J · min(m, group) of them the GPU's.
+  const double chosen = std::min(moe.groups_per_token(), groups);
+  const uint32_t whole_groups = on_gpu / group;  // nested: on_gpu is a multiple of group
+  const double own_groups = on_gpu >= group ? whole_groups : 1.0;
+  const double per_group = std::min(on_gpu, group);
+  const double reachable = chosen * group;
+  PicksOnGpu total;
+  double second_moment = 0.0;
+  for (double j = 0; j <= std::min(own_groups, chosen); ++j) {
+    if (chosen - j > groups - own_groups) {
+      continue;  // the other groups cannot fill the rest of the choice
+    }
+    const double chance =
+        std::exp(log_choose(own_groups, j) + log_choose(groups - own_groups, chosen - j) -
+                 log_choose(groups, chosen));
+    const PicksOnGpu given = hypergeometric(reachable, j * per_group, picks);
+    total.mean += chance * given.mean;
+    second_moment += chance * (given.variance + given.mean * given.mean);
+    total.none += chance * given.none;
+  }
+  total.variance = std::max(second_moment - total.mean * total.mean, 0.0);
+  return total;
+}
+
 double expert_rows_on_busiest_gpu(const config::ModelSpec& model, const Parallelism& parallelism,
                                   double tokens) {
   const config::MixtureOfExperts& moe = model.moe();
@@ -235,18 +298,14 @@ double expert_rows_on_busiest_gpu(const config::ModelSpec& model, const Parallel
   if (parallelism.expert_load_imbalance > 0.0) {
     return std::min(mean * parallelism.expert_load_imbalance, most);
   }
-  // One token's picks on the GPU: hypergeometric, `picks` draws from `experts` of which
-  // `on_gpu` are the GPU's.
-  const double share = on_gpu / experts;
-  const double variance =
-      experts > 1.0 ? picks * share * (1.0 - share) * (experts - picks) / (experts - 1.0) : 0.0;
-  // The GPUs' sums add up to every pick, so they are correlated −1/(n − 1): each is the mean
-  // plus σ·√(n/(n−1)) times a standard normal less the mean of all n of them, whose largest
-  // expected value is E[max of n standard normals].
   const double gpus = parallelism.gpus;
   if (gpus <= 1.0) {
     return mean;
   }
+  // The GPUs' sums add up to every pick, so they are correlated −1/(n − 1): each is the mean
+  // plus σ·√(n/(n−1)) times a standard normal less the mean of all n of them, whose largest
+  // expected value is E[max of n standard normals].
+  const double variance = picks_on_busiest_gpu(model, parallelism).variance;
   const double spread = std::sqrt(tokens * variance * gpus / (gpus - 1.0));
   return std::min(mean + spread * expected_max_standard_normal(parallelism.gpus), most);
 }

@@ -30,24 +30,47 @@ using kvtier::test::preset;
 
 namespace {
 
-// The mean over `trials` of the most (token, expert) rows any of `gpus` GPUs takes when each of
-// `tokens` tokens picks `picks` distinct experts of `experts` uniformly at random, the experts
-// dealt out to the GPUs in contiguous blocks.
-double simulated_busiest_rows(std::uint32_t experts, std::uint32_t picks, std::uint32_t gpus,
-                              std::uint32_t tokens, int trials) {
+// Routing to simulate: `picks` distinct experts of `experts` for each token, uniformly among the
+// experts of `chosen` of `groups` equal groups, themselves chosen uniformly (1 of 1: any
+// experts).
+struct Routing {
+  std::uint32_t experts = 256;
+  std::uint32_t picks = 8;
+  std::uint32_t groups = 1;
+  std::uint32_t chosen = 1;
+};
+
+// The first `count` of `items` after a partial Fisher-Yates shuffle: `count` distinct ones.
+void shuffle_front(std::vector<std::uint32_t>& items, std::uint32_t count,
+                   std::mt19937_64& random) {
+  for (std::uint32_t i = 0; i < count; ++i) {
+    std::uniform_int_distribution<std::size_t> pick(i, items.size() - 1);
+    std::swap(items[i], items[pick(random)]);
+  }
+}
+
+// The mean over `trials` of the most (token, expert) rows any of `gpus` GPUs takes when
+// `tokens` tokens are routed so, the experts dealt out to the GPUs in contiguous blocks.
+double simulated_busiest_rows(const Routing& routing, std::uint32_t gpus, std::uint32_t tokens,
+                              int trials) {
   std::mt19937_64 random(7);
-  std::vector<std::uint32_t> order(experts);
-  std::iota(order.begin(), order.end(), 0U);
-  const std::uint32_t per_gpu = (experts + gpus - 1) / gpus;
+  const std::uint32_t group_size = routing.experts / routing.groups;
+  std::vector<std::uint32_t> groups(routing.groups);
+  std::iota(groups.begin(), groups.end(), 0U);
+  std::vector<std::uint32_t> reachable(routing.chosen * group_size);
+  const std::uint32_t per_gpu = (routing.experts + gpus - 1) / gpus;
   double sum = 0.0;
   for (int trial = 0; trial < trials; ++trial) {
     std::vector<std::uint32_t> rows(gpus, 0);
     for (std::uint32_t token = 0; token < tokens; ++token) {
-      // A partial Fisher-Yates shuffle: the first `picks` are the token's experts.
-      for (std::uint32_t i = 0; i < picks; ++i) {
-        std::uniform_int_distribution<std::uint32_t> pick(i, experts - 1);
-        std::swap(order[i], order[pick(random)]);
-        ++rows[order[i] / per_gpu];
+      shuffle_front(groups, routing.chosen, random);
+      for (std::uint32_t g = 0; g < routing.chosen; ++g) {
+        std::iota(reachable.begin() + g * group_size, reachable.begin() + (g + 1) * group_size,
+                  groups[g] * group_size);
+      }
+      shuffle_front(reachable, routing.picks, random);
+      for (std::uint32_t i = 0; i < routing.picks; ++i) {
+        ++rows[reachable[i] / per_gpu];
       }
     }
     sum += *std::max_element(rows.begin(), rows.end());
@@ -69,7 +92,10 @@ TEST_CASE("the expected largest of n standard normal variables", "[model_shape]"
 }
 
 TEST_CASE("the busiest GPU's expert rows under uniformly random routing", "[model_shape]") {
-  const ModelSpec deepseek = preset<ModelSpec>("model", "DeepSeek-V3");  // 256 experts, 8 each
+  // DeepSeek-V3's 256 experts, 8 picks a token, from any experts.
+  ModelSpec deepseek = preset<ModelSpec>("model", "DeepSeek-V3");
+  deepseek.mutable_moe()->clear_expert_groups();
+  deepseek.mutable_moe()->clear_groups_per_token();
   const Parallelism whole{8, AttentionSplit::kHeads, ExpertSplit::kWhole};
   const Parallelism sliced{8, AttentionSplit::kHeads, ExpertSplit::kSliced};
   using kvtier::hw::expert_rows_on_busiest_gpu;
@@ -83,7 +109,7 @@ TEST_CASE("the busiest GPU's expert rows under uniformly random routing", "[mode
     for (const std::uint32_t tokens : {16U, 64U, 512U, 4096U}) {
       CAPTURE(gpus, tokens);
       const double simulated =
-          simulated_busiest_rows(256, 8, gpus, tokens, tokens >= 4096 ? 300 : 3000);
+          simulated_busiest_rows(Routing{}, gpus, tokens, tokens >= 4096 ? 300 : 3000);
       CHECK(expert_rows_on_busiest_gpu(deepseek, over, tokens) == Approx(simulated).epsilon(0.02));
     }
   }
@@ -101,6 +127,47 @@ TEST_CASE("the busiest GPU's expert rows under uniformly random routing", "[mode
   CHECK(expert_rows_on_busiest_gpu(deepseek, balanced, 64) == mean_64);
   balanced.expert_load_imbalance = 1.5;
   CHECK(expert_rows_on_busiest_gpu(deepseek, balanced, 64) == 1.5 * mean_64);
+}
+
+TEST_CASE("group-limited routing: a token's picks crowd onto the GPUs of its groups",
+          "[model_shape]") {
+  // DeepSeek-V3: 8 groups of 32 experts, a token's 8 picks from the 128 experts of 4 of them.
+  const ModelSpec deepseek = preset<ModelSpec>("model", "DeepSeek-V3");
+  ModelSpec uniform = deepseek;
+  uniform.mutable_moe()->clear_expert_groups();
+  uniform.mutable_moe()->clear_groups_per_token();
+  using kvtier::hw::expert_rows_on_busiest_gpu;
+  using kvtier::hw::picks_on_busiest_gpu;
+  const Routing grouped{256, 8, 8, 4};
+  // A GPU of 16 experts (half a group), 32 (a group) or 64 (two groups), against a simulation:
+  // within 1% from 512 tokens; at 16 tokens within 4% (3.4% low on 16 GPUs, where a token's
+  // picks cluster on few GPUs and the normal approximation of the sums is poorest).
+  for (const std::uint32_t gpus : {4U, 8U, 16U}) {
+    const Parallelism over{gpus, AttentionSplit::kHeads, ExpertSplit::kWhole};
+    for (const std::uint32_t tokens : {16U, 512U}) {
+      CAPTURE(gpus, tokens);
+      const double simulated =
+          simulated_busiest_rows(grouped, gpus, tokens, tokens >= 512 ? 1000 : 3000);
+      CHECK(expert_rows_on_busiest_gpu(deepseek, over, tokens) ==
+            Approx(simulated).epsilon(tokens >= 512 ? 0.01 : 0.04));
+      CHECK(expert_rows_on_busiest_gpu(deepseek, over, tokens) >
+            expert_rows_on_busiest_gpu(uniform, over, tokens));
+    }
+  }
+  // At TP 8 a GPU is a group: chosen with probability 1/2, and then 8 picks of 128 of which its
+  // 32 (none with probability C(96, 8)/C(128, 8)).
+  const Parallelism tp8{8, AttentionSplit::kHeads, ExpertSplit::kWhole};
+  const auto picks = picks_on_busiest_gpu(deepseek, tp8);
+  double none_given_chosen = 1.0;
+  for (int i = 0; i < 8; ++i) {
+    none_given_chosen *= (96.0 - i) / (128.0 - i);
+  }
+  CHECK(picks.mean == Approx(1.0).epsilon(1e-12));  // 8 · 32/256
+  CHECK(picks.none == Approx(0.5 + 0.5 * none_given_chosen).epsilon(1e-12));
+  // Given its group, 2 picks with hypergeometric variance 8·¼·¾·120/127; over the choice, plus
+  // the spread of 0 or 2: Var = ½·(that + 4) − 1.
+  CHECK(picks.variance == Approx(0.5 * (8 * 0.25 * 0.75 * 120 / 127 + 4) - 1).epsilon(1e-12));
+  CHECK(picks.variance > picks_on_busiest_gpu(uniform, tp8).variance);
 }
 
 TEST_CASE("whole experts: the GPU with the most of them sets the weights per GPU",
@@ -204,12 +271,13 @@ TEST_CASE("data-parallel attention with whole experts: tokens travel to their ex
   // whole.
   CHECK(balanced.total < gather.total);
   // Prefill (DeepEP's normal kernels): a 1,024-token chunk on one GPU sends each token once to
-  // each other GPU its picks land on; a GPU of 32 experts is missed by all 8 picks with
-  // probability C(224, 8)/C(256, 8).
-  double missed = 1.0;
+  // each other GPU its picks land on; a GPU of 32 experts, one group, is missed when its group
+  // is not among the token's 4 of 8 or when all 8 picks of the chosen 128 experts miss its 32.
+  double missed_when_chosen = 1.0;
   for (int i = 0; i < 8; ++i) {
-    missed *= (224.0 - i) / (256.0 - i);
+    missed_when_chosen *= (96.0 - i) / (128.0 - i);
   }
+  const double missed = 0.5 + 0.5 * missed_when_chosen;
   deep_ep.expert_load_imbalance = 1.0;
   const auto chunk = IterationCostModel(model, gpu, &nvlink, deep_ep).cost(prefill(1024, 0));
   CHECK(
@@ -284,4 +352,34 @@ TEST_CASE("engine.expert_parallel in a run", "[serving]") {
                                "model.moe.num_experts=63", "tensor_parallel_degree=2"});
   CHECK_THAT(first(uneven), Contains("tensor_parallel_degree 2 does not divide the model's 63 "
                                      "experts"));
+}
+
+TEST_CASE("group-limited routing's fields are checked together", "[model_shape]") {
+  using kvtier::test::problems;
+  const auto first = [](const std::string& moe) {
+    const auto lines = problems<ModelSpec>("preset: \"DeepSeek-V3\" moe { " + moe + " }");
+    return lines.empty() ? std::string() : lines.front();
+  };
+  CHECK(first("expert_groups: 8 groups_per_token: 4").empty());
+  // DeepSeek-V2-Lite's routing is not group-limited: a group count alone is refused.
+  const auto alone =
+      kvtier::test::problems<ModelSpec>("preset: \"DeepSeek-V2-Lite\" moe { expert_groups: 8 }");
+  REQUIRE_FALSE(alone.empty());
+  CHECK_THAT(alone.front(),
+             Catch::Contains("needs both moe.expert_groups and moe.groups_per_token"));
+  const auto with = [&](const std::string& sets) {
+    const auto lines = problems<ModelSpec>("preset: \"DeepSeek-V3\"", {sets});
+    return lines.empty() ? std::string() : lines.front();
+  };
+  CHECK_THAT(with("moe.expert_groups=7"), Catch::Contains("expert_groups 7 does not divide the "
+                                                          "256 experts"));
+  CHECK_THAT(with("moe.groups_per_token=9"),
+             Catch::Contains("groups_per_token 9 exceeds expert_groups 8"));
+  CHECK_THAT(with("moe.groups_per_token=0"), Catch::Contains("moe.groups_per_token"));
+  // 8 picks from 4 groups: of 128 groups of 2 experts they take all 8, of 256 groups of one
+  // there are 4.
+  CHECK(with("moe.expert_groups=128").empty());
+  CHECK_THAT(with("moe.expert_groups=256"),
+             Catch::Contains("experts_per_token 8 exceeds the 4 experts of groups_per_token "
+                             "groups"));
 }
