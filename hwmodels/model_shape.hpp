@@ -84,9 +84,9 @@ struct ParameterCount {
 
 // How one token's picks fall on the GPU holding the most routed experts (m of them, whole, the
 // experts dealt out to the GPUs in order): their mean and variance, and the chance that none
-// does. Uniform over the experts (hypergeometric), or, with group-limited routing whose groups
-// and GPUs nest (a GPU within a group, or whole groups on a GPU), uniform over the experts of
-// groups_per_token groups chosen uniformly; groups that straddle GPUs are taken as uniform.
+// does. Uniform over the experts (hypergeometric), or, with group-limited routing, uniform over
+// the experts of groups_per_token groups chosen uniformly, for the first GPU's experts (whole
+// groups from the first on, then part of one).
 struct PicksOnGpu {
   double mean = 0.0;
   double variance = 0.0;

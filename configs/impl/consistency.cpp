@@ -78,6 +78,9 @@ void check_expert_groups(const MixtureOfExperts& moe, const std::string& path, P
                             std::to_string(moe.num_experts()) + " experts"});
     return;
   }
+  if (moe.groups_per_token() == 0) {
+    return;  // below its minimum, reported on its own
+  }
   if (moe.groups_per_token() > groups) {
     problems.push_back({at(path, "moe.groups_per_token"),
                         "groups_per_token " + std::to_string(moe.groups_per_token()) +
@@ -89,8 +92,9 @@ void check_expert_groups(const MixtureOfExperts& moe, const std::string& path, P
   if (moe.has_experts_per_token() && moe.experts_per_token() > reachable) {
     problems.push_back({at(path, "moe.experts_per_token"),
                         "experts_per_token " + std::to_string(moe.experts_per_token()) +
-                            " exceeds the " + std::to_string(reachable) +
-                            " experts of groups_per_token groups"});
+                            " exceeds the " + std::to_string(reachable) + " experts in " +
+                            "groups_per_token " + std::to_string(moe.groups_per_token()) +
+                            " of expert_groups " + std::to_string(groups)});
   }
 }
 

@@ -255,30 +255,34 @@ PicksOnGpu picks_on_busiest_gpu(const config::ModelSpec& model, const Parallelis
       moe.num_experts() % groups != 0) {
     return hypergeometric(experts, on_gpu, picks);
   }
+  // The first GPU's experts, dealt out from the first group on: `whole` groups and `partial`
+  // (0 or 1) group of which it holds `rest` experts. Of the groups chosen, J whole and R partial
+  // are the GPU's (multivariate hypergeometric over the groups), and the picks fall uniformly on
+  // the chosen groups' experts, J · group + R · rest of them the GPU's.
   const uint32_t group = moe.num_experts() / groups;
-  if (on_gpu % group != 0 && group % on_gpu != 0) {
-    return hypergeometric(experts, on_gpu, picks);
-  }
-  // J of the GPU's j groups (1 when it lies within one) are among the chosen ones, and the picks
-  // fall uniformly on the chosen groups' experts, J · min(m, group) of them the GPU's.
+  const uint32_t whole_groups = on_gpu / group;
+  const uint32_t rest_experts = on_gpu % group;
+  const double whole = whole_groups;
+  const double rest = rest_experts;
+  const double partial = rest_experts > 0 ? 1.0 : 0.0;
+  const double others = groups - whole - partial;
   const double chosen = std::min(moe.groups_per_token(), groups);
-  const uint32_t whole_groups = on_gpu / group;  // nested: on_gpu is a multiple of group
-  const double own_groups = on_gpu >= group ? whole_groups : 1.0;
-  const double per_group = std::min(on_gpu, group);
   const double reachable = chosen * group;
   PicksOnGpu total;
   double second_moment = 0.0;
-  for (double j = 0; j <= std::min(own_groups, chosen); ++j) {
-    if (chosen - j > groups - own_groups) {
-      continue;  // the other groups cannot fill the rest of the choice
+  for (double j = 0; j <= std::min(whole, chosen); ++j) {
+    for (double r = 0; r <= partial && j + r <= chosen; ++r) {
+      if (chosen - j - r > others) {
+        continue;  // the other groups cannot fill the rest of the choice
+      }
+      const double chance =
+          std::exp(log_choose(whole, j) + log_choose(partial, r) +
+                   log_choose(others, chosen - j - r) - log_choose(groups, chosen));
+      const PicksOnGpu given = hypergeometric(reachable, j * group + r * rest, picks);
+      total.mean += chance * given.mean;
+      second_moment += chance * (given.variance + given.mean * given.mean);
+      total.none += chance * given.none;
     }
-    const double chance =
-        std::exp(log_choose(own_groups, j) + log_choose(groups - own_groups, chosen - j) -
-                 log_choose(groups, chosen));
-    const PicksOnGpu given = hypergeometric(reachable, j * per_group, picks);
-    total.mean += chance * given.mean;
-    second_moment += chance * (given.variance + given.mean * given.mean);
-    total.none += chance * given.none;
   }
   total.variance = std::max(second_moment - total.mean * total.mean, 0.0);
   return total;
