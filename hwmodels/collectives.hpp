@@ -15,6 +15,16 @@ namespace kvtier::hw {
 [[nodiscard]] sim::Tick ring_all_reduce_time(const config::LinkSpec& link, std::uint32_t gpus,
                                              double bytes);
 
+// All-reduce of `bytes` over `nodes` nodes of `gpus_per_node` GPUs each (nodes > 1): a
+// reduce-scatter within each node over `gpu_link`, an all-reduce of each GPU's 1/gpus_per_node
+// share with the GPUs of the same place in the other nodes over its own adapter (`network`), an
+// all-gather within the node. NCCL pipelines the phases chunk by chunk, so the slower link sets
+// the pace while every step's latency adds.
+[[nodiscard]] sim::Tick hierarchical_all_reduce_time(const config::LinkSpec& gpu_link,
+                                                     const config::LinkSpec& network,
+                                                     std::uint32_t gpus_per_node,
+                                                     std::uint32_t nodes, double bytes);
+
 // All-to-all over `gpus` GPUs on a switched fabric (NVSwitch), every GPU sending to every other
 // at once: as long as the busiest port takes to send or receive `busiest_port_bytes`, plus one
 // hop's latency. Zero for one GPU.

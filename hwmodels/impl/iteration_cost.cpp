@@ -6,7 +6,6 @@
 #include "common/errors.hpp"
 #include "configs/dtype.hpp"
 #include "hwmodels/collectives.hpp"
-#include "hwmodels/link_math.hpp"
 #include "hwmodels/model_shape.hpp"
 
 namespace kvtier::hw {
@@ -121,16 +120,9 @@ void IterationCostModel::add_all_reduce(double bytes, Accumulator& layer) const 
     layer.all_reduce += ring_all_reduce_time(gpu_link_, gpus_per_node_, bytes);
     return;
   }
-  // Reduce-scatter within each node, an all-reduce of each GPU's 1/G share with the GPUs of the
-  // same place in the other nodes over its adapter, all-gather within the node. NCCL pipelines
-  // the phases chunk by chunk, so the slower link sets the pace while every step's latency adds.
-  const double across = ring_all_reduce_bytes_per_gpu(nodes_, bytes / gpus_per_node_);
-  layer.network_bytes += across;
-  const double seconds = std::max(within / (asymptotic_gb_per_s(gpu_link_, config::PEER) * 1e9),
-                                  across / (asymptotic_gb_per_s(network_, config::PEER) * 1e9)) +
-                         2.0 * (gpus_per_node_ - 1) * gpu_link_.hop_latency_us() * 1e-6 +
-                         2.0 * (nodes_ - 1) * network_.hop_latency_us() * 1e-6;
-  layer.all_reduce += sim::from_seconds(seconds, sim::Rounding::kUp);
+  layer.network_bytes += ring_all_reduce_bytes_per_gpu(nodes_, bytes / gpus_per_node_);
+  layer.all_reduce +=
+      hierarchical_all_reduce_time(gpu_link_, network_, gpus_per_node_, nodes_, bytes);
 }
 
 void IterationCostModel::add_all_to_all(double busiest_port_bytes, double sent,
@@ -217,12 +209,16 @@ ChunkReach chunk_reach(const config::ModelSpec& model, const PrefillChunk& chunk
           std::min(before + n, window + n - 1.0)};
 }
 
-double batch_tokens(const BatchShape& batch) {
-  double tokens = static_cast<double>(batch.decode_tokens);
-  for (const auto& chunk : batch.prefill) {
+double chunk_tokens(const std::vector<PrefillChunk>& chunks) {
+  double tokens = 0.0;
+  for (const auto& chunk : chunks) {
     tokens += static_cast<double>(chunk.tokens);
   }
   return tokens;
+}
+
+double batch_tokens(const BatchShape& batch) {
+  return static_cast<double>(batch.decode_tokens) + chunk_tokens(batch.prefill);
 }
 
 }  // namespace
@@ -290,11 +286,7 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
     // Each GPU keeps its own tokens through the MLP: nothing gathered, nothing to all-reduce.
     OwnTokens own{busiest_decode_tokens(batch), 0.0};
     for (const auto& chunks : chunks_per_gpu(batch)) {
-      double tokens_here = 0.0;
-      for (const PrefillChunk& chunk : chunks) {
-        tokens_here += static_cast<double>(chunk.tokens);
-      }
-      own.prefill = std::max(own.prefill, tokens_here);
+      own.prefill = std::max(own.prefill, chunk_tokens(chunks));
     }
     const double own_tokens = own.decode + own.prefill;
     const LayerOps mine{*this, layer, own_tokens, 1.0};
@@ -347,10 +339,7 @@ void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
   Accumulator slowest;
   sim::Tick slowest_time = sim::Tick::ps(-1);
   for (std::size_t gpu = 0; gpu < distinct; ++gpu) {
-    double tokens = decode;
-    for (const PrefillChunk& chunk : chunks[gpu]) {
-      tokens += static_cast<double>(chunk.tokens);
-    }
+    const double tokens = decode + chunk_tokens(chunks[gpu]);
     Accumulator own;
     const LayerOps ops{*this, own, tokens, 1.0};
     const double hidden = model_.hidden_size();

@@ -11,21 +11,10 @@
 using kvtier::config::ModelSpec;
 using kvtier::config::RunSpec;
 using kvtier::config::SweepSpec;
+using kvtier::test::joined;
 using kvtier::test::load_spec;
 using kvtier::test::problems;
 using kvtier::test::quickstart_run;
-
-namespace {
-
-std::string joined(const std::vector<std::string>& lines) {
-  std::string all;
-  for (const auto& line : lines) {
-    all += line + "\n";
-  }
-  return all;
-}
-
-}  // namespace
 
 TEST_CASE("preset references expand, and values written next to them win", "[loader]") {
   const RunSpec run = load_spec<RunSpec>(quickstart_run(), {"model.kv_dtype=FP8_E4M3"});

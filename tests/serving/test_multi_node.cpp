@@ -23,6 +23,7 @@ using kvtier::hw::GroupLinks;
 using kvtier::hw::IterationCostModel;
 using kvtier::hw::Parallelism;
 using kvtier::test::decode;
+using kvtier::test::joined;
 using kvtier::test::preset;
 
 namespace {
@@ -34,14 +35,6 @@ struct TwoNodes {
   LinkSpec network = preset<LinkSpec>("link", "InfiniBand-NDR");
   GroupLinks links{&nvlink, &network, 8};
 };
-
-std::string joined(const std::vector<std::string>& lines) {
-  std::string text;
-  for (const auto& line : lines) {
-    text += line + "\n";
-  }
-  return text;
-}
 
 }  // namespace
 

@@ -52,6 +52,15 @@ std::vector<std::string> problems(const std::string& text,
   return {};
 }
 
+// Error lines (as `problems` gives them) as one text, a line each, for Catch::Contains.
+inline std::string joined(const std::vector<std::string>& lines) {
+  std::string text;
+  for (const auto& line : lines) {
+    text += line + "\n";
+  }
+  return text;
+}
+
 // A valid RunSpec to start tests from (small_run.hpp's, after an empty line).
 inline std::string quickstart_run() {
   return "\n" + small_run_text();

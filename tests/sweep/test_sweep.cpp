@@ -24,6 +24,7 @@ namespace fs = std::filesystem;
 using kvtier::sweep::Row;
 using kvtier::sweep::RunOptions;
 using kvtier::sweep::Sweep;
+using kvtier::test::joined;
 
 // A run small enough that a point takes milliseconds: 4 requests of 128 + 32 tokens.
 const std::string kBase = R"(
@@ -73,14 +74,6 @@ std::vector<std::string> problems(const std::string& text) {
     return error.lines();
   }
   return {};
-}
-
-std::string joined(const std::vector<std::string>& lines) {
-  std::string text;
-  for (const auto& line : lines) {
-    text += line + "\n";
-  }
-  return text;
 }
 
 fs::path fresh_folder(const std::string& name) {
