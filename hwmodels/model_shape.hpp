@@ -104,6 +104,15 @@ struct PicksOnGpu {
 [[nodiscard]] double expert_rows_on_busiest_gpu(const config::ModelSpec& model,
                                                 const Parallelism& parallelism, double tokens);
 
+// Of `tokens` tokens on the other GPUs of the group (data-parallel attention), those the busiest
+// GPU receives when a token is sent once to every GPU its picks land on (DeepEP's normal
+// dispatch). Each token reaches the GPU holding the most routed experts unless none of its
+// picks lands there (picks_on_busiest_gpu's `none`): the count is binomial, taken as normal,
+// and the busiest GPU is the expected largest of `gpus` such counts (mean + σ·E[max of n
+// standard normals]), at most every token. Given an imbalance, that times the mean instead.
+[[nodiscard]] double tokens_reaching_busiest_gpu(const config::ModelSpec& model,
+                                                 const Parallelism& parallelism, double tokens);
+
 // E[max of n independent standard normal variables] (0 for n = 1; 0.5642 for 2, 1.4236 for 8).
 [[nodiscard]] double expected_max_standard_normal(uint32_t n);
 

@@ -463,15 +463,11 @@ void IterationCostModel::add_expert_all_to_all(const BatchShape& batch, const Ow
   const double decode_received = expert_rows_on_busiest_gpu(model_, parallelism_, decode) * others;
   // Prefill (normal kernels): a copy for each other GPU a token's picks land on, whatever the
   // number of its experts there (a GPU is missed with probability C(E − m, k) / C(E, k) under
-  // uniform routing). The busiest GPU receives as much above the mean as its rows are, at most
-  // every other token once.
+  // uniform routing); the busiest GPU receives the most of the other GPUs' tokens.
   const double missed = picks_on_busiest_gpu(model_, parallelism_).none;
   const double prefill_sent = own.prefill * (gpus - 1.0) * (1.0 - missed);
-  const double mean_rows = prefill * picks * on_gpu / experts;
-  const double above_mean =
-      mean_rows > 0.0 ? expert_rows_on_busiest_gpu(model_, parallelism_, prefill) / mean_rows : 1.0;
   const double prefill_received =
-      std::min(prefill * (1.0 - missed) * others * above_mean, prefill * others);
+      tokens_reaching_busiest_gpu(model_, parallelism_, prefill * others);
   const auto all_to_all = [&](double bytes_per_value) {
     const double sent = (decode_sent + prefill_sent) * hidden * bytes_per_value;
     const double received = (decode_received + prefill_received) * hidden * bytes_per_value;

@@ -314,6 +314,19 @@ double expert_rows_on_busiest_gpu(const config::ModelSpec& model, const Parallel
   return std::min(mean + spread * expected_max_standard_normal(parallelism.gpus), most);
 }
 
+double tokens_reaching_busiest_gpu(const config::ModelSpec& model, const Parallelism& parallelism,
+                                   double tokens) {
+  const double reach = 1.0 - picks_on_busiest_gpu(model, parallelism).none;
+  const double mean = tokens * reach;
+  if (parallelism.expert_load_imbalance > 0.0) {
+    return std::min(mean * parallelism.expert_load_imbalance, tokens);
+  }
+  // Unlike the rows, the GPUs' counts do not add up to a fixed total (a token reaches a varying
+  // number of GPUs), so they are taken as independent.
+  const double spread = std::sqrt(tokens * reach * (1.0 - reach));
+  return std::min(mean + spread * expected_max_standard_normal(parallelism.gpus), tokens);
+}
+
 namespace {
 
 // ∫ x · n·φ(x)·Φ(x)^(n−1) dx by Simpson's rule over [−12, 12], where the tails are < 1e-30.
