@@ -9,6 +9,7 @@
 // decode router picks its decode engine, which admits it when it has room; then its prompt's KV
 // crosses kv_link, each GPU's share to its peer, one copy, and the prefill engine frees it. An
 // engine's GPUs send one transfer at a time and receive one at a time, first come first served.
+// With a tier policy the decode engines tier the KV they receive (serving/engine.hpp).
 
 #include <cstdint>
 #include <memory>
@@ -44,7 +45,8 @@ class Cluster {
  public:
   // Builds run.cluster().engines engines (one without run.cluster), each with the whole
   // workload's requests known and served those routed to it. `tiers` (not owned; null for the
-  // full cache) must outlive the cluster. Throws what ServingEngine's constructor throws, and a
+  // full cache) must outlive the cluster; disaggregated, the decode engines take it and the
+  // prefill engines hold the full cache. Throws what ServingEngine's constructor throws, and a
   // ConfigError for a disaggregation the loader would refuse.
   Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload workload,
           const TierDemand* tiers);
@@ -57,6 +59,11 @@ class Cluster {
   [[nodiscard]] const Workload& workload() const noexcept { return workload_; }
   [[nodiscard]] std::size_t size() const noexcept { return engines_.size(); }
   [[nodiscard]] const ServingEngine& engine(std::size_t index) const { return *engines_[index]; }
+  // The engine whose figures a report gives for what the engines share (memory plan, cost
+  // model, tier demand, a request's reservations): the first decode engine of a disaggregated
+  // cluster, which serves requests to their last token and holds the policy; the first engine
+  // otherwise.
+  [[nodiscard]] const ServingEngine& representative() const { return *engines_[prefill_engines_]; }
   // The requests routed to each engine (to a decode engine: those it decoded).
   [[nodiscard]] const std::vector<std::uint64_t>& routed() const noexcept { return routed_; }
   // Disaggregated: the engines that prefill (the first ones), and the KV transfers. Without

@@ -39,6 +39,8 @@
 // (and reserved) until release(); a decode engine's request comes prefilled (submit_prefilled),
 // is admitted as a decoding one whose blocks wait for its KV (kv_received) before its first
 // decode step, and is served to its end there (a preemption recomputes it on that engine).
+// With a tier policy (decode engines only) its KV lands whole in HBM; its first decode step
+// reads it there and then offloads what the policy's placement after the step holds off HBM.
 
 #include <cstdint>
 #include <deque>
@@ -255,6 +257,9 @@ class ServingEngine {
     // admitted with its KV on the way (`receiving`: in the running set, but not in a batch).
     bool remote = false;
     bool receiving = false;
+    // With a tier policy, a decode engine's request whose KV came (or comes) whole over the
+    // kv_link into HBM, not yet placed by its first decode step (place_received).
+    bool whole_in_hbm = false;
     // Swapped out: its HBM KV copied to the swap space (its T1/T2, `tier_host`, are there too),
     // and the copies that moved it.
     bool swapped = false;
@@ -367,6 +372,8 @@ class ServingEngine {
   // Sets the decode context of `batch` and fills layer_copies_ from the decoding requests'
   // tier demand and the placement of prompts this iteration completes (tiered runs only).
   void plan_tier_traffic(hw::BatchShape& batch);
+  // A received request's first step: its copies and the resident tokens attention reads.
+  void place_received(Request& request, std::uint32_t id, std::uint64_t context, double& resident);
   // Times this iteration's recodes (of `duration` on the GPU) as tiering.host_recode says and
   // returns how long the iteration waits for recodes beyond its own work; zero when not costed.
   sim::Tick time_host_recodes(sim::Tick duration);

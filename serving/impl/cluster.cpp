@@ -58,7 +58,9 @@ Cluster::Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload
     const EngineRole role = prefill_engines_ == 0  ? EngineRole::kPrefillAndDecode
                             : e < prefill_engines_ ? EngineRole::kPrefill
                                                    : EngineRole::kDecode;
-    engines_.push_back(std::make_unique<ServingEngine>(simulator, run, workload_, tiers, role));
+    // A prefill engine holds a prompt's KV whole until it leaves: the decode engines tier it.
+    const TierDemand* policy = role == EngineRole::kPrefill ? nullptr : tiers;
+    engines_.push_back(std::make_unique<ServingEngine>(simulator, run, workload_, policy, role));
     views_.push_back(engines_.back().get());
   }
   const std::uint32_t block_tokens = engines_.front()->memory().block_tokens;

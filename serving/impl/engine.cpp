@@ -55,13 +55,10 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       host_used_(simulator),
       host_reserved_(simulator),
       swap_used_(simulator) {
-  if (role_ != EngineRole::kPrefillAndDecode && tiers_ != nullptr) {
-    // Checked here rather than with the config: only the simulation knows the policy.
-    throw ConfigError(
-        "disaggregated serving (cluster.disaggregation) is modelled with the full "
-        "cache only, not with policy '" +
-            run.policy().name() + "' (simulate policy full alone: --policy full)",
-        "field cluster.disaggregation");
+  if (role_ == EngineRole::kPrefill && tiers_ != nullptr) {
+    throw std::logic_error(
+        "a prefill engine holds its requests' KV whole until it hands them off: it takes no "
+        "tier policy (the cluster gives the decode engines the policy)");
   }
   if (run.workload().on_demand_admission().has_swap()) {
     // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
@@ -262,6 +259,7 @@ void ServingEngine::submit_prefilled(std::uint32_t request, sim::Tick arrival,
   prefilled.first_token = first_token;
   prefilled.admitted_once = true;  // its queue wait was its prefill engine's
   prefilled.remote = true;
+  prefilled.whole_in_hbm = true;
   arrive(request, arrival);
 }
 
@@ -349,7 +347,12 @@ double ServingEngine::hbm_reservation(std::uint32_t request) const {
     return plan_.peak_kv_bytes_for(spec.prompt_tokens + output - 1);
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
-  return (peaks.hbm_token_layers + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
+  const double tiered =
+      (peaks.hbm_token_layers + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
+  // A decode engine's request comes whole into HBM, where its first step writes one token more
+  // before the placement offloads what it holds off HBM.
+  return role_ == EngineRole::kDecode ? std::max(tiered, plan_.kv_bytes_for(spec.prompt_tokens + 1))
+                                      : tiered;
 }
 
 double ServingEngine::host_reservation(std::uint32_t request) const {
@@ -374,7 +377,7 @@ double ServingEngine::kv_in_use() const {
 }
 
 double ServingEngine::hbm_kv_bytes(const Request& request) const {
-  if (prefilling(request) || tiers_ == nullptr) {
+  if (prefilling(request) || tiers_ == nullptr || request.whole_in_hbm) {
     return plan_.kv_bytes_for(cached_tokens(request));
   }
   return request.tier_hbm;
@@ -533,10 +536,19 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     bytes.hbm -= cached_blocks_held(request);
     return bytes;
   }
-  if (tiers_ == nullptr) {
-    // The step writes the KV of the newest token.
+  if (tiers_ == nullptr || request.whole_in_hbm) {
+    // The step writes the KV of the newest token. A decode engine's request received whole
+    // (or on its way) is placed by its first step, which reads it all in HBM: its host share
+    // counts from its admission on, as a prefill's does.
     bytes.hbm = plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated) -
                 cached_blocks_held(request);
+    if (tiers_ != nullptr) {
+      const std::uint64_t context = attended(request);
+      for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
+        const LayerDemand demand = tiers_->at(id, context, layer, true);
+        bytes.host += host_bytes(demand.host_after, demand.compressed_after);
+      }
+    }
     return bytes;
   }
   // As the step leaves it (what kv_in_use() counts), with its share of the staging buffer:
@@ -611,6 +623,7 @@ void ServingEngine::preempt(std::uint32_t id) {
     request.prefilled = 0;
     request.tier_hbm = 0.0;
     request.tier_host = 0.0;
+    request.whole_in_hbm = false;  // its prefill places it
     if (prefix_cache_) {
       release_cached_blocks(id);
     }
@@ -812,6 +825,10 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     request.tier_host = 0.0;
     const std::uint64_t context = attended(request);
     const bool first = request.generated == request.first_decode;
+    if (request.whole_in_hbm) {
+      place_received(request, id, context, resident);
+      continue;
+    }
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
       const LayerDemand demand = tiers_->at(id, context, layer, first);
       LayerCopies& copies = layer_copies_[layer];
@@ -875,6 +892,25 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   }
   const double staging = *std::max_element(staged.begin(), staged.end()) * staged_layers_ * full;
   tier_staging_bytes_ = staging;
+}
+
+void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint64_t context,
+                                   double& resident) {
+  // Its KV came whole over the kv_link into HBM: its first step reads every token there (nothing
+  // staged or promoted), then offloads what the policy's placement after the step holds off
+  // HBM, T1 tokens at full precision and T2 ones as their compressed bytes (evicted ones are
+  // dropped), as the placement of a prompt prefilled here is offloaded.
+  for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
+    const LayerDemand demand = tiers_->at(id, context, layer, true);
+    layer_copies_[layer].offloaded_full += demand.host_after * bytes_per_token_layer_;
+    layer_copies_[layer].offloaded_compressed +=
+        demand.compressed_after * compressed_bytes_per_token_layer_;
+    resident += demand.hbm + demand.host + demand.compressed + 1.0;
+    request.tier_hbm +=
+        in_whole_blocks(demand.hbm_after, plan_.block_tokens) * bytes_per_token_layer_;
+    request.tier_host += host_bytes(demand.host_after, demand.compressed_after);
+  }
+  request.whole_in_hbm = false;
 }
 
 void ServingEngine::finish_iteration() {

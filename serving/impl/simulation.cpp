@@ -265,7 +265,7 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
         " request(s) unfinished");
   }
   // What every engine shares: the memory plan, the cost model, the tier demand.
-  const ServingEngine& engine = cluster.engine(0);
+  const ServingEngine& engine = cluster.representative();
 
   report.workload = cluster.workload().description;
   report.events = simulator.events_executed();

@@ -11,13 +11,17 @@
 #include "common/errors.hpp"
 #include "configs/schema/run.pb.h"
 #include "hwmodels/link_math.hpp"
+#include "hwmodels/model_shape.hpp"
+#include "replay/parameters.hpp"
 #include "serving/cluster.hpp"
 #include "serving/simulation.hpp"
+#include "serving/tier_demand.hpp"
 #include "serving/tier_timing.hpp"
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/serving_metrics.hpp"
 
 using kvtier::config::RunSpec;
 using kvtier::serving::Cluster;
@@ -253,14 +257,101 @@ TEST_CASE("a disaggregation the engines cannot serve is refused", "[disaggregati
                   kvtier::ConfigError);
 }
 
-TEST_CASE("disaggregated serving needs the full cache", "[disaggregation]") {
-  RunSpec run =
-      run_with({"cluster.engines=2", "cluster.routing=ROUND_ROBIN",
-                "cluster.disaggregation.prefill_engines=1",
-                "cluster.disaggregation.decode_routing=ROUND_ROBIN",
-                "cluster.disaggregation.kv_link.preset=NVLink4",
-                "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
-                "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning"});
-  run.mutable_policy()->set_name("tiered");
-  CHECK_THROWS_WITH(kvtier::serving::simulate(run), Catch::Contains("full cache only"));
+namespace {
+
+const std::vector<std::string> kTiering = {
+    "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
+    "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning"};
+
+// split_run's cluster of one prefill and two decode engines with a tier block, serving `policy`
+// (a policy string: "tiered:hbm=0.3,...").
+RunSpec tiered_split(const std::string& policy, const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> sets = kTiering;
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  RunSpec run = split_run(3, 1, sets);
+  *run.mutable_policy() = kvtier::replay::parse_policy_string(policy);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("decode engines with everything in HBM tier exactly as the full cache",
+          "[disaggregation]") {
+  const auto full = kvtier::test::serving_metrics(tiered_split("full"));
+  const auto tiered = kvtier::test::serving_metrics(tiered_split("tiered:hbm=1.0,evict=0.0"));
+  for (const char* name : {"duration_s", "ttft_p50_ms", "tpot_p50_ms", "tpot_p99_ms",
+                           "kv_transfer_gb", "hbm_kv_used_peak_gib", "hbm_kv_used_mean_gib"}) {
+    CAPTURE(name);
+    CHECK(tiered.at(name) == Approx(full.at(name)).epsilon(1e-12));
+  }
+  CHECK(tiered.at("pcie_h2d_gb") == 0.0);
+  CHECK(tiered.at("pcie_d2h_gb") == 0.0);
+}
+
+TEST_CASE("a decode engine places the KV it receives after its first step", "[disaggregation]") {
+  // One request of 2,048 prompt tokens decoded once on a decode engine: its KV lands whole in
+  // HBM, its step reads it there (no prefetch), and then what the policy's placement holds off
+  // HBM is offloaded: Monarch's cold pages, compressed (T2).
+  RunSpec run = tiered_split("monarch");
+  const Workload workload = open_loop({request_at(0, 2048, 2)});
+  kvtier::serving::TierDemand tiers(run, run.policy(), workload);
+  kvtier::sim::Simulator simulator;
+  Cluster cluster(simulator, run, workload, &tiers);
+  cluster.start();
+  simulator.run();
+  const auto& prefill = cluster.engine(0).totals();
+  REQUIRE(prefill.requests_handed_off == 1);
+  CHECK(prefill.h2d_bytes == 0.0);  // a prefill engine holds the prompt whole
+  CHECK(prefill.d2h_bytes == 0.0);
+  CHECK(cluster.engine(0).tiers() == nullptr);
+  // The decode engine the request went to (least outstanding: the first).
+  const kvtier::serving::ServingEngine& decode = cluster.engine(1);
+  REQUIRE(decode.totals().requests_completed == 1);
+  CHECK(decode.totals().h2d_bytes == 0.0);
+  const double full = kvtier::hw::kv_bytes_per_token_per_layer_per_gpu(
+      run.model(), run.tensor_parallel_degree(), kvtier::hw::AttentionSplit::kHeads);
+  const auto vectors = kvtier::hw::kv_vectors_per_token_per_layer(run.model());
+  const double compressed = tiers.compressed_format().vectors_bytes(
+      static_cast<double>(vectors.count), static_cast<double>(vectors.width));
+  double offloaded = 0.0;
+  double cold = 0.0;
+  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+    const auto placed = tiers.at(0, 2049, layer, true);
+    offloaded += placed.host_after * full + placed.compressed_after * compressed;
+    cold += placed.compressed_after;
+  }
+  CHECK(cold > 0.0);
+  CHECK(decode.totals().d2h_bytes == Approx(offloaded).epsilon(1e-12));
+  // Its host share is reserved from its admission on.
+  CHECK(decode.host_kv_reserved().max() >= offloaded);
+  // HBM held the prompt whole and the step's token before the placement.
+  CHECK(decode.kv_reserved().max() >= decode.memory().kv_bytes_for(2049));
+}
+
+TEST_CASE("decode engines tier the KV they receive, and the report gives theirs",
+          "[disaggregation]") {
+  // Long enough for tiered to move tokens past its recent window of 128.
+  const std::vector<std::string> longer = {"workload.closed_loop.prompt_tokens.fixed_tokens=512",
+                                           "workload.closed_loop.output_tokens.fixed_tokens=256"};
+  const auto full = kvtier::test::serving_metrics(tiered_split("full", longer));
+  const auto tiered =
+      kvtier::test::serving_metrics(tiered_split("tiered:hbm=0.3,evict=0.1,delta=8", longer));
+  CHECK(tiered.at("requests_completed") == full.at("requests_completed"));
+  CHECK(tiered.at("kv_transfer_gb") == Approx(full.at("kv_transfer_gb")).epsilon(1e-12));
+  CHECK(tiered.at("hbm_kv_used_peak_gib") < full.at("hbm_kv_used_peak_gib"));
+  CHECK(tiered.at("host_kv_used_peak_gib") > 0.0);
+  CHECK(tiered.at("pcie_h2d_gb") > 0.0);
+  CHECK(tiered.at("pcie_d2h_gb") > 0.0);
+  // The policy's figures are the decode engines' (the prefill engines keep every token).
+  CHECK(tiered.at("attention_mass_kept_mean") < 1.0);
+  // A decode engine's request reserves at least its prompt whole and one token more.
+  CHECK(tiered.at("largest_batch_hbm_limit") > full.at("largest_batch_hbm_limit"));
+  // Admitted on demand, a request on its way counts its prompt whole in HBM and its host share.
+  std::vector<std::string> on_demand = longer;
+  on_demand.emplace_back("workload.on_demand_admission.watermark=0.01");
+  const auto admitted =
+      kvtier::test::serving_metrics(tiered_split("tiered:hbm=0.3,evict=0.1,delta=8", on_demand));
+  CHECK(admitted.at("requests_completed") == tiered.at("requests_completed"));
+  CHECK(admitted.at("host_kv_used_peak_gib") > 0.0);
+  CHECK(admitted.at("pcie_d2h_gb") > 0.0);
 }
