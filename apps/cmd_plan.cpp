@@ -13,6 +13,7 @@
 #include "configs/validate.hpp"
 #include "replay/parameters.hpp"
 #include "serving/demand_memo.hpp"
+#include "serving/memory_plan.hpp"
 #include "serving/plan.hpp"
 
 namespace kvtier::app {
@@ -182,9 +183,8 @@ int run_plan(const Arguments& args, Context& context) {
     return 0;
   }
   context.out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
-              << run.hardware().node().gpu().name() << ", tensor parallel "
-              << run.tensor_parallel_degree() << ", SLO " << values["slo"].as<std::string>()
-              << "\n  "
+              << run.hardware().node().gpu().name() << ", " << serving::describe_parallelism(run)
+              << ", SLO " << values["slo"].as<std::string>() << "\n  "
               << (closed_loop ? "largest batch (closed loop of the run's request shape)"
                               : "largest arrival rate (the run's requests, arriving faster or "
                                 "slower; precision " +

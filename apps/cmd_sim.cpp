@@ -15,6 +15,7 @@
 #include "configs/schema/run.pb.h"
 #include "configs/validate.hpp"
 #include "replay/parameters.hpp"
+#include "serving/memory_plan.hpp"
 #include "serving/simulation.hpp"
 
 namespace kvtier::app {
@@ -50,8 +51,8 @@ std::string default_run_file() {
 void print_table(std::ostream& out, const std::vector<serving::SimulationReport>& reports,
                  const config::RunSpec& run, const std::string& file) {
   out << "kvtier sim: " << file << "\n  " << run.model().name() << " on "
-      << run.hardware().node().gpu().name() << " (" << run.hardware().node().name()
-      << "), tensor parallel " << run.tensor_parallel_degree() << ", seed " << run.seed()
+      << run.hardware().node().gpu().name() << " (" << run.hardware().node().name() << "), "
+      << serving::describe_parallelism(run) << ", seed " << run.seed()
       << "\n  workload: " << reports.front().workload << "\n";
   std::vector<std::string> header{"metric"};
   std::vector<bool> right{false};

@@ -1,6 +1,7 @@
 // Derived quantities shown by `presets show` and `config check`. The formulas live in
 // hwmodels/; this file only picks and labels them.
 
+#include <algorithm>
 #include <cmath>
 
 #include "apps/report.hpp"
@@ -98,15 +99,21 @@ void node_rows(const config::NodeSpec& node, std::vector<Row>& rows) {
 void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   const auto& model = run.model();
   const auto& gpu = run.hardware().node().gpu();
-  const uint32_t tp = run.tensor_parallel_degree();
   const double weights_per_gpu =
       hw::weight_bytes_per_gpu(model, model.weight_dtype(), serving::parallelism(run));
-  const double kv_per_token_per_gpu =
-      hw::kv_bytes_per_token_per_gpu(model, tp, serving::attention_split(run));
+  const double kv_per_token_per_gpu = serving::kv_bytes_per_token_per_gpu(run);
   const double fixed =
       weights_per_gpu +
       (run.memory().runtime_reserve_gib() + run.memory().activation_workspace_gib()) * kGiB;
   const double free_for_kv = gpu.memory_capacity_gib() * kGiB - fixed;
+  const std::uint32_t stages = serving::pipeline_stages(run);
+  if (stages > 1) {
+    const std::vector<uint32_t> split =
+        hw::pipeline_stage_layers(model.num_hidden_layers(), stages);
+    rows.push_back(integer_row("gpus_per_engine", serving::gpus_per_engine(run), "GPUs"));
+    rows.push_back(integer_row("layers_of_largest_stage",
+                               *std::max_element(split.begin(), split.end()), "layers"));
+  }
   rows.push_back(number_row("weights_per_gpu", weights_per_gpu / kGiB, "GiB", 3));
   rows.push_back(number_row("kv_bytes_per_token_per_gpu", kv_per_token_per_gpu, "B", 1));
   rows.push_back(number_row("memory_left_for_kv_per_gpu", free_for_kv / kGiB, "GiB", 3));

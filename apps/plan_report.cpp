@@ -12,6 +12,7 @@
 #include "common/text_output.hpp"
 #include "report/html_page.hpp"
 #include "report/svg_chart.hpp"
+#include "serving/memory_plan.hpp"
 
 namespace kvtier::app {
 namespace {
@@ -133,8 +134,8 @@ std::string plan_html(const std::vector<serving::PlanResult>& results,
   report::HtmlPage page("kvtier plan: " + (run.name().empty() ? file : run.name()));
   page.labelled("Run:", file);
   page.labelled("Hardware:", run.model().name() + " on " + run.hardware().node().gpu().name() +
-                                 " (" + run.hardware().node().name() + "), tensor parallel " +
-                                 std::to_string(run.tensor_parallel_degree()));
+                                 " (" + run.hardware().node().name() + "), " +
+                                 serving::describe_parallelism(run));
   std::string slos;
   for (const serving::Slo& slo : options.slos) {
     slos += (slos.empty() ? "" : ", ") + slo.metric + " ≤ " + format_double(slo.limit_ms) + " ms";

@@ -31,6 +31,14 @@ namespace kvtier::hw {
 [[nodiscard]] sim::Tick all_to_all_time(const config::LinkSpec& link, std::uint32_t gpus,
                                         double busiest_port_bytes);
 
+// One GPU sending `bytes` to another (a pipeline stage's activations to the next): the bytes
+// at the link's PEER bandwidth plus one hop's latency.
+[[nodiscard]] sim::Tick point_to_point_time(const config::LinkSpec& link, double bytes);
+// Ring all-gather over `gpus` GPUs of a buffer of `bytes`, each GPU holding 1/n of it: each
+// sends and receives (n−1)/n of it in n−1 steps that each pay the hop latency. Zero for one.
+[[nodiscard]] sim::Tick ring_all_gather_time(const config::LinkSpec& link, std::uint32_t gpus,
+                                             double bytes);
+
 // Bytes each GPU sends in that all-reduce (for link utilisation).
 [[nodiscard]] double ring_all_reduce_bytes_per_gpu(std::uint32_t gpus, double bytes);
 

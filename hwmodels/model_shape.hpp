@@ -3,6 +3,7 @@
 // FLOPs per token. Computed from the spec every time; never typed into a preset.
 
 #include <cstdint>
+#include <vector>
 
 #include "configs/schema/model.pb.h"
 
@@ -29,7 +30,20 @@ struct Parallelism {
   // With whole experts and data-parallel attention: the fixed time of each all-to-all (a
   // dispatch or a combine) beyond moving its bytes, in seconds.
   double expert_all_to_all_overhead_s = 0.0;
+  // Pipeline parallelism: stages of `gpus` GPUs each, every stage holding a contiguous slice of
+  // the layers (pipeline_stage_layers); 1: no pipeline.
+  uint32_t pipeline_stages = 1;
 };
+
+// The decoder layers of each of `stages` pipeline stages, as vLLM splits them (get_pp_indices):
+// layers / stages each, the remainder one more on each stage before the last, nearest it first
+// (the last holds the LM head).
+[[nodiscard]] std::vector<uint32_t> pipeline_stage_layers(uint32_t layers, uint32_t stages);
+// The model as one pipeline stage of `stages` sees it: its layers, and of a mixture of experts'
+// first dense layers those that fall in it. (Its embedding and LM head are the whole model's:
+// which stage holds them is the caller's to say.)
+[[nodiscard]] config::ModelSpec pipeline_stage_model(const config::ModelSpec& model,
+                                                     uint32_t stages, uint32_t stage);
 
 struct ParameterCount {
   uint64_t embedding = 0;  // token embedding table
@@ -73,7 +87,10 @@ struct ParameterCount {
                                           uint32_t tensor_parallel, AttentionSplit split);
 // The same for any parallelism. With whole experts, the GPU holding the most routed experts
 // (ceil(experts / GPUs) of them); with data-parallel attention as well, the shared expert whole
-// on every GPU (SGLang's, whose expert-parallel all-to-all leaves each GPU its own tokens).
+// on every GPU (SGLang's, whose expert-parallel all-to-all leaves each GPU its own tokens). With
+// pipeline stages, the GPU of the stage whose weights take the most: its layers, the input
+// embedding on the first stage, the LM head on the last (and the embedding there too when the
+// LM head is tied to it, as vLLM loads them).
 [[nodiscard]] double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
                                           const Parallelism& parallelism);
 

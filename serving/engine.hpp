@@ -51,6 +51,7 @@
 
 #include "configs/schema/run.pb.h"
 #include "hwmodels/iteration_cost.hpp"
+#include "hwmodels/pipeline_cost.hpp"
 #include "serving/arrivals.hpp"
 #include "serving/does_not_fit.hpp"
 #include "serving/memory_plan.hpp"
@@ -192,7 +193,7 @@ class ServingEngine {
   [[nodiscard]] const ServingTotals& totals() const noexcept { return totals_; }
   [[nodiscard]] const MemoryPlan& memory() const noexcept { return plan_; }
   [[nodiscard]] const Workload& workload() const noexcept { return workload_; }
-  [[nodiscard]] const hw::IterationCostModel& cost_model() const noexcept { return cost_model_; }
+  [[nodiscard]] const hw::PipelineCostModel& cost_model() const noexcept { return cost_model_; }
   [[nodiscard]] const sim::LatencyDistribution& ttft() const noexcept { return ttft_; }
   [[nodiscard]] const sim::LatencyDistribution& tpot() const noexcept { return tpot_; }
   [[nodiscard]] const sim::LatencyDistribution& e2e() const noexcept { return e2e_; }
@@ -382,7 +383,7 @@ class ServingEngine {
   config::RunSpec run_;
   Workload workload_;
   MemoryPlan plan_;
-  hw::IterationCostModel cost_model_;
+  hw::PipelineCostModel cost_model_;
   std::uint64_t prefill_budget_;
   // The most prompt tokens one request prefills in an iteration: the whole budget, or with
   // data-parallel attention one GPU's share of it (SGLang divides chunked_prefill_size by the

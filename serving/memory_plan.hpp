@@ -2,6 +2,7 @@
 // How one GPU's memory divides in a tensor-parallel engine: weights/TP, activation workspace,
 // runtime reserve, and what is left for the KV cache.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -62,6 +63,9 @@ struct MemoryPlan {
 // cache, each layer's tokens packed into blocks of their own.
 [[nodiscard]] double in_whole_blocks(double tokens, std::uint32_t block_tokens);
 
+// One token's KV on one GPU, over the layers of its pipeline stage (the stage with the most of
+// them; all layers without stages).
+[[nodiscard]] double kv_bytes_per_token_per_gpu(const config::RunSpec& run);
 // Throws ConfigError (exit 2) with the breakdown when weights, workspace and reserve alone
 // exceed the GPU's memory: nothing could ever run.
 [[nodiscard]] MemoryPlan plan_memory(const config::RunSpec& run);
@@ -72,21 +76,41 @@ struct MemoryPlan {
                                                 : hw::AttentionSplit::kHeads;
 }
 
+// The run's pipeline stages (pipeline_parallel_degree; 1 without it).
+[[nodiscard]] inline std::uint32_t pipeline_stages(const config::RunSpec& run) {
+  return run.has_pipeline_parallel_degree() ? std::max(run.pipeline_parallel_degree(), 1U) : 1;
+}
+
 // How the run's GPUs share the model (tensor_parallel_degree, engine.data_parallel_attention,
 // engine.expert_parallel).
 [[nodiscard]] inline hw::Parallelism parallelism(const config::RunSpec& run) {
-  return {run.tensor_parallel_degree(), attention_split(run),
+  return {run.tensor_parallel_degree(),
+          attention_split(run),
           run.engine().expert_parallel() ? hw::ExpertSplit::kWhole : hw::ExpertSplit::kSliced,
           run.engine().expert_load_imbalance(),
-          run.engine().expert_all_to_all_overhead_us() * 1e-6};
+          run.engine().expert_all_to_all_overhead_us() * 1e-6,
+          pipeline_stages(run)};
 }
 
-// The engines one node holds: whole ones, or the share of one whose tensor-parallel group spans
-// nodes (1/2 over two nodes).
+// "tensor parallel 8", or with pipeline stages "tensor parallel 8 x pipeline 2": how a report
+// names the engine's parallelism.
+[[nodiscard]] inline std::string describe_parallelism(const config::RunSpec& run) {
+  return "tensor parallel " + std::to_string(run.tensor_parallel_degree()) +
+         (pipeline_stages(run) > 1 ? " x pipeline " + std::to_string(pipeline_stages(run))
+                                   : std::string());
+}
+
+// The GPUs of one engine: its tensor-parallel group in each pipeline stage.
+[[nodiscard]] inline std::uint32_t gpus_per_engine(const config::RunSpec& run) {
+  return run.tensor_parallel_degree() * pipeline_stages(run);
+}
+
+// The engines one node holds: whole ones, or the share of one whose GPUs span nodes (1/2 over
+// two nodes).
 [[nodiscard]] inline double engines_per_node(const config::RunSpec& run) {
   const double gpus_per_node = run.hardware().node().gpus_per_node();
-  const double tp = run.tensor_parallel_degree();
-  return tp > gpus_per_node ? gpus_per_node / tp : std::floor(gpus_per_node / tp);
+  const double gpus = gpus_per_engine(run);
+  return gpus > gpus_per_node ? gpus_per_node / gpus : std::floor(gpus_per_node / gpus);
 }
 
 // MemoryPlan::requests_spread of the run.

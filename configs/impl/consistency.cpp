@@ -473,7 +473,9 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
   // NVLink joins the GPUs of one node: a cluster that needs more nodes than one hands some
   // prompts between nodes, which only a network carries (where the pools sit is not modelled).
   const NodeSpec& node = run.hardware().node();
-  const std::uint64_t gpus = std::uint64_t{cluster.engines()} * run.tensor_parallel_degree();
+  const std::uint64_t gpus =
+      std::uint64_t{cluster.engines()} * run.tensor_parallel_degree() *
+      (run.has_pipeline_parallel_degree() ? std::max(run.pipeline_parallel_degree(), 1U) : 1U);
   if (kind == NVLINK && cluster.has_engines() && run.has_tensor_parallel_degree() &&
       node.has_gpus_per_node() && gpus > node.gpus_per_node()) {
     problems.push_back({at(path, "cluster.disaggregation.kv_link.kind"),
@@ -573,7 +575,97 @@ void check_group_across_nodes(const RunSpec& run, const std::string& path, Probl
   }
 }
 
+// Pipeline stages: each a tensor-parallel group within a node, the stages over as many nodes
+// as they fill, meeting over the node's GPU link or the network between nodes; the full cache.
+void check_pipeline(const RunSpec& run, const std::string& path, Problems& problems) {
+  if (!run.has_pipeline_parallel_degree() || run.pipeline_parallel_degree() <= 1 ||
+      !run.has_tensor_parallel_degree()) {
+    return;
+  }
+  const std::string field = at(path, "pipeline_parallel_degree");
+  const uint32_t stages = run.pipeline_parallel_degree();
+  const uint32_t tp = run.tensor_parallel_degree();
+  const std::string named = "pipeline_parallel_degree " + std::to_string(stages);
+  const ModelSpec& model = run.model();
+  if (model.has_num_hidden_layers() && stages > model.num_hidden_layers()) {
+    problems.push_back({field, named + " exceeds the model's " +
+                                   std::to_string(model.num_hidden_layers()) + " layers"});
+  }
+  if (run.engine().data_parallel_attention()) {
+    problems.push_back({field, named + " with engine.data_parallel_attention is not modelled"});
+  }
+  std::vector<std::string> tiered;
+  if (run.policy().has_name() && run.policy().name() != "full") {
+    tiered.push_back(run.policy().name());
+  }
+  for (const PolicySpec& other : run.compare()) {
+    if (other.name() != "full") {
+      tiered.push_back(other.name());
+    }
+  }
+  if (!tiered.empty()) {
+    problems.push_back({field,
+                        "pipeline parallelism is modelled with the full cache only, not "
+                        "with policy '" +
+                            tiered.front() + "'"});
+  }
+  const HardwareSpec& hardware = run.hardware();
+  const NodeSpec& node = hardware.node();
+  if (!node.has_gpus_per_node() || node.gpus_per_node() == 0) {
+    return;
+  }
+  const uint32_t per_node = node.gpus_per_node();
+  if (tp > per_node) {
+    problems.push_back({field, named +
+                                   " with a tensor-parallel group that spans nodes "
+                                   "(tensor_parallel_degree " +
+                                   std::to_string(tp) + ") is not modelled"});
+    return;
+  }
+  const uint64_t gpus = uint64_t{tp} * stages;
+  if (gpus <= per_node) {
+    if (!node.has_gpu_link()) {
+      problems.push_back({field, named + ": the stages meet over the node's GPU link, and node " +
+                                     node.name() + " has none"});
+    }
+    return;
+  }
+  // Over several nodes: every stage within one.
+  if (per_node % tp != 0) {
+    problems.push_back({field, named + " fills " + std::to_string(gpus) +
+                                   " GPUs, more than a node's " + std::to_string(per_node) +
+                                   ", so every stage must lie within a node: "
+                                   "tensor_parallel_degree " +
+                                   std::to_string(tp) + " must divide " +
+                                   std::to_string(per_node)});
+    return;
+  }
+  const uint64_t nodes = (gpus + per_node - 1) / per_node;
+  if (hardware.has_num_nodes() && nodes > hardware.num_nodes()) {
+    problems.push_back({field, named + " x tensor_parallel_degree " + std::to_string(tp) +
+                                   " needs " + std::to_string(nodes) + " nodes of " +
+                                   std::to_string(per_node) + " GPUs; hardware.num_nodes is " +
+                                   std::to_string(hardware.num_nodes())});
+  }
+  if (!hardware.has_network()) {
+    problems.push_back({at(path, "hardware.network"),
+                        named + " spans " + std::to_string(nodes) +
+                            " nodes: give the network between them (each GPU's adapter, e.g. "
+                            "preset InfiniBand-NDR)"});
+  } else if (hardware.network().kind() != NETWORK) {
+    problems.push_back(
+        {at(path, "hardware.network.kind"), "the network between nodes must be a NETWORK link"});
+  }
+  if (tp > 1 && !node.has_gpu_link()) {
+    problems.push_back({field, named +
+                                   ": a stage's tensor-parallel group needs the node's GPU "
+                                   "link, and node " +
+                                   node.name() + " has none"});
+  }
+}
+
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {
+  check_pipeline(run, path, problems);
   check_cluster(run, path, problems);
   check_tiering(run, path, problems);
   check_swap_space(run, path, problems);

@@ -45,4 +45,19 @@ sim::Tick all_to_all_time(const config::LinkSpec& link, std::uint32_t gpus,
   return sim::from_seconds(seconds, sim::Rounding::kUp);
 }
 
+sim::Tick point_to_point_time(const config::LinkSpec& link, double bytes) {
+  const double bandwidth = asymptotic_gb_per_s(link, config::PEER) * 1e9;
+  return sim::from_seconds(bytes / bandwidth + link.hop_latency_us() * 1e-6, sim::Rounding::kUp);
+}
+
+sim::Tick ring_all_gather_time(const config::LinkSpec& link, std::uint32_t gpus, double bytes) {
+  if (gpus <= 1) {
+    return sim::Tick::zero();
+  }
+  const double bandwidth = asymptotic_gb_per_s(link, config::PEER) * 1e9;
+  const double seconds =
+      (gpus - 1.0) / gpus * bytes / bandwidth + (gpus - 1.0) * link.hop_latency_us() * 1e-6;
+  return sim::from_seconds(seconds, sim::Rounding::kUp);
+}
+
 }  // namespace kvtier::hw

@@ -162,8 +162,62 @@ double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
   return weight_bytes_per_gpu(model, dtype, Parallelism{tensor_parallel, split});
 }
 
+std::vector<uint32_t> pipeline_stage_layers(uint32_t layers, uint32_t stages) {
+  std::vector<uint32_t> split(stages, layers / stages);
+  for (uint32_t i = 0; i < layers % stages; ++i) {
+    ++split[stages - 2 - i];
+  }
+  return split;
+}
+
+config::ModelSpec pipeline_stage_model(const config::ModelSpec& model, uint32_t stages,
+                                       uint32_t stage) {
+  const std::vector<uint32_t> split = pipeline_stage_layers(model.num_hidden_layers(), stages);
+  uint32_t first = 0;
+  for (uint32_t s = 0; s < stage; ++s) {
+    first += split[s];
+  }
+  config::ModelSpec part = model;
+  part.set_num_hidden_layers(split[stage]);
+  if (model.has_moe() && model.moe().has_first_dense_layers()) {
+    const uint32_t dense = model.moe().first_dense_layers();
+    part.mutable_moe()->set_first_dense_layers(dense > first ? std::min(dense - first, split[stage])
+                                                             : 0);
+  }
+  return part;
+}
+
+namespace {
+
+// What one GPU of pipeline stage `stage` keeps.
+double stage_weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
+                                  const Parallelism& parallelism, uint32_t stage) {
+  const uint32_t stages = parallelism.pipeline_stages;
+  Parallelism one_stage = parallelism;
+  one_stage.pipeline_stages = 1;
+  const double with_tables =
+      weight_bytes_per_gpu(pipeline_stage_model(model, stages, stage), dtype, one_stage);
+  // Less the tables the stage does not hold, split over its GPUs (vocabulary-parallel).
+  const ParameterCount count = count_parameters(model);
+  const bool last = stage + 1 == stages;
+  const bool tied = count.lm_head == 0;
+  const uint64_t missing =
+      (stage == 0 || (tied && last) ? 0 : count.embedding) + (last ? 0 : count.lm_head);
+  return with_tables -
+         static_cast<double>(missing) / parallelism.gpus * embedding_bytes_per_weight(dtype);
+}
+
+}  // namespace
+
 double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
                             const Parallelism& parallelism) {
+  if (parallelism.pipeline_stages > 1) {
+    double most = 0.0;
+    for (uint32_t stage = 0; stage < parallelism.pipeline_stages; ++stage) {
+      most = std::max(most, stage_weight_bytes_per_gpu(model, dtype, parallelism, stage));
+    }
+    return most;
+  }
   const ParameterCount count = count_parameters(model);
   const uint64_t layers = model.num_hidden_layers();
   uint64_t replicated = count.replicated;

@@ -35,10 +35,12 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       workload_(std::move(workload)),
       plan_(plan_memory(run)),
       cost_model_(run.model(), run.hardware().node().gpu(), group_links(run), parallelism(run)),
-      prefill_budget_(run.workload().prefill_chunk_tokens()),
+      // With pipeline stages each micro-batch has the budget (vLLM V1 schedules each batch in
+      // flight as any other), a request's chunk at most one of them.
+      prefill_budget_(std::uint64_t{run.workload().prefill_chunk_tokens()} * pipeline_stages(run)),
       chunk_cap_(attention_split(run) == hw::AttentionSplit::kRequests
                      ? std::max<std::uint64_t>(prefill_budget_ / run.tensor_parallel_degree(), 1)
-                     : prefill_budget_),
+                     : run.workload().prefill_chunk_tokens()),
       max_batch_(run.workload().max_batch_size()),
       iteration_overhead_(
           sim::from_microseconds(run.engine().iteration_overhead_us(), sim::Rounding::kUp)),
@@ -55,6 +57,14 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       host_used_(simulator),
       host_reserved_(simulator),
       swap_used_(simulator) {
+  if (tiers_ != nullptr && pipeline_stages(run) > 1) {
+    // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
+    // here.
+    throw ConfigError(
+        "pipeline parallelism is modelled with the full cache only, not with policy '" +
+            run.policy().name() + "'",
+        "field pipeline_parallel_degree");
+  }
   if (role_ == EngineRole::kPrefill && tiers_ != nullptr) {
     throw std::logic_error(
         "a prefill engine holds its requests' KV whole until it hands them off: it takes no "

@@ -202,7 +202,7 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);
   const double per_gpu = f.engines * seconds;
   const auto& node = run.hardware().node();
-  const double tp = run.tensor_parallel_degree();
+  const double gpus = gpus_per_engine(run);
   std::vector<Metric> m;
 
   m.push_back({"requests_completed", static_cast<double>(totals.requests_completed), 0});
@@ -267,7 +267,7 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   m.push_back({"prefix_cache_load_s", sim::to_seconds(totals.prefix_load_busy), 4});
   m.push_back({"prefix_cache_copies", static_cast<double>(totals.prefix_copies), 0});
   m.push_back({"prefix_cache_gather_s", sim::to_seconds(totals.prefix_gather_busy), 4});
-  const bool spans_nodes = tp > node.gpus_per_node();
+  const bool spans_nodes = gpus > node.gpus_per_node();
   m.push_back({"engines_per_node", engines_per_node(run), spans_nodes ? 3 : 0});
 
   const hw::GpuModel& gpu = engine.cost_model().gpu();
@@ -276,7 +276,7 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
                totals.flops / (gpu.peak_flops(run.model().activation_dtype()) * per_gpu), 4});
   m.push_back({"hbm_bandwidth_utilisation",
                totals.hbm_bytes / (gpu.memory_bytes_per_second() * per_gpu), 4});
-  if (run.tensor_parallel_degree() > 1 && node.has_gpu_link()) {
+  if (gpus > 1 && node.has_gpu_link()) {
     const double link = hw::asymptotic_gb_per_s(node.gpu_link(), config::PEER) * 1e9;
     m.push_back({"nvlink_utilisation", totals.interconnect_bytes / (link * per_gpu), 4});
   }

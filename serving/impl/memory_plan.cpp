@@ -78,15 +78,27 @@ std::string MemoryPlan::breakdown() const {
          " of " + gib(capacity_bytes) + " per GPU";
 }
 
-MemoryPlan plan_memory(const config::RunSpec& run) {
+double kv_bytes_per_token_per_gpu(const config::RunSpec& run) {
   const auto& model = run.model();
   const uint32_t tp = run.tensor_parallel_degree();
+  const std::uint32_t stages = pipeline_stages(run);
+  if (stages == 1) {
+    return hw::kv_bytes_per_token_per_gpu(model, tp, attention_split(run));
+  }
+  const std::vector<uint32_t> split = hw::pipeline_stage_layers(model.num_hidden_layers(), stages);
+  return hw::kv_bytes_per_token_per_layer_per_gpu(model, tp, attention_split(run)) *
+         *std::max_element(split.begin(), split.end());
+}
+
+MemoryPlan plan_memory(const config::RunSpec& run) {
+  const auto& model = run.model();
   MemoryPlan plan;
   plan.capacity_bytes = run.hardware().node().gpu().memory_capacity_gib() * kGiB;
   plan.weights_bytes = hw::weight_bytes_per_gpu(model, model.weight_dtype(), parallelism(run));
   plan.workspace_bytes = run.memory().activation_workspace_gib() * kGiB;
   plan.reserve_bytes = run.memory().runtime_reserve_gib() * kGiB;
-  plan.kv_bytes_per_token = hw::kv_bytes_per_token_per_gpu(model, tp, attention_split(run));
+  plan.kv_bytes_per_token = kv_bytes_per_token_per_gpu(run);
+  const std::uint32_t stages = pipeline_stages(run);
   plan.requests_spread = requests_spread(run);
   plan.window_tokens = model.has_sliding_window() ? model.sliding_window() : 0;
   const auto& node = run.hardware().node();
@@ -129,17 +141,20 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
     if (2 * run.tensor_parallel_degree() <= node.gpus_per_node()) {
       advice = "raise the TP degree";
     } else if (node.gpu_interconnect() == config::NVLINK_SWITCH) {
-      advice = "raise the TP degree over more nodes (hardware.num_nodes, hardware.network)";
+      advice =
+          "raise the TP degree over more nodes (hardware.num_nodes, hardware.network) or split "
+          "the layers into pipeline stages (pipeline_parallel_degree)";
     } else {
       advice = "node " + node.name() + " has " + std::to_string(node.gpus_per_node()) +
                " GPU(s): use a node with more GPUs";
     }
-    throw ConfigError("nothing can run: " + plan.breakdown() +
-                          ", leaving no room for the KV cache (" + model.name() +
-                          " at tensor_parallel_degree " +
-                          std::to_string(run.tensor_parallel_degree()) + "; " + advice +
-                          " or use a GPU with more memory)",
-                      "model " + model.name() + " on " + run.hardware().node().gpu().name());
+    throw ConfigError(
+        "nothing can run: " + plan.breakdown() + ", leaving no room for the KV cache (" +
+            model.name() + " at tensor_parallel_degree " +
+            std::to_string(run.tensor_parallel_degree()) +
+            (stages > 1 ? " x pipeline_parallel_degree " + std::to_string(stages) : std::string()) +
+            "; " + advice + " or use a GPU with more memory)",
+        "model " + model.name() + " on " + run.hardware().node().gpu().name());
   }
   return plan;
 }

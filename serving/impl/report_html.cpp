@@ -12,6 +12,7 @@
 #include "common/text_output.hpp"
 #include "report/html_page.hpp"
 #include "report/svg_chart.hpp"
+#include "serving/memory_plan.hpp"
 #include "serving/simulation.hpp"
 
 namespace kvtier::serving {
@@ -242,8 +243,8 @@ std::string report_html(const std::vector<SimulationReport>& reports, const conf
   report::HtmlPage page("kvtier sim: " + (run.name().empty() ? source : run.name()));
   page.labelled("Run:", source);
   page.labelled("Hardware:", run.model().name() + " on " + run.hardware().node().gpu().name() +
-                                 " (" + run.hardware().node().name() + "), tensor parallel " +
-                                 std::to_string(run.tensor_parallel_degree()));
+                                 " (" + run.hardware().node().name() + "), " +
+                                 describe_parallelism(run));
   page.labelled("Workload:", reports.front().workload);
   page.labelled("Seed:", std::to_string(run.seed()) + "; " + version);
 

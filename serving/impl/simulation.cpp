@@ -115,7 +115,7 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
                          const config::RunSpec& run) {
   const config::ClusterSpec& spec = run.cluster();
   const auto engines = static_cast<double>(cluster.size());
-  const double tp = run.tensor_parallel_degree();
+  const double gpus = gpus_per_engine(run);
   const double engines_per_node = serving::engines_per_node(run);
   // Disaggregated, every request passes a prefill engine: the spread is the decode pool's, and
   // the note gives each pool's.
@@ -131,7 +131,7 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
   const PoolBusy pool_busy = busy_of(cluster);
   auto& m = report.metrics;
   m.push_back({"cluster_engines", engines, 0});
-  m.push_back({"cluster_gpus", engines * tp, 0});
+  m.push_back({"cluster_gpus", engines * gpus, 0});
   m.push_back(
       {"cluster_nodes", engines_per_node > 0 ? std::ceil(engines / engines_per_node) : 0.0, 0});
   m.push_back({"engine_requests_min", static_cast<double>(*fewest), 0});
@@ -139,7 +139,7 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
   m.push_back({"engine_busy_imbalance", pool_busy.imbalance, 4});
   report.notes.push_back(
       "cluster of " + std::to_string(cluster.size()) + " engine(s) of " +
-      std::to_string(run.tensor_parallel_degree()) + " GPU(s), routed " +
+      std::to_string(gpus_per_engine(run)) + " GPU(s), routed " +
       config::Routing_Name(spec.routing()) +
       (spec.has_kv_overlap_weight()
            ? " (kv_overlap_weight " + format_double(spec.kv_overlap_weight()) + ")"

@@ -13,9 +13,9 @@
 #include "hwmodels/model_shape.hpp"
 #include "tests/support/batch_shapes.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/hgx_h100_nodes.hpp"
 #include "tests/support/serving_metrics.hpp"
 
-using kvtier::config::LinkSpec;
 using kvtier::config::ModelSpec;
 using kvtier::hw::AttentionSplit;
 using kvtier::hw::ExpertSplit;
@@ -26,20 +26,8 @@ using kvtier::test::decode;
 using kvtier::test::joined;
 using kvtier::test::preset;
 
-namespace {
-
-// Two HGX H100 nodes: NVLink 4 within each, one InfiniBand NDR adapter per GPU between them.
-struct TwoNodes {
-  kvtier::config::GpuSpec gpu = preset<kvtier::config::GpuSpec>("gpu", "H100-SXM");
-  LinkSpec nvlink = preset<LinkSpec>("link", "NVLink4");
-  LinkSpec network = preset<LinkSpec>("link", "InfiniBand-NDR");
-  GroupLinks links{&nvlink, &network, 8};
-};
-
-}  // namespace
-
 TEST_CASE("more GPUs than KV heads: each GPU keeps one head's K, V and KV", "[iteration_cost]") {
-  const TwoNodes setup;
+  const kvtier::test::HgxH100Nodes setup;
   const ModelSpec qwen = preset<ModelSpec>("model", "Qwen3-235B-A22B");  // 4 KV heads of 128
   const double layers = qwen.num_hidden_layers();
   // At TP 8 two GPUs share each KV head: the KV is spread over 4, not 8.
@@ -79,7 +67,7 @@ TEST_CASE("more GPUs than KV heads: each GPU keeps one head's K, V and KV", "[it
 
 TEST_CASE("a group over two nodes all-reduces within each node and across them, pipelined",
           "[iteration_cost]") {
-  const TwoNodes setup;
+  const kvtier::test::HgxH100Nodes setup;
   const ModelSpec llama = preset<ModelSpec>("model", "Llama-3.1-405B");
   const double layers = llama.num_hidden_layers();
   const IterationCostModel tp16(llama, setup.gpu, setup.links, Parallelism{16});
@@ -116,7 +104,7 @@ TEST_CASE("a group over two nodes all-reduces within each node and across them, 
 
 TEST_CASE("across nodes the all-to-all sends other nodes' share through the adapters",
           "[iteration_cost]") {
-  const TwoNodes setup;
+  const kvtier::test::HgxH100Nodes setup;
   ModelSpec deepseek = preset<ModelSpec>("model", "DeepSeek-V3");
   deepseek.mutable_moe()->clear_first_dense_layers();
   const Parallelism deep_ep{16, AttentionSplit::kRequests, ExpertSplit::kWhole};

@@ -1,0 +1,168 @@
+#include "hwmodels/pipeline_cost.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "configs/dtype.hpp"
+#include "hwmodels/collectives.hpp"
+
+namespace kvtier::hw {
+namespace {
+
+std::uint64_t tokens_of(const BatchShape& batch) {
+  std::uint64_t tokens = batch.decode_tokens;
+  for (const PrefillChunk& chunk : batch.prefill) {
+    tokens += chunk.tokens;
+  }
+  return tokens;
+}
+
+}  // namespace
+
+std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::uint32_t parts) {
+  std::vector<BatchShape> micro(parts);
+  std::vector<std::uint64_t> load(parts, 0);
+  std::uint64_t context_left = batch.decode_context_tokens;
+  for (std::uint32_t m = 0; m < parts; ++m) {
+    BatchShape& part = micro[m];
+    part.decode_tokens = batch.decode_tokens / parts + (m < batch.decode_tokens % parts ? 1 : 0);
+    part.decode_context_tokens =
+        m + 1 == parts ? context_left
+        : batch.decode_tokens == 0
+            ? 0
+            : batch.decode_context_tokens * part.decode_tokens / batch.decode_tokens;
+    context_left -= part.decode_context_tokens;
+    part.logits_tokens = part.decode_tokens;
+    load[m] = part.decode_tokens;
+  }
+  std::vector<std::uint32_t> chunks_in(parts, 0);
+  for (const PrefillChunk& chunk : batch.prefill) {
+    const auto lightest =
+        static_cast<std::uint32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    micro[lightest].prefill.push_back(chunk);
+    load[lightest] += chunk.tokens;
+    ++chunks_in[lightest];
+  }
+  // The logits of prompts that finish (which chunks those are the shape does not say).
+  std::uint64_t finishing =
+      batch.logits_tokens - std::min(batch.logits_tokens, batch.decode_tokens);
+  while (finishing > 0) {
+    bool dealt = false;
+    for (std::uint32_t m = 0; m < parts && finishing > 0; ++m) {
+      if (micro[m].logits_tokens - micro[m].decode_tokens < chunks_in[m]) {
+        ++micro[m].logits_tokens;
+        --finishing;
+        dealt = true;
+      }
+    }
+    if (!dealt) {
+      throw std::logic_error("a batch finishes more prompts than it has chunks");
+    }
+  }
+  std::erase_if(micro, [](const BatchShape& part) { return tokens_of(part) == 0; });
+  return micro;
+}
+
+PipelineCostModel::PipelineCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
+                                     const GroupLinks& links, const Parallelism& parallelism)
+    : stages_(parallelism.pipeline_stages), tp_(parallelism.gpus), hidden_(model.hidden_size()) {
+  if (stages_ <= 1) {
+    kinds_.push_back({IterationCostModel(model, gpu, links, parallelism), 1, true,
+                      model.num_hidden_layers(), 0});
+    return;
+  }
+  if (links.gpu_link != nullptr) {
+    gpu_link_ = *links.gpu_link;
+  }
+  if (links.network != nullptr) {
+    network_ = *links.network;
+  }
+  // Hidden states cross in the activations' format, 16 bits when the GEMMs run in FP8.
+  activation_bytes_ = std::max(config::dtype_bytes(model.activation_dtype()), 2.0);
+  Parallelism stage = parallelism;
+  stage.pipeline_stages = 1;
+  const std::uint32_t per_node = links.gpus_per_node;
+  const bool spans_nodes = per_node > 0 && tp_ * stages_ > per_node;
+  for (std::uint32_t s = 0; s < stages_; ++s) {
+    const config::ModelSpec part = pipeline_stage_model(model, stages_, s);
+    const bool last = s + 1 == stages_;
+    const std::uint32_t dense = part.moe().first_dense_layers();
+    const auto same = std::find_if(kinds_.begin(), kinds_.end(), [&](const StageKind& kind) {
+      return kind.last == last && kind.layers == part.num_hidden_layers() && kind.dense == dense;
+    });
+    if (same != kinds_.end()) {
+      ++same->count;
+    } else {
+      kinds_.push_back(
+          {IterationCostModel(part, gpu, links, stage), 1, last, part.num_hidden_layers(), dense});
+    }
+    if (s > 0 && spans_nodes && (s * tp_) % per_node == 0) {
+      ++crossings_;
+    }
+  }
+  if ((crossings_ > 0 && links.network == nullptr) ||
+      (crossings_ + 1 < stages_ && links.gpu_link == nullptr) ||
+      (tp_ > 1 && links.gpu_link == nullptr)) {
+    throw std::logic_error("pipeline stages need the links between them");
+  }
+}
+
+sim::Tick PipelineCostModel::send_time(const config::LinkSpec& link, double tokens) const {
+  // Hidden states and residual: each GPU sends its slice, the next stage gathers them.
+  const double bytes = 2.0 * tokens * hidden_ * activation_bytes_;
+  return point_to_point_time(link, bytes / tp_) + ring_all_gather_time(gpu_link_, tp_, bytes);
+}
+
+IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
+  if (stages_ <= 1) {
+    return kinds_.front().model.cost(batch);
+  }
+  const std::vector<BatchShape> micro = split_into_micro_batches(batch, stages_);
+  std::vector<sim::Tick> occupancy(kinds_.size());
+  std::vector<IterationCost> sums(kinds_.size());
+  sim::Tick longest_trip;
+  double sent_per_gpu = 0.0;  // one stage's GPU, all micro-batches
+  for (const BatchShape& part : micro) {
+    sim::Tick trip;
+    for (std::size_t k = 0; k < kinds_.size(); ++k) {
+      const IterationCost c = kinds_[k].model.cost(part);
+      const sim::Tick time = kinds_[k].last ? c.total : c.total - c.head;
+      occupancy[k] += time;
+      trip += time * static_cast<std::int64_t>(kinds_[k].count);
+      IterationCost& sum = sums[k];
+      sum.gemm += c.gemm;
+      sum.attention += c.attention;
+      sum.elementwise += c.elementwise;
+      sum.all_reduce += c.all_reduce;
+      sum.layer += c.layer;
+      sum.layer_attention += c.layer_attention;
+      sum.head += kinds_[k].last ? c.head : sim::Tick::zero();
+      sum.flops += c.flops;
+      sum.hbm_bytes += c.hbm_bytes;
+      sum.interconnect_bytes += c.interconnect_bytes;
+      sum.network_bytes += c.network_bytes;
+      sum.kernels += c.kernels;
+    }
+    const auto tokens = static_cast<double>(tokens_of(part));
+    const auto within = static_cast<std::int64_t>(stages_ - 1 - crossings_);
+    trip += send_time(gpu_link_, tokens) * within;
+    if (crossings_ > 0) {
+      trip += send_time(network_, tokens) * static_cast<std::int64_t>(crossings_);
+    }
+    longest_trip = std::max(longest_trip, trip);
+    sent_per_gpu += 2.0 * tokens * hidden_ * activation_bytes_ / tp_;
+  }
+  const auto busiest = static_cast<std::size_t>(
+      std::max_element(occupancy.begin(), occupancy.end()) - occupancy.begin());
+  IterationCost round = sums[busiest];
+  round.total = std::max(occupancy[busiest], longest_trip);
+  // Sends and gathers, the mean GPU's: every stage but the last sends each micro-batch on, every
+  // stage but the first gathers it.
+  const double sending = (stages_ - 1.0) / stages_;
+  const double gathered = sent_per_gpu * (tp_ - 1.0) * sending;
+  round.interconnect_bytes += sent_per_gpu * (stages_ - 1.0 - crossings_) / stages_ + gathered;
+  round.network_bytes += sent_per_gpu * crossings_ / stages_;
+  return round;
+}
+
+}  // namespace kvtier::hw

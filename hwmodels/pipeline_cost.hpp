@@ -1,0 +1,68 @@
+#pragma once
+// An engine iteration over pipeline stages (pipeline parallelism: vLLM's
+// --pipeline-parallel-size). Each stage is a tensor-parallel group holding a contiguous slice of
+// the layers (pipeline_stage_layers); the first holds the embedding, the last the LM head.
+//
+// An iteration's batch is split into as many micro-batches as there are stages. They follow one
+// another through the stages, as vLLM V1 keeps that many batches in flight. Between stages a
+// micro-batch's hidden states and residual cross: every GPU sends its 1/TP slice to its peer of
+// the next stage, which all-gathers them. In steady state every micro-batch advances one step
+// per round. A round lasts as long as the busiest stage takes for all the micro-batches, or as
+// one micro-batch's trip through every stage and its sends, whichever is longer.
+
+#include <cstdint>
+#include <vector>
+
+#include "configs/schema/hardware.pb.h"
+#include "configs/schema/model.pb.h"
+#include "hwmodels/iteration_cost.hpp"
+#include "hwmodels/model_shape.hpp"
+
+namespace kvtier::hw {
+
+// `batch` dealt out to `parts` micro-batches: decoding requests as evenly as whole ones go
+// (their context in proportion), each prefill chunk to the micro-batch with the fewest tokens so
+// far, and the logits of prompts finishing dealt in turn to the micro-batches holding chunks.
+// Micro-batches left empty are dropped.
+[[nodiscard]] std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch,
+                                                               std::uint32_t parts);
+
+class PipelineCostModel {
+ public:
+  // `links`: the GPU link within a node and the network between nodes. With stages, every
+  // stage's tensor-parallel group lies within a node (configs/impl/consistency.cpp); stages
+  // meet over the GPU link within a node and over the network across nodes.
+  PipelineCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
+                    const GroupLinks& links, const Parallelism& parallelism);
+
+  // A round of `batch` (one step of every request in it); with one stage, IterationCostModel's
+  // cost of the iteration. Per-GPU figures are of the busiest stage's GPUs, but the sends
+  // between stages, which are the mean GPU's.
+  [[nodiscard]] IterationCost cost(const BatchShape& batch) const;
+  [[nodiscard]] const GpuModel& gpu() const noexcept { return kinds_.front().model.gpu(); }
+  [[nodiscard]] std::uint32_t stages() const noexcept { return stages_; }
+
+ private:
+  // Stages that cost alike: their layer count, dense layers and whether they hold the LM head.
+  struct StageKind {
+    IterationCostModel model;
+    std::uint32_t count = 0;  // stages of this kind
+    bool last = false;
+    std::uint32_t layers = 0;
+    std::uint32_t dense = 0;  // a mixture of experts' first dense layers among them
+  };
+  // One micro-batch's sends from a stage to the next, within a node or across.
+  [[nodiscard]] sim::Tick send_time(const config::LinkSpec& link, double tokens) const;
+
+  std::vector<StageKind> kinds_;
+  std::uint32_t stages_ = 1;
+  std::uint32_t tp_ = 1;
+  double hidden_ = 0.0;
+  double activation_bytes_ = 0.0;  // per value of the hidden states sent
+  config::LinkSpec gpu_link_;
+  config::LinkSpec network_;
+  // Stage boundaries between nodes (the rest within one).
+  std::uint32_t crossings_ = 0;
+};
+
+}  // namespace kvtier::hw
