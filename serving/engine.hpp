@@ -150,8 +150,8 @@ struct EngineHooks {
 
 class ServingEngine {
  public:
-  // `tiers` (not owned; null for the full cache) must outlive the engine. A role other than
-  // kPrefillAndDecode needs the full cache (a ConfigError otherwise).
+  // `tiers` (not owned; null for the full cache) must outlive the engine. A prefill engine holds
+  // the full cache (std::logic_error otherwise: the cluster gives the policy to decode engines).
   ServingEngine(sim::Simulator& simulator, const config::RunSpec& run, Workload workload,
                 const TierDemand* tiers = nullptr, EngineRole role = EngineRole::kPrefillAndDecode);
   ServingEngine(const ServingEngine&) = delete;

@@ -549,10 +549,10 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
   if (tiers_ == nullptr || request.whole_in_hbm) {
     // The step writes the KV of the newest token. A decode engine's request received whole
     // (or on its way) is placed by its first step, which reads it all in HBM: its host share
-    // counts from its admission on, as a prefill's does.
+    // counts from its admission on, as a prefill's does (none when that step is its last).
     bytes.hbm = plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated) -
                 cached_blocks_held(request);
-    if (tiers_ != nullptr) {
+    if (tiers_ != nullptr && request.generated + 1 < request.spec.output_tokens) {
       const std::uint64_t context = attended(request);
       for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
         const LayerDemand demand = tiers_->at(id, context, layer, true);
@@ -732,6 +732,10 @@ void ServingEngine::try_start_iteration() {
   totals_.max_running = std::max<std::uint64_t>(totals_.max_running, running_.size());
   if (decoding_now_.empty() && prefilling_now_.empty()) {
     iteration_in_flight_ = false;
+    // A decode engine may have admitted requests whose KV is on its way: their blocks are taken
+    // now, though no iteration runs to count them.
+    kv_used_.set(kv_in_use());
+    full_kv_.set(full_kv_in_use());
     if (prefix_host_) {
       (void)time_prefix_copies(sim::Tick::zero());
     }
@@ -906,21 +910,32 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
 
 void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint64_t context,
                                    double& resident) {
-  // Its KV came whole over the kv_link into HBM: its first step reads every token there (nothing
-  // staged or promoted), then offloads what the policy's placement after the step holds off
-  // HBM, T1 tokens at full precision and T2 ones as their compressed bytes (evicted ones are
-  // dropped), as the placement of a prompt prefilled here is offloaded.
+  // Its KV came whole over the kv_link into HBM: its first step reads there every token the
+  // policy keeps (nothing staged or promoted), then offloads what the policy's placement after
+  // the step holds off HBM, T1 tokens at full precision and T2 ones as their compressed bytes
+  // (evicted ones are dropped), as the placement of a prompt prefilled here is offloaded. A
+  // request whose first step here is its last is not placed.
+  const bool last = request.generated + 1 >= request.spec.output_tokens;
   for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
     const LayerDemand demand = tiers_->at(id, context, layer, true);
+    resident += demand.hbm + demand.host + demand.compressed + 1.0;
+    if (last) {
+      continue;
+    }
     layer_copies_[layer].offloaded_full += demand.host_after * bytes_per_token_layer_;
     layer_copies_[layer].offloaded_compressed +=
         demand.compressed_after * compressed_bytes_per_token_layer_;
-    resident += demand.hbm + demand.host + demand.compressed + 1.0;
     request.tier_hbm +=
         in_whole_blocks(demand.hbm_after, plan_.block_tokens) * bytes_per_token_layer_;
     request.tier_host += host_bytes(demand.host_after, demand.compressed_after);
   }
+  if (last) {
+    request.tier_hbm = plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated);
+  }
   request.whole_in_hbm = false;
+  // Nothing of its T1 is staged: its next step copies all of it in, even with differential
+  // prefetch.
+  request.first_decode = request.generated + 1;
 }
 
 void ServingEngine::finish_iteration() {

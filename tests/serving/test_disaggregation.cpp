@@ -273,6 +273,18 @@ RunSpec tiered_split(const std::string& policy, const std::vector<std::string>& 
   return run;
 }
 
+// A cluster that has served `workload` under `run`'s policy, with its demand.
+struct TieredServed {
+  TieredServed(const RunSpec& run, const Workload& workload)
+      : tiers(run, run.policy(), workload), cluster(simulator, run, workload, &tiers) {
+    cluster.start();
+    simulator.run();
+  }
+  kvtier::serving::TierDemand tiers;
+  kvtier::sim::Simulator simulator;
+  Cluster cluster;
+};
+
 }  // namespace
 
 TEST_CASE("decode engines with everything in HBM tier exactly as the full cache",
@@ -289,16 +301,15 @@ TEST_CASE("decode engines with everything in HBM tier exactly as the full cache"
 }
 
 TEST_CASE("a decode engine places the KV it receives after its first step", "[disaggregation]") {
-  // One request of 2,048 prompt tokens decoded once on a decode engine: its KV lands whole in
-  // HBM, its step reads it there (no prefetch), and then what the policy's placement holds off
-  // HBM is offloaded: Monarch's cold pages, compressed (T2).
-  RunSpec run = tiered_split("monarch");
-  const Workload workload = open_loop({request_at(0, 2048, 2)});
-  kvtier::serving::TierDemand tiers(run, run.policy(), workload);
-  kvtier::sim::Simulator simulator;
-  Cluster cluster(simulator, run, workload, &tiers);
-  cluster.start();
-  simulator.run();
+  // One request of 2,048 prompt tokens decoded twice on a decode engine: its KV lands whole in
+  // HBM, its first step reads it there (no prefetch), and then what the policy's placement holds
+  // off HBM is offloaded: Monarch's cold pages, compressed (T2). Its second step copies them in
+  // and makes its own moves.
+  const RunSpec run = tiered_split("monarch");
+  const TieredServed served(run, open_loop({request_at(0, 2048, 3)}));
+  const kvtier::serving::TierDemand& tiers = served.tiers;
+  const Cluster& cluster = served.cluster;
+  REQUIRE(!tiers.differential_prefetch());
   const auto& prefill = cluster.engine(0).totals();
   REQUIRE(prefill.requests_handed_off == 1);
   CHECK(prefill.h2d_bytes == 0.0);  // a prefill engine holds the prompt whole
@@ -307,25 +318,73 @@ TEST_CASE("a decode engine places the KV it receives after its first step", "[di
   // The decode engine the request went to (least outstanding: the first).
   const kvtier::serving::ServingEngine& decode = cluster.engine(1);
   REQUIRE(decode.totals().requests_completed == 1);
-  CHECK(decode.totals().h2d_bytes == 0.0);
   const double full = kvtier::hw::kv_bytes_per_token_per_layer_per_gpu(
       run.model(), run.tensor_parallel_degree(), kvtier::hw::AttentionSplit::kHeads);
   const auto vectors = kvtier::hw::kv_vectors_per_token_per_layer(run.model());
   const double compressed = tiers.compressed_format().vectors_bytes(
       static_cast<double>(vectors.count), static_cast<double>(vectors.width));
-  double offloaded = 0.0;
+  double placed = 0.0;
   double cold = 0.0;
+  double second_in = 0.0;
+  double second_out = 0.0;
   for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
-    const auto placed = tiers.at(0, 2049, layer, true);
-    offloaded += placed.host_after * full + placed.compressed_after * compressed;
-    cold += placed.compressed_after;
+    const auto first = tiers.at(0, 2049, layer, true);
+    placed += first.host_after * full + first.compressed_after * compressed;
+    cold += first.compressed_after;
+    const auto second = tiers.at(0, 2050, layer, true);
+    second_in += second.host * full + second.compressed * compressed +
+                 (second.promoted - second.promoted_from_compressed) * full +
+                 second.promoted_from_compressed * compressed;
+    second_out += second.demoted * full + second.compressed_from_hbm * compressed;
   }
   CHECK(cold > 0.0);
-  CHECK(decode.totals().d2h_bytes == Approx(offloaded).epsilon(1e-12));
-  // Its host share is reserved from its admission on.
-  CHECK(decode.host_kv_reserved().max() >= offloaded);
+  CHECK(decode.totals().d2h_bytes == Approx(placed + second_out).epsilon(1e-12));
+  CHECK(decode.totals().h2d_bytes == Approx(second_in).epsilon(1e-12));
+  CHECK(second_in > 0.0);
+  // Its host share is reserved from its admission on, and held once placed.
+  CHECK(decode.host_kv_reserved().max() >= placed);
+  CHECK(decode.host_kv_used().max() >= placed);
   // HBM held the prompt whole and the step's token before the placement.
   CHECK(decode.kv_reserved().max() >= decode.memory().kv_bytes_for(2049));
+  CHECK(decode.kv_used().max() >= decode.memory().kv_bytes_for(2048));
+}
+
+TEST_CASE("a decode engine's request whose first step is its last is not placed",
+          "[disaggregation]") {
+  const TieredServed served(tiered_split("monarch"), open_loop({request_at(0, 2048, 2)}));
+  const kvtier::serving::ServingEngine& decode = served.cluster.engine(1);
+  REQUIRE(decode.totals().requests_completed == 1);
+  CHECK(decode.totals().d2h_bytes == 0.0);
+  CHECK(decode.totals().h2d_bytes == 0.0);
+  CHECK(decode.host_kv_used().max() == 0.0);
+  // Its KV is counted from its admission, before any iteration of this engine runs.
+  CHECK(decode.kv_used().max() >= decode.memory().kv_bytes_for(2048));
+}
+
+TEST_CASE("a decode engine reserves a received prompt whole whatever its policy keeps",
+          "[disaggregation]") {
+  // StreamingLLM keeps 1,024 tokens of a 2,048-token prompt; the prompt still lands whole.
+  const TieredServed served(tiered_split("streaming"), open_loop({request_at(0, 2048, 16)}));
+  const kvtier::serving::ServingEngine& decode = served.cluster.engine(1);
+  CHECK(decode.hbm_reservation(0) == decode.memory().kv_bytes_for(2049));
+  CHECK(served.cluster.engine(0).hbm_reservation(0) == decode.memory().kv_bytes_for(2048));
+}
+
+TEST_CASE("decode engines admitted on demand keep their host shares within host memory",
+          "[disaggregation]") {
+  // Monarch moves a prompt's cold pages to the host at once; host memory cut to 16 GiB (2 GiB a
+  // GPU), less than 24 requests' cold pages on each decode engine.
+  const auto metrics = kvtier::test::serving_metrics(tiered_split(
+      "monarch",
+      {"workload.on_demand_admission.watermark=0.01", "hardware.node.host.capacity_gib=16",
+       "workload.closed_loop.concurrency=48", "workload.closed_loop.num_requests=48",
+       "workload.closed_loop.prompt_tokens.fixed_tokens=8192",
+       "workload.closed_loop.output_tokens.fixed_tokens=64"}));
+  CHECK(metrics.at("requests_completed") == 48);
+  CHECK(metrics.at("admissions_held_by_host") > 0);
+  CHECK(metrics.at("host_kv_used_peak_gib") > 0.0);
+  CHECK(metrics.at("host_kv_used_peak_gib") <= metrics.at("host_kv_capacity_gib"));
+  CHECK(metrics.at("hbm_kv_used_peak_gib") <= metrics.at("hbm_kv_capacity_gib"));
 }
 
 TEST_CASE("decode engines tier the KV they receive, and the report gives theirs",
