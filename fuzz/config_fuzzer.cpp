@@ -588,6 +588,15 @@ void write_seeds(const fs::path& folder) {
                  "tensor_parallel_degree=16\n"
                  "hardware.num_nodes=2\n"
                  "hardware.network.preset=InfiniBand-NDR\n");
+  // Pipeline stages over two nodes, a stage a node.
+  write_seed(folder, "run-small-pipeline", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/llama70b-tp4-1000.textproto") +
+                 kOverridesSeparator + std::string(kShrink) +
+                 "tensor_parallel_degree=8\n"
+                 "pipeline_parallel_degree=2\n"
+                 "hardware.num_nodes=2\n"
+                 "hardware.network.preset=InfiniBand-NDR\n");
   write_seed(folder, "run-small-cluster", Target::kConfig,
              std::string(1, kind_byte("run")) +
                  read_file(source / "configs/examples/cluster-routing.textproto") +
