@@ -43,6 +43,11 @@ struct IterationCost {
   sim::Tick layer;
   sim::Tick layer_attention;  // the attention part of `layer`
   sim::Tick head;
+  // Of the totals below, the head's share (a pipeline stage without the LM head leaves it out).
+  sim::Tick head_gemm;
+  double head_flops = 0.0;
+  double head_hbm_bytes = 0.0;
+  std::uint32_t head_kernels = 0;
   double flops = 0.0;               // per GPU
   double hbm_bytes = 0.0;           // per GPU
   double interconnect_bytes = 0.0;  // per GPU, sent over the GPU link within its node

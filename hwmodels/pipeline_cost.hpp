@@ -21,19 +21,25 @@
 namespace kvtier::hw {
 
 // `batch` dealt out to `parts` micro-batches: decoding requests as evenly as whole ones go
-// (their context in proportion), each prefill chunk to the micro-batch with the fewest tokens so
-// far, and the logits of prompts finishing dealt in turn to the micro-batches holding chunks.
-// Micro-batches left empty are dropped.
+// (their context in proportion, the first micro-batches taking one more), then each prefill
+// chunk in turn to the first micro-batch it fits beside what it holds, within
+// `tokens_per_part` tokens (a micro-batch's budget, as the engine cut the chunks to fill them
+// in order), or to the one with the fewest tokens when none has room or the budget is 0; the
+// logits of prompts finishing dealt in turn to the micro-batches holding chunks. Micro-batches
+// left empty are dropped.
 [[nodiscard]] std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch,
-                                                               std::uint32_t parts);
+                                                               std::uint32_t parts,
+                                                               std::uint64_t tokens_per_part = 0);
 
 class PipelineCostModel {
  public:
   // `links`: the GPU link within a node and the network between nodes. With stages, every
   // stage's tensor-parallel group lies within a node (configs/impl/consistency.cpp); stages
   // meet over the GPU link within a node and over the network across nodes.
+  // `micro_batch_tokens`: each micro-batch's token budget (0: none; split_into_micro_batches).
   PipelineCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
-                    const GroupLinks& links, const Parallelism& parallelism);
+                    const GroupLinks& links, const Parallelism& parallelism,
+                    std::uint64_t micro_batch_tokens = 0);
 
   // A round of `batch` (one step of every request in it); with one stage, IterationCostModel's
   // cost of the iteration. Per-GPU figures are of the busiest stage's GPUs, but the sends
@@ -41,6 +47,8 @@ class PipelineCostModel {
   [[nodiscard]] IterationCost cost(const BatchShape& batch) const;
   [[nodiscard]] const GpuModel& gpu() const noexcept { return kinds_.front().model.gpu(); }
   [[nodiscard]] std::uint32_t stages() const noexcept { return stages_; }
+  // The micro-batches a round of `batch` has (1 with one stage).
+  [[nodiscard]] std::size_t micro_batches(const BatchShape& batch) const;
 
  private:
   // Stages that cost alike: their layer count, dense layers and whether they hold the LM head.
@@ -56,6 +64,7 @@ class PipelineCostModel {
 
   std::vector<StageKind> kinds_;
   std::uint32_t stages_ = 1;
+  std::uint64_t micro_batch_tokens_ = 0;
   std::uint32_t tp_ = 1;
   double hidden_ = 0.0;
   double activation_bytes_ = 0.0;  // per value of the hidden states sent

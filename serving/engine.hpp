@@ -454,6 +454,8 @@ class ServingEngine {
   double host_reserved_bytes_ = 0.0;
   bool iteration_in_flight_ = false;
   bool start_pending_ = false;
+  // With pipeline stages: the prefill tokens each micro-batch of this round has room for.
+  std::vector<std::uint64_t> micro_room_;
   std::vector<std::uint32_t> decoding_now_;
   std::vector<PlannedChunk> prefilling_now_;
   sim::Tick iteration_started_;

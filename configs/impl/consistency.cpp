@@ -656,10 +656,10 @@ void check_pipeline(const RunSpec& run, const std::string& path, Problems& probl
     problems.push_back(
         {at(path, "hardware.network.kind"), "the network between nodes must be a NETWORK link"});
   }
-  if (tp > 1 && !node.has_gpu_link()) {
+  if ((tp > 1 || per_node / tp >= 2) && !node.has_gpu_link()) {
     problems.push_back({field, named +
-                                   ": a stage's tensor-parallel group needs the node's GPU "
-                                   "link, and node " +
+                                   ": the GPUs of a stage, and stages within one node, meet over "
+                                   "the node's GPU link, and node " +
                                    node.name() + " has none"});
   }
 }

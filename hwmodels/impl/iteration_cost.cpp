@@ -534,6 +534,10 @@ IterationCost IterationCostModel::cost(const BatchShape& batch) const {
   cost.layer = sim::Tick::ps(layers_time.picoseconds() / layers);
   cost.layer_attention = layer.attention;  // the same in every layer
   cost.head = head.gemm + head.attention + head.elementwise;
+  cost.head_gemm = head.gemm;
+  cost.head_flops = head.flops;
+  cost.head_hbm_bytes = head.hbm_bytes;
+  cost.head_kernels = head.kernels;
   cost.flops = all_layers.flops + head.flops;
   cost.hbm_bytes = all_layers.hbm_bytes + head.hbm_bytes;
   cost.interconnect_bytes = all_layers.interconnect_bytes;

@@ -19,7 +19,8 @@ std::uint64_t tokens_of(const BatchShape& batch) {
 
 }  // namespace
 
-std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::uint32_t parts) {
+std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::uint32_t parts,
+                                                 std::uint64_t tokens_per_part) {
   std::vector<BatchShape> micro(parts);
   std::vector<std::uint64_t> load(parts, 0);
   std::uint64_t context_left = batch.decode_context_tokens;
@@ -37,11 +38,19 @@ std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::u
   }
   std::vector<std::uint32_t> chunks_in(parts, 0);
   for (const PrefillChunk& chunk : batch.prefill) {
-    const auto lightest =
-        static_cast<std::uint32_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    micro[lightest].prefill.push_back(chunk);
-    load[lightest] += chunk.tokens;
-    ++chunks_in[lightest];
+    auto chosen = static_cast<std::uint32_t>(
+        std::find_if(load.begin(), load.end(),
+                     [&](std::uint64_t tokens) {
+                       return tokens_per_part > 0 && tokens + chunk.tokens <= tokens_per_part;
+                     }) -
+        load.begin());
+    if (chosen == parts) {
+      chosen =
+          static_cast<std::uint32_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    }
+    micro[chosen].prefill.push_back(chunk);
+    load[chosen] += chunk.tokens;
+    ++chunks_in[chosen];
   }
   // The logits of prompts that finish (which chunks those are the shape does not say).
   std::uint64_t finishing =
@@ -64,8 +73,12 @@ std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::u
 }
 
 PipelineCostModel::PipelineCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,
-                                     const GroupLinks& links, const Parallelism& parallelism)
-    : stages_(parallelism.pipeline_stages), tp_(parallelism.gpus), hidden_(model.hidden_size()) {
+                                     const GroupLinks& links, const Parallelism& parallelism,
+                                     std::uint64_t micro_batch_tokens)
+    : stages_(parallelism.pipeline_stages),
+      micro_batch_tokens_(micro_batch_tokens),
+      tp_(parallelism.gpus),
+      hidden_(model.hidden_size()) {
   if (stages_ <= 1) {
     kinds_.push_back({IterationCostModel(model, gpu, links, parallelism), 1, true,
                       model.num_hidden_layers(), 0});
@@ -113,11 +126,16 @@ sim::Tick PipelineCostModel::send_time(const config::LinkSpec& link, double toke
   return point_to_point_time(link, bytes / tp_) + ring_all_gather_time(gpu_link_, tp_, bytes);
 }
 
+std::size_t PipelineCostModel::micro_batches(const BatchShape& batch) const {
+  return stages_ <= 1 ? 1 : split_into_micro_batches(batch, stages_, micro_batch_tokens_).size();
+}
+
 IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
   if (stages_ <= 1) {
     return kinds_.front().model.cost(batch);
   }
-  const std::vector<BatchShape> micro = split_into_micro_batches(batch, stages_);
+  const std::vector<BatchShape> micro =
+      split_into_micro_batches(batch, stages_, micro_batch_tokens_);
   std::vector<sim::Tick> occupancy(kinds_.size());
   std::vector<IterationCost> sums(kinds_.size());
   sim::Tick longest_trip;
@@ -125,10 +143,21 @@ IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
   for (const BatchShape& part : micro) {
     sim::Tick trip;
     for (std::size_t k = 0; k < kinds_.size(); ++k) {
-      const IterationCost c = kinds_[k].model.cost(part);
-      const sim::Tick time = kinds_[k].last ? c.total : c.total - c.head;
-      occupancy[k] += time;
-      trip += time * static_cast<std::int64_t>(kinds_[k].count);
+      IterationCost c = kinds_[k].model.cost(part);
+      if (!kinds_[k].last) {
+        // No LM head here (its embedding lookup, a sliver, stays on the first stage's count).
+        c.total -= c.head;
+        c.gemm -= c.head_gemm;
+        c.elementwise -= c.head - c.head_gemm;
+        c.flops -= c.head_flops;
+        c.hbm_bytes -= c.head_hbm_bytes;
+        c.kernels -= c.head_kernels;
+        c.head = c.head_gemm = sim::Tick::zero();
+        c.head_flops = c.head_hbm_bytes = 0.0;
+        c.head_kernels = 0;
+      }
+      occupancy[k] += c.total;
+      trip += c.total * static_cast<std::int64_t>(kinds_[k].count);
       IterationCost& sum = sums[k];
       sum.gemm += c.gemm;
       sum.attention += c.attention;
@@ -136,7 +165,11 @@ IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
       sum.all_reduce += c.all_reduce;
       sum.layer += c.layer;
       sum.layer_attention += c.layer_attention;
-      sum.head += kinds_[k].last ? c.head : sim::Tick::zero();
+      sum.head += c.head;
+      sum.head_gemm += c.head_gemm;
+      sum.head_flops += c.head_flops;
+      sum.head_hbm_bytes += c.head_hbm_bytes;
+      sum.head_kernels += c.head_kernels;
       sum.flops += c.flops;
       sum.hbm_bytes += c.hbm_bytes;
       sum.interconnect_bytes += c.interconnect_bytes;

@@ -34,7 +34,8 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       run_(run),
       workload_(std::move(workload)),
       plan_(plan_memory(run)),
-      cost_model_(run.model(), run.hardware().node().gpu(), group_links(run), parallelism(run)),
+      cost_model_(run.model(), run.hardware().node().gpu(), group_links(run), parallelism(run),
+                  run.workload().prefill_chunk_tokens()),
       // With pipeline stages each micro-batch has the budget (vLLM V1 schedules each batch in
       // flight as any other), a request's chunk at most one of them.
       prefill_budget_(std::uint64_t{run.workload().prefill_chunk_tokens()} * pipeline_stages(run)),
@@ -428,6 +429,18 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
   }
   batch.decode_tokens = decoding_now_.size();
   budget -= std::min<std::uint64_t>(budget, batch.decode_tokens);
+  if (cost_model_.stages() > 1) {
+    // Each micro-batch's budget holds its share of the decodes (dealt as the cost model deals
+    // them) and the chunks that fill it, one micro-batch after another.
+    const std::uint32_t stages = cost_model_.stages();
+    const std::uint64_t per_micro_batch = run_.workload().prefill_chunk_tokens();
+    micro_room_.assign(stages, 0);
+    for (std::uint32_t m = 0; m < stages; ++m) {
+      const std::uint64_t decodes =
+          batch.decode_tokens / stages + (m < batch.decode_tokens % stages ? 1 : 0);
+      micro_room_[m] = per_micro_batch > decodes ? per_micro_batch - decodes : 0;
+    }
+  }
   for (const std::uint32_t id : running_) {
     // A request whose KV is still crossing the kv_link has its prompt already.
     if (budget > 0 && prefilling(requests_[id]) && !requests_[id].receiving) {
@@ -439,8 +452,17 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
 
 void ServingEngine::add_chunk(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
   const Request& request = requests_[id];
-  const std::uint64_t tokens =
-      std::min({budget, chunk_cap_, request.prefill_target - request.prefilled});
+  std::uint64_t tokens = std::min({budget, chunk_cap_, request.prefill_target - request.prefilled});
+  if (!micro_room_.empty()) {
+    // Within the first micro-batch with room (a request is in one micro-batch of a round).
+    const auto room = std::find_if(micro_room_.begin(), micro_room_.end(),
+                                   [](std::uint64_t left) { return left > 0; });
+    tokens = room == micro_room_.end() ? 0 : std::min(tokens, *room);
+    if (tokens == 0) {
+      return;
+    }
+    *room -= tokens;
+  }
   budget -= tokens;
   prefilling_now_.push_back(PlannedChunk{id, tokens});
   batch.prefill.push_back(hw::PrefillChunk{tokens, request.prefilled});
@@ -766,6 +788,14 @@ void ServingEngine::try_start_iteration() {
     duration = time_prefix_copies(duration);
   }
   const sim::Tick host_wait = time_host_recodes(duration);
+  sim::Tick overhead = iteration_overhead_;
+  if (cost_model_.stages() > 1) {
+    // The engine schedules each micro-batch in turn on the host: a round lasts at least all of
+    // their overheads, the GPUs' work beside them.
+    const sim::Tick scheduling =
+        iteration_overhead_ * static_cast<std::int64_t>(cost_model_.micro_batches(batch));
+    overhead = std::max(overhead, scheduling - duration);
+  }
   iteration_in_flight_ = true;
   iteration_started_ = simulator_.now();
   totals_.flops += cost.flops;
@@ -773,8 +803,7 @@ void ServingEngine::try_start_iteration() {
   totals_.interconnect_bytes += cost.interconnect_bytes;
   totals_.network_bytes += cost.network_bytes;
   totals_.busy += duration;
-  simulator_.schedule_after(duration + iteration_overhead_ + host_wait,
-                            [this] { finish_iteration(); });
+  simulator_.schedule_after(duration + overhead + host_wait, [this] { finish_iteration(); });
 }
 
 sim::Tick ServingEngine::time_swaps() {

@@ -138,7 +138,7 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
     // Advice the hardware can take: a higher degree where the node has the GPUs for one, or
     // over more nodes where its GPUs share an NVLink switch.
     std::string advice;
-    if (2 * run.tensor_parallel_degree() <= node.gpus_per_node()) {
+    if (2 * gpus_per_engine(run) <= node.gpus_per_node()) {
       advice = "raise the TP degree";
     } else if (node.gpu_interconnect() == config::NVLINK_SWITCH) {
       advice =

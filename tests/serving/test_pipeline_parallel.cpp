@@ -214,6 +214,65 @@ TEST_CASE("pipeline stages the hardware or the model cannot take are refused", "
            "tiering.synthetic_pattern=reasoning", "tiering.prefetch_lookahead_layers=1",
            "tiering.host_allocation=PINNED", "tiering.copy_method=COPY_ENGINES"},
           "modelled with the full cache only");
+  // Nodes of two GPUs without a GPU link: two one-GPU stages in each.
+  refused({"hardware.node.preset=workstation-rtx5080", "hardware.node.gpus_per_node=2",
+           "hardware.node.gpu_interconnect=PCIE_PEER", "pipeline_parallel_degree=4",
+           "hardware.num_nodes=2", "hardware.network.preset=InfiniBand-NDR"},
+          "meet over the node's GPU link");
   CHECK_NOTHROW(run_with({"tensor_parallel_degree=4", "pipeline_parallel_degree=4",
                           "hardware.num_nodes=2", "hardware.network.preset=InfiniBand-NDR"}));
+}
+
+TEST_CASE("a request's prefill takes one micro-batch's budget a round", "[serving]") {
+  // The small run's budget is 512 tokens a micro-batch: a 2,048-token prompt alone takes four
+  // rounds of two stages, not two, then its one decode step.
+  const auto metrics = kvtier::test::serving_metrics(
+      run_with({"pipeline_parallel_degree=2", "workload.closed_loop.concurrency=1",
+                "workload.closed_loop.num_requests=1",
+                "workload.closed_loop.prompt_tokens.fixed_tokens=2048",
+                "workload.closed_loop.output_tokens.fixed_tokens=2"}));
+  CHECK(metrics.at("iterations") == 5);
+}
+
+TEST_CASE("micro-batches fill their budgets in order", "[iteration_cost]") {
+  // Budgets of 8,192: two chunks of 4,000 fill the first, the 8,192-token one the second.
+  BatchShape batch;
+  batch.prefill = {PrefillChunk{4000, 0}, PrefillChunk{4000, 0}, PrefillChunk{8192, 0}};
+  batch.logits_tokens = 0;
+  const auto micro = kvtier::hw::split_into_micro_batches(batch, 2, 8192);
+  REQUIRE(micro.size() == 2);
+  CHECK(tokens(micro[0]) == 8000);
+  CHECK(tokens(micro[1]) == 8192);
+}
+
+TEST_CASE("a stage without the LM head leaves out its work", "[iteration_cost]") {
+  // Llama-2-70B in three stages of 27, 27 and 26 layers and a small vocabulary: a first stage is
+  // the busiest, and the round counts its layers' FLOPs only.
+  const kvtier::test::HgxH100Nodes nodes;
+  const ModelSpec llama = preset<ModelSpec>("model", "Llama-2-70B");
+  const PipelineCostModel three(llama, nodes.gpu, nodes.links, staged(2, 3));
+  const auto batch = decode(3, 1000);
+  const IterationCostModel first(kvtier::hw::pipeline_stage_model(llama, 3, 0), nodes.gpu,
+                                 nodes.links, Parallelism{2});
+  const auto one = first.cost(decode(1, 1000));
+  const auto round = three.cost(batch);
+  CHECK(round.head == Tick::zero());
+  CHECK(round.head_flops == 0.0);
+  CHECK(round.flops == Approx(3 * (one.flops - one.head_flops)).epsilon(1e-12));
+  CHECK(round.hbm_bytes == Approx(3 * (one.hbm_bytes - one.head_hbm_bytes)).epsilon(1e-12));
+}
+
+TEST_CASE("a round lasts at least the host's scheduling of every micro-batch", "[serving]") {
+  // Llama-3.1-8B over eight one-GPU stages, 16 requests decoding: eight micro-batches, each
+  // scheduled in turn (3 ms of overhead each), longer than the GPUs' work.
+  const auto metrics = kvtier::test::serving_metrics(
+      run_with({"pipeline_parallel_degree=8", "engine.iteration_overhead_us=3000",
+                "workload.closed_loop.concurrency=16", "workload.closed_loop.num_requests=16",
+                "workload.closed_loop.output_tokens.fixed_tokens=32"}));
+  CHECK(metrics.at("tpot_p50_ms") == Approx(24.0).epsilon(1e-9));
+  // A cluster of two such engines takes 16 GPUs on two nodes.
+  const auto cluster = kvtier::test::serving_metrics(
+      run_with({"pipeline_parallel_degree=8", "cluster.engines=2", "cluster.routing=ROUND_ROBIN"}));
+  CHECK(cluster.at("cluster_gpus") == 16);
+  CHECK(cluster.at("cluster_nodes") == 2);
 }
