@@ -108,11 +108,10 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   const double free_for_kv = gpu.memory_capacity_gib() * kGiB - fixed;
   const std::uint32_t stages = serving::pipeline_stages(run);
   if (stages > 1) {
-    const std::vector<uint32_t> split =
-        hw::pipeline_stage_layers(model.num_hidden_layers(), stages);
     rows.push_back(integer_row("gpus_per_engine", serving::gpus_per_engine(run), "GPUs"));
     rows.push_back(integer_row("layers_of_largest_stage",
-                               *std::max_element(split.begin(), split.end()), "layers"));
+                               hw::largest_pipeline_stage_layers(model.num_hidden_layers(), stages),
+                               "layers"));
   }
   rows.push_back(number_row("weights_per_gpu", weights_per_gpu / kGiB, "GiB", 3));
   rows.push_back(number_row("kv_bytes_per_token_per_gpu", kv_per_token_per_gpu, "B", 1));

@@ -28,6 +28,15 @@ struct BatchShape {
   std::vector<PrefillChunk> prefill;
   // Tokens whose logits are computed: decode tokens plus prompts finishing this iteration.
   std::uint64_t logits_tokens = 0;
+
+  // Every token it processes: the decode tokens and the prefill chunks'.
+  [[nodiscard]] std::uint64_t tokens() const {
+    std::uint64_t sum = decode_tokens;
+    for (const PrefillChunk& chunk : prefill) {
+      sum += chunk.tokens;
+    }
+    return sum;
+  }
 };
 
 struct IterationCost {
@@ -53,6 +62,8 @@ struct IterationCost {
   double interconnect_bytes = 0.0;  // per GPU, sent over the GPU link within its node
   double network_bytes = 0.0;       // per GPU, sent over its adapter to other nodes
   std::uint32_t kernels = 0;
+  // The micro-batches the host schedules for it: 1, or with pipeline stages those with work.
+  std::uint32_t micro_batches = 1;
 };
 
 // The links a tensor-parallel group's collectives cross.

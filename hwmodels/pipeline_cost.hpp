@@ -27,6 +27,14 @@ namespace kvtier::hw {
 // in order), or to the one with the fewest tokens when none has room or the budget is 0; the
 // logits of prompts finishing dealt in turn to the micro-batches holding chunks. Micro-batches
 // left empty are dropped.
+// Of `decodes` decoding requests dealt out to `parts` micro-batches, micro-batch `part`'s: as
+// evenly as whole requests go, the first ones taking one more. (The engine fills the
+// micro-batches' budgets around them.)
+[[nodiscard]] inline std::uint64_t micro_batch_decodes(std::uint64_t decodes, std::uint32_t parts,
+                                                       std::uint32_t part) {
+  return decodes / parts + (part < decodes % parts ? 1 : 0);
+}
+
 [[nodiscard]] std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch,
                                                                std::uint32_t parts,
                                                                std::uint64_t tokens_per_part = 0);
@@ -43,12 +51,10 @@ class PipelineCostModel {
 
   // A round of `batch` (one step of every request in it); with one stage, IterationCostModel's
   // cost of the iteration. Per-GPU figures are of the busiest stage's GPUs, but the sends
-  // between stages, which are the mean GPU's.
+  // between stages, which are the mean GPU's; `micro_batches` counts those with work.
   [[nodiscard]] IterationCost cost(const BatchShape& batch) const;
   [[nodiscard]] const GpuModel& gpu() const noexcept { return kinds_.front().model.gpu(); }
   [[nodiscard]] std::uint32_t stages() const noexcept { return stages_; }
-  // The micro-batches a round of `batch` has (1 with one stage).
-  [[nodiscard]] std::size_t micro_batches(const BatchShape& batch) const;
 
  private:
   // Stages that cost alike: their layer count, dense layers and whether they hold the LM head.

@@ -2,6 +2,7 @@
 
 #include <google/protobuf/descriptor.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -304,13 +305,23 @@ void check_workload(const WorkloadSpec& workload, const std::string& path, Probl
   }
 }
 
+// The first policy of the run (`policy`, then `compare`) other than `full`, if any.
+std::optional<std::string> first_tier_policy(const RunSpec& run) {
+  if (run.policy().has_name() && run.policy().name() != "full") {
+    return run.policy().name();
+  }
+  for (const PolicySpec& other : run.compare()) {
+    if (other.name() != "full") {
+      return other.name();
+    }
+  }
+  return std::nullopt;
+}
+
 // Policies other than `full` place tokens outside HBM, so they need to know where their
 // attention demand comes from and how the tiers move.
 void check_tiering(const RunSpec& run, const std::string& path, Problems& problems) {
-  bool tiered = run.policy().has_name() && run.policy().name() != "full";
-  for (const PolicySpec& other : run.compare()) {
-    tiered = tiered || other.name() != "full";
-  }
+  const bool tiered = first_tier_policy(run).has_value();
   if (!run.has_tiering()) {
     if (tiered) {
       problems.push_back(
@@ -594,20 +605,10 @@ void check_pipeline(const RunSpec& run, const std::string& path, Problems& probl
   if (run.engine().data_parallel_attention()) {
     problems.push_back({field, named + " with engine.data_parallel_attention is not modelled"});
   }
-  std::vector<std::string> tiered;
-  if (run.policy().has_name() && run.policy().name() != "full") {
-    tiered.push_back(run.policy().name());
-  }
-  for (const PolicySpec& other : run.compare()) {
-    if (other.name() != "full") {
-      tiered.push_back(other.name());
-    }
-  }
-  if (!tiered.empty()) {
-    problems.push_back({field,
-                        "pipeline parallelism is modelled with the full cache only, not "
-                        "with policy '" +
-                            tiered.front() + "'"});
+  if (const auto tiered = first_tier_policy(run)) {
+    problems.push_back(
+        {field, "pipeline parallelism is modelled with the full cache only, not with policy '" +
+                    *tiered + "'"});
   }
   const HardwareSpec& hardware = run.hardware();
   const NodeSpec& node = hardware.node();

@@ -218,7 +218,7 @@ double chunk_tokens(const std::vector<PrefillChunk>& chunks) {
 }
 
 double batch_tokens(const BatchShape& batch) {
-  return static_cast<double>(batch.decode_tokens) + chunk_tokens(batch.prefill);
+  return static_cast<double>(batch.tokens());
 }
 
 }  // namespace

@@ -170,6 +170,11 @@ std::vector<uint32_t> pipeline_stage_layers(uint32_t layers, uint32_t stages) {
   return split;
 }
 
+uint32_t largest_pipeline_stage_layers(uint32_t layers, uint32_t stages) {
+  const std::vector<uint32_t> split = pipeline_stage_layers(layers, stages);
+  return *std::max_element(split.begin(), split.end());
+}
+
 config::ModelSpec pipeline_stage_model(const config::ModelSpec& model, uint32_t stages,
                                        uint32_t stage) {
   const std::vector<uint32_t> split = pipeline_stage_layers(model.num_hidden_layers(), stages);

@@ -7,18 +7,6 @@
 #include "hwmodels/collectives.hpp"
 
 namespace kvtier::hw {
-namespace {
-
-std::uint64_t tokens_of(const BatchShape& batch) {
-  std::uint64_t tokens = batch.decode_tokens;
-  for (const PrefillChunk& chunk : batch.prefill) {
-    tokens += chunk.tokens;
-  }
-  return tokens;
-}
-
-}  // namespace
-
 std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::uint32_t parts,
                                                  std::uint64_t tokens_per_part) {
   std::vector<BatchShape> micro(parts);
@@ -26,7 +14,7 @@ std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::u
   std::uint64_t context_left = batch.decode_context_tokens;
   for (std::uint32_t m = 0; m < parts; ++m) {
     BatchShape& part = micro[m];
-    part.decode_tokens = batch.decode_tokens / parts + (m < batch.decode_tokens % parts ? 1 : 0);
+    part.decode_tokens = micro_batch_decodes(batch.decode_tokens, parts, m);
     part.decode_context_tokens =
         m + 1 == parts ? context_left
         : batch.decode_tokens == 0
@@ -68,7 +56,7 @@ std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::u
       throw std::logic_error("a batch finishes more prompts than it has chunks");
     }
   }
-  std::erase_if(micro, [](const BatchShape& part) { return tokens_of(part) == 0; });
+  std::erase_if(micro, [](const BatchShape& part) { return part.tokens() == 0; });
   return micro;
 }
 
@@ -126,10 +114,6 @@ sim::Tick PipelineCostModel::send_time(const config::LinkSpec& link, double toke
   return point_to_point_time(link, bytes / tp_) + ring_all_gather_time(gpu_link_, tp_, bytes);
 }
 
-std::size_t PipelineCostModel::micro_batches(const BatchShape& batch) const {
-  return stages_ <= 1 ? 1 : split_into_micro_batches(batch, stages_, micro_batch_tokens_).size();
-}
-
 IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
   if (stages_ <= 1) {
     return kinds_.front().model.cost(batch);
@@ -176,7 +160,7 @@ IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
       sum.network_bytes += c.network_bytes;
       sum.kernels += c.kernels;
     }
-    const auto tokens = static_cast<double>(tokens_of(part));
+    const auto tokens = static_cast<double>(part.tokens());
     const auto within = static_cast<std::int64_t>(stages_ - 1 - crossings_);
     trip += send_time(gpu_link_, tokens) * within;
     if (crossings_ > 0) {
@@ -189,6 +173,7 @@ IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
       std::max_element(occupancy.begin(), occupancy.end()) - occupancy.begin());
   IterationCost round = sums[busiest];
   round.total = std::max(occupancy[busiest], longest_trip);
+  round.micro_batches = static_cast<std::uint32_t>(micro.size());
   // Sends and gathers, the mean GPU's: every stage but the last sends each micro-batch on, every
   // stage but the first gathers it.
   const double sending = (stages_ - 1.0) / stages_;

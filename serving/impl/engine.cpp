@@ -436,8 +436,7 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
     const std::uint64_t per_micro_batch = run_.workload().prefill_chunk_tokens();
     micro_room_.assign(stages, 0);
     for (std::uint32_t m = 0; m < stages; ++m) {
-      const std::uint64_t decodes =
-          batch.decode_tokens / stages + (m < batch.decode_tokens % stages ? 1 : 0);
+      const std::uint64_t decodes = hw::micro_batch_decodes(batch.decode_tokens, stages, m);
       micro_room_[m] = per_micro_batch > decodes ? per_micro_batch - decodes : 0;
     }
   }
@@ -792,8 +791,7 @@ void ServingEngine::try_start_iteration() {
   if (cost_model_.stages() > 1) {
     // The engine schedules each micro-batch in turn on the host: a round lasts at least all of
     // their overheads, the GPUs' work beside them.
-    const sim::Tick scheduling =
-        iteration_overhead_ * static_cast<std::int64_t>(cost_model_.micro_batches(batch));
+    const sim::Tick scheduling = iteration_overhead_ * std::int64_t{cost.micro_batches};
     overhead = std::max(overhead, scheduling - duration);
   }
   iteration_in_flight_ = true;

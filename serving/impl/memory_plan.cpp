@@ -85,9 +85,8 @@ double kv_bytes_per_token_per_gpu(const config::RunSpec& run) {
   if (stages == 1) {
     return hw::kv_bytes_per_token_per_gpu(model, tp, attention_split(run));
   }
-  const std::vector<uint32_t> split = hw::pipeline_stage_layers(model.num_hidden_layers(), stages);
   return hw::kv_bytes_per_token_per_layer_per_gpu(model, tp, attention_split(run)) *
-         *std::max_element(split.begin(), split.end());
+         hw::largest_pipeline_stage_layers(model.num_hidden_layers(), stages);
 }
 
 MemoryPlan plan_memory(const config::RunSpec& run) {

@@ -40,14 +40,6 @@ Parallelism staged(std::uint32_t gpus, std::uint32_t stages) {
   return parallelism;
 }
 
-std::uint64_t tokens(const BatchShape& batch) {
-  std::uint64_t sum = batch.decode_tokens;
-  for (const PrefillChunk& chunk : batch.prefill) {
-    sum += chunk.tokens;
-  }
-  return sum;
-}
-
 RunSpec run_with(const std::vector<std::string>& sets) {
   return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
 }
@@ -117,7 +109,7 @@ TEST_CASE("a batch is dealt out to micro-batches", "[iteration_cost]") {
   CHECK(micro[1].prefill.size() == 1);
   CHECK(micro[1].prefill[0].tokens == 700);
   CHECK(micro[0].prefill.size() == 2);
-  CHECK(tokens(micro[0]) + tokens(micro[1]) == tokens(batch));
+  CHECK(micro[0].tokens() + micro[1].tokens() == batch.tokens());
   CHECK(micro[0].logits_tokens + micro[1].logits_tokens == batch.logits_tokens);
   CHECK(micro[0].logits_tokens - micro[0].decode_tokens <= micro[0].prefill.size());
   CHECK(micro[1].logits_tokens - micro[1].decode_tokens <= micro[1].prefill.size());
@@ -241,8 +233,8 @@ TEST_CASE("micro-batches fill their budgets in order", "[iteration_cost]") {
   batch.logits_tokens = 0;
   const auto micro = kvtier::hw::split_into_micro_batches(batch, 2, 8192);
   REQUIRE(micro.size() == 2);
-  CHECK(tokens(micro[0]) == 8000);
-  CHECK(tokens(micro[1]) == 8192);
+  CHECK(micro[0].tokens() == 8000);
+  CHECK(micro[1].tokens() == 8192);
 }
 
 TEST_CASE("a stage without the LM head leaves out its work", "[iteration_cost]") {
