@@ -41,6 +41,8 @@ struct Parallelism {
 [[nodiscard]] std::vector<uint32_t> pipeline_stage_layers(uint32_t layers, uint32_t stages);
 // The most layers any of those stages holds.
 [[nodiscard]] uint32_t largest_pipeline_stage_layers(uint32_t layers, uint32_t stages);
+// The stage holding each of `layers` layers, in layer order.
+[[nodiscard]] std::vector<uint32_t> pipeline_stage_of_layers(uint32_t layers, uint32_t stages);
 // The model as one pipeline stage of `stages` sees it: its layers, and of a mixture of experts'
 // first dense layers those that fall in it. (Its embedding and LM head are the whole model's:
 // which stage holds them is the caller's to say.)

@@ -11,6 +11,7 @@
 // one micro-batch's trip through every stage and its sends, whichever is longer.
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "configs/schema/hardware.pb.h"
@@ -25,8 +26,8 @@ namespace kvtier::hw {
 // chunk in turn to the first micro-batch it fits beside what it holds, within
 // `tokens_per_part` tokens (a micro-batch's budget, as the engine cut the chunks to fill them
 // in order), or to the one with the fewest tokens when none has room or the budget is 0; the
-// logits of prompts finishing dealt in turn to the micro-batches holding chunks. Micro-batches
-// left empty are dropped.
+// logits of prompts finishing dealt in turn to the micro-batches holding chunks. Micro-batch m is
+// element m, empty or not.
 // Of `decodes` decoding requests dealt out to `parts` micro-batches, micro-batch `part`'s: as
 // evenly as whole requests go, the first ones taking one more. (The engine fills the
 // micro-batches' budgets around them.)
@@ -38,6 +39,18 @@ namespace kvtier::hw {
 [[nodiscard]] std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch,
                                                                std::uint32_t parts,
                                                                std::uint64_t tokens_per_part = 0);
+
+// One stage's work on one micro-batch, for a caller that times it beyond its compute (the
+// tier-aware engine, whose copies run over the stage's layers).
+struct StageWork {
+  std::uint32_t stage = 0;
+  std::uint32_t first_layer = 0;  // the stage's layers: [first_layer, first_layer + layers)
+  std::uint32_t layers = 0;
+  std::uint32_t micro_batch = 0;           // element of split_into_micro_batches
+  const IterationCost* compute = nullptr;  // the stage's own: the LM head on the last stage only
+};
+// How long a stage takes on a micro-batch; at least its compute's total.
+using StageTimer = std::function<sim::Tick(const StageWork&)>;
 
 class PipelineCostModel {
  public:
@@ -52,7 +65,11 @@ class PipelineCostModel {
   // A round of `batch` (one step of every request in it); with one stage, IterationCostModel's
   // cost of the iteration. Per-GPU figures are of the busiest stage's GPUs, but the sends
   // between stages, which are the mean GPU's; `micro_batches` counts those with work.
-  [[nodiscard]] IterationCost cost(const BatchShape& batch) const;
+  // With `time_stage`, each stage's work on each micro-batch lasts what it says (the occupancy
+  // and trips are of those times); without, its compute. With one stage it is not called: the
+  // caller times the iteration's layers itself.
+  [[nodiscard]] IterationCost cost(const BatchShape& batch,
+                                   const StageTimer& time_stage = nullptr) const;
   [[nodiscard]] const GpuModel& gpu() const noexcept { return kinds_.front().model.gpu(); }
   [[nodiscard]] std::uint32_t stages() const noexcept { return stages_; }
 
@@ -69,6 +86,8 @@ class PipelineCostModel {
   [[nodiscard]] sim::Tick send_time(const config::LinkSpec& link, double tokens) const;
 
   std::vector<StageKind> kinds_;
+  std::vector<std::uint32_t> kind_of_stage_;  // index into kinds_
+  std::vector<std::uint32_t> first_layer_of_stage_;
   std::uint32_t stages_ = 1;
   std::uint64_t micro_batch_tokens_ = 0;
   std::uint32_t tp_ = 1;

@@ -47,6 +47,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "configs/schema/run.pb.h"
@@ -290,6 +291,7 @@ class ServingEngine {
   struct PlannedChunk {
     std::uint32_t request;
     std::uint64_t tokens;
+    std::uint32_t micro_batch = 0;  // with pipeline stages, the one it is in
   };
 
   void arrive(std::uint32_t request, sim::Tick arrival);
@@ -370,11 +372,29 @@ class ServingEngine {
   [[nodiscard]] double kv_in_use() const;
   [[nodiscard]] double full_kv_in_use() const;
   [[nodiscard]] double host_kv_in_use() const;
-  // Sets the decode context of `batch` and fills layer_copies_ from the decoding requests'
+  // Sets the decode context of `batch` and fills micro_copies_ from the decoding requests'
   // tier demand and the placement of prompts this iteration completes (tiered runs only).
   void plan_tier_traffic(hw::BatchShape& batch);
-  // A received request's first step: its copies and the resident tokens attention reads.
-  void place_received(Request& request, std::uint32_t id, std::uint64_t context, double& resident);
+  // A received request's first step: its copies (into `copies`, its micro-batch's) and the
+  // resident tokens attention reads.
+  void place_received(Request& request, std::uint32_t id, std::uint64_t context,
+                      std::vector<LayerCopies>& copies, double& resident);
+  // The iteration's duration with its tier copies, and their totals: its compute `cost`, with
+  // pipeline stages each stage's on each micro-batch (PipelineCostModel's StageTimer).
+  [[nodiscard]] sim::Tick time_tier_copies(const hw::BatchShape& batch, hw::IterationCost& cost);
+  // The copies' times over an iteration's stages and micro-batches (Totals' fields of the
+  // same names, before the mean over the stages' GPUs).
+  struct CopyTimes {
+    sim::Tick h2d_busy;
+    sim::Tick d2h_busy;
+    sim::Tick prefetch_stall;
+    sim::Tick copy_wait;
+  };
+  // One stage's layers on one micro-batch with their copies (with one stage, the iteration):
+  // how long they take; adds their copies' times to `times`.
+  [[nodiscard]] sim::Tick time_stage_copies(const hw::IterationCost& compute,
+                                            std::span<const LayerCopies> layers,
+                                            CopyTimes& times) const;
   // Times this iteration's recodes (of `duration` on the GPU) as tiering.host_recode says and
   // returns how long the iteration waits for recodes beyond its own work; zero when not costed.
   sim::Tick time_host_recodes(sim::Tick duration);
@@ -397,11 +417,14 @@ class ServingEngine {
   CopyRates copy_rates_;
   std::uint32_t lookahead_ = 1;
   // Layers whose staging the buffer holds at once: the one computing and those ahead, no more
-  // than the model has (as the live cache's transient regions).
+  // than a GPU holds (as the live cache's transient regions).
   std::uint32_t staged_layers_ = 2;
+  // Each layer's pipeline stage (all 0 without stages): a GPU holds its stage's layers' KV.
+  std::vector<std::uint32_t> stage_of_layer_;
   double bytes_per_token_layer_ = 0.0;             // full precision, this GPU's share
   double compressed_bytes_per_token_layer_ = 0.0;  // T2
-  std::vector<LayerCopies> layer_copies_;
+  // This iteration's copies by micro-batch (one without pipeline stages), each by layer.
+  std::vector<std::vector<LayerCopies>> micro_copies_;
   double tier_staging_bytes_ = 0.0;  // the staging buffer of this iteration's prefetches
   // This iteration's recodes, in token-layers, from plan_tier_traffic.
   double recoded_to_compressed_ = 0.0;

@@ -17,6 +17,7 @@
 // start's for step 0); then the policy observes the step and the step's moves are made. The
 // prefill places the prompt as the request's first decode step finds it.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,8 +59,9 @@ struct LayerDemand {
   double recoded_to_full = 0.0;
 };
 
-// What admission reserves for a request over its whole life, in token-layers (Σ over target
-// layers of tokens): upper bounds from the replay's running maxima. In a paged cache
+// What admission reserves for a request over its whole life, in token-layers (Σ over one GPU's
+// target layers of tokens: all of them, or with pipeline stages those of the stage whose sum is
+// largest at that step): upper bounds from the replay's running maxima. In a paged cache
 // (memory.kv_block_tokens) each layer's T0 counts in whole blocks (in_whole_blocks).
 struct RequestPeaks {
   double hbm_token_layers = 0.0;
@@ -77,14 +79,29 @@ struct ReplayedTrace {
   std::shared_ptr<const MemoDemand> replayed;
   replay::ReplaySummary summary;
   [[nodiscard]] const replay::ReplayDemand& demand() const { return replayed->demand; }
-  // Running maxima over the placements held, [0] the start's and [t + 1] step t's: Σ over target
-  // layers of T0 (in whole blocks in a paged cache), T1, T2 tokens, and the largest T1 + T2 of
-  // any layer. Step t stages placement
+  // Running maxima over the placements held, [0] the start's and [t + 1] step t's: Σ over one
+  // GPU's target layers (the heaviest stage's, StageSums) of T0 (in whole blocks in a paged
+  // cache), T1, T2 tokens, and the largest T1 + T2 of any layer. Step t stages placement
   // [t], so max_staged[t] is the most any layer stages up to step t.
   std::vector<double> max_hbm;
   std::vector<double> max_host;
   std::vector<double> max_compressed;
   std::vector<double> max_staged;
+};
+
+// Sums over the target layers of one GPU. With pipeline stages a GPU holds its stage's layers
+// only, so what one GPU holds is the largest of the stages' sums (with one stage, the sum).
+class StageSums {
+ public:
+  explicit StageSums(const std::vector<std::uint32_t>& stage_of_layer)
+      : stage_of_layer_(&stage_of_layer),
+        sums_(stage_of_layer.empty() ? 1 : stage_of_layer.back() + 1, 0.0) {}
+  void add(std::uint32_t layer, double value) { sums_[(*stage_of_layer_)[layer]] += value; }
+  [[nodiscard]] double busiest() const { return *std::max_element(sums_.begin(), sums_.end()); }
+
+ private:
+  const std::vector<std::uint32_t>* stage_of_layer_;
+  std::vector<double> sums_;
 };
 
 class TierDemand {
@@ -141,6 +158,8 @@ class TierDemand {
 
   std::string canonical_;
   bool differential_ = false;
+  std::vector<std::uint32_t> stage_of_layer_;  // target layer -> pipeline stage
+  std::uint32_t largest_stage_layers_ = 0;
   std::uint32_t block_tokens_ = 0;  // memory.kv_block_tokens; 0: T0 counted a token at a time
   replay::CompressedFormat compressed_format_;  // set by add_demand(), from the replay
   std::vector<ReplayedTrace> traces_;

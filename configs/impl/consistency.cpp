@@ -587,7 +587,8 @@ void check_group_across_nodes(const RunSpec& run, const std::string& path, Probl
 }
 
 // Pipeline stages: each a tensor-parallel group within a node, the stages over as many nodes
-// as they fill, meeting over the node's GPU link or the network between nodes; the full cache.
+// as they fill, meeting over the node's GPU link or the network between nodes; tier policies
+// without host recodes.
 void check_pipeline(const RunSpec& run, const std::string& path, Problems& problems) {
   if (!run.has_pipeline_parallel_degree() || run.pipeline_parallel_degree() <= 1 ||
       !run.has_tensor_parallel_degree()) {
@@ -605,10 +606,10 @@ void check_pipeline(const RunSpec& run, const std::string& path, Problems& probl
   if (run.engine().data_parallel_attention()) {
     problems.push_back({field, named + " with engine.data_parallel_attention is not modelled"});
   }
-  if (const auto tiered = first_tier_policy(run)) {
-    problems.push_back(
-        {field, "pipeline parallelism is modelled with the full cache only, not with policy '" +
-                    *tiered + "'"});
+  if (first_tier_policy(run) && run.tiering().has_host_recode()) {
+    problems.push_back({at(path, "tiering.host_recode"),
+                        "host recodes are not modelled with pipeline parallelism (" + named +
+                            "): each stage's host recodes its own layers"});
   }
   const HardwareSpec& hardware = run.hardware();
   const NodeSpec& node = hardware.node();

@@ -175,6 +175,16 @@ uint32_t largest_pipeline_stage_layers(uint32_t layers, uint32_t stages) {
   return *std::max_element(split.begin(), split.end());
 }
 
+std::vector<uint32_t> pipeline_stage_of_layers(uint32_t layers, uint32_t stages) {
+  std::vector<uint32_t> stage_of;
+  stage_of.reserve(layers);
+  const std::vector<uint32_t> split = pipeline_stage_layers(layers, stages);
+  for (uint32_t s = 0; s < stages; ++s) {
+    stage_of.insert(stage_of.end(), split[s], s);
+  }
+  return stage_of;
+}
+
 config::ModelSpec pipeline_stage_model(const config::ModelSpec& model, uint32_t stages,
                                        uint32_t stage) {
   const std::vector<uint32_t> split = pipeline_stage_layers(model.num_hidden_layers(), stages);

@@ -56,7 +56,6 @@ std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::u
       throw std::logic_error("a batch finishes more prompts than it has chunks");
     }
   }
-  std::erase_if(micro, [](const BatchShape& part) { return part.tokens() == 0; });
   return micro;
 }
 
@@ -84,6 +83,7 @@ PipelineCostModel::PipelineCostModel(const config::ModelSpec& model, const confi
   stage.pipeline_stages = 1;
   const std::uint32_t per_node = links.gpus_per_node;
   const bool spans_nodes = per_node > 0 && tp_ * stages_ > per_node;
+  std::uint32_t layers_before = 0;
   for (std::uint32_t s = 0; s < stages_; ++s) {
     const config::ModelSpec part = pipeline_stage_model(model, stages_, s);
     const bool last = s + 1 == stages_;
@@ -91,9 +91,13 @@ PipelineCostModel::PipelineCostModel(const config::ModelSpec& model, const confi
     const auto same = std::find_if(kinds_.begin(), kinds_.end(), [&](const StageKind& kind) {
       return kind.last == last && kind.layers == part.num_hidden_layers() && kind.dense == dense;
     });
+    first_layer_of_stage_.push_back(layers_before);
+    layers_before += part.num_hidden_layers();
     if (same != kinds_.end()) {
       ++same->count;
+      kind_of_stage_.push_back(static_cast<std::uint32_t>(same - kinds_.begin()));
     } else {
+      kind_of_stage_.push_back(static_cast<std::uint32_t>(kinds_.size()));
       kinds_.push_back(
           {IterationCostModel(part, gpu, links, stage), 1, last, part.num_hidden_layers(), dense});
     }
@@ -114,20 +118,28 @@ sim::Tick PipelineCostModel::send_time(const config::LinkSpec& link, double toke
   return point_to_point_time(link, bytes / tp_) + ring_all_gather_time(gpu_link_, tp_, bytes);
 }
 
-IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
+IterationCost PipelineCostModel::cost(const BatchShape& batch, const StageTimer& time_stage) const {
   if (stages_ <= 1) {
     return kinds_.front().model.cost(batch);
   }
   const std::vector<BatchShape> micro =
       split_into_micro_batches(batch, stages_, micro_batch_tokens_);
-  std::vector<sim::Tick> occupancy(kinds_.size());
+  std::vector<sim::Tick> occupancy(stages_);
   std::vector<IterationCost> sums(kinds_.size());
+  std::vector<IterationCost> kind_costs(kinds_.size());
   sim::Tick longest_trip;
   double sent_per_gpu = 0.0;  // one stage's GPU, all micro-batches
-  for (const BatchShape& part : micro) {
+  std::uint32_t with_work = 0;
+  for (std::uint32_t m = 0; m < micro.size(); ++m) {
+    const BatchShape& part = micro[m];
+    if (part.tokens() == 0) {
+      continue;
+    }
+    ++with_work;
     sim::Tick trip;
     for (std::size_t k = 0; k < kinds_.size(); ++k) {
-      IterationCost c = kinds_[k].model.cost(part);
+      IterationCost& c = kind_costs[k];
+      c = kinds_[k].model.cost(part);
       if (!kinds_[k].last) {
         // No LM head here (its embedding lookup, a sliver, stays on the first stage's count).
         c.total -= c.head;
@@ -140,8 +152,6 @@ IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
         c.head_flops = c.head_hbm_bytes = 0.0;
         c.head_kernels = 0;
       }
-      occupancy[k] += c.total;
-      trip += c.total * static_cast<std::int64_t>(kinds_[k].count);
       IterationCost& sum = sums[k];
       sum.gemm += c.gemm;
       sum.attention += c.attention;
@@ -160,6 +170,15 @@ IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
       sum.network_bytes += c.network_bytes;
       sum.kernels += c.kernels;
     }
+    for (std::uint32_t stage = 0; stage < stages_; ++stage) {
+      const IterationCost& compute = kind_costs[kind_of_stage_[stage]];
+      const sim::Tick busy =
+          time_stage ? time_stage(StageWork{stage, first_layer_of_stage_[stage],
+                                            kinds_[kind_of_stage_[stage]].layers, m, &compute})
+                     : compute.total;
+      occupancy[stage] += busy;
+      trip += busy;
+    }
     const auto tokens = static_cast<double>(part.tokens());
     const auto within = static_cast<std::int64_t>(stages_ - 1 - crossings_);
     trip += send_time(gpu_link_, tokens) * within;
@@ -171,9 +190,9 @@ IterationCost PipelineCostModel::cost(const BatchShape& batch) const {
   }
   const auto busiest = static_cast<std::size_t>(
       std::max_element(occupancy.begin(), occupancy.end()) - occupancy.begin());
-  IterationCost round = sums[busiest];
+  IterationCost round = sums[kind_of_stage_[busiest]];
   round.total = std::max(occupancy[busiest], longest_trip);
-  round.micro_batches = static_cast<std::uint32_t>(micro.size());
+  round.micro_batches = with_work;
   // Sends and gathers, the mean GPU's: every stage but the last sends each micro-batch on, every
   // stage but the first gathers it.
   const double sending = (stages_ - 1.0) / stages_;

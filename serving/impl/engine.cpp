@@ -58,13 +58,12 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       host_used_(simulator),
       host_reserved_(simulator),
       swap_used_(simulator) {
-  if (tiers_ != nullptr && pipeline_stages(run) > 1) {
+  if (tiers_ != nullptr && pipeline_stages(run) > 1 && run.tiering().has_host_recode()) {
     // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
     // here.
     throw ConfigError(
-        "pipeline parallelism is modelled with the full cache only, not with policy '" +
-            run.policy().name() + "'",
-        "field pipeline_parallel_degree");
+        "host recodes (tiering.host_recode) are not modelled with pipeline parallelism",
+        "field tiering.host_recode");
   }
   if (role_ == EngineRole::kPrefill && tiers_ != nullptr) {
     throw std::logic_error(
@@ -131,7 +130,10 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
   if (tiers_ != nullptr) {
     copy_rates_ = measure_copy_rates(run);
     lookahead_ = run.tiering().prefetch_lookahead_layers();
-    staged_layers_ = std::min(lookahead_ + 1, run.model().num_hidden_layers());
+    const std::uint32_t layers = run.model().num_hidden_layers();
+    staged_layers_ =
+        std::min(lookahead_ + 1, hw::largest_pipeline_stage_layers(layers, pipeline_stages(run)));
+    stage_of_layer_ = hw::pipeline_stage_of_layers(layers, pipeline_stages(run));
     const std::uint32_t shards =
         hw::kv_shards(run.model(), run.tensor_parallel_degree(), attention_split(run));
     bytes_per_token_layer_ = hw::kv_bytes_per_token_per_layer_per_gpu(
@@ -141,7 +143,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     const hw::KvVectors vectors = hw::kv_vectors_per_token_per_layer(run.model());
     compressed_bytes_per_token_layer_ = tiers_->compressed_format().vectors_bytes(
         static_cast<double>(vectors.count) / shards, static_cast<double>(vectors.width));
-    layer_copies_.resize(run.model().num_hidden_layers());
+    micro_copies_.assign(pipeline_stages(run), std::vector<LayerCopies>(layers));
     if (run.tiering().has_host_recode()) {
       // configs/impl/consistency.cpp requires the host's rates with it.
       const config::KvRecodeRates& rates = run.hardware().node().host().kv_recode();
@@ -452,6 +454,7 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
 void ServingEngine::add_chunk(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
   const Request& request = requests_[id];
   std::uint64_t tokens = std::min({budget, chunk_cap_, request.prefill_target - request.prefilled});
+  std::uint32_t micro_batch = 0;
   if (!micro_room_.empty()) {
     // Within the first micro-batch with room (a request is in one micro-batch of a round).
     const auto room = std::find_if(micro_room_.begin(), micro_room_.end(),
@@ -461,9 +464,10 @@ void ServingEngine::add_chunk(std::uint32_t id, std::uint64_t& budget, hw::Batch
       return;
     }
     *room -= tokens;
+    micro_batch = static_cast<std::uint32_t>(room - micro_room_.begin());
   }
   budget -= tokens;
-  prefilling_now_.push_back(PlannedChunk{id, tokens});
+  prefilling_now_.push_back(PlannedChunk{id, tokens, micro_batch});
   batch.prefill.push_back(hw::PrefillChunk{tokens, request.prefilled});
   if (request.prefilled + tokens == request.prefill_target) {
     ++batch.logits_tokens;
@@ -559,10 +563,12 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     bytes.hbm = plan_.kv_bytes_for(prefilled);
     if (tiers_ != nullptr && request.generated + 1 < request.spec.output_tokens) {
       const std::uint64_t context = attended(request, request.generated + 1);
-      for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
+      StageSums host(stage_of_layer_);
+      for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
         const LayerDemand placed = tiers_->at(id, context, layer, true);
-        bytes.host += host_bytes(placed.host, placed.compressed);
+        host.add(layer, host_bytes(placed.host, placed.compressed));
       }
+      bytes.host = host.busiest();
     }
     bytes.hbm -= cached_blocks_held(request);
     return bytes;
@@ -575,10 +581,12 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
                 cached_blocks_held(request);
     if (tiers_ != nullptr && request.generated + 1 < request.spec.output_tokens) {
       const std::uint64_t context = attended(request);
-      for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
+      StageSums host(stage_of_layer_);
+      for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
         const LayerDemand demand = tiers_->at(id, context, layer, true);
-        bytes.host += host_bytes(demand.host_after, demand.compressed_after);
+        host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
       }
+      bytes.host = host.busiest();
     }
     return bytes;
   }
@@ -587,13 +595,16 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
   const std::uint64_t context = attended(request);
   const bool first = request.generated == request.first_decode;
   double staged = 0.0;
-  for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
+  StageSums hbm(stage_of_layer_);
+  StageSums host(stage_of_layer_);
+  for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
     const LayerDemand demand = tiers_->at(id, context, layer, first);
-    bytes.hbm += in_whole_blocks(demand.hbm_after, plan_.block_tokens) * bytes_per_token_layer_;
-    bytes.host += host_bytes(demand.host_after, demand.compressed_after);
+    hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * bytes_per_token_layer_);
+    host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
     staged = std::max(staged, demand.host + demand.compressed);
   }
-  bytes.hbm += staged * staged_layers_ * bytes_per_token_layer_;
+  bytes.hbm = hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_;
+  bytes.host = host.busiest();
   return bytes;
 }
 
@@ -621,7 +632,8 @@ std::uint64_t ServingEngine::swap_copies(double bytes) const {
   // prefilled) in every layer, or each layer's T0 blocks with a tier policy. One copy each for
   // its keys and for its values.
   const double layer_block_bytes =
-      plan_.block_bytes() / static_cast<double>(run_.model().num_hidden_layers());
+      plan_.block_bytes() / static_cast<double>(hw::largest_pipeline_stage_layers(
+                                run_.model().num_hidden_layers(), pipeline_stages(run_)));
   return 2 * static_cast<std::uint64_t>(std::llround(bytes / layer_block_bytes));
 }
 
@@ -762,25 +774,14 @@ void ServingEngine::try_start_iteration() {
     }
     return;
   }
+  hw::IterationCost cost;
+  sim::Tick duration;
   if (tiers_ != nullptr) {
     plan_tier_traffic(batch);
-  }
-  const hw::IterationCost cost = cost_model_.cost(batch);
-  sim::Tick duration = cost.total;
-  if (tiers_ != nullptr) {
-    const PipelineTiming timing = time_pipeline(cost.layer, layer_copies_, lookahead_, copy_rates_);
-    const sim::Tick computed = timing.layers_end + cost.head;
-    duration = std::max(computed, timing.end) + timing.trailing;
-    totals_.prefetch_stall += timing.stall;
-    totals_.copy_wait += timing.stall + (duration - computed);
-    totals_.h2d_busy += timing.h2d_busy;
-    totals_.d2h_busy += timing.d2h_busy;
-    for (const LayerCopies& copies : layer_copies_) {
-      totals_.h2d_bytes += copies.h2d_bytes();
-      totals_.d2h_bytes += copies.d2h_bytes();
-    }
-    totals_.host_recode_bytes += recoded_to_compressed_ * bytes_per_token_layer_ +
-                                 recoded_to_full_ * compressed_bytes_per_token_layer_;
+    duration = time_tier_copies(batch, cost);
+  } else {
+    cost = cost_model_.cost(batch);
+    duration = cost.total;
   }
   duration += time_swaps();
   if (prefix_host_) {

@@ -37,29 +37,45 @@ sim::Tick ServingEngine::time_host_recodes(sim::Tick duration) {
 }
 
 void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
-  std::fill(layer_copies_.begin(), layer_copies_.end(), LayerCopies{});
-  const auto layers = static_cast<std::uint32_t>(layer_copies_.size());
+  for (std::vector<LayerCopies>& copies : micro_copies_) {
+    std::fill(copies.begin(), copies.end(), LayerCopies{});
+  }
+  const auto layers = static_cast<std::uint32_t>(stage_of_layer_.size());
+  const auto parts = static_cast<std::uint32_t>(micro_copies_.size());
   const bool differential = tiers_->differential_prefetch();
   const double full = bytes_per_token_layer_;
   const double compressed = compressed_bytes_per_token_layer_;
-  std::vector<double> staged(layers, 0.0);
-  std::vector<double> dequantised(layers, 0.0);
+  // By micro-batch, then layer: T1 + T2 tokens staged, and T2 tokens dequantised in HBM.
+  std::vector<std::vector<double>> staged(parts, std::vector<double>(layers, 0.0));
+  std::vector<std::vector<double>> dequantised(parts, std::vector<double>(layers, 0.0));
   double resident = 0.0;
   recoded_to_compressed_ = 0.0;
   recoded_to_full_ = 0.0;
+  // With pipeline stages the decodes are dealt out to the micro-batches in order, as many to
+  // each as the cost model deals it (hw::micro_batch_decodes).
+  const std::uint64_t decodes = decoding_now_.size();
+  std::uint32_t part = 0;
+  std::uint64_t left_in_part = hw::micro_batch_decodes(decodes, parts, 0);
   for (const std::uint32_t id : decoding_now_) {
+    while (left_in_part == 0 && part + 1 < parts) {
+      left_in_part = hw::micro_batch_decodes(decodes, parts, ++part);
+    }
+    --left_in_part;
+    std::vector<LayerCopies>& micro = micro_copies_[part];
     Request& request = requests_[id];
     request.tier_hbm = 0.0;
     request.tier_host = 0.0;
     const std::uint64_t context = attended(request);
     const bool first = request.generated == request.first_decode;
     if (request.whole_in_hbm) {
-      place_received(request, id, context, resident);
+      place_received(request, id, context, micro, resident);
       continue;
     }
+    StageSums hbm(stage_of_layer_);
+    StageSums host(stage_of_layer_);
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
       const LayerDemand demand = tiers_->at(id, context, layer, first);
-      LayerCopies& copies = layer_copies_[layer];
+      LayerCopies& copies = micro[layer];
       // As the live cache steps (kernels/live.hpp): attention stages the placement in force
       // before the step's policy step — its T1 tokens (all of them, or with differential
       // prefetch those without a staged copy) and its T2 tokens' compressed bytes. Then the
@@ -75,18 +91,21 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       copies.offloaded_compressed += demand.compressed_from_hbm * compressed;
       recoded_to_compressed_ += demand.recoded_to_compressed;
       recoded_to_full_ += demand.recoded_to_full;
-      staged[layer] += demand.host + demand.compressed;
-      dequantised[layer] += demand.compressed + demand.promoted_from_compressed;
+      staged[part][layer] += demand.host + demand.compressed;
+      dequantised[part][layer] += demand.compressed + demand.promoted_from_compressed;
       // The held tokens and the step's own.
       resident += demand.hbm + demand.host + demand.compressed + 1.0;
-      request.tier_hbm += in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full;
-      request.tier_host += host_bytes(demand.host_after, demand.compressed_after);
+      hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
+      host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
     }
+    request.tier_hbm = hbm.busiest();
+    request.tier_host = host.busiest();
   }
   // A prefill that completes a prompt is followed by the policy's placement of it (the start),
   // as the request's first decode step reads it: what that placement holds off HBM is
   // offloaded, T1 tokens at full precision and T2 ones as their compressed bytes (evicted ones
-  // are dropped). A request that decodes nothing is not placed.
+  // are dropped), by the micro-batch the chunk is in. A request that decodes nothing is not
+  // placed.
   for (const PlannedChunk& chunk : prefilling_now_) {
     Request& request = requests_[chunk.request];
     if (request.prefilled + chunk.tokens < request.prefill_target ||
@@ -94,15 +113,18 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       continue;
     }
     const std::uint64_t context = attended(request, request.generated + 1);
-    request.tier_hbm = 0.0;
-    request.tier_host = 0.0;
+    std::vector<LayerCopies>& micro = micro_copies_[chunk.micro_batch];
+    StageSums hbm(stage_of_layer_);
+    StageSums host(stage_of_layer_);
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
       const LayerDemand placed = tiers_->at(chunk.request, context, layer, true);
-      layer_copies_[layer].offloaded_full += placed.host * full;
-      layer_copies_[layer].offloaded_compressed += placed.compressed * compressed;
-      request.tier_hbm += in_whole_blocks(placed.hbm, plan_.block_tokens) * full;
-      request.tier_host += host_bytes(placed.host, placed.compressed);
+      micro[layer].offloaded_full += placed.host * full;
+      micro[layer].offloaded_compressed += placed.compressed * compressed;
+      hbm.add(layer, in_whole_blocks(placed.hbm, plan_.block_tokens) * full);
+      host.add(layer, host_bytes(placed.host, placed.compressed));
     }
+    request.tier_hbm = hbm.busiest();
+    request.tier_host = host.busiest();
   }
   // Attention reads every token still held, at full precision once staged.
   batch.decode_context_tokens = static_cast<std::uint64_t>(std::llround(resident / layers));
@@ -110,46 +132,97 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   // (the live cache dequantises with kernels even in its copy-engine mode, so no live run
   // checks this). SM kernels dequantise as they copy.
   const hw::GpuModel& gpu = cost_model_.gpu();
-  for (std::uint32_t layer = 0; layer < layers && copy_rates_.method != config::SM_KERNELS;
-       ++layer) {
-    if (dequantised[layer] > 0.0) {
-      layer_copies_[layer].extra_compute = gpu.op_time(
-          hw::OpKind::kElementwise, hw::OpCost{0.0, dequantised[layer] * (compressed + full)},
-          run_.model().activation_dtype());
+  double most_staged = 0.0;
+  for (std::uint32_t m = 0; m < parts; ++m) {
+    for (std::uint32_t layer = 0; layer < layers && copy_rates_.method != config::SM_KERNELS;
+         ++layer) {
+      if (dequantised[m][layer] > 0.0) {
+        micro_copies_[m][layer].extra_compute = gpu.op_time(
+            hw::OpKind::kElementwise, hw::OpCost{0.0, dequantised[m][layer] * (compressed + full)},
+            run_.model().activation_dtype());
+      }
     }
+    // A stage computes its micro-batches in turn: the buffer holds one's staging at a time.
+    most_staged = std::max(most_staged, *std::max_element(staged[m].begin(), staged[m].end()));
   }
-  const double staging = *std::max_element(staged.begin(), staged.end()) * staged_layers_ * full;
-  tier_staging_bytes_ = staging;
+  tier_staging_bytes_ = most_staged * staged_layers_ * full;
 }
 
 void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint64_t context,
-                                   double& resident) {
+                                   std::vector<LayerCopies>& copies, double& resident) {
   // Its KV came whole over the kv_link into HBM: its first step reads there every token the
   // policy keeps (nothing staged or promoted), then offloads what the policy's placement after
   // the step holds off HBM, T1 tokens at full precision and T2 ones as their compressed bytes
   // (evicted ones are dropped), as the placement of a prompt prefilled here is offloaded. A
   // request whose first step here is its last is not placed.
   const bool last = request.generated + 1 >= request.spec.output_tokens;
-  for (std::uint32_t layer = 0; layer < layer_copies_.size(); ++layer) {
+  StageSums hbm(stage_of_layer_);
+  StageSums host(stage_of_layer_);
+  for (std::uint32_t layer = 0; layer < copies.size(); ++layer) {
     const LayerDemand demand = tiers_->at(id, context, layer, true);
     resident += demand.hbm + demand.host + demand.compressed + 1.0;
     if (last) {
       continue;
     }
-    layer_copies_[layer].offloaded_full += demand.host_after * bytes_per_token_layer_;
-    layer_copies_[layer].offloaded_compressed +=
+    copies[layer].offloaded_full += demand.host_after * bytes_per_token_layer_;
+    copies[layer].offloaded_compressed +=
         demand.compressed_after * compressed_bytes_per_token_layer_;
-    request.tier_hbm +=
-        in_whole_blocks(demand.hbm_after, plan_.block_tokens) * bytes_per_token_layer_;
-    request.tier_host += host_bytes(demand.host_after, demand.compressed_after);
+    hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * bytes_per_token_layer_);
+    host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
   }
-  if (last) {
-    request.tier_hbm = plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated);
-  }
+  request.tier_hbm =
+      last ? plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated) : hbm.busiest();
+  request.tier_host = host.busiest();
   request.whole_in_hbm = false;
   // Nothing of its T1 is staged: its next step copies all of it in, even with differential
   // prefetch.
   request.first_decode = request.generated + 1;
+}
+
+sim::Tick ServingEngine::time_stage_copies(const hw::IterationCost& compute,
+                                           std::span<const LayerCopies> layers,
+                                           CopyTimes& times) const {
+  const PipelineTiming timing = time_pipeline(compute.layer, layers, lookahead_, copy_rates_);
+  const sim::Tick computed = timing.layers_end + compute.head;
+  const sim::Tick duration = std::max(computed, timing.end) + timing.trailing;
+  times.prefetch_stall += timing.stall;
+  times.copy_wait += timing.stall + (duration - computed);
+  times.h2d_busy += timing.h2d_busy;
+  times.d2h_busy += timing.d2h_busy;
+  return duration;
+}
+
+sim::Tick ServingEngine::time_tier_copies(const hw::BatchShape& batch, hw::IterationCost& cost) {
+  CopyTimes times;
+  const auto stages = static_cast<std::int64_t>(micro_copies_.size());
+  sim::Tick duration;
+  if (stages == 1) {
+    cost = cost_model_.cost(batch);
+    duration = time_stage_copies(cost, micro_copies_.front(), times);
+  } else {
+    // Each stage copies its own layers' KV over its own GPUs' links, one micro-batch after
+    // another, as it computes them.
+    cost = cost_model_.cost(batch, [&](const hw::StageWork& work) {
+      const std::span<const LayerCopies> copies(micro_copies_[work.micro_batch]);
+      return time_stage_copies(*work.compute, copies.subspan(work.first_layer, work.layers), times);
+    });
+    duration = cost.total;
+  }
+  // Per GPU: every GPU is in one stage, so the mean stage's share.
+  totals_.prefetch_stall += times.prefetch_stall / stages;
+  totals_.copy_wait += times.copy_wait / stages;
+  totals_.h2d_busy += times.h2d_busy / stages;
+  totals_.d2h_busy += times.d2h_busy / stages;
+  const double share = 1.0 / static_cast<double>(stages);
+  for (const std::vector<LayerCopies>& micro : micro_copies_) {
+    for (const LayerCopies& copies : micro) {
+      totals_.h2d_bytes += copies.h2d_bytes() * share;
+      totals_.d2h_bytes += copies.d2h_bytes() * share;
+    }
+  }
+  totals_.host_recode_bytes += recoded_to_compressed_ * bytes_per_token_layer_ +
+                               recoded_to_full_ * compressed_bytes_per_token_layer_;
+  return duration;
 }
 
 }  // namespace kvtier::serving

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/errors.hpp"
+#include "hwmodels/model_shape.hpp"
 #include "replay/demand_cache.hpp"
 #include "replay/parameters.hpp"
 #include "replay/registry.hpp"
@@ -43,7 +44,11 @@ TierDemand::~TierDemand() = default;
 
 TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& policy,
                        const Workload& workload, DemandMemo* memo)
-    : block_tokens_(kv_block_tokens(run)) {
+    : stage_of_layer_(
+          hw::pipeline_stage_of_layers(run.model().num_hidden_layers(), pipeline_stages(run))),
+      largest_stage_layers_(
+          hw::largest_pipeline_stage_layers(run.model().num_hidden_layers(), pipeline_stages(run))),
+      block_tokens_(kv_block_tokens(run)) {
   // Past a sliding window a serving engine drops the oldest KV rather than tiering it, and the
   // window caps what attention reads, so a trace step's placement no longer describes the cache.
   if (run.model().has_sliding_window()) {
@@ -195,20 +200,21 @@ void TierDemand::add_demand(std::string source, std::shared_ptr<const MemoDemand
   double staged = 0.0;
   // Placement k: the start's for k = 0, step k − 1's after it.
   for (std::uint64_t k = 0; k <= steps; ++k) {
-    double step_hbm = 0.0;
-    double step_host = 0.0;
-    double step_compressed = 0.0;
-    for (const std::uint32_t layer : replayed.layer_map) {
+    StageSums step_hbm(stage_of_layer_);
+    StageSums step_host(stage_of_layer_);
+    StageSums step_compressed(stage_of_layer_);
+    for (std::uint32_t target = 0; target < replayed.layer_map.size(); ++target) {
+      const std::uint32_t layer = replayed.layer_map[target];
       const replay::StepLayerRecord& record =
           k == 0 ? demand.start(layer) : demand.at(k - 1, layer);
-      step_hbm += in_whole_blocks(record.tokens[0], block_tokens_);
-      step_host += record.tokens[1];
-      step_compressed += record.tokens[2];
+      step_hbm.add(target, in_whole_blocks(record.tokens[0], block_tokens_));
+      step_host.add(target, record.tokens[1]);
+      step_compressed.add(target, record.tokens[2]);
       staged = std::max(staged, static_cast<double>(record.tokens[1]) + record.tokens[2]);
     }
-    hbm = std::max(hbm, step_hbm);
-    host = std::max(host, step_host);
-    compressed = std::max(compressed, step_compressed);
+    hbm = std::max(hbm, step_hbm.busiest());
+    host = std::max(host, step_host.busiest());
+    compressed = std::max(compressed, step_compressed.busiest());
     replayed.max_hbm.push_back(hbm);
     replayed.max_host.push_back(host);
     replayed.max_compressed.push_back(compressed);
@@ -238,10 +244,13 @@ RequestPeaks TierDemand::request_peaks(const Assignment& assignment,
     // share over the context's earlier tokens and the step's own, in whole blocks of its own.
     const double earlier =
         static_cast<double>(context - 1) / static_cast<double>(trace.prompt_tokens);
-    for (const std::uint32_t layer : trace.layer_map) {
-      peaks.hbm_token_layers +=
-          in_whole_blocks(trace.demand().start(layer).tokens[0] * earlier + 1.0, block_tokens_);
+    StageSums hbm(stage_of_layer_);
+    for (std::uint32_t target = 0; target < trace.layer_map.size(); ++target) {
+      hbm.add(target, in_whole_blocks(
+                          trace.demand().start(trace.layer_map[target]).tokens[0] * earlier + 1.0,
+                          block_tokens_));
     }
+    peaks.hbm_token_layers = hbm.busiest();
     peaks.host_token_layers = trace.max_host[0] * scale;
     peaks.compressed_token_layers = trace.max_compressed[0] * scale;
     peaks.staged_tokens = trace.max_staged[0] * scale;
@@ -254,7 +263,7 @@ RequestPeaks TierDemand::request_peaks(const Assignment& assignment,
   }
   // The prompt sits whole in HBM while it is prefilled, before the policy sees it.
   const double prompt = in_whole_blocks(static_cast<double>(request.prompt_tokens), block_tokens_) *
-                        static_cast<double>(trace.layer_map.size());
+                        static_cast<double>(largest_stage_layers_);
   peaks.hbm_token_layers = std::max(peaks.hbm_token_layers, prompt);
   return peaks;
 }

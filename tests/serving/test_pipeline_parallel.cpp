@@ -2,6 +2,7 @@
 // going through them as micro-batches; in the weights and KV per GPU, the cost of a round and
 // the serving simulation.
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "hwmodels/model_shape.hpp"
 #include "hwmodels/pipeline_cost.hpp"
 #include "serving/memory_plan.hpp"
+#include "serving/tier_timing.hpp"
 #include "tests/support/batch_shapes.hpp"
 #include "tests/support/config_fixture.hpp"
 #include "tests/support/hgx_h100_nodes.hpp"
@@ -113,9 +115,15 @@ TEST_CASE("a batch is dealt out to micro-batches", "[iteration_cost]") {
   CHECK(micro[0].logits_tokens + micro[1].logits_tokens == batch.logits_tokens);
   CHECK(micro[0].logits_tokens - micro[0].decode_tokens <= micro[0].prefill.size());
   CHECK(micro[1].logits_tokens - micro[1].decode_tokens <= micro[1].prefill.size());
-  // Micro-batches left empty are dropped.
-  CHECK(kvtier::hw::split_into_micro_batches(decode(1, 100), 4).size() == 1);
-  CHECK(kvtier::hw::split_into_micro_batches(decode(6, 600), 4).size() == 4);
+  // Micro-batch m is element m, those left empty too (the tier-aware engine's copies of
+  // micro-batch m go with element m).
+  const auto one = kvtier::hw::split_into_micro_batches(decode(1, 100), 4);
+  REQUIRE(one.size() == 4);
+  CHECK(one[0].tokens() == 1);
+  CHECK(one[1].tokens() + one[2].tokens() + one[3].tokens() == 0);
+  const auto six = kvtier::hw::split_into_micro_batches(decode(6, 600), 4);
+  REQUIRE(six.size() == 4);
+  CHECK(std::all_of(six.begin(), six.end(), [](const BatchShape& b) { return b.tokens() > 0; }));
 }
 
 TEST_CASE("a round lasts the busiest stage's work or one micro-batch's trip", "[iteration_cost]") {
@@ -161,6 +169,39 @@ TEST_CASE("a round lasts the busiest stage's work or one micro-batch's trip", "[
   CHECK(spanning.total >= within.total);
 }
 
+TEST_CASE("a caller's stage timer sets each stage's time on each micro-batch", "[iteration_cost]") {
+  // As the test above: two stages of 40 layers, two micro-batches of 32. A timer that adds 1 ms
+  // to the first stage's every micro-batch makes it the busiest.
+  const kvtier::test::HgxH100Nodes nodes;
+  const ModelSpec llama = preset<ModelSpec>("model", "Llama-3.1-70B");
+  const PipelineCostModel two(llama, nodes.gpu, nodes.links, staged(4, 2));
+  const auto batch = decode(64, 2000);
+  const auto plain = two.cost(batch);
+  std::vector<std::string> calls;
+  const auto timed = two.cost(batch, [&](const kvtier::hw::StageWork& work) {
+    calls.push_back(std::to_string(work.stage) + ":" + std::to_string(work.first_layer) + "+" +
+                    std::to_string(work.layers) + "@" + std::to_string(work.micro_batch));
+    return work.compute->total + (work.stage == 0 ? Tick::ms(1) : Tick::zero());
+  });
+  CHECK(calls == std::vector<std::string>{"0:0+40@0", "1:40+40@0", "0:0+40@1", "1:40+40@1"});
+  const IterationCostModel stage(kvtier::hw::pipeline_stage_model(llama, 2, 0), nodes.gpu,
+                                 nodes.links, Parallelism{4});
+  const auto c = stage.cost(decode(32, 2000));
+  const Tick first = c.total - c.head + Tick::ms(1);
+  CHECK(timed.total == std::max(plain.total, first * std::int64_t{2}));
+  CHECK(timed.total > plain.total);
+  // The busiest stage's figures: now the first's, without the LM head.
+  CHECK(timed.flops == Approx(2 * (c.flops - c.head_flops)).epsilon(1e-12));
+  CHECK(timed.head == Tick::zero());
+  // Without work a micro-batch is not timed.
+  calls.clear();
+  (void)two.cost(decode(1, 2000), [&](const kvtier::hw::StageWork& work) {
+    calls.push_back(std::to_string(work.micro_batch));
+    return work.compute->total;
+  });
+  CHECK(calls == std::vector<std::string>{"0", "0"});
+}
+
 TEST_CASE("pipeline stages in a run: room for more requests, a step no shorter", "[serving]") {
   const std::vector<std::string> seventy = {"model.preset=Llama-3.1-70B",
                                             "tensor_parallel_degree=4",
@@ -202,10 +243,6 @@ TEST_CASE("pipeline stages the hardware or the model cannot take are refused", "
   refused({"tensor_parallel_degree=16", "pipeline_parallel_degree=2", "hardware.num_nodes=4",
            "hardware.network.preset=InfiniBand-NDR"},
           "with a tensor-parallel group that spans nodes");
-  refused({"pipeline_parallel_degree=2", "policy.name=tiered",
-           "tiering.synthetic_pattern=reasoning", "tiering.prefetch_lookahead_layers=1",
-           "tiering.host_allocation=PINNED", "tiering.copy_method=COPY_ENGINES"},
-          "modelled with the full cache only");
   // Nodes of two GPUs without a GPU link: two one-GPU stages in each.
   refused({"hardware.node.preset=workstation-rtx5080", "hardware.node.gpus_per_node=2",
            "hardware.node.gpu_interconnect=PCIE_PEER", "pipeline_parallel_degree=4",
@@ -213,6 +250,30 @@ TEST_CASE("pipeline stages the hardware or the model cannot take are refused", "
           "meet over the node's GPU link");
   CHECK_NOTHROW(run_with({"tensor_parallel_degree=4", "pipeline_parallel_degree=4",
                           "hardware.num_nodes=2", "hardware.network.preset=InfiniBand-NDR"}));
+}
+
+TEST_CASE("a swap over pipeline stages copies each GPU's blocks of its stage's layers",
+          "[serving]") {
+  // Two requests of 2,000 + 500 tokens short of KV on two stages of 16 layers: the second is
+  // swapped out with its 2,208 tokens (138 blocks of 16) and back in, a copy per block of each
+  // of its GPU's 16 layers' keys or values.
+  const RunSpec run =
+      run_with({"pipeline_parallel_degree=2", "hardware.node.gpu.memory_capacity=10.75GiB",
+                "workload.closed_loop.concurrency=2", "workload.closed_loop.num_requests=2",
+                "workload.closed_loop.prompt_tokens.fixed_tokens=2000",
+                "workload.closed_loop.output_tokens.fixed_tokens=500",
+                "workload.prefill_chunk_tokens=4096", "workload.on_demand_admission.watermark=0.01",
+                "memory.kv_block_tokens=16", "workload.on_demand_admission.swap.space_gib=1"});
+  const auto values = kvtier::test::serving_metrics(run);
+  REQUIRE(values.at("swapped_preemptions") == 1);
+  const double bytes = 2208 * kvtier::serving::kv_bytes_per_token_per_gpu(run);
+  CHECK(values.at("swap_out_gb") == Approx(bytes / 1e9));
+  const kvtier::serving::CopyRates rates = kvtier::serving::measure_swap_rates(run);
+  const std::uint64_t copies = 2 * 16 * 138;
+  const Tick swaps =
+      kvtier::serving::swap_time(bytes, copies, rates.d2h_bytes_per_s, rates.d2h_setup) +
+      kvtier::serving::swap_time(bytes, copies, rates.h2d_bytes_per_s, rates.h2d_setup);
+  CHECK(values.at("swap_s") == Approx(kvtier::sim::to_seconds(swaps)).epsilon(1e-12));
 }
 
 TEST_CASE("a request's prefill takes one micro-batch's budget a round", "[serving]") {
