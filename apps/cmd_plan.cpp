@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "apps/cli.hpp"
+#include "apps/plan_layouts.hpp"
 #include "apps/plan_report.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
@@ -20,59 +21,6 @@ namespace kvtier::app {
 namespace {
 
 namespace po = boost::program_options;
-
-std::string json_result(const serving::PlanResult& result, const std::vector<serving::Slo>& slos,
-                        bool with_target, bool cluster) {
-  const bool rate = result.search == serving::PlanSearch::kRate;
-  std::string json = "{\"policy\": " + json_escape(result.policy);
-  if (rate) {
-    json += ", \"max_requests_per_s\": " + format_double(result.requests_per_s_per_engine) +
-            ", \"infeasible_requests_per_s\": " + format_double(result.infeasible_requests_per_s) +
-            ", \"max_running_requests\": " + std::to_string(result.max_batch);
-    if (cluster) {
-      json += ", \"cluster_engines\": " + std::to_string(result.cluster_engines) +
-              ", \"cluster_max_requests_per_s\": " + format_double(result.cluster_requests_per_s);
-    }
-  } else {
-    json += ", \"max_batch\": " + std::to_string(result.max_batch) +
-            ", \"requests_per_s_per_engine\": " + format_double(result.requests_per_s_per_engine);
-  }
-  json +=
-      ", \"binding\": " + json_escape(result.binding) + ", \"output_tokens_per_s_per_engine\": " +
-      format_double(result.output_tokens_per_s_per_engine) +
-      ", \"output_tokens_per_s_per_gpu\": " + format_double(result.output_tokens_per_s_per_gpu) +
-      ", \"output_tokens_per_s_per_node\": " + format_double(result.output_tokens_per_s_per_node) +
-      ", \"evaluations\": " + std::to_string(result.evaluations);
-  if (with_target && !serving::serves_any(result)) {  // no engine meets the SLOs: none serves it
-    json += R"(, "engines": null, "gpus": null, "nodes": null)";
-  } else if (with_target) {
-    json += ", \"engines\": " + std::to_string(result.engines) +
-            ", \"gpus\": " + std::to_string(result.gpus) +
-            ", \"nodes\": " + std::to_string(result.nodes);
-  }
-  json += ", \"notes\": [";
-  for (std::size_t i = 0; i < result.notes.size(); ++i) {
-    json += (i == 0 ? "" : ", ") + json_escape(result.notes[i]);
-  }
-  json += "], \"metrics\": {";
-  for (std::size_t i = 0; i < result.metrics.size(); ++i) {
-    json += (i == 0 ? "" : ", ") + json_escape(result.metrics[i].name) + ": " +
-            format_double(result.metrics[i].value);
-  }
-  json += "}, \"probes\": [";
-  for (std::size_t p = 0; p < result.probes.size(); ++p) {
-    const serving::PlanProbe& probe = result.probes[p];
-    json += std::string(p == 0 ? "" : ", ") + "{\"load\": " + format_double(probe.load) +
-            ", \"feasible\": " + (probe.feasible ? "true" : "false") +
-            ", \"binding\": " + json_escape(probe.binding) + ", \"slos_ms\": {";
-    for (std::size_t s = 0; s < slos.size(); ++s) {
-      json += (s == 0 ? "" : ", ") + json_escape(slos[s].metric) + ": " +
-              json_number_or_null(probe.slo_values_ms[s]);
-    }
-    json += "}, \"output_tokens_per_s\": " + json_number_or_null(probe.output_tokens_per_s) + "}";
-  }
-  return json + "]}";
-}
 
 // The option's value, or nullopt when it is absent (plan_capacity checks a target's value).
 std::optional<double> optional_number(const po::variables_map& values, const char* name) {
@@ -97,7 +45,11 @@ int run_plan(const Arguments& args, Context& context) {
       "closed loop: requests per batch slot (num_requests = rounds x batch)")(
       "rate-precision", po::value<double>()->default_value(0.01),
       "open loop: stop when the smallest rate missing an SLO is within this share above the "
-      "largest meeting them");
+      "largest meeting them")(
+      "layouts", po::value<std::string>(),
+      "plan each of these splits of an engine instead of the run's own: TPxSTAGES,... (e.g. "
+      "16x1,8x2) or auto (every power-of-two split the hardware's GPUs hold); a split the "
+      "model or hardware cannot take is listed with the reason");
   add_format_option(options, true);
   add_set_option(options);
   po::positional_options_description positional;
@@ -107,7 +59,8 @@ int run_plan(const Arguments& args, Context& context) {
           args, options, positional, values,
           "usage: kvtier plan RUN --slo METRIC=LIMIT[,...] [--policy P] [--compare P1,P2,...] "
           "[--target-tokens-per-s X] [--target-requests-per-s R] [--rounds N | "
-          "--rate-precision F] [--set PATH=VALUE]... [--format text|json|html]\n\n"
+          "--rate-precision F] [--layouts TPxSTAGES,...|auto] [--set PATH=VALUE]... "
+          "[--format text|json|html]\n\n"
           "For each policy, the largest load one engine (a TP group, or its pipeline stages) "
           "serves while meeting the "
           "SLOs, found by bisection with the simulator: with a closed_loop workload the batch, "
@@ -116,7 +69,9 @@ int run_plan(const Arguments& args, Context& context) {
           "SLO on ttft, queue_wait or e2e_latency is then required). Also what binds it (HBM, "
           "DDR, PCIe, host recodes, compute or the batch cap); throughput per engine, GPU and "
           "node; and with targets, the engines, GPUs and nodes that serve them. A run with a "
-          "cluster (run.cluster) is planned whole, its router included, by its arrival rate.",
+          "cluster (run.cluster) is planned whole, its router included, by its arrival rate. With "
+          "--layouts, each split of an engine over tensor parallelism and pipeline stages is "
+          "planned in turn, and the best per GPU named.",
           context.out)) {
     return 0;
   }
@@ -159,7 +114,17 @@ int run_plan(const Arguments& args, Context& context) {
   std::vector<config::PolicySpec> policies{run.policy()};
   policies.insert(policies.end(), run.compare().begin(), run.compare().end());
 
+  const bool with_target =
+      plan.target_output_tokens_per_s.has_value() || plan.target_requests_per_s.has_value();
   serving::DemandMemo memo;
+  if (values.count("layouts") != 0U) {
+    const std::vector<LayoutPlan> plans =
+        plan_layouts(run, serving::parse_layouts(values["layouts"].as<std::string>(), run),
+                     policies, plan, context.loader, locations, memo);
+    write_layout_plans(plans, serving::policy_names(run), run, plan,
+                       values["slo"].as<std::string>(), file, format, context.out);
+    return 0;
+  }
   std::vector<serving::PlanResult> results;
   for (const config::PolicySpec& policy : policies) {
     config::RunSpec variant = run;
@@ -168,17 +133,16 @@ int run_plan(const Arguments& args, Context& context) {
     results.push_back(serving::plan_capacity(variant, plan, &memo));
   }
 
-  const bool with_target =
-      plan.target_output_tokens_per_s.has_value() || plan.target_requests_per_s.has_value();
   if (format == Format::kHtml) {
-    context.out << plan_html(results, serving::policy_names(run), run, plan, file, version_line());
+    context.out << plan_html(results, serving::policy_names(run), run, plan, file, version_line(),
+                             serving::describe_parallelism(run));
     return 0;
   }
   if (format == Format::kJson) {
     context.out << "{\"run\": " << json_escape(file) << ", \"plans\": [";
     for (std::size_t i = 0; i < results.size(); ++i) {
       context.out << (i == 0 ? "" : ", ")
-                  << json_result(results[i], plan.slos, with_target, run.has_cluster());
+                  << plan_json(results[i], plan.slos, with_target, run.has_cluster());
     }
     context.out << "]}\n";
     return 0;

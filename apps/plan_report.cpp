@@ -124,18 +124,71 @@ PlanTable plan_table(const std::vector<serving::PlanResult>& results, bool close
   return table;
 }
 
+std::string plan_json(const serving::PlanResult& result, const std::vector<serving::Slo>& slos,
+                      bool with_target, bool cluster) {
+  const bool rate = result.search == serving::PlanSearch::kRate;
+  std::string json = "{\"policy\": " + json_escape(result.policy);
+  if (rate) {
+    json += ", \"max_requests_per_s\": " + format_double(result.requests_per_s_per_engine) +
+            ", \"infeasible_requests_per_s\": " + format_double(result.infeasible_requests_per_s) +
+            ", \"max_running_requests\": " + std::to_string(result.max_batch);
+    if (cluster) {
+      json += ", \"cluster_engines\": " + std::to_string(result.cluster_engines) +
+              ", \"cluster_max_requests_per_s\": " + format_double(result.cluster_requests_per_s);
+    }
+  } else {
+    json += ", \"max_batch\": " + std::to_string(result.max_batch) +
+            ", \"requests_per_s_per_engine\": " + format_double(result.requests_per_s_per_engine);
+  }
+  json +=
+      ", \"binding\": " + json_escape(result.binding) + ", \"output_tokens_per_s_per_engine\": " +
+      format_double(result.output_tokens_per_s_per_engine) +
+      ", \"output_tokens_per_s_per_gpu\": " + format_double(result.output_tokens_per_s_per_gpu) +
+      ", \"output_tokens_per_s_per_node\": " + format_double(result.output_tokens_per_s_per_node) +
+      ", \"evaluations\": " + std::to_string(result.evaluations);
+  if (with_target && !serving::serves_any(result)) {  // no engine meets the SLOs: none serves it
+    json += R"(, "engines": null, "gpus": null, "nodes": null)";
+  } else if (with_target) {
+    json += ", \"engines\": " + std::to_string(result.engines) +
+            ", \"gpus\": " + std::to_string(result.gpus) +
+            ", \"nodes\": " + std::to_string(result.nodes);
+  }
+  json += ", \"notes\": [";
+  for (std::size_t i = 0; i < result.notes.size(); ++i) {
+    json += (i == 0 ? "" : ", ") + json_escape(result.notes[i]);
+  }
+  json += "], \"metrics\": {";
+  for (std::size_t i = 0; i < result.metrics.size(); ++i) {
+    json += (i == 0 ? "" : ", ") + json_escape(result.metrics[i].name) + ": " +
+            format_double(result.metrics[i].value);
+  }
+  json += "}, \"probes\": [";
+  for (std::size_t p = 0; p < result.probes.size(); ++p) {
+    const serving::PlanProbe& probe = result.probes[p];
+    json += std::string(p == 0 ? "" : ", ") + "{\"load\": " + format_double(probe.load) +
+            ", \"feasible\": " + (probe.feasible ? "true" : "false") +
+            ", \"binding\": " + json_escape(probe.binding) + ", \"slos_ms\": {";
+    for (std::size_t s = 0; s < slos.size(); ++s) {
+      json += (s == 0 ? "" : ", ") + json_escape(slos[s].metric) + ": " +
+              json_number_or_null(probe.slo_values_ms[s]);
+    }
+    json += "}, \"output_tokens_per_s\": " + json_number_or_null(probe.output_tokens_per_s) + "}";
+  }
+  return json + "]}";
+}
+
 std::string plan_html(const std::vector<serving::PlanResult>& results,
                       const std::vector<std::string>& policies, const config::RunSpec& run,
                       const serving::PlanOptions& options, const std::string& file,
-                      const std::string& version) {
+                      const std::string& version, const std::string& parallelism,
+                      const std::vector<std::string>& notes) {
   const bool rate = rate_search(results);
   const bool with_target =
       options.target_output_tokens_per_s.has_value() || options.target_requests_per_s.has_value();
   report::HtmlPage page("kvtier plan: " + (run.name().empty() ? file : run.name()));
   page.labelled("Run:", file);
   page.labelled("Hardware:", run.model().name() + " on " + run.hardware().node().gpu().name() +
-                                 " (" + run.hardware().node().name() + "), " +
-                                 serving::describe_parallelism(run));
+                                 " (" + run.hardware().node().name() + "), " + parallelism);
   std::string slos;
   for (const serving::Slo& slo : options.slos) {
     slos += (slos.empty() ? "" : ", ") + slo.metric + " ≤ " + format_double(slo.limit_ms) + " ms";
@@ -165,6 +218,7 @@ std::string plan_html(const std::vector<serving::PlanResult>& results,
   std::vector<bool> numbers(table.header.size(), true);
   numbers.front() = false;
   page.table(table.header, table.rows, numbers);
+  page.list(notes);
   std::vector<double> loads;
   std::vector<double> per_gpu;
   std::vector<double> gpus;

@@ -20,13 +20,23 @@ struct PlanTable {
 [[nodiscard]] PlanTable plan_table(const std::vector<serving::PlanResult>& results,
                                    bool closed_loop, bool with_target);
 
+// One policy's answer as JSON (`kvtier plan --format json`): its load, what binds it, tokens/s
+// per engine, GPU and node, with a target the fleet, its notes, the metrics at the planned load
+// and every probe with the SLOs' values.
+[[nodiscard]] std::string plan_json(const serving::PlanResult& result,
+                                    const std::vector<serving::Slo>& slos, bool with_target,
+                                    bool cluster);
+
 // The page: the answer for each policy charted side by side (its load, tokens/s per GPU, with
 // targets the GPUs), what binds it and its notes; every simulation of each search, each SLO's
 // metric against the load with the SLO's limit; the figures at the planned load. `policies`
-// names the results as the run wrote them.
+// names the results as the run wrote them; `parallelism` says how the engines split
+// (describe_parallelism, or the layouts compared); `notes` follow the answer's table.
 [[nodiscard]] std::string plan_html(const std::vector<serving::PlanResult>& results,
                                     const std::vector<std::string>& policies,
                                     const config::RunSpec& run, const serving::PlanOptions& options,
-                                    const std::string& file, const std::string& version);
+                                    const std::string& file, const std::string& version,
+                                    const std::string& parallelism,
+                                    const std::vector<std::string>& notes = {});
 
 }  // namespace kvtier::app

@@ -597,6 +597,11 @@ void write_seeds(const fs::path& folder) {
                  "pipeline_parallel_degree=2\n"
                  "hardware.num_nodes=2\n"
                  "hardware.network.preset=InfiniBand-NDR\n");
+  // A tier policy over pipeline stages within a node.
+  write_seed(folder, "run-small-pipeline-tiered", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/llama70b-tp4-tiered.textproto") +
+                 kOverridesSeparator + std::string(kShrink) + "pipeline_parallel_degree=2\n");
   write_seed(folder, "run-small-cluster", Target::kConfig,
              std::string(1, kind_byte("run")) +
                  read_file(source / "configs/examples/cluster-routing.textproto") +

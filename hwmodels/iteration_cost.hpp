@@ -15,9 +15,14 @@
 
 namespace kvtier::hw {
 
+// A chunk whose micro-batch the caller leaves to split_into_micro_batches.
+inline constexpr std::uint32_t kAnyMicroBatch = UINT32_MAX;
+
 struct PrefillChunk {
   std::uint64_t tokens = 0;          // prompt tokens processed in this iteration
   std::uint64_t context_before = 0;  // tokens of the same request already in the KV cache
+  // With pipeline stages, the micro-batch the engine put it in (kAnyMicroBatch: not chosen).
+  std::uint32_t micro_batch = kAnyMicroBatch;
 };
 
 // What one iteration processes (the same on every GPU of the TP group).

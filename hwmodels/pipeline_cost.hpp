@@ -23,7 +23,8 @@ namespace kvtier::hw {
 
 // `batch` dealt out to `parts` micro-batches: decoding requests as evenly as whole ones go
 // (their context in proportion, the first micro-batches taking one more), then each prefill
-// chunk in turn to the first micro-batch it fits beside what it holds, within
+// chunk to the micro-batch the engine put it in (PrefillChunk::micro_batch), or when it chose
+// none, in turn to the first micro-batch it fits beside what it holds, within
 // `tokens_per_part` tokens (a micro-batch's budget, as the engine cut the chunks to fill them
 // in order), or to the one with the fewest tokens when none has room or the budget is 0; the
 // logits of prompts finishing dealt in turn to the micro-batches holding chunks. Micro-batch m is
@@ -49,7 +50,8 @@ struct StageWork {
   std::uint32_t micro_batch = 0;           // element of split_into_micro_batches
   const IterationCost* compute = nullptr;  // the stage's own: the LM head on the last stage only
 };
-// How long a stage takes on a micro-batch; at least its compute's total.
+// How long a stage takes on a micro-batch: its compute's total, or with what the caller adds
+// (the tier-aware engine's layer pipeline, which times the layers as `layers` x `layer`).
 using StageTimer = std::function<sim::Tick(const StageWork&)>;
 
 class PipelineCostModel {

@@ -421,6 +421,8 @@ class ServingEngine {
   std::uint32_t staged_layers_ = 2;
   // Each layer's pipeline stage (all 0 without stages): a GPU holds its stage's layers' KV.
   std::vector<std::uint32_t> stage_of_layer_;
+  // The most layers one GPU holds: the model's, or its largest pipeline stage's.
+  std::uint32_t layers_per_gpu_;
   double bytes_per_token_layer_ = 0.0;             // full precision, this GPU's share
   double compressed_bytes_per_token_layer_ = 0.0;  // T2
   // This iteration's copies by micro-batch (one without pipeline stages), each by layer.

@@ -18,6 +18,7 @@
 // With a cluster (run.cluster, rate plans only) the rate searched is the whole cluster's, its
 // router included: per-engine figures are its 1/N share, and fleets come in whole clusters.
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -106,6 +107,33 @@ struct PlanResult {
 };
 
 [[nodiscard]] bool serves_any(const PlanResult& result);
+
+// How an engine splits over GPUs: a tensor-parallel group of `tensor_parallel` GPUs in each of
+// `pipeline_stages` stages (`kvtier plan --layouts`).
+struct Layout {
+  std::uint32_t tensor_parallel = 1;
+  std::uint32_t pipeline_stages = 1;
+  [[nodiscard]] std::uint64_t gpus() const {
+    return std::uint64_t{tensor_parallel} * pipeline_stages;
+  }
+  [[nodiscard]] bool operator==(const Layout&) const = default;
+};
+
+// The most layouts one plan compares: each is a search of its own.
+inline constexpr std::size_t kMaxLayouts = 64;
+
+// "8x2,16x1" (TP x stages, each at least 1, at most kMaxLayouts of them, none twice), or
+// "auto": candidate_layouts(run). ConfigError naming the item that is not one.
+[[nodiscard]] std::vector<Layout> parse_layouts(const std::string& text,
+                                                const config::RunSpec& run);
+// Every layout of powers of two whose GPUs the run's hardware holds (hardware.num_nodes x
+// gpus_per_node, num_nodes 1 when absent), by tensor-parallel degree and then stages. Which of
+// them the model and the hardware can take is for the config's checks to say.
+[[nodiscard]] std::vector<Layout> candidate_layouts(const config::RunSpec& run);
+// The run split as `layout` says (pipeline_parallel_degree left out for one stage).
+[[nodiscard]] config::RunSpec with_layout(const config::RunSpec& run, const Layout& layout);
+// "TP 8 x PP 2".
+[[nodiscard]] std::string describe_layout(const Layout& layout);
 
 // Plans run.policy() (the run's `compare` is ignored), by the load its workload's kind says.
 // ConfigError for options the search cannot use, a batch plan of a cluster, a rate plan without

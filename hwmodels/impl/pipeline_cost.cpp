@@ -26,6 +26,12 @@ std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::u
   }
   std::vector<std::uint32_t> chunks_in(parts, 0);
   for (const PrefillChunk& chunk : batch.prefill) {
+    if (chunk.micro_batch < parts) {
+      micro[chunk.micro_batch].prefill.push_back(chunk);
+      load[chunk.micro_batch] += chunk.tokens;
+      ++chunks_in[chunk.micro_batch];
+      continue;
+    }
     auto chosen = static_cast<std::uint32_t>(
         std::find_if(load.begin(), load.end(),
                      [&](std::uint64_t tokens) {

@@ -50,6 +50,8 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
               ? std::optional<double>(run.workload().on_demand_admission().watermark())
               : std::nullopt),
       tiers_(tiers),
+      layers_per_gpu_(
+          hw::largest_pipeline_stage_layers(run.model().num_hidden_layers(), pipeline_stages(run))),
       role_(role),
       kv_used_(simulator),
       kv_reserved_(simulator),
@@ -131,8 +133,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     copy_rates_ = measure_copy_rates(run);
     lookahead_ = run.tiering().prefetch_lookahead_layers();
     const std::uint32_t layers = run.model().num_hidden_layers();
-    staged_layers_ =
-        std::min(lookahead_ + 1, hw::largest_pipeline_stage_layers(layers, pipeline_stages(run)));
+    staged_layers_ = std::min(lookahead_ + 1, layers_per_gpu_);
     stage_of_layer_ = hw::pipeline_stage_of_layers(layers, pipeline_stages(run));
     const std::uint32_t shards =
         hw::kv_shards(run.model(), run.tensor_parallel_degree(), attention_split(run));
@@ -468,7 +469,8 @@ void ServingEngine::add_chunk(std::uint32_t id, std::uint64_t& budget, hw::Batch
   }
   budget -= tokens;
   prefilling_now_.push_back(PlannedChunk{id, tokens, micro_batch});
-  batch.prefill.push_back(hw::PrefillChunk{tokens, request.prefilled});
+  batch.prefill.push_back(hw::PrefillChunk{tokens, request.prefilled,
+                                           micro_room_.empty() ? hw::kAnyMicroBatch : micro_batch});
   if (request.prefilled + tokens == request.prefill_target) {
     ++batch.logits_tokens;
   }
@@ -631,9 +633,7 @@ std::uint64_t ServingEngine::swap_copies(double bytes) const {
   // Its HBM KV is whole blocks of one layer each: the blocks of a whole cache (or a prompt being
   // prefilled) in every layer, or each layer's T0 blocks with a tier policy. One copy each for
   // its keys and for its values.
-  const double layer_block_bytes =
-      plan_.block_bytes() / static_cast<double>(hw::largest_pipeline_stage_layers(
-                                run_.model().num_hidden_layers(), pipeline_stages(run_)));
+  const double layer_block_bytes = plan_.block_bytes() / static_cast<double>(layers_per_gpu_);
   return 2 * static_cast<std::uint64_t>(std::llround(bytes / layer_block_bytes));
 }
 

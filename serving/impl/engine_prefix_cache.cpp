@@ -135,11 +135,11 @@ sim::Tick ServingEngine::time_prefix_copies(sim::Tick duration) {
   const double block_bytes = plan_.block_bytes();
   const double loaded = static_cast<double>(prefix_loads_now_) * block_bytes;
   const double stored = static_cast<double>(prefix_stores_now_) * block_bytes;
-  // Per block: one copy of each layer's keys and one of its values, as a swap's. In chunks: one
-  // copy per chunk, after a kernel gathers a store's blocks and before one scatters a load's,
-  // each reading and writing their bytes in HBM.
+  // Per block: one copy of each of this GPU's layers' keys and one of its values, as a swap's. In
+  // chunks: one copy per chunk, after a kernel gathers a store's blocks and before one scatters a
+  // load's, each reading and writing their bytes in HBM.
   const bool chunked = prefix_chunk_blocks_ > 0;
-  const std::uint64_t copies_per_block = 2ULL * run_.model().num_hidden_layers();
+  const std::uint64_t copies_per_block = 2ULL * layers_per_gpu_;
   const std::uint64_t load_copies =
       chunked ? prefix_load_chunks_now_ : prefix_loads_now_ * copies_per_block;
   const std::uint64_t store_copies =

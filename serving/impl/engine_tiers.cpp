@@ -220,8 +220,9 @@ sim::Tick ServingEngine::time_tier_copies(const hw::BatchShape& batch, hw::Itera
       totals_.d2h_bytes += copies.d2h_bytes() * share;
     }
   }
-  totals_.host_recode_bytes += recoded_to_compressed_ * bytes_per_token_layer_ +
-                               recoded_to_full_ * compressed_bytes_per_token_layer_;
+  totals_.host_recode_bytes += (recoded_to_compressed_ * bytes_per_token_layer_ +
+                                recoded_to_full_ * compressed_bytes_per_token_layer_) *
+                               share;
   return duration;
 }
 

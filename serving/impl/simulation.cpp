@@ -270,10 +270,13 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
   report.workload = cluster.workload().description;
   report.events = simulator.events_executed();
   if (recodes_untimed(figures, engine)) {
-    report.notes.push_back("T1 <-> T2 recodes read " +
-                           format_fixed(totals.host_recode_bytes / 1e9, 3) +
-                           " GB of host memory per GPU, not timed: the run sets no "
-                           "tiering.host_recode (docs/SIMULATION.md)");
+    report.notes.push_back(
+        "T1 <-> T2 recodes read " + format_fixed(totals.host_recode_bytes / 1e9, 3) +
+        " GB of host memory per GPU, not timed: " +
+        (pipeline_stages(run) > 1 ? std::string("host recodes are not modelled with pipeline "
+                                                "stages")
+                                  : std::string("the run sets no tiering.host_recode")) +
+        " (docs/SIMULATION.md)");
   }
   if (run.workload().has_on_demand_admission()) {
     const config::OnDemandAdmission& admission = run.workload().on_demand_admission();

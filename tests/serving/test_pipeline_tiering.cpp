@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "configs/schema/run.pb.h"
@@ -108,6 +109,29 @@ TEST_CASE("a request's tier peaks per GPU are its heaviest stage's", "[tiers]") 
       CHECK(part.staged_tokens == all.staged_tokens);
     }
   }
+}
+
+TEST_CASE("over three stages each GPU copies a third, its recodes too", "[tiers]") {
+  // 80 layers as 27, 27 and 26: two stages cost alike, the last holds the LM head. A policy
+  // that compresses part of T1 recodes tokens between T1 and T2 in host memory.
+  const auto compressing = [](const std::vector<std::string>& sets) {
+    RunSpec run = tiered_seventy(sets);
+    for (const auto& [name, value] :
+         {std::pair<std::string, double>{"hbm", 0.5}, {"evict", 0.1}, {"compress", 0.2}}) {
+      auto* param = run.mutable_policy()->add_param();
+      param->set_name(name);
+      param->set_number(value);
+    }
+    return kvtier::test::serving_metrics(run);
+  };
+  const auto one = compressing({"tensor_parallel_degree=2"});
+  const auto three = compressing({"tensor_parallel_degree=2", "pipeline_parallel_degree=3"});
+  REQUIRE(one.at("requests_completed") == 32);
+  REQUIRE(three.at("requests_completed") == 32);
+  REQUIRE(one.at("host_recode_gb") > 0);
+  CHECK(three.at("pcie_h2d_gb") == Approx(one.at("pcie_h2d_gb") / 3).epsilon(1e-12));
+  CHECK(three.at("pcie_d2h_gb") == Approx(one.at("pcie_d2h_gb") / 3).epsilon(1e-12));
+  CHECK(three.at("host_recode_gb") == Approx(one.at("host_recode_gb") / 3).epsilon(1e-12));
 }
 
 TEST_CASE("host recodes with pipeline stages are refused", "[tiers]") {

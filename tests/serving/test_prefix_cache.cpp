@@ -56,6 +56,16 @@ kvtier::serving::Workload one_at_a_time_x_y_z_x() {
   return workload;
 }
 
+// Those requests served to the end by an engine of `run`.
+struct ServedXyzx {
+  explicit ServedXyzx(const RunSpec& run) : engine(simulator, run, one_at_a_time_x_y_z_x()) {
+    engine.start();
+    simulator.run();
+  }
+  kvtier::sim::Simulator simulator;
+  kvtier::serving::ServingEngine engine;
+};
+
 }  // namespace
 
 TEST_CASE("a released block stays cached until evicted, least recently released first",
@@ -241,10 +251,8 @@ TEST_CASE("the host tier keeps every cached block, and a prefill loads what HBM 
   const RunSpec run =
       run_with({"hardware.node.gpu.memory_capacity=18.5GiB", "workload.prefill_chunk_tokens=4096",
                 "memory.prefix_caching=true", "memory.prefix_cache_host_gib=1"});
-  kvtier::sim::Simulator simulator;
-  kvtier::serving::ServingEngine engine(simulator, run, one_at_a_time_x_y_z_x());
-  engine.start();
-  simulator.run();
+  const ServedXyzx served(run);
+  const kvtier::serving::ServingEngine& engine = served.engine;
   const auto& totals = engine.totals();
   CHECK(totals.prefix_hit_tokens == 128 * 16);
   CHECK(totals.prefix_host_hit_tokens == 124 * 16);
@@ -265,6 +273,20 @@ TEST_CASE("the host tier keeps every cached block, and a prefill loads what HBM 
         Approx(192.0 * (1 << 30) - 1.0 * (1 << 30)).epsilon(1e-12));
 }
 
+TEST_CASE("over pipeline stages a block's host-tier copies are its GPU's layers'", "[prefix]") {
+  // The requests above over two stages of 16 layers: each GPU stores its share of every block
+  // (write-through), a copy per block of each of its 16 layers' keys or values.
+  const RunSpec run = run_with({"pipeline_parallel_degree=2", "workload.prefill_chunk_tokens=4096",
+                                "memory.prefix_caching=true", "memory.prefix_cache_host_gib=1"});
+  const ServedXyzx served(run);
+  const kvtier::serving::ServingEngine& engine = served.engine;
+  const auto& totals = engine.totals();
+  const double block = engine.memory().block_bytes();
+  const double blocks = (totals.prefix_store_bytes + totals.prefix_load_bytes) / block;
+  REQUIRE(blocks > 0);
+  CHECK(static_cast<double>(totals.prefix_copies) == blocks * 2 * 16);
+}
+
 TEST_CASE("the host tier's copies in chunks: one call per chunk a load or store touches",
           "[prefix]") {
   // The host-tier test above in chunks of 256 tokens (16 blocks). Each of X, Y and Z stores its
@@ -275,10 +297,8 @@ TEST_CASE("the host tier's copies in chunks: one call per chunk a load or store 
       run_with({"hardware.node.gpu.memory_capacity=18.5GiB", "workload.prefill_chunk_tokens=4096",
                 "memory.prefix_caching=true", "memory.prefix_cache_host_gib=1",
                 "memory.prefix_cache_host_chunk_tokens=256"});
-  kvtier::sim::Simulator simulator;
-  kvtier::serving::ServingEngine engine(simulator, run, one_at_a_time_x_y_z_x());
-  engine.start();
-  simulator.run();
+  const ServedXyzx served(run);
+  const kvtier::serving::ServingEngine& engine = served.engine;
   const auto& totals = engine.totals();
   const double block = engine.memory().block_bytes();
   REQUIRE(totals.prefix_host_hit_tokens == 124 * 16);

@@ -1,0 +1,219 @@
+#include "apps/plan_layouts.hpp"
+
+#include <algorithm>
+
+#include "apps/plan_report.hpp"
+#include "common/errors.hpp"
+#include "common/text_output.hpp"
+#include "configs/validate.hpp"
+#include "serving/memory_plan.hpp"
+
+namespace kvtier::app {
+namespace {
+
+std::string layout_key(const serving::Layout& layout) {
+  return std::to_string(layout.tensor_parallel) + "x" + std::to_string(layout.pipeline_stages);
+}
+
+bool with_target(const serving::PlanOptions& options) {
+  return options.target_output_tokens_per_s.has_value() ||
+         options.target_requests_per_s.has_value();
+}
+
+// "best tok/s per GPU, tiered:...: TP 8 x PP 2 (123.4)" for each policy.
+std::vector<std::string> best_lines(const std::vector<LayoutPlan>& plans,
+                                    const std::vector<std::string>& policy_names) {
+  std::vector<std::string> lines;
+  const std::vector<int> best = best_layouts_per_gpu(plans, policy_names.size());
+  for (std::size_t p = 0; p < policy_names.size(); ++p) {
+    if (best[p] < 0) {
+      lines.push_back("best per GPU, " + policy_names[p] +
+                      ": no layout serves any load within the SLOs");
+      continue;
+    }
+    const LayoutPlan& plan = plans[static_cast<std::size_t>(best[p])];
+    const serving::PlanResult& result = plan.results[p];
+    std::string line =
+        "best per GPU, " + policy_names[p] + ": " + serving::describe_layout(plan.layout) + ", " +
+        format_fixed(result.output_tokens_per_s_per_gpu, 1) + " output tokens/s a GPU";
+    lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
+std::vector<std::string> refused_lines(const std::vector<LayoutPlan>& plans) {
+  std::vector<std::string> lines;
+  for (const LayoutPlan& plan : plans) {
+    if (!plan.refused.empty()) {
+      lines.push_back("not planned, " + serving::describe_layout(plan.layout) + ": " +
+                      plan.refused);
+    }
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
+                                     const std::vector<serving::Layout>& layouts,
+                                     const std::vector<config::PolicySpec>& policies,
+                                     const serving::PlanOptions& options,
+                                     const config::ConfigLoader& loader,
+                                     const config::LocationMap& locations,
+                                     serving::DemandMemo& memo) {
+  std::vector<LayoutPlan> plans;
+  for (const serving::Layout& layout : layouts) {
+    LayoutPlan plan{layout, {}, {}};
+    const config::RunSpec split = serving::with_layout(run, layout);
+    if (const auto problems = config::validate(split, loader, locations); !problems.empty()) {
+      plan.refused = problems.front().what;
+      plans.push_back(std::move(plan));
+      continue;
+    }
+    try {
+      for (const config::PolicySpec& policy : policies) {
+        config::RunSpec variant = split;
+        *variant.mutable_policy() = policy;
+        variant.clear_compare();
+        plan.results.push_back(serving::plan_capacity(variant, options, &memo));
+      }
+    } catch (const ConfigError& error) {
+      // What this split cannot run (the same refusal a plan of it alone would give).
+      plan.refused = error.what();
+      plan.results.clear();
+    }
+    plans.push_back(std::move(plan));
+  }
+  if (std::all_of(plans.begin(), plans.end(),
+                  [](const LayoutPlan& plan) { return !plan.refused.empty(); })) {
+    throw ConfigError("--layouts: no layout can be planned; " +
+                      serving::describe_layout(plans.front().layout) + ": " +
+                      plans.front().refused);
+  }
+  return plans;
+}
+
+std::vector<int> best_layouts_per_gpu(const std::vector<LayoutPlan>& plans, std::size_t policies) {
+  std::vector<int> best(policies, -1);
+  for (std::size_t p = 0; p < policies; ++p) {
+    double most = 0.0;
+    for (std::size_t l = 0; l < plans.size(); ++l) {
+      if (!plans[l].refused.empty()) {
+        continue;
+      }
+      const serving::PlanResult& result = plans[l].results[p];
+      if (serving::serves_any(result) && result.output_tokens_per_s_per_gpu > most) {
+        most = result.output_tokens_per_s_per_gpu;
+        best[p] = static_cast<int>(l);
+      }
+    }
+  }
+  return best;
+}
+
+void write_layout_plans(const std::vector<LayoutPlan>& plans,
+                        const std::vector<std::string>& policy_names, const config::RunSpec& run,
+                        const serving::PlanOptions& options, const std::string& slo_text,
+                        const std::string& file, Format format, std::ostream& out) {
+  const bool closed_loop = run.workload().has_closed_loop();
+  const bool target = with_target(options);
+  std::string compared;
+  for (const LayoutPlan& plan : plans) {
+    compared += (compared.empty() ? "" : ", ") + serving::describe_layout(plan.layout);
+  }
+  if (format == Format::kHtml) {
+    std::vector<serving::PlanResult> results;
+    std::vector<std::string> names;
+    for (const LayoutPlan& plan : plans) {
+      for (std::size_t p = 0; p < plan.results.size(); ++p) {
+        results.push_back(plan.results[p]);
+        names.push_back(serving::describe_layout(plan.layout) + ": " + policy_names[p]);
+      }
+    }
+    std::vector<std::string> notes = best_lines(plans, policy_names);
+    const std::vector<std::string> refused = refused_lines(plans);
+    notes.insert(notes.end(), refused.begin(), refused.end());
+    out << plan_html(results, names, run, options, file, version_line(),
+                     "layouts " + compared + " (a row per layout and policy)", notes);
+    return;
+  }
+  if (format == Format::kJson) {
+    const std::vector<int> best = best_layouts_per_gpu(plans, policy_names.size());
+    out << "{\"run\": " << json_escape(file) << ", \"layouts\": [";
+    for (std::size_t l = 0; l < plans.size(); ++l) {
+      const LayoutPlan& plan = plans[l];
+      out << (l == 0 ? "" : ", ") << "{\"layout\": " << json_escape(layout_key(plan.layout))
+          << ", \"tensor_parallel_degree\": " << plan.layout.tensor_parallel
+          << ", \"pipeline_parallel_degree\": " << plan.layout.pipeline_stages
+          << ", \"gpus_per_engine\": " << plan.layout.gpus()
+          << ", \"refused\": " << (plan.refused.empty() ? "null" : json_escape(plan.refused))
+          << ", \"plans\": [";
+      for (std::size_t p = 0; p < plan.results.size(); ++p) {
+        out << (p == 0 ? "" : ", ")
+            << plan_json(plan.results[p], options.slos, target, run.has_cluster());
+      }
+      out << "]}";
+    }
+    out << "], \"best_per_gpu\": [";
+    for (std::size_t p = 0; p < policy_names.size(); ++p) {
+      out << (p == 0 ? "" : ", ") << "{\"policy\": " << json_escape(policy_names[p])
+          << ", \"layout\": "
+          << (best[p] < 0
+                  ? "null"
+                  : json_escape(layout_key(plans[static_cast<std::size_t>(best[p])].layout)))
+          << "}";
+    }
+    out << "]}\n";
+    return;
+  }
+  out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
+      << run.hardware().node().gpu().name() << ", layouts " << compared << ", SLO " << slo_text
+      << "\n  "
+      << (closed_loop ? "largest batch (closed loop of the run's request shape)"
+                      : "largest arrival rate (the run's requests, arriving faster or slower; "
+                        "precision " +
+                            format_double(options.rate_precision) + ")")
+      << "\n\n";
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  for (const LayoutPlan& plan : plans) {
+    if (!plan.refused.empty()) {
+      continue;
+    }
+    const PlanTable table = plan_table(plan.results, closed_loop, target);
+    if (header.empty()) {
+      header = {"layout", "GPUs"};
+      header.insert(header.end(), table.header.begin(), table.header.end());
+    }
+    for (const auto& row : table.rows) {
+      std::vector<std::string> full{serving::describe_layout(plan.layout),
+                                    std::to_string(plan.layout.gpus())};
+      full.insert(full.end(), row.begin(), row.end());
+      rows.push_back(std::move(full));
+    }
+  }
+  if (!rows.empty()) {
+    TextTable table(header);
+    for (const auto& row : rows) {
+      table.add_row(row);
+    }
+    table.render(out);
+    out << "\n";
+  }
+  for (const std::string& line : best_lines(plans, policy_names)) {
+    out << line << "\n";
+  }
+  for (const std::string& line : refused_lines(plans)) {
+    out << line << "\n";
+  }
+  for (const LayoutPlan& plan : plans) {
+    for (const serving::PlanResult& result : plan.results) {
+      for (const std::string& note : result.notes) {
+        out << "\nnote (" << serving::describe_layout(plan.layout) << ", " << result.policy
+            << "): " << note << "\n";
+      }
+    }
+  }
+}
+
+}  // namespace kvtier::app

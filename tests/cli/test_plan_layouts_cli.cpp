@@ -1,0 +1,109 @@
+// `kvtier plan --layouts`: the same plan for several splits of an engine, side by side.
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "tests/support/cli_runner.hpp"
+#include "tests/support/paths.hpp"
+#include "tests/support/small_run.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Result = kvtier::test::CliResult;
+
+Result run(const std::string& args) {
+  return kvtier::test::run_kvtier(args);
+}
+
+fs::path small_run_file() {
+  const fs::path path = kvtier::test::scratch_dir() / "plan-layouts.textproto";
+  std::ofstream(path) << kvtier::test::small_run_text();
+  return path;
+}
+
+// The text between `begin` and the first `end` after it.
+std::string between(const std::string& text, const std::string& begin, const std::string& end) {
+  const auto from = text.find(begin);
+  REQUIRE(from != std::string::npos);
+  const auto to = text.find(end, from + begin.size());
+  REQUIRE(to != std::string::npos);
+  return text.substr(from + begin.size(), to - from - begin.size());
+}
+
+void expect_config_error(const Result& result, const std::string& fragment) {
+  INFO("stderr: " << result.err);
+  CHECK(result.exit_code == 2);
+  CHECK(result.out.empty());
+  CHECK_THAT(result.err, Catch::StartsWith("kvtier: error: ") && Catch::Contains(fragment));
+}
+
+}  // namespace
+
+TEST_CASE("plan --layouts plans each split as a plan of it alone would", "[cli]") {
+  const std::string path = small_run_file().string();
+  const Result layouts =
+      run("plan " + path + " --slo tpot_p99=20ms --layouts 1x1,2x1,1x2,3x1 --format json");
+  INFO("stderr: " << layouts.err);
+  REQUIRE(layouts.exit_code == 0);
+  // Each layout's plan is byte for byte the plan of the run set to it.
+  for (const auto& [layout, sets] :
+       {std::pair<std::string, std::string>{"2x1", "--set tensor_parallel_degree=2"},
+        {"1x2", "--set pipeline_parallel_degree=2"}}) {
+    CAPTURE(layout);
+    const Result alone = run("plan " + path + " --slo tpot_p99=20ms --format json " + sets);
+    REQUIRE(alone.exit_code == 0);
+    const std::string plan = between(alone.out, "\"plans\": [", "]}\n");
+    CHECK_THAT(layouts.out, Catch::Contains("{\"layout\": \"" + layout + "\"") &&
+                                Catch::Contains("\"gpus_per_engine\": 2, \"refused\": null, "
+                                                "\"plans\": [" +
+                                                plan + "]}"));
+  }
+  // TP 3 does not divide Llama-3.1-8B's KV heads: listed with the reason, not planned.
+  CHECK_THAT(layouts.out,
+             Catch::Contains("{\"layout\": \"3x1\", \"tensor_parallel_degree\": 3, "
+                             "\"pipeline_parallel_degree\": 1, \"gpus_per_engine\": 3, "
+                             "\"refused\": \"tensor_parallel_degree 3 neither divides") &&
+                 Catch::Contains("\"plans\": []}"));
+  // One GPU serves the most tokens a GPU: the model fits it, and splitting it only adds
+  // all-reduces or a second pass over the weights.
+  CHECK_THAT(layouts.out,
+             Catch::Contains("\"best_per_gpu\": [{\"policy\": \"full\", \"layout\": \"1x1\"}]"));
+  const Result text = run("plan " + path + " --slo tpot_p99=20ms --layouts 1x1,2x1,1x2,3x1");
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("layout") && Catch::Contains("TP 1 x PP 2  2") &&
+                           Catch::Contains("best per GPU, full: TP 1 x PP 1") &&
+                           Catch::Contains("not planned, TP 3 x PP 1: tensor_parallel_degree 3"));
+  const Result html = run("plan " + path + " --slo tpot_p99=20ms --layouts 1x1,1x2 --format html");
+  REQUIRE(html.exit_code == 0);
+  CHECK_THAT(html.out, Catch::Contains("TP 1 x PP 2: full") &&
+                           Catch::Contains("best per GPU, full: TP 1 x PP 1"));
+}
+
+TEST_CASE("plan --layouts auto takes every power-of-two split the node holds", "[cli]") {
+  const Result result = run("plan " + small_run_file().string() +
+                            " --slo tpot_p99=20ms --layouts auto --format json");
+  REQUIRE(result.exit_code == 0);
+  // Eight GPUs: TP 1 with 1, 2, 4 or 8 stages, TP 2 with 1, 2 or 4, TP 4 with 1 or 2, TP 8.
+  std::size_t count = 0;
+  for (auto at = result.out.find("{\"layout\": "); at != std::string::npos;
+       at = result.out.find("{\"layout\": ", at + 1)) {
+    ++count;
+  }
+  CHECK(count == 10);
+  CHECK_THAT(result.out, Catch::Contains("\"layout\": \"1x8\"") &&
+                             Catch::Contains("\"layout\": \"8x1\"") &&
+                             !Catch::Contains("\"layout\": \"2x8\""));
+}
+
+TEST_CASE("plan --layouts refuses what is not a list of layouts", "[cli]") {
+  const std::string plan = "plan " + small_run_file().string() + " --slo tpot_p99=20ms --layouts ";
+  expect_config_error(run(plan + "8x"), "--layouts '8x' is not a layout");
+  expect_config_error(run(plan + "0x1"), "--layouts '0x1' is not a layout");
+  expect_config_error(run(plan + "2x1,"), "--layouts '' is not a layout");
+  expect_config_error(run(plan + "2x1,2x1"), "--layouts names 2x1 twice");
+  expect_config_error(run(plan + "3x1"), "--layouts: no layout can be planned; TP 3 x PP 1");
+}
