@@ -71,7 +71,7 @@ int run_plan(const Arguments& args, Context& context) {
           "node; and with targets, the engines, GPUs and nodes that serve them. A run with a "
           "cluster (run.cluster) is planned whole, its router included, by its arrival rate. With "
           "--layouts, each split of an engine over tensor parallelism and pipeline stages is "
-          "planned in turn, and the best per GPU named.",
+          "planned in turn, and the best per GPU (with a target, the fewest GPUs) named.",
           context.out)) {
     return 0;
   }

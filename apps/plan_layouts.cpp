@@ -20,23 +20,36 @@ bool with_target(const serving::PlanOptions& options) {
          options.target_requests_per_s.has_value();
 }
 
-// "best tok/s per GPU, tiered:...: TP 8 x PP 2 (123.4)" for each policy.
-std::vector<std::string> best_lines(const std::vector<LayoutPlan>& plans,
-                                    const std::vector<std::string>& policy_names) {
+// Policy p's canonical name, as the table gives it (every planned layout has it).
+std::string canonical_policy(const std::vector<LayoutPlan>& plans, std::size_t p) {
+  const auto planned = std::find_if(plans.begin(), plans.end(),
+                                    [](const LayoutPlan& plan) { return plan.refused.empty(); });
+  return planned->results[p].policy;
+}
+
+// For each policy, "best per GPU, P: TP 8 x PP 2, 123.4 output tokens/s a GPU", and with a
+// target "fewest GPUs for the target, P: TP 8 x PP 2, 32 GPUs".
+std::vector<std::string> best_lines(const std::vector<LayoutPlan>& plans, std::size_t policies,
+                                    bool target) {
   std::vector<std::string> lines;
-  const std::vector<int> best = best_layouts_per_gpu(plans, policy_names.size());
-  for (std::size_t p = 0; p < policy_names.size(); ++p) {
+  const std::vector<int> best = best_layouts_per_gpu(plans, policies);
+  const std::vector<int> fewest = fewest_gpu_layouts(plans, policies);
+  for (std::size_t p = 0; p < policies; ++p) {
+    const std::string policy = canonical_policy(plans, p);
     if (best[p] < 0) {
-      lines.push_back("best per GPU, " + policy_names[p] +
-                      ": no layout serves any load within the SLOs");
+      lines.push_back("best per GPU, " + policy + ": no layout serves any load within the SLOs");
       continue;
     }
     const LayoutPlan& plan = plans[static_cast<std::size_t>(best[p])];
-    const serving::PlanResult& result = plan.results[p];
-    std::string line =
-        "best per GPU, " + policy_names[p] + ": " + serving::describe_layout(plan.layout) + ", " +
-        format_fixed(result.output_tokens_per_s_per_gpu, 1) + " output tokens/s a GPU";
-    lines.push_back(std::move(line));
+    lines.push_back("best per GPU, " + policy + ": " + serving::describe_layout(plan.layout) +
+                    ", " + format_fixed(plan.results[p].output_tokens_per_s_per_gpu, 1) +
+                    " output tokens/s a GPU");
+    if (target) {
+      const LayoutPlan& least = plans[static_cast<std::size_t>(fewest[p])];
+      lines.push_back("fewest GPUs for the target, " + policy + ": " +
+                      serving::describe_layout(least.layout) + ", " +
+                      std::to_string(least.results[p].gpus) + " GPUs");
+    }
   }
   return lines;
 }
@@ -61,26 +74,37 @@ std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
                                      const config::ConfigLoader& loader,
                                      const config::LocationMap& locations,
                                      serving::DemandMemo& memo) {
+  // The options' own mistakes are the command's, whatever the layouts.
+  serving::check_plan_options(run, options);
   std::vector<LayoutPlan> plans;
   for (const serving::Layout& layout : layouts) {
     LayoutPlan plan{layout, {}, {}};
     const config::RunSpec split = serving::with_layout(run, layout);
     if (const auto problems = config::validate(split, loader, locations); !problems.empty()) {
-      plan.refused = problems.front().what;
+      plan.refused = problems.front().path + ": " + problems.front().what;
       plans.push_back(std::move(plan));
       continue;
     }
     try {
-      for (const config::PolicySpec& policy : policies) {
-        config::RunSpec variant = split;
-        *variant.mutable_policy() = policy;
-        variant.clear_compare();
-        plan.results.push_back(serving::plan_capacity(variant, options, &memo));
-      }
+      (void)serving::plan_memory(split);
     } catch (const ConfigError& error) {
-      // What this split cannot run (the same refusal a plan of it alone would give).
+      // The weights leave no room for KV on this split.
       plan.refused = error.what();
-      plan.results.clear();
+      plans.push_back(std::move(plan));
+      continue;
+    }
+    for (const config::PolicySpec& policy : policies) {
+      config::RunSpec variant = split;
+      *variant.mutable_policy() = policy;
+      variant.clear_compare();
+      try {
+        plan.results.push_back(serving::plan_capacity(variant, options, &memo));
+      } catch (const ConfigError& error) {
+        // What the planner cannot do with this split (a workload too short to load it, a target
+        // too large): the command's error, naming the layout.
+        throw ConfigError("planning " + serving::describe_layout(layout) + ": " + error.what(),
+                          error.where());
+      }
     }
     plans.push_back(std::move(plan));
   }
@@ -91,6 +115,29 @@ std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
                       plans.front().refused);
   }
   return plans;
+}
+
+std::vector<int> fewest_gpu_layouts(const std::vector<LayoutPlan>& plans, std::size_t policies) {
+  std::vector<int> fewest(policies, -1);
+  for (std::size_t p = 0; p < policies; ++p) {
+    for (std::size_t l = 0; l < plans.size(); ++l) {
+      if (!plans[l].refused.empty() || !serving::serves_any(plans[l].results[p])) {
+        continue;
+      }
+      const serving::PlanResult& result = plans[l].results[p];
+      if (fewest[p] < 0) {
+        fewest[p] = static_cast<int>(l);
+        continue;
+      }
+      const serving::PlanResult& least = plans[static_cast<std::size_t>(fewest[p])].results[p];
+      if (result.gpus < least.gpus ||
+          (result.gpus == least.gpus &&
+           result.output_tokens_per_s_per_gpu > least.output_tokens_per_s_per_gpu)) {
+        fewest[p] = static_cast<int>(l);
+      }
+    }
+  }
+  return fewest;
 }
 
 std::vector<int> best_layouts_per_gpu(const std::vector<LayoutPlan>& plans, std::size_t policies) {
@@ -130,7 +177,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
         names.push_back(serving::describe_layout(plan.layout) + ": " + policy_names[p]);
       }
     }
-    std::vector<std::string> notes = best_lines(plans, policy_names);
+    std::vector<std::string> notes = best_lines(plans, policy_names.size(), target);
     const std::vector<std::string> refused = refused_lines(plans);
     notes.insert(notes.end(), refused.begin(), refused.end());
     out << plan_html(results, names, run, options, file, version_line(),
@@ -139,6 +186,11 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
   }
   if (format == Format::kJson) {
     const std::vector<int> best = best_layouts_per_gpu(plans, policy_names.size());
+    const std::vector<int> fewest = fewest_gpu_layouts(plans, policy_names.size());
+    const auto key_or_null = [&plans](int index) {
+      return index < 0 ? std::string("null")
+                       : json_escape(layout_key(plans[static_cast<std::size_t>(index)].layout));
+    };
     out << "{\"run\": " << json_escape(file) << ", \"layouts\": [";
     for (std::size_t l = 0; l < plans.size(); ++l) {
       const LayoutPlan& plan = plans[l];
@@ -154,14 +206,14 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
       }
       out << "]}";
     }
-    out << "], \"best_per_gpu\": [";
+    out << "], \"best\": [";
     for (std::size_t p = 0; p < policy_names.size(); ++p) {
-      out << (p == 0 ? "" : ", ") << "{\"policy\": " << json_escape(policy_names[p])
-          << ", \"layout\": "
-          << (best[p] < 0
-                  ? "null"
-                  : json_escape(layout_key(plans[static_cast<std::size_t>(best[p])].layout)))
-          << "}";
+      out << (p == 0 ? "" : ", ") << "{\"policy\": " << json_escape(canonical_policy(plans, p))
+          << ", \"per_gpu\": " << key_or_null(best[p]);
+      if (target) {
+        out << ", \"fewest_gpus\": " << key_or_null(fewest[p]);
+      }
+      out << "}";
     }
     out << "]}\n";
     return;
@@ -173,7 +225,13 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
                       : "largest arrival rate (the run's requests, arriving faster or slower; "
                         "precision " +
                             format_double(options.rate_precision) + ")")
-      << "\n\n";
+      << "\n";
+  if (run.has_cluster()) {
+    out << "  of a cluster of " << run.cluster().engines() << " engines routed "
+        << config::Routing_Name(run.cluster().routing())
+        << ", each split so: per-engine figures are a share of the cluster's\n";
+  }
+  out << "\n";
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
   for (const LayoutPlan& plan : plans) {
@@ -182,7 +240,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     }
     const PlanTable table = plan_table(plan.results, closed_loop, target);
     if (header.empty()) {
-      header = {"layout", "GPUs"};
+      header = {"layout", "GPUs/engine"};
       header.insert(header.end(), table.header.begin(), table.header.end());
     }
     for (const auto& row : table.rows) {
@@ -200,7 +258,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     table.render(out);
     out << "\n";
   }
-  for (const std::string& line : best_lines(plans, policy_names)) {
+  for (const std::string& line : best_lines(plans, policy_names.size(), target)) {
     out << line << "\n";
   }
   for (const std::string& line : refused_lines(plans)) {

@@ -22,8 +22,10 @@ struct LayoutPlan {
   std::vector<serving::PlanResult> results;  // one per policy, in the run's order
 };
 
-// Plans each policy on each layout of `run` in turn (a layout the config check refuses is
-// listed with its reason, not planned).
+// Plans each policy on each layout of `run` in turn, after the options' checks
+// (check_plan_options). A layout the config check refuses, or whose weights leave no room for
+// KV, is listed with its reason, not planned; any other ConfigError of a layout's plan is the
+// command's, naming the layout.
 [[nodiscard]] std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
                                                    const std::vector<serving::Layout>& layouts,
                                                    const std::vector<config::PolicySpec>& policies,
@@ -36,9 +38,13 @@ struct LayoutPlan {
 // SLOs (index into `plans`; -1 when none serves any load), the first such on a tie.
 [[nodiscard]] std::vector<int> best_layouts_per_gpu(const std::vector<LayoutPlan>& plans,
                                                     std::size_t policies);
+// For each policy, the layout that serves a target with the fewest GPUs (the most output tokens/s
+// per GPU among those, then the first); -1 when none serves any load.
+[[nodiscard]] std::vector<int> fewest_gpu_layouts(const std::vector<LayoutPlan>& plans,
+                                                  std::size_t policies);
 
 // The answer in `format`: a row per layout and policy, the refused layouts with their reasons,
-// and the best layout per GPU for each policy.
+// the best layout per GPU for each policy and, with a target, the one needing fewest GPUs.
 void write_layout_plans(const std::vector<LayoutPlan>& plans,
                         const std::vector<std::string>& policy_names, const config::RunSpec& run,
                         const serving::PlanOptions& options, const std::string& slo_text,

@@ -30,10 +30,14 @@ namespace kvtier::serving {
 // What a disaggregated cluster's KV transfers did.
 struct KvTransfers {
   std::uint64_t count = 0;  // copies over the link (a prompt found all cached makes none)
-  double bytes = 0.0;       // per GPU
+  double bytes = 0.0;       // per GPU (with data-parallel attention, the mean GPU's)
   // Per GPU: prompt KV the decode engines found in their prefix caches and did not pull.
   double cached_bytes = 0.0;
   sim::Tick busy;  // Σ over transfers of the time one took on the link
+  // Transfers one engine's GPUs make at once: 1 (every GPU sends its share of each prompt), or
+  // with data-parallel attention each GPU its own requests' whole KV, the tensor-parallel
+  // degree.
+  std::uint32_t lanes_per_engine = 1;
   // Per request handed off: from its first token to its KV in its decode engine's HBM (waiting
   // for admission there, for the link, and the copy), and of that the copy with its wait for
   // the link.
@@ -92,14 +96,15 @@ class Cluster {
   Arrivals arrivals_;
   std::vector<std::uint64_t> routed_;
   // Disaggregation (prefill_engines_ 0 without it): the decode engines' router, the link's
-  // rate and fixed cost per transfer, when each engine's GPUs are next free to send and to
-  // receive, and each handed-off request's engines and first token.
+  // rate and fixed cost per transfer, when each engine's lanes (KvTransfers::lanes_per_engine)
+  // are next free to send and to receive, and each handed-off request's engines and first
+  // token.
   std::size_t prefill_engines_ = 0;
   std::unique_ptr<Router> decode_router_;
   double link_bytes_per_s_ = 0.0;
   sim::Tick link_setup_;
-  std::vector<sim::Tick> sending_free_;
-  std::vector<sim::Tick> receiving_free_;
+  std::vector<std::vector<sim::Tick>> sending_free_;
+  std::vector<std::vector<sim::Tick>> receiving_free_;
   std::vector<Handoff> handoffs_;
   KvTransfers transfers_;
 };

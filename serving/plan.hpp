@@ -135,6 +135,11 @@ inline constexpr std::size_t kMaxLayouts = 64;
 // "TP 8 x PP 2".
 [[nodiscard]] std::string describe_layout(const Layout& layout);
 
+// The options' checks that do not depend on how the engine splits: targets, --rounds for a
+// closed loop (and no cluster), --rate-precision and a queue-revealing SLO for an open loop.
+// ConfigError naming the option. plan_capacity makes them first.
+void check_plan_options(const config::RunSpec& run, const PlanOptions& options);
+
 // Plans run.policy() (the run's `compare` is ignored), by the load its workload's kind says.
 // ConfigError for options the search cannot use, a batch plan of a cluster, a rate plan without
 // a queue-revealing SLO, a

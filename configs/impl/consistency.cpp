@@ -680,17 +680,12 @@ void check_run(const RunSpec& run, const std::string& path, Problems& problems) 
                           "data-parallel attention is modelled for models with latent attention "
                           "(model.mla) only"});
     }
-    // Each GPU's requests, and so its prefix cache and its KV transfers, are its own; the
-    // engine models one cache and one sender per engine.
+    // Each GPU's requests, and so its prefix cache, are its own; the engine models one cache
+    // per engine.
     if (run.memory().prefix_caching()) {
       problems.push_back({at(path, "engine.data_parallel_attention"),
                           "data-parallel attention with memory.prefix_caching is not modelled "
                           "(each GPU would keep its own prefix cache, as SGLang's ranks do)"});
-    }
-    if (run.cluster().has_disaggregation()) {
-      problems.push_back({at(path, "engine.data_parallel_attention"),
-                          "data-parallel attention with cluster.disaggregation is not modelled "
-                          "(each GPU's requests' KV would cross the link from its own GPU)"});
     }
   }
   check_expert_parallel(run, path, problems);

@@ -74,8 +74,10 @@ Cluster::Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload
     const config::LinkSpec& link = cluster.disaggregation().kv_link();
     link_bytes_per_s_ = hw::asymptotic_gb_per_s(link, config::PEER) * 1e9;
     link_setup_ = sim::from_microseconds(link.per_copy_overhead_us(), sim::Rounding::kUp);
-    sending_free_.assign(engines_.size(), sim::Tick::zero());
-    receiving_free_.assign(engines_.size(), sim::Tick::zero());
+    transfers_.lanes_per_engine = requests_spread(run);
+    const std::vector<sim::Tick> lanes(transfers_.lanes_per_engine, sim::Tick::zero());
+    sending_free_.assign(engines_.size(), lanes);
+    receiving_free_.assign(engines_.size(), lanes);
     handoffs_.resize(workload_.requests.size());
   }
 }
@@ -115,7 +117,9 @@ void Cluster::route_decode(std::size_t prefill_engine, std::uint32_t request, si
 void Cluster::transfer(std::uint32_t request) {
   const Handoff& handoff = handoffs_[request];
   // Each GPU's share of the prompt's KV in its prefill engine's HBM, in whole blocks, less the
-  // blocks the decode engine found in its own prefix cache.
+  // blocks the decode engine found in its own prefix cache. With data-parallel attention the
+  // prompt's KV is whole on one GPU, which sends it all over its own link, to one GPU of the
+  // decode engine: the sending and receiving GPUs are those free soonest (the first on a tie).
   const MemoryPlan& memory = engines_[handoff.prefill_engine]->memory();
   const double cached =
       static_cast<double>(engines_[handoff.decode_engine]->held_cached_blocks(request)) *
@@ -128,12 +132,16 @@ void Cluster::transfer(std::uint32_t request) {
     simulator_.schedule_at(now, [this, request] { hand_over(request); });
     return;
   }
-  const sim::Tick start = std::max(
-      {now, sending_free_[handoff.prefill_engine], receiving_free_[handoff.decode_engine]});
-  const sim::Tick copy = swap_time(bytes, 1, link_bytes_per_s_, link_setup_);
+  std::vector<sim::Tick>& senders = sending_free_[handoff.prefill_engine];
+  std::vector<sim::Tick>& receivers = receiving_free_[handoff.decode_engine];
+  const auto sender = std::min_element(senders.begin(), senders.end());
+  const auto receiver = std::min_element(receivers.begin(), receivers.end());
+  const sim::Tick start = std::max({now, *sender, *receiver});
+  const sim::Tick copy =
+      swap_time(bytes * memory.requests_spread, 1, link_bytes_per_s_, link_setup_);
   const sim::Tick end = start + copy;
-  sending_free_[handoff.prefill_engine] = end;
-  receiving_free_[handoff.decode_engine] = end;
+  *sender = end;
+  *receiver = end;
   ++transfers_.count;
   transfers_.bytes += bytes;
   transfers_.busy += copy;

@@ -201,10 +201,6 @@ Evaluation evaluate(const config::RunSpec& base, std::uint32_t batch, const Plan
 }
 
 PlanResult plan_batch(const config::RunSpec& run, const PlanOptions& options, DemandMemo* memo) {
-  if (options.rounds == 0 || options.rounds > kMaxRounds) {
-    throw ConfigError("--rounds " + std::to_string(options.rounds) + ": from 1 to " +
-                      std::to_string(kMaxRounds));
-  }
   PlanResult result;
   result.search = PlanSearch::kBatch;
   const std::uint32_t cap = run.workload().max_batch_size();
@@ -317,7 +313,7 @@ bool serves_any(const PlanResult& result) {
                                              : result.requests_per_s_per_engine > 0;
 }
 
-PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options, DemandMemo* memo) {
+void check_plan_options(const config::RunSpec& run, const PlanOptions& options) {
   for (const auto& [target, option] :
        {std::pair{options.target_output_tokens_per_s, "--target-tokens-per-s"},
         std::pair{options.target_requests_per_s, "--target-requests-per-s"}}) {
@@ -332,9 +328,19 @@ PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options,
           "(run.cluster) is planned by the arrival rate it serves: give it a poisson or "
           "request_file workload");
     }
-    return plan_batch(run, options, memo);
+    if (options.rounds == 0 || options.rounds > kMaxRounds) {
+      throw ConfigError("--rounds " + std::to_string(options.rounds) + ": from 1 to " +
+                        std::to_string(kMaxRounds));
+    }
+  } else {
+    plan_detail::check_rate_options(options);
   }
-  return plan_detail::plan_rate(run, options, memo);
+}
+
+PlanResult plan_capacity(const config::RunSpec& run, const PlanOptions& options, DemandMemo* memo) {
+  check_plan_options(run, options);
+  return run.workload().has_closed_loop() ? plan_batch(run, options, memo)
+                                          : plan_detail::plan_rate(run, options, memo);
 }
 
 }  // namespace kvtier::serving

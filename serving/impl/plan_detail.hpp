@@ -41,6 +41,8 @@ void record_probe(PlanResult& result, double load, const Evaluation& evaluation,
 // GPUs and nodes that serve every target of `options`. ConfigError past 2^53 engines.
 void size_fleet(const config::RunSpec& run, const PlanOptions& options, PlanResult& result);
 
+// The rate search's options (--rate-precision, a queue-revealing SLO): ConfigError otherwise.
+void check_rate_options(const PlanOptions& options);
 [[nodiscard]] PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options,
                                    DemandMemo* memo);
 

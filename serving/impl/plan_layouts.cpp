@@ -52,7 +52,9 @@ std::vector<Layout> parse_layouts(const std::string& text, const config::RunSpec
     if (x == std::string::npos ||
         !read_degree(std::string_view(item).substr(0, x), layout.tensor_parallel) ||
         !read_degree(std::string_view(item).substr(x + 1), layout.pipeline_stages)) {
-      throw ConfigError("--layouts '" + item +
+      constexpr std::size_t kShown = 32;
+      throw ConfigError("--layouts '" +
+                        (item.size() > kShown ? item.substr(0, kShown) + "..." : item) +
                         "' is not a layout: TPxSTAGES, whole numbers of at least 1 (e.g. 8x2), "
                         "or auto");
     }

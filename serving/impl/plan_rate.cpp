@@ -110,7 +110,7 @@ Evaluation probe(const config::RunSpec& base, double speed, const PlanOptions& o
 
 }  // namespace
 
-PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, DemandMemo* memo) {
+void check_rate_options(const PlanOptions& options) {
   if (!(options.rate_precision >= kMinRatePrecision &&
         options.rate_precision <= kMaxRatePrecision)) {
     throw ConfigError("--rate-precision " + format_double(options.rate_precision) + ": from " +
@@ -122,6 +122,9 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
         "queue_wait or e2e_latency: an engine past its capacity queues requests without bound "
         "while tpot and iteration times hold");
   }
+}
+
+PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, DemandMemo* memo) {
   const Arrivals arrivals = arrivals_of(run);
   PlanResult result;
   result.search = PlanSearch::kRate;

@@ -89,12 +89,13 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
   m.push_back({"kv_transfers", static_cast<double>(transfers.count), 0});
   m.push_back({"kv_transfer_gb", transfers.bytes / 1e9, 3});
   m.push_back({"kv_transfer_cached_gb", transfers.cached_bytes / 1e9, 3});
-  // Each transfer holds one prefill engine's sending side and one decode engine's receiving
-  // side for its copy.
-  m.push_back(
-      {"kv_link_send_utilisation", sim::to_seconds(transfers.busy) / (prefill * seconds), 4});
-  m.push_back(
-      {"kv_link_receive_utilisation", sim::to_seconds(transfers.busy) / (decode * seconds), 4});
+  // Each transfer holds one lane of a prefill engine's sending side and one of a decode
+  // engine's receiving side for its copy.
+  const double lanes = transfers.lanes_per_engine;
+  m.push_back({"kv_link_send_utilisation",
+               sim::to_seconds(transfers.busy) / (prefill * lanes * seconds), 4});
+  m.push_back({"kv_link_receive_utilisation",
+               sim::to_seconds(transfers.busy) / (decode * lanes * seconds), 4});
   add_distribution_or_none(m, "kv_handoff", transfers.handoff);
   add_distribution_or_none(m, "kv_transfer", transfers.transfer);
   report.notes.push_back(

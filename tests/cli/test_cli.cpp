@@ -128,12 +128,12 @@ TEST_CASE("presets show resolves values and derives quantities", "[cli]") {
   CHECK_THAT(split.out, Catch::Contains("weights_per_gpu                          89.232") &&
                             Catch::Contains("kv_bytes_per_token_per_gpu               8784.0") &&
                             Catch::Contains("kv_tokens_that_fit_per_gpu               736004"));
-  // Data-parallel attention does not model disaggregated pools: refused, naming the field.
+  // Data-parallel attention does not model a prefix cache per GPU: refused, naming the field.
   expect_config_error(
       run("config check configs/examples/disaggregated-prefill-decode.textproto --set "
-          "model.preset=DeepSeek-V2-Lite --set memory.prefix_caching=false --set "
-          "engine.data_parallel_attention=true"),
-      "data-parallel attention with cluster.disaggregation is not modelled");
+          "model.preset=DeepSeek-V2-Lite --set memory.prefix_caching=true --set "
+          "memory.kv_block_tokens=16 --set engine.data_parallel_attention=true"),
+      "data-parallel attention with memory.prefix_caching is not modelled");
   expect_config_error(run("presets show H300"), "unknown preset 'H300'");
   expect_config_error(run("presets show H100-SXM --kind model"), "unknown model preset 'H100-SXM'");
   expect_config_error(run("presets show"), "name");

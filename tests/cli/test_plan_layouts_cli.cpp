@@ -66,17 +66,19 @@ TEST_CASE("plan --layouts plans each split as a plan of it alone would", "[cli]"
   CHECK_THAT(layouts.out,
              Catch::Contains("{\"layout\": \"3x1\", \"tensor_parallel_degree\": 3, "
                              "\"pipeline_parallel_degree\": 1, \"gpus_per_engine\": 3, "
-                             "\"refused\": \"tensor_parallel_degree 3 neither divides") &&
+                             "\"refused\": \"tensor_parallel_degree: tensor_parallel_degree 3 "
+                             "neither divides") &&
                  Catch::Contains("\"plans\": []}"));
   // One GPU serves the most tokens a GPU: the model fits it, and splitting it only adds
   // all-reduces or a second pass over the weights.
   CHECK_THAT(layouts.out,
-             Catch::Contains("\"best_per_gpu\": [{\"policy\": \"full\", \"layout\": \"1x1\"}]"));
+             Catch::Contains("\"best\": [{\"policy\": \"full\", \"per_gpu\": \"1x1\"}]"));
   const Result text = run("plan " + path + " --slo tpot_p99=20ms --layouts 1x1,2x1,1x2,3x1");
   REQUIRE(text.exit_code == 0);
-  CHECK_THAT(text.out, Catch::Contains("layout") && Catch::Contains("TP 1 x PP 2  2") &&
+  CHECK_THAT(text.out, Catch::Contains("layout") && Catch::Contains("TP 1 x PP 2  2 ") &&
                            Catch::Contains("best per GPU, full: TP 1 x PP 1") &&
-                           Catch::Contains("not planned, TP 3 x PP 1: tensor_parallel_degree 3"));
+                           Catch::Contains("not planned, TP 3 x PP 1: tensor_parallel_degree: "
+                                           "tensor_parallel_degree 3"));
   const Result html = run("plan " + path + " --slo tpot_p99=20ms --layouts 1x1,1x2 --format html");
   REQUIRE(html.exit_code == 0);
   CHECK_THAT(html.out, Catch::Contains("TP 1 x PP 2: full") &&
@@ -106,4 +108,27 @@ TEST_CASE("plan --layouts refuses what is not a list of layouts", "[cli]") {
   expect_config_error(run(plan + "2x1,"), "--layouts '' is not a layout");
   expect_config_error(run(plan + "2x1,2x1"), "--layouts names 2x1 twice");
   expect_config_error(run(plan + "3x1"), "--layouts: no layout can be planned; TP 3 x PP 1");
+  // The options' own mistakes are the command's, not a layout's, even beside a refused one.
+  expect_config_error(run(plan + "3x1,1x1 --rounds 0"), "--rounds 0: from 1 to");
+  expect_config_error(run(plan + "3x1,1x1 --target-tokens-per-s inf"),
+                      "--target-tokens-per-s must be a positive finite number");
+}
+
+TEST_CASE("plan --layouts with a target names the layout needing fewest GPUs", "[cli]") {
+  // Llama-3.1-70B with the full cache (the run's `compare`): TP 4 serves 278 output tokens/s a GPU
+  // (its batch capped at 64), TP 2 241 (HBM holds 28 requests). 400 tokens/s take one engine either
+  // way: two GPUs at TP 2, four at TP 4.
+  const Result result =
+      run("plan '" + std::string(kvtier::test::source_dir()) +
+          "/configs/examples/llama70b-tp4-tiered.textproto' "
+          "--slo tpot_p99=80ms --set workload.closed_loop.output_tokens.fixed_tokens=256 "
+          "--layouts 2x1,4x1 --target-tokens-per-s 400 --format json");
+  INFO("stderr: " << result.err);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(between(result.out, "\"layout\": \"2x1\"", "\"notes\""),
+             Catch::Contains("\"engines\": 1, \"gpus\": 2,"));
+  CHECK_THAT(between(result.out, "\"layout\": \"4x1\"", "\"notes\""),
+             Catch::Contains("\"engines\": 1, \"gpus\": 4,"));
+  CHECK_THAT(result.out, Catch::Contains("{\"policy\": \"full\", \"per_gpu\": \"4x1\", "
+                                         "\"fewest_gpus\": \"2x1\"}"));
 }

@@ -205,6 +205,33 @@ TEST_CASE("an engine's GPUs send one transfer at a time", "[disaggregation]") {
   CHECK(cluster.kv_transfers().busy == copy + copy);
 }
 
+TEST_CASE("with data-parallel attention each GPU moves its own requests' KV", "[disaggregation]") {
+  // DeepSeek-V2-Lite (latent attention) on engines of two GPUs: two prompts prefilled at once on
+  // two prefill engines, decoded on the one decode engine. Split by heads, both GPUs hold each
+  // prompt's whole latent and send it, so the decode engine takes one copy after the other.
+  // Split by requests, each prompt's latent is whole on one GPU, which sends it over its own
+  // link to one of the decode engine's GPUs: both copies at once, each GPU's share half.
+  std::vector<std::string> sets = {"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2"};
+  const RunSpec heads = split_run(3, 2, sets);
+  sets.emplace_back("engine.data_parallel_attention=true");
+  const RunSpec requests = split_run(3, 2, sets);
+  const auto workload = open_loop({request_at(0, 512, 8), request_at(0, 512, 8)});
+  const auto by_heads = serve(heads, workload);
+  const auto by_requests = serve(requests, workload);
+  const auto& moved = by_requests->cluster->kv_transfers();
+  const auto& queued = by_heads->cluster->kv_transfers();
+  const Tick copy = copy_time(*by_heads->cluster, heads, 512);
+  CHECK(queued.transfer.max() == copy + copy);
+  CHECK(queued.busy == copy + copy);
+  CHECK(moved.lanes_per_engine == 2);
+  CHECK(moved.count == 2);
+  CHECK(moved.transfer.min() == copy);
+  CHECK(moved.transfer.max() == copy);
+  CHECK(moved.busy == copy + copy);
+  CHECK(moved.bytes == queued.bytes / 2);
+  CHECK(by_requests->cluster->engine(2).totals().requests_completed == 2);
+}
+
 TEST_CASE("a disaggregated run reports its pools, transfers and engines", "[disaggregation]") {
   const RunSpec run = split_run(3, 1);
   const auto report = kvtier::serving::simulate(run);
