@@ -39,6 +39,18 @@ void check_disaggregation(const config::ClusterSpec& cluster) {
   }
 }
 
+// Of an engine's lanes, the one a transfer starting at `start` takes: of those free by then, the
+// one free latest (the first on a tie), so that lanes free sooner stay free for others.
+std::vector<sim::Tick>::iterator lane_for(std::vector<sim::Tick>& lanes, sim::Tick start) {
+  auto chosen = lanes.end();
+  for (auto lane = lanes.begin(); lane != lanes.end(); ++lane) {
+    if (*lane <= start && (chosen == lanes.end() || *lane > *chosen)) {
+      chosen = lane;
+    }
+  }
+  return chosen;
+}
+
 }  // namespace
 
 Cluster::Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload workload,
@@ -134,9 +146,10 @@ void Cluster::transfer(std::uint32_t request) {
   }
   std::vector<sim::Tick>& senders = sending_free_[handoff.prefill_engine];
   std::vector<sim::Tick>& receivers = receiving_free_[handoff.decode_engine];
-  const auto sender = std::min_element(senders.begin(), senders.end());
-  const auto receiver = std::min_element(receivers.begin(), receivers.end());
-  const sim::Tick start = std::max({now, *sender, *receiver});
+  const sim::Tick start = std::max({now, *std::min_element(senders.begin(), senders.end()),
+                                    *std::min_element(receivers.begin(), receivers.end())});
+  const auto sender = lane_for(senders, start);
+  const auto receiver = lane_for(receivers, start);
   const sim::Tick copy =
       swap_time(bytes * memory.requests_spread, 1, link_bytes_per_s_, link_setup_);
   const sim::Tick end = start + copy;

@@ -103,7 +103,10 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
       std::to_string(cluster.prefill_engines()) + "-" + std::to_string(cluster.size() - 1) +
       " decode (routed " + config::Routing_Name(split.decode_routing()) + "); " +
       std::to_string(transfers.count) + " prompts' KV (" + format_fixed(transfers.bytes / 1e9, 3) +
-      " GB per GPU) over " + split.kv_link().name() + " at " +
+      (transfers.lanes_per_engine > 1
+           ? " GB for the mean GPU, each prompt's from the GPU holding it)"
+           : " GB per GPU)") +
+      " over " + split.kv_link().name() + " at " +
       format_fixed(hw::asymptotic_gb_per_s(split.kv_link(), config::PEER), 1) +
       " GB/s per GPU, a copy each after the prefill; TTFT is the prefill engine's, TPOT counts "
       "the hand-off");

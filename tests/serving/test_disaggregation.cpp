@@ -232,6 +232,35 @@ TEST_CASE("with data-parallel attention each GPU moves its own requests' KV", "[
   CHECK(by_requests->cluster->engine(2).totals().requests_completed == 2);
 }
 
+TEST_CASE("with data-parallel attention an engine's GPUs send two transfers at once, not three",
+          "[disaggregation]") {
+  // One prefill and one decode engine of two GPUs over a link slow enough that a copy outlasts
+  // the prefills: of three prompts, two cross at once and the third waits for a GPU on each side.
+  const std::vector<std::string> sets = {
+      "model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2",
+      "engine.data_parallel_attention=true",
+      "cluster.disaggregation.kv_link.measured[0].effective_gb_per_s=0.1",
+      "cluster.disaggregation.kv_link.peak_gb_per_s_per_direction=0.1"};
+  const RunSpec run = split_run(2, 1, sets);
+  const auto served =
+      serve(run, open_loop({request_at(0, 512, 8), request_at(0, 512, 8), request_at(0, 512, 8)}));
+  const auto& transfers = served->cluster->kv_transfers();
+  const Tick copy = kvtier::serving::swap_time(
+      2 * served->cluster->engine(0).memory().kv_bytes_for(512), 1, 0.1e9,
+      kvtier::sim::from_microseconds(
+          run.cluster().disaggregation().kv_link().per_copy_overhead_us(),
+          kvtier::sim::Rounding::kUp));
+  const auto& prefill = served->cluster->engine(0);
+  REQUIRE(copy > prefill.ttft().max() - prefill.ttft().min());
+  CHECK(transfers.count == 3);
+  CHECK(transfers.busy == copy * 3);
+  CHECK(transfers.transfer.min() == copy);
+  CHECK(transfers.transfer.percentile(50) == copy);  // two of three did not wait
+  CHECK(transfers.transfer.max() > copy);
+  CHECK(transfers.transfer.max() < copy + copy);
+  CHECK(served->cluster->engine(1).totals().requests_completed == 3);
+}
+
 TEST_CASE("a disaggregated run reports its pools, transfers and engines", "[disaggregation]") {
   const RunSpec run = split_run(3, 1);
   const auto report = kvtier::serving::simulate(run);
