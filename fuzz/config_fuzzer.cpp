@@ -273,7 +273,7 @@ std::vector<kc::Override> parse_overrides(std::string_view text) {
 }
 
 // A sweep as `kvtier sweep` loads it; the first points' runs built, and the first small one
-// simulated into a result table.
+// simulated into a result table (not a planning sweep's).
 void exercise_sweep(std::string_view text, const fs::path& path,
                     const std::vector<kc::Override>& overrides) {
   const kc::ConfigLoader& loader = scratch().loader();
@@ -297,7 +297,9 @@ void exercise_sweep(std::string_view text, const fs::path& path,
     } catch (const kvtier::ConfigError&) {
       continue;  // a point that is not a valid run is a row with an error
     }
-    if (simulated || !small_run(run, path)) {
+    // A planning sweep (`plan`) bisects over many simulations, up to max_batch_size requests in
+    // flight: loaded and checked only.
+    if (simulated || !small_run(run, path) || sweep.spec.has_plan()) {
       continue;
     }
     simulated = true;

@@ -84,6 +84,11 @@ struct HeadlineMetric {
   std::string_view unit;
 };
 inline constexpr HeadlineMetric kHeadlineMetrics[] = {
+    {"plan_max_batch", 0, "Largest batch within the SLOs", "requests"},
+    {"plan_max_requests_per_s", 3, "Largest arrival rate within the SLOs", "requests/s"},
+    {"plan_output_tokens_per_s_per_gpu", 1, "Output tokens per second per GPU within the SLOs",
+     "tokens/s"},
+    {"plan_gpus", 0, "GPUs that serve the target", "GPUs"},
     {"throughput_output_tokens_per_s", 1, "Output tokens per second", "tokens/s"},
     {"ttft_p99_ms", 1, "Time to first token, p99", "ms"},
     {"tpot_p50_ms", 2, "Time per output token, p50", "ms"},
@@ -104,7 +109,9 @@ struct Row {
   std::vector<std::pair<std::string, std::string>> metrics;
 };
 
-// Simulates one point with every policy of its run (serving::simulate_all), sharing `memo`.
+// Simulates one point with every policy of its run (serving::simulate_all), sharing `memo`; with
+// SweepSpec.plan, plans it instead (plan_point.hpp: plan_* figures, then the metrics at the
+// planned load).
 // A point that is not a valid run or that the simulator refuses (a ConfigError: the model does
 // not fit, a request outlives its trace) gives one row per policy carrying the error, so that a
 // grid may cross combinations that do not fit; other errors (bad trace data) propagate.

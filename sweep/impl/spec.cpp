@@ -19,6 +19,7 @@
 #include "replay/registry.hpp"
 #include "serving/demand_memo.hpp"
 #include "serving/simulation.hpp"
+#include "sweep/impl/plan_point.hpp"
 #include "sweep/sweep.hpp"
 
 namespace kvtier::sweep {
@@ -269,6 +270,7 @@ Sweep load_sweep_text(std::string_view text, const std::string& file_name,
     }
   }
   check_distinct_policies(spec, problems);
+  check_sweep_plan(spec, problems);
   // GRID points are numbered in 64 bits: a product of axis lengths past that would wrap.
   const std::string limit = "; a sweep runs at most " + std::to_string(kMaxSweepPoints) +
                             " (split it into several sweeps)";
@@ -377,6 +379,9 @@ std::vector<Row> simulate_point(const Sweep& sweep, std::uint64_t point,
   try {
     const config::RunSpec run = point_run(sweep, point, loader, demand_cache);
     labels = policy_labels(run);
+    if (sweep.spec.has_plan()) {
+      return plan_rows(sweep.spec.plan(), run, point, values, memo);
+    }
     for (const serving::SimulationReport& report : serving::simulate_all(run, &memo)) {
       if (!report.does_not_fit.empty()) {  // this policy only: the others of the point ran
         rows.push_back(Row{point, values, report.policy, report.does_not_fit, {}});

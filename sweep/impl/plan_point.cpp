@@ -1,0 +1,102 @@
+#include "sweep/impl/plan_point.hpp"
+
+#include <cmath>
+
+#include "common/errors.hpp"
+#include "common/text_output.hpp"
+
+namespace kvtier::sweep {
+
+serving::PlanOptions plan_options(const config::SweepPlan& plan) {
+  serving::PlanOptions options;
+  options.slos = serving::parse_slos(plan.slo());
+  if (plan.has_rounds()) {
+    options.rounds = plan.rounds();
+  }
+  if (plan.has_rate_precision()) {
+    options.rate_precision = plan.rate_precision();
+  }
+  if (plan.has_target_output_tokens_per_s()) {
+    options.target_output_tokens_per_s = plan.target_output_tokens_per_s();
+  }
+  if (plan.has_target_requests_per_s()) {
+    options.target_requests_per_s = plan.target_requests_per_s();
+  }
+  return options;
+}
+
+void check_sweep_plan(const config::SweepSpec& spec, std::vector<config::Problem>& problems) {
+  if (!spec.has_plan()) {
+    return;
+  }
+  const config::SweepPlan& plan = spec.plan();
+  serving::PlanOptions options;
+  try {
+    options = plan_options(plan);
+  } catch (const ConfigError& error) {
+    problems.push_back({"plan.slo", error.what()});
+    return;
+  }
+  const bool closed_loop = spec.base().workload().has_closed_loop();
+  if (closed_loop && plan.has_rate_precision()) {
+    problems.push_back({"plan.rate_precision",
+                        "rate_precision applies to open-loop workloads (poisson, request_file); "
+                        "the base run's is a closed_loop"});
+  }
+  if (!closed_loop && plan.has_rounds()) {
+    problems.push_back({"plan.rounds",
+                        "rounds applies to closed_loop workloads; the base run's arrivals are "
+                        "open-loop"});
+  }
+  try {
+    serving::check_plan_options(spec.base(), options);
+  } catch (const ConfigError& error) {
+    problems.push_back({"plan", error.what()});
+  }
+}
+
+std::vector<Row> plan_rows(const config::SweepPlan& plan, const config::RunSpec& run,
+                           std::uint64_t point, const std::vector<std::string>& values,
+                           serving::DemandMemo& memo) {
+  const serving::PlanOptions options = plan_options(plan);
+  const bool target =
+      options.target_output_tokens_per_s.has_value() || options.target_requests_per_s.has_value();
+  std::vector<config::PolicySpec> policies{run.policy()};
+  policies.insert(policies.end(), run.compare().begin(), run.compare().end());
+  std::vector<Row> rows;
+  for (const config::PolicySpec& policy : policies) {
+    config::RunSpec variant = run;
+    *variant.mutable_policy() = policy;
+    variant.clear_compare();
+    const serving::PlanResult result = serving::plan_capacity(variant, options, &memo);
+    Row row{point, values, result.policy, {}, {}};
+    const auto add = [&row](const char* name, double value) {
+      row.metrics.emplace_back(name, format_double(value));
+    };
+    if (result.search == serving::PlanSearch::kBatch) {
+      add("plan_max_batch", result.max_batch);
+      add("plan_requests_per_s_per_engine", result.requests_per_s_per_engine);
+    } else {
+      add("plan_max_requests_per_s", result.requests_per_s_per_engine);
+      add("plan_max_running_requests", result.max_batch);
+    }
+    add("plan_output_tokens_per_s_per_engine", result.output_tokens_per_s_per_engine);
+    add("plan_output_tokens_per_s_per_gpu", result.output_tokens_per_s_per_gpu);
+    add("plan_output_tokens_per_s_per_node", result.output_tokens_per_s_per_node);
+    if (target && serving::serves_any(result)) {
+      add("plan_engines", static_cast<double>(result.engines));
+      add("plan_gpus", static_cast<double>(result.gpus));
+      add("plan_nodes", static_cast<double>(result.nodes));
+    }
+    add("plan_evaluations", result.evaluations);
+    for (const serving::Metric& metric : result.metrics) {
+      if (!std::isnan(metric.value)) {
+        row.metrics.emplace_back(metric.name, format_double(metric.value));
+      }
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace kvtier::sweep
