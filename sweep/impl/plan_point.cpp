@@ -1,9 +1,11 @@
 #include "sweep/impl/plan_point.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "replay/parameters.hpp"
 
 namespace kvtier::sweep {
 
@@ -29,6 +31,13 @@ void check_sweep_plan(const config::SweepSpec& spec, std::vector<config::Problem
   if (!spec.has_plan()) {
     return;
   }
+  // The schema's own problems with the block (a missing slo, a value out of range) are reported
+  // already: one line for each.
+  if (std::any_of(problems.begin(), problems.end(), [](const config::Problem& problem) {
+        return problem.path.rfind("plan", 0) == 0;
+      })) {
+    return;
+  }
   const config::SweepPlan& plan = spec.plan();
   serving::PlanOptions options;
   try {
@@ -37,7 +46,8 @@ void check_sweep_plan(const config::SweepSpec& spec, std::vector<config::Problem
     problems.push_back({"plan.slo", error.what()});
     return;
   }
-  const bool closed_loop = spec.base().workload().has_closed_loop();
+  const config::WorkloadSpec& workload = spec.base().workload();
+  const bool closed_loop = workload.has_closed_loop();
   if (closed_loop && plan.has_rate_precision()) {
     problems.push_back({"plan.rate_precision",
                         "rate_precision applies to open-loop workloads (poisson, request_file); "
@@ -47,6 +57,20 @@ void check_sweep_plan(const config::SweepSpec& spec, std::vector<config::Problem
     problems.push_back({"plan.rounds",
                         "rounds applies to closed_loop workloads; the base run's arrivals are "
                         "open-loop"});
+  }
+  // The load the plan searches replaces these fields at every probe: an axis on one would give
+  // the same rows at each of its values.
+  const std::vector<std::string> searched =
+      closed_loop ? std::vector<std::string>{"workload.closed_loop.concurrency",
+                                             "workload.closed_loop.num_requests"}
+                  : std::vector<std::string>{"workload.poisson.rate_per_s",
+                                             "workload.request_file.time_scale"};
+  for (int a = 0; a < spec.axis_size(); ++a) {
+    if (std::find(searched.begin(), searched.end(), spec.axis(a).path()) != searched.end()) {
+      problems.push_back({"axis[" + std::to_string(a) + "].path",
+                          "a sweep that plans searches " + spec.axis(a).path() +
+                              " itself at every point: sweep another field"});
+    }
   }
   try {
     serving::check_plan_options(spec.base(), options);
@@ -68,7 +92,20 @@ std::vector<Row> plan_rows(const config::SweepPlan& plan, const config::RunSpec&
     config::RunSpec variant = run;
     *variant.mutable_policy() = policy;
     variant.clear_compare();
-    const serving::PlanResult result = serving::plan_capacity(variant, options, &memo);
+    serving::PlanResult result;
+    try {
+      result = serving::plan_capacity(variant, options, &memo);
+    } catch (const ConfigError& error) {
+      // This policy's refusal (a workload too short to load one engine): its row alone.
+      rows.push_back(Row{point, values, replay::policy_string(policy), error.what(), {}});
+      continue;
+    }
+    if (!serving::serves_any(result)) {
+      // No load meets the SLOs, or not even one request fits: what binds it, as an error.
+      rows.push_back(
+          Row{point, values, result.policy, "no load within the SLOs: " + result.binding, {}});
+      continue;
+    }
     Row row{point, values, result.policy, {}, {}};
     const auto add = [&row](const char* name, double value) {
       row.metrics.emplace_back(name, format_double(value));
@@ -78,12 +115,15 @@ std::vector<Row> plan_rows(const config::SweepPlan& plan, const config::RunSpec&
       add("plan_requests_per_s_per_engine", result.requests_per_s_per_engine);
     } else {
       add("plan_max_requests_per_s", result.requests_per_s_per_engine);
+      if (run.has_cluster()) {
+        add("plan_cluster_requests_per_s", result.cluster_requests_per_s);
+      }
       add("plan_max_running_requests", result.max_batch);
     }
     add("plan_output_tokens_per_s_per_engine", result.output_tokens_per_s_per_engine);
     add("plan_output_tokens_per_s_per_gpu", result.output_tokens_per_s_per_gpu);
     add("plan_output_tokens_per_s_per_node", result.output_tokens_per_s_per_node);
-    if (target && serving::serves_any(result)) {
+    if (target) {
       add("plan_engines", static_cast<double>(result.engines));
       add("plan_gpus", static_cast<double>(result.gpus));
       add("plan_nodes", static_cast<double>(result.nodes));

@@ -18,13 +18,17 @@ namespace kvtier::sweep {
 // spec gives none.
 [[nodiscard]] serving::PlanOptions plan_options(const config::SweepPlan& plan);
 
-// The plan block's problems against the base run: SLOs that do not parse, options that do not
-// apply to the base's workload (rounds for an open loop, rate_precision for a closed one) or
-// that the planner refuses.
+// The plan block's problems against the base run (none added when the schema found some in the
+// block already): SLOs that do not parse, options that do not apply to the base's workload
+// (rounds for an open loop, rate_precision for a closed one) or that the planner refuses, and
+// axes on a field the plan searches itself (a closed loop's concurrency and num_requests, an
+// open loop's rate_per_s or time_scale).
 void check_sweep_plan(const config::SweepSpec& spec, std::vector<config::Problem>& problems);
 
-// One row per policy of `run` (point `point`, its axis values `values`): plan_* figures, then
-// the metrics of the run at the planned load (none where no load meets the SLOs).
+// One row per policy of `run` (point `point`, its axis values `values`): plan_* figures (of one
+// engine; a cluster's whole rate too, plan_cluster_requests_per_s), then the metrics of the run
+// at the planned load. A policy that serves no load within the SLOs (or whose requests do not
+// fit) is a row whose error says what binds it; one the planner refuses, a row with the refusal.
 [[nodiscard]] std::vector<Row> plan_rows(const config::SweepPlan& plan, const config::RunSpec& run,
                                          std::uint64_t point,
                                          const std::vector<std::string>& values,

@@ -3,6 +3,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -119,6 +120,48 @@ TEST_CASE("sweep: an open-loop point plans its arrival rate", "[sweep]") {
   CHECK(metric(rows.front(), "plan_gpus").empty());  // no target
 }
 
+TEST_CASE("sweep: a policy that serves no load within the SLOs is a row saying why", "[sweep]") {
+  kvtier::serving::DemandMemo memo;
+  // No batch of one meets a 1 ms TPOT: what binds it is the row's error, for each policy.
+  const auto missed =
+      kvtier::sweep::simulate_point(load(spec_text(kClosedLoop, R"(plan { slo: "tpot_p99=1ms" })")),
+                                    0, kvtier::test::loader(), memo);
+  REQUIRE(missed.size() == 2);
+  for (const Row& row : missed) {
+    CHECK_THAT(row.error, Catch::StartsWith("no load within the SLOs: compute: tpot_p99_ms"));
+    CHECK(row.metrics.empty());
+  }
+  // A request whose KV does not fit one GPU (Llama-3.1-70B at TP 2, a 100k-token prompt): HBM
+  // binds, as a simulation's row would say.
+  const std::string huge =
+      "closed_loop { concurrency: 4 num_requests: 8 prompt_tokens { fixed_tokens: 100000 } "
+      "output_tokens { fixed_tokens: 8 } }";
+  const auto unfit =
+      kvtier::sweep::simulate_point(load(spec_text(huge, R"(plan { slo: "tpot_p99=1s" })") +
+                                         R"(axis { path: "model.preset" values: ["Llama-3.1-70B"] }
+axis { path: "tensor_parallel_degree" values: ["2"] })"),
+                                    0, kvtier::test::loader(), memo);
+  REQUIRE(unfit.size() == 2);
+  CHECK_THAT(unfit.front().error, Catch::Contains("no load within the SLOs: HBM: ") &&
+                                      Catch::Contains("GiB of KV per GPU"));
+}
+
+TEST_CASE("sweep: a policy the planner refuses keeps the others' rows", "[sweep]") {
+  // Two requests arriving 1/4 s apart meet a 60 s TTFT however fast they come: the full cache's
+  // plan is refused as too short a workload. Its row says so; StreamingLLM's is its own.
+  const std::string two =
+      "poisson { rate_per_s: 4 num_requests: 2 prompt_tokens { "
+      "fixed_tokens: 512 } output_tokens { fixed_tokens: 64 } }";
+  kvtier::serving::DemandMemo memo;
+  const auto rows = kvtier::sweep::simulate_point(
+      load(spec_text(two, R"(plan { slo: "ttft_p99=60s" })")), 0, kvtier::test::loader(), memo);
+  REQUIRE(rows.size() == 2);
+  CHECK_THAT(rows.front().error, Catch::Contains("policy full meets every SLO"));
+  CHECK(rows.back().policy.rfind("streaming", 0) == 0);
+  CHECK_THAT(rows.back().error, Catch::Contains("meets every SLO") &&
+                                    Catch::Contains("streaming") && !Catch::Contains("full"));
+}
+
 TEST_CASE("sweep: a plan block that cannot apply is refused before the sweep runs", "[sweep]") {
   CHECK_THAT(problems(spec_text(kClosedLoop, R"(plan { slo: "tpot=30ms" })")),
              Catch::Contains("plan.slo") && Catch::Contains("unknown metric"));
@@ -132,4 +175,14 @@ TEST_CASE("sweep: a plan block that cannot apply is refused before the sweep run
   CHECK_THAT(problems(spec_text(kClosedLoop, R"(plan { rounds: 2 })")),
              Catch::Contains("plan.slo"));
   CHECK(problems(spec_text(kClosedLoop, R"(plan { slo: "tpot_p99=30ms" rounds: 2 })")).empty());
+  // The schema's problem with the block is its one line.
+  const std::string missing = problems(spec_text(kClosedLoop, R"(plan { rounds: 2 })"));
+  CHECK(std::count(missing.begin(), missing.end(), '\n') == 1);
+  // An axis on what the plan searches would repeat the same rows.
+  CHECK_THAT(problems(spec_text(kClosedLoop, R"(plan { slo: "tpot_p99=30ms" })") +
+                      R"(axis { path: "workload.closed_loop.concurrency" values: ["4", "8"] })"),
+             Catch::Contains("axis[1].path") && Catch::Contains("searches"));
+  CHECK_THAT(problems(spec_text(kOpenLoop, R"(plan { slo: "ttft_p99=1s" })") +
+                      R"(axis { path: "workload.poisson.rate_per_s" values: ["4", "8"] })"),
+             Catch::Contains("axis[1].path"));
 }
