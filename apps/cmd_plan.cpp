@@ -114,8 +114,7 @@ int run_plan(const Arguments& args, Context& context) {
   std::vector<config::PolicySpec> policies{run.policy()};
   policies.insert(policies.end(), run.compare().begin(), run.compare().end());
 
-  const bool with_target =
-      plan.target_output_tokens_per_s.has_value() || plan.target_requests_per_s.has_value();
+  const bool with_target = plan.has_target();
   serving::DemandMemo memo;
   if (values.count("layouts") != 0U) {
     const std::vector<LayoutPlan> plans =

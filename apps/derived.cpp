@@ -109,9 +109,7 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
   const std::uint32_t stages = serving::pipeline_stages(run);
   if (stages > 1) {
     rows.push_back(integer_row("gpus_per_engine", serving::gpus_per_engine(run), "GPUs"));
-    rows.push_back(integer_row("layers_of_largest_stage",
-                               hw::largest_pipeline_stage_layers(model.num_hidden_layers(), stages),
-                               "layers"));
+    rows.push_back(integer_row("layers_of_largest_stage", serving::layers_per_gpu(run), "layers"));
   }
   rows.push_back(number_row("weights_per_gpu", weights_per_gpu / kGiB, "GiB", 3));
   rows.push_back(number_row("kv_bytes_per_token_per_gpu", kv_per_token_per_gpu, "B", 1));

@@ -15,11 +15,6 @@ std::string layout_key(const serving::Layout& layout) {
   return std::to_string(layout.tensor_parallel) + "x" + std::to_string(layout.pipeline_stages);
 }
 
-bool with_target(const serving::PlanOptions& options) {
-  return options.target_output_tokens_per_s.has_value() ||
-         options.target_requests_per_s.has_value();
-}
-
 // Policy p's canonical name, as the table gives it (every planned layout has it).
 std::string canonical_policy(const std::vector<LayoutPlan>& plans, std::size_t p) {
   const auto planned = std::find_if(plans.begin(), plans.end(),
@@ -163,7 +158,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
                         const serving::PlanOptions& options, const std::string& slo_text,
                         const std::string& file, Format format, std::ostream& out) {
   const bool closed_loop = run.workload().has_closed_loop();
-  const bool target = with_target(options);
+  const bool target = options.has_target();
   std::string compared;
   for (const LayoutPlan& plan : plans) {
     compared += (compared.empty() ? "" : ", ") + serving::describe_layout(plan.layout);

@@ -183,8 +183,7 @@ std::string plan_html(const std::vector<serving::PlanResult>& results,
                       const std::string& version, const std::string& parallelism,
                       const std::vector<std::string>& notes) {
   const bool rate = rate_search(results);
-  const bool with_target =
-      options.target_output_tokens_per_s.has_value() || options.target_requests_per_s.has_value();
+  const bool with_target = options.has_target();
   report::HtmlPage page("kvtier plan: " + (run.name().empty() ? file : run.name()));
   page.labelled("Run:", file);
   page.labelled("Hardware:", run.model().name() + " on " + run.hardware().node().gpu().name() +

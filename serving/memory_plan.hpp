@@ -81,6 +81,11 @@ struct MemoryPlan {
   return run.has_pipeline_parallel_degree() ? std::max(run.pipeline_parallel_degree(), 1U) : 1;
 }
 
+// The most decoder layers one GPU holds: the model's, or its largest pipeline stage's.
+[[nodiscard]] inline std::uint32_t layers_per_gpu(const config::RunSpec& run) {
+  return hw::largest_pipeline_stage_layers(run.model().num_hidden_layers(), pipeline_stages(run));
+}
+
 // How the run's GPUs share the model (tensor_parallel_degree, engine.data_parallel_attention,
 // engine.expert_parallel).
 [[nodiscard]] inline hw::Parallelism parallelism(const config::RunSpec& run) {

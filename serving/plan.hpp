@@ -47,6 +47,9 @@ struct PlanOptions {
   // Targets: the engines serve every target given (the larger count of engines).
   std::optional<double> target_output_tokens_per_s;
   std::optional<double> target_requests_per_s;
+  [[nodiscard]] bool has_target() const {
+    return target_output_tokens_per_s.has_value() || target_requests_per_s.has_value();
+  }
 };
 
 // More rounds than this only lengthen every evaluation: the staggered arrivals settle in a few.

@@ -131,7 +131,8 @@ void Cluster::transfer(std::uint32_t request) {
   // Each GPU's share of the prompt's KV in its prefill engine's HBM, in whole blocks, less the
   // blocks the decode engine found in its own prefix cache. With data-parallel attention the
   // prompt's KV is whole on one GPU, which sends it all over its own link, to one GPU of the
-  // decode engine: the sending and receiving GPUs are those free soonest (the first on a tie).
+  // decode engine: the transfer starts when a sending and a receiving GPU are both free
+  // (lane_for).
   const MemoryPlan& memory = engines_[handoff.prefill_engine]->memory();
   const double cached =
       static_cast<double>(engines_[handoff.decode_engine]->held_cached_blocks(request)) *

@@ -50,8 +50,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
               ? std::optional<double>(run.workload().on_demand_admission().watermark())
               : std::nullopt),
       tiers_(tiers),
-      layers_per_gpu_(
-          hw::largest_pipeline_stage_layers(run.model().num_hidden_layers(), pipeline_stages(run))),
+      layers_per_gpu_(layers_per_gpu(run)),
       role_(role),
       kv_used_(simulator),
       kv_reserved_(simulator),

@@ -86,7 +86,7 @@ double kv_bytes_per_token_per_gpu(const config::RunSpec& run) {
     return hw::kv_bytes_per_token_per_gpu(model, tp, attention_split(run));
   }
   return hw::kv_bytes_per_token_per_layer_per_gpu(model, tp, attention_split(run)) *
-         hw::largest_pipeline_stage_layers(model.num_hidden_layers(), stages);
+         layers_per_gpu(run);
 }
 
 MemoryPlan plan_memory(const config::RunSpec& run) {

@@ -46,8 +46,7 @@ TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& pol
                        const Workload& workload, DemandMemo* memo)
     : stage_of_layer_(
           hw::pipeline_stage_of_layers(run.model().num_hidden_layers(), pipeline_stages(run))),
-      largest_stage_layers_(
-          hw::largest_pipeline_stage_layers(run.model().num_hidden_layers(), pipeline_stages(run))),
+      largest_stage_layers_(layers_per_gpu(run)),
       block_tokens_(kv_block_tokens(run)) {
   // Past a sliding window a serving engine drops the oldest KV rather than tiering it, and the
   // window caps what attention reads, so a trace step's placement no longer describes the cache.

@@ -83,8 +83,7 @@ std::vector<Row> plan_rows(const config::SweepPlan& plan, const config::RunSpec&
                            std::uint64_t point, const std::vector<std::string>& values,
                            serving::DemandMemo& memo) {
   const serving::PlanOptions options = plan_options(plan);
-  const bool target =
-      options.target_output_tokens_per_s.has_value() || options.target_requests_per_s.has_value();
+  const bool target = options.has_target();
   std::vector<config::PolicySpec> policies{run.policy()};
   policies.insert(policies.end(), run.compare().begin(), run.compare().end());
   std::vector<Row> rows;
@@ -116,7 +115,7 @@ std::vector<Row> plan_rows(const config::SweepPlan& plan, const config::RunSpec&
     } else {
       add("plan_max_requests_per_s", result.requests_per_s_per_engine);
       if (run.has_cluster()) {
-        add("plan_cluster_requests_per_s", result.cluster_requests_per_s);
+        add("plan_cluster_max_requests_per_s", result.cluster_requests_per_s);
       }
       add("plan_max_running_requests", result.max_batch);
     }

@@ -26,7 +26,7 @@ namespace kvtier::sweep {
 void check_sweep_plan(const config::SweepSpec& spec, std::vector<config::Problem>& problems);
 
 // One row per policy of `run` (point `point`, its axis values `values`): plan_* figures (of one
-// engine; a cluster's whole rate too, plan_cluster_requests_per_s), then the metrics of the run
+// engine; a cluster's whole rate too, plan_cluster_max_requests_per_s), then the metrics of the run
 // at the planned load. A policy that serves no load within the SLOs (or whose requests do not
 // fit) is a row whose error says what binds it; one the planner refuses, a row with the refusal.
 [[nodiscard]] std::vector<Row> plan_rows(const config::SweepPlan& plan, const config::RunSpec& run,
