@@ -111,25 +111,19 @@ int run_plan(const Arguments& args, Context& context) {
   }
   plan.target_output_tokens_per_s = optional_number(values, "target-tokens-per-s");
   plan.target_requests_per_s = optional_number(values, "target-requests-per-s");
-  std::vector<config::PolicySpec> policies{run.policy()};
-  policies.insert(policies.end(), run.compare().begin(), run.compare().end());
-
   const bool with_target = plan.has_target();
   serving::DemandMemo memo;
   if (values.count("layouts") != 0U) {
     const std::vector<LayoutPlan> plans =
-        plan_layouts(run, serving::parse_layouts(values["layouts"].as<std::string>(), run),
-                     policies, plan, context.loader, locations, memo);
+        plan_layouts(run, serving::parse_layouts(values["layouts"].as<std::string>(), run), plan,
+                     context.loader, locations, memo);
     write_layout_plans(plans, serving::policy_names(run), run, plan,
                        values["slo"].as<std::string>(), file, format, context.out);
     return 0;
   }
   std::vector<serving::PlanResult> results;
-  for (const config::PolicySpec& policy : policies) {
-    config::RunSpec variant = run;
-    *variant.mutable_policy() = policy;
-    variant.clear_compare();
-    results.push_back(serving::plan_capacity(variant, plan, &memo));
+  for (const config::RunSpec& alone : serving::runs_per_policy(run)) {
+    results.push_back(serving::plan_capacity(alone, plan, &memo));
   }
 
   if (format == Format::kHtml) {

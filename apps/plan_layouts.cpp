@@ -7,6 +7,7 @@
 #include "common/text_output.hpp"
 #include "configs/validate.hpp"
 #include "serving/memory_plan.hpp"
+#include "serving/simulation.hpp"
 
 namespace kvtier::app {
 namespace {
@@ -64,7 +65,6 @@ std::vector<std::string> refused_lines(const std::vector<LayoutPlan>& plans) {
 
 std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
                                      const std::vector<serving::Layout>& layouts,
-                                     const std::vector<config::PolicySpec>& policies,
                                      const serving::PlanOptions& options,
                                      const config::ConfigLoader& loader,
                                      const config::LocationMap& locations,
@@ -88,12 +88,9 @@ std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
       plans.push_back(std::move(plan));
       continue;
     }
-    for (const config::PolicySpec& policy : policies) {
-      config::RunSpec variant = split;
-      *variant.mutable_policy() = policy;
-      variant.clear_compare();
+    for (const config::RunSpec& alone : serving::runs_per_policy(split)) {
       try {
-        plan.results.push_back(serving::plan_capacity(variant, options, &memo));
+        plan.results.push_back(serving::plan_capacity(alone, options, &memo));
       } catch (const ConfigError& error) {
         // What the planner cannot do with this split (a workload too short to load it, a target
         // too large): the command's error, naming the layout.

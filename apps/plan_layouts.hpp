@@ -22,13 +22,12 @@ struct LayoutPlan {
   std::vector<serving::PlanResult> results;  // one per policy, in the run's order
 };
 
-// Plans each policy on each layout of `run` in turn, after the options' checks
+// Plans each policy of `run` (runs_per_policy) on each layout in turn, after the options' checks
 // (check_plan_options). A layout the config check refuses, or whose weights leave no room for
 // KV, is listed with its reason, not planned; any other ConfigError of a layout's plan is the
 // command's, naming the layout.
 [[nodiscard]] std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
                                                    const std::vector<serving::Layout>& layouts,
-                                                   const std::vector<config::PolicySpec>& policies,
                                                    const serving::PlanOptions& options,
                                                    const config::ConfigLoader& loader,
                                                    const config::LocationMap& locations,

@@ -69,6 +69,9 @@ class DemandMemo;
 // The run's policies as written ("tiered:hbm=0.5"): its policy, then each it compares, in the
 // order simulate_all reports them.
 [[nodiscard]] std::vector<std::string> policy_names(const config::RunSpec& run);
+// The run once for each of its policies (`policy`, then each of `compare`), as a run of that
+// policy alone (no `compare`): what a plan plans one at a time.
+[[nodiscard]] std::vector<config::RunSpec> runs_per_policy(const config::RunSpec& run);
 
 // {"schema": "kvtier.sim.v2", "kvtier_version": ..., "seed": ..., "workload": ...,
 //  "policies": [{"policy": ..., "notes": [...], "metrics": {...}, "series": {...}

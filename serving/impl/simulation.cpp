@@ -451,6 +451,20 @@ std::vector<std::string> policy_names(const config::RunSpec& run) {
   return names;
 }
 
+std::vector<config::RunSpec> runs_per_policy(const config::RunSpec& run) {
+  std::vector<config::RunSpec> runs;
+  const auto add = [&](const config::PolicySpec& policy) {
+    config::RunSpec& alone = runs.emplace_back(run);
+    *alone.mutable_policy() = policy;
+    alone.clear_compare();
+  };
+  add(run.policy());
+  for (const config::PolicySpec& compared : run.compare()) {
+    add(compared);
+  }
+  return runs;
+}
+
 std::vector<SimulationReport> simulate_all(const config::RunSpec& run, DemandMemo* memo) {
   std::vector<SimulationReport> reports{simulate_reporting_unfit(run, memo)};
   for (const config::PolicySpec& policy : run.compare()) {

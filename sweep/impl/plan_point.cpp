@@ -84,19 +84,14 @@ std::vector<Row> plan_rows(const config::SweepPlan& plan, const config::RunSpec&
                            serving::DemandMemo& memo) {
   const serving::PlanOptions options = plan_options(plan);
   const bool target = options.has_target();
-  std::vector<config::PolicySpec> policies{run.policy()};
-  policies.insert(policies.end(), run.compare().begin(), run.compare().end());
   std::vector<Row> rows;
-  for (const config::PolicySpec& policy : policies) {
-    config::RunSpec variant = run;
-    *variant.mutable_policy() = policy;
-    variant.clear_compare();
+  for (const config::RunSpec& alone : serving::runs_per_policy(run)) {
     serving::PlanResult result;
     try {
-      result = serving::plan_capacity(variant, options, &memo);
+      result = serving::plan_capacity(alone, options, &memo);
     } catch (const ConfigError& error) {
       // This policy's refusal (a workload too short to load one engine): its row alone.
-      rows.push_back(Row{point, values, replay::policy_string(policy), error.what(), {}});
+      rows.push_back(Row{point, values, replay::policy_string(alone.policy()), error.what(), {}});
       continue;
     }
     if (!serving::serves_any(result)) {
