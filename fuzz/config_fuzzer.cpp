@@ -272,8 +272,19 @@ std::vector<kc::Override> parse_overrides(std::string_view text) {
   return overrides;
 }
 
+// A planning sweep (`plan`) bisects over many simulations: a closed loop's probes run up to
+// rounds x max_batch_size requests each, so it is planned only when that is small too (an open
+// loop's probes run the small run's own requests).
+bool small_plan(const kc::SweepSpec& spec, const kc::RunSpec& run) {
+  if (!spec.has_plan() || !run.workload().has_closed_loop()) {
+    return true;
+  }
+  const std::uint64_t rounds = spec.plan().has_rounds() ? spec.plan().rounds() : 3;
+  return rounds * run.workload().max_batch_size() <= kMaxRequests;
+}
+
 // A sweep as `kvtier sweep` loads it; the first points' runs built, and the first small one
-// simulated into a result table (not a planning sweep's).
+// simulated (or with `plan`, planned) into a result table.
 void exercise_sweep(std::string_view text, const fs::path& path,
                     const std::vector<kc::Override>& overrides) {
   const kc::ConfigLoader& loader = scratch().loader();
@@ -297,9 +308,7 @@ void exercise_sweep(std::string_view text, const fs::path& path,
     } catch (const kvtier::ConfigError&) {
       continue;  // a point that is not a valid run is a row with an error
     }
-    // A planning sweep (`plan`) bisects over many simulations, up to max_batch_size requests in
-    // flight: loaded and checked only.
-    if (simulated || !small_run(run, path) || sweep.spec.has_plan()) {
+    if (simulated || !small_run(run, path) || !small_plan(sweep.spec, run)) {
       continue;
     }
     simulated = true;
@@ -553,6 +562,19 @@ void write_seeds(const fs::path& folder) {
                  "base.workload.closed_loop.num_requests=2\n"
                  "base.workload.closed_loop.prompt_tokens.fixed_tokens=128\n"
                  "base.workload.closed_loop.output_tokens.fixed_tokens=4\n");
+  // A sweep that plans, small enough to plan: batches of at most 4 in two rounds.
+  write_seed(folder, "sweep-small-plan", Target::kConfig,
+             std::string(1, kind_byte("sweep")) +
+                 read_file(source / "configs/sweeps/plan-h100-h200-tiered.textproto") +
+                 kOverridesSeparator +
+                 "base.model.preset=Llama-3.1-8B\n"
+                 "base.tensor_parallel_degree=1\n"
+                 "base.workload.max_batch_size=4\n"
+                 "base.workload.closed_loop.concurrency=4\n"
+                 "base.workload.closed_loop.num_requests=8\n"
+                 "base.workload.closed_loop.prompt_tokens.fixed_tokens=128\n"
+                 "axis[1].values=4,8\n"
+                 "plan.rounds=2\n");
   write_seed(folder, "run-overrides", Target::kConfig,
              std::string(1, kind_byte("run")) +
                  read_file(source / "configs/examples/quickstart.textproto") + kOverridesSeparator +
