@@ -140,21 +140,8 @@ int run_plan(const Arguments& args, Context& context) {
     context.out << "]}\n";
     return 0;
   }
-  context.out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
-              << run.hardware().node().gpu().name() << ", " << serving::describe_parallelism(run)
-              << ", SLO " << values["slo"].as<std::string>() << "\n  "
-              << (closed_loop ? "largest batch (closed loop of the run's request shape)"
-                              : "largest arrival rate (the run's requests, arriving faster or "
-                                "slower; precision " +
-                                    format_double(plan.rate_precision) + ")")
-              << "\n";
-  if (run.has_cluster()) {
-    context.out << "  of a cluster of " << run.cluster().engines() << " engines routed "
-                << config::Routing_Name(run.cluster().routing())
-                << ": per-engine figures are a share of the cluster's, engines come in whole "
-                   "clusters\n";
-  }
-  context.out << "\n";
+  write_plan_header(context.out, file, run, serving::describe_parallelism(run),
+                    values["slo"].as<std::string>(), plan);
   const PlanTable answer = plan_table(results, closed_loop, with_target);
   TextTable table(answer.header);
   for (const auto& row : answer.rows) {

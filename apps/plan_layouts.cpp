@@ -210,20 +210,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     out << "]}\n";
     return;
   }
-  out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
-      << run.hardware().node().gpu().name() << ", layouts " << compared << ", SLO " << slo_text
-      << "\n  "
-      << (closed_loop ? "largest batch (closed loop of the run's request shape)"
-                      : "largest arrival rate (the run's requests, arriving faster or slower; "
-                        "precision " +
-                            format_double(options.rate_precision) + ")")
-      << "\n";
-  if (run.has_cluster()) {
-    out << "  of a cluster of " << run.cluster().engines() << " engines routed "
-        << config::Routing_Name(run.cluster().routing())
-        << ", each split so: per-engine figures are a share of the cluster's\n";
-  }
-  out << "\n";
+  write_plan_header(out, file, run, "layouts " + compared, slo_text, options);
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
   for (const LayoutPlan& plan : plans) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -122,6 +123,24 @@ PlanTable plan_table(const std::vector<serving::PlanResult>& results, bool close
     table.rows.push_back(std::move(row));
   }
   return table;
+}
+
+void write_plan_header(std::ostream& out, const std::string& file, const config::RunSpec& run,
+                       const std::string& parallelism, const std::string& slo_text,
+                       const serving::PlanOptions& options) {
+  out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
+      << run.hardware().node().gpu().name() << ", " << parallelism << ", SLO " << slo_text << "\n  "
+      << (run.workload().has_closed_loop()
+              ? "largest batch (closed loop of the run's request shape)"
+              : "largest arrival rate (the run's requests, arriving faster or slower; precision " +
+                    format_double(options.rate_precision) + ")")
+      << "\n";
+  if (run.has_cluster()) {
+    out << "  of a cluster of " << run.cluster().engines() << " engines routed "
+        << config::Routing_Name(run.cluster().routing())
+        << ": per-engine figures are a share of the cluster's, engines come in whole clusters\n";
+  }
+  out << "\n";
 }
 
 std::string plan_json(const serving::PlanResult& result, const std::vector<serving::Slo>& slos,

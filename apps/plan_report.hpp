@@ -2,6 +2,7 @@
 // What `kvtier plan` prints: the answer table (text and html share it) and the page of
 // `--format html`.
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@ struct PlanTable {
 // engine, GPU and node, with targets the engines, GPUs and nodes, and what binds it.
 [[nodiscard]] PlanTable plan_table(const std::vector<serving::PlanResult>& results,
                                    bool closed_loop, bool with_target);
+
+// The text answer's first lines: the run, how its engines split (`parallelism`), the SLOs
+// (`slo_text` as given), the load searched and, with a cluster, what per-engine figures mean.
+void write_plan_header(std::ostream& out, const std::string& file, const config::RunSpec& run,
+                       const std::string& parallelism, const std::string& slo_text,
+                       const serving::PlanOptions& options);
 
 // One policy's answer as JSON (`kvtier plan --format json`): its load, what binds it, tokens/s
 // per engine, GPU and node, with a target the fleet, its notes, the metrics at the planned load
