@@ -128,7 +128,7 @@ int run_plan(const Arguments& args, Context& context) {
 
   if (format == Format::kHtml) {
     context.out << plan_html(results, serving::policy_names(run), run, plan, file, version_line(),
-                             serving::describe_parallelism(run));
+                             serving::describe_engines(run));
     return 0;
   }
   if (format == Format::kJson) {
@@ -140,7 +140,7 @@ int run_plan(const Arguments& args, Context& context) {
     context.out << "]}\n";
     return 0;
   }
-  write_plan_header(context.out, file, run, serving::describe_parallelism(run),
+  write_plan_header(context.out, file, run, serving::describe_engines(run),
                     values["slo"].as<std::string>(), plan);
   const PlanTable answer = plan_table(results, closed_loop, with_target);
   TextTable table(answer.header);

@@ -52,7 +52,7 @@ void print_table(std::ostream& out, const std::vector<serving::SimulationReport>
                  const config::RunSpec& run, const std::string& file) {
   out << "kvtier sim: " << file << "\n  " << run.model().name() << " on "
       << run.hardware().node().gpu().name() << " (" << run.hardware().node().name() << "), "
-      << serving::describe_parallelism(run) << ", seed " << run.seed()
+      << serving::describe_engines(run) << ", seed " << run.seed()
       << "\n  workload: " << reports.front().workload << "\n";
   std::vector<std::string> header{"metric"};
   std::vector<bool> right{false};

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "apps/report.hpp"
 #include "configs/dtype.hpp"
+#include "configs/pools.hpp"
 #include "configs/schema/hardware.pb.h"
 #include "configs/schema/model.pb.h"
 #include "configs/schema/run.pb.h"
@@ -96,7 +98,9 @@ void node_rows(const config::NodeSpec& node, std::vector<Row>& rows) {
       hw::peak_gb_per_s_per_direction(node.host_link()) / node.gpus_per_pcie_switch(), "GB/s", 2));
 }
 
-void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
+// How one engine of the run's split holds the model: its weights and KV a GPU, the room left
+// for KV and the tokens it holds. Each row's name starts with `prefix` (a pool's).
+void split_rows(const config::RunSpec& run, const std::string& prefix, std::vector<Row>& rows) {
   const auto& model = run.model();
   const auto& gpu = run.hardware().node().gpu();
   const double weights_per_gpu =
@@ -107,13 +111,16 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
       (run.memory().runtime_reserve_gib() + run.memory().activation_workspace_gib()) * kGiB;
   const double free_for_kv = gpu.memory_capacity_gib() * kGiB - fixed;
   const std::uint32_t stages = serving::pipeline_stages(run);
-  if (stages > 1) {
-    rows.push_back(integer_row("gpus_per_engine", serving::gpus_per_engine(run), "GPUs"));
-    rows.push_back(integer_row("layers_of_largest_stage", serving::layers_per_gpu(run), "layers"));
+  if (stages > 1 || !prefix.empty()) {
+    rows.push_back(integer_row(prefix + "gpus_per_engine", serving::gpus_per_engine(run), "GPUs"));
   }
-  rows.push_back(number_row("weights_per_gpu", weights_per_gpu / kGiB, "GiB", 3));
-  rows.push_back(number_row("kv_bytes_per_token_per_gpu", kv_per_token_per_gpu, "B", 1));
-  rows.push_back(number_row("memory_left_for_kv_per_gpu", free_for_kv / kGiB, "GiB", 3));
+  if (stages > 1) {
+    rows.push_back(
+        integer_row(prefix + "layers_of_largest_stage", serving::layers_per_gpu(run), "layers"));
+  }
+  rows.push_back(number_row(prefix + "weights_per_gpu", weights_per_gpu / kGiB, "GiB", 3));
+  rows.push_back(number_row(prefix + "kv_bytes_per_token_per_gpu", kv_per_token_per_gpu, "B", 1));
+  rows.push_back(number_row(prefix + "memory_left_for_kv_per_gpu", free_for_kv / kGiB, "GiB", 3));
   // In a paged cache the tokens of the whole blocks that fit, as serving/memory_plan sizes it.
   // With data-parallel attention a GPU holds its own requests' tokens whole.
   const double spread = serving::requests_spread(run);
@@ -122,9 +129,9 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
       free_for_kv > 0
           ? static_cast<uint64_t>(std::floor(free_for_kv / (kv_per_token_per_gpu * spread * block)))
           : 0;
-  rows.push_back(integer_row("kv_tokens_that_fit_per_gpu", blocks * block, "tokens"));
+  rows.push_back(integer_row(prefix + "kv_tokens_that_fit_per_gpu", blocks * block, "tokens"));
   if (run.memory().has_kv_block_tokens()) {
-    rows.push_back(integer_row("kv_blocks_that_fit_per_gpu", blocks, "blocks"));
+    rows.push_back(integer_row(prefix + "kv_blocks_that_fit_per_gpu", blocks, "blocks"));
   }
   if (run.engine().expert_parallel() && model.has_moe()) {
     // What the busiest GPU's experts take over the mean share at a full batch of decoding
@@ -134,13 +141,22 @@ void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
     const double mean = tokens *
                         std::min(model.moe().experts_per_token(), model.moe().num_experts()) *
                         hw::experts_on_busiest_gpu(model, parallelism) / model.moe().num_experts();
-    rows.push_back(integer_row("routed_experts_on_busiest_gpu",
+    rows.push_back(integer_row(prefix + "routed_experts_on_busiest_gpu",
                                hw::experts_on_busiest_gpu(model, parallelism), "experts"));
-    rows.push_back(number_row("expert_rows_over_mean_at_max_batch",
+    rows.push_back(number_row(prefix + "expert_rows_over_mean_at_max_batch",
                               hw::expert_rows_on_busiest_gpu(model, parallelism, tokens) / mean,
                               "1", 3));
   }
-  model_rows(model, rows);
+}
+
+void run_rows(const config::RunSpec& run, std::vector<Row>& rows) {
+  split_rows(run, "", rows);
+  if (config::pools_differ(run)) {
+    // The prefill engines' own (cluster.disaggregation.prefill_parallelism).
+    split_rows(config::prefill_pool_run(run), "prefill_", rows);
+    rows.push_back(integer_row("cluster_gpus", serving::cluster_gpus(run), "GPUs"));
+  }
+  model_rows(run.model(), rows);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "apps/plan_report.hpp"
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "configs/pools.hpp"
 #include "configs/validate.hpp"
 #include "serving/memory_plan.hpp"
 #include "serving/simulation.hpp"
@@ -82,8 +83,15 @@ std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
     }
     try {
       (void)serving::plan_memory(split);
+      if (config::pools_differ(split)) {
+        try {
+          (void)serving::plan_memory(config::prefill_pool_run(split));
+        } catch (const ConfigError& error) {
+          throw ConfigError(std::string("prefill engines: ") + error.what(), error.where());
+        }
+      }
     } catch (const ConfigError& error) {
-      // The weights leave no room for KV on this split.
+      // The weights leave no room for KV on this split (or on the prefill engines').
       plan.refused = error.what();
       plans.push_back(std::move(plan));
       continue;

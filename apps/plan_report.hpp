@@ -38,7 +38,7 @@ void write_plan_header(std::ostream& out, const std::string& file, const config:
 // targets the GPUs), what binds it and its notes; every simulation of each search, each SLO's
 // metric against the load with the SLO's limit; the figures at the planned load. `policies`
 // names the results as the run wrote them; `parallelism` says how the engines split
-// (describe_parallelism, or the layouts compared); `notes` follow the answer's table.
+// (describe_engines, or the layouts compared); `notes` follow the answer's table.
 [[nodiscard]] std::string plan_html(const std::vector<serving::PlanResult>& results,
                                     const std::vector<std::string>& policies,
                                     const config::RunSpec& run, const serving::PlanOptions& options,

@@ -640,6 +640,21 @@ void write_seeds(const fs::path& folder) {
                  "cluster.engines=3\n"
                  "cluster.routing=KV_AWARE\n"
                  "cluster.kv_overlap_weight=1\n");
+  // Disaggregated pools split differently: prefill engines of TP 2 x 2 stages, decode engines
+  // of TP 4, on Llama-3.1-8B.
+  write_seed(folder, "run-small-pools", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/disaggregated-pool-parallelism.textproto") +
+                 kOverridesSeparator +
+                 "model.preset=Llama-3.1-8B\n"
+                 "tensor_parallel_degree=4\n"
+                 "cluster.disaggregation.prefill_parallelism.tensor_parallel_degree=2\n"
+                 "cluster.disaggregation.prefill_parallelism.pipeline_parallel_degree=2\n"
+                 "workload.poisson.num_requests=6\n"
+                 "workload.poisson.prompt_tokens.lognormal.median_tokens=64\n"
+                 "workload.poisson.prompt_tokens.lognormal.max_tokens=512\n"
+                 "workload.poisson.output_tokens.lognormal.median_tokens=8\n"
+                 "workload.poisson.output_tokens.lognormal.max_tokens=32\n");
   write_seed(folder, "workload", Target::kConfig,
              std::string(1, kind_byte("workload")) +
                  "closed_loop { concurrency: 2 num_requests: 4 prompt_tokens { uniform { "

@@ -5,10 +5,11 @@
 // engine. A closed loop keeps its concurrency in flight across the whole cluster.
 //
 // Disaggregated (cluster.disaggregation): the first prefill_engines engines prefill, the others
-// decode. An arrival is routed to a prefill engine; when its prefill gives the first token, the
-// decode router picks its decode engine, which admits it when it has room; then its prompt's KV
-// crosses kv_link, each GPU's share to its peer, one copy, and the prefill engine frees it. An
-// engine's GPUs send one transfer at a time and receive one at a time, first come first served.
+// decode, each pool split over its GPUs as its run says (configs/pools.hpp). An arrival is
+// routed to a prefill engine; when its prefill gives the first token, the decode router picks
+// its decode engine, which admits it when it has room; then its prompt's KV crosses kv_link
+// (serving/kv_handoff.hpp), and the prefill engine frees it. An engine's GPUs send one transfer
+// at a time and receive one at a time, first come first served.
 // With a tier policy the decode engines tier the KV they receive (serving/engine.hpp).
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "configs/schema/run.pb.h"
 #include "serving/arrivals.hpp"
 #include "serving/engine.hpp"
+#include "serving/kv_handoff.hpp"
 #include "serving/router.hpp"
 #include "serving/tier_demand.hpp"
 #include "serving/workload.hpp"
@@ -34,10 +36,10 @@ struct KvTransfers {
   // Per GPU: prompt KV the decode engines found in their prefix caches and did not pull.
   double cached_bytes = 0.0;
   sim::Tick busy;  // Σ over transfers of the time one took on the link
-  // Transfers one engine's GPUs make at once: 1 (every GPU sends its share of each prompt), or
-  // with data-parallel attention each GPU its own requests' whole KV, the tensor-parallel
-  // degree.
-  std::uint32_t lanes_per_engine = 1;
+  // Transfers one prefill engine sends, and one decode engine receives, at once
+  // (KvHandoff::sending_lanes, receiving_lanes).
+  std::uint32_t sending_lanes = 1;
+  std::uint32_t receiving_lanes = 1;
   // Per request handed off: from its first token to its KV in its decode engine's HBM (waiting
   // for admission there, for the link, and the copy), and of that the copy with its wait for
   // the link.
@@ -95,14 +97,13 @@ class Cluster {
   std::unique_ptr<Router> router_;
   Arrivals arrivals_;
   std::vector<std::uint64_t> routed_;
-  // Disaggregation (prefill_engines_ 0 without it): the decode engines' router, the link's
-  // rate and fixed cost per transfer, when each engine's lanes (KvTransfers::lanes_per_engine)
-  // are next free to send and to receive, and each handed-off request's engines and first
-  // token.
+  // Disaggregation (prefill_engines_ 0 without it): the decode engines' router, how long a
+  // prompt's KV takes to cross, when each prefill engine's lanes are next free to send and each
+  // decode engine's (decode engine e at e - prefill_engines_) to receive, and each handed-off
+  // request's engines and first token.
   std::size_t prefill_engines_ = 0;
   std::unique_ptr<Router> decode_router_;
-  double link_bytes_per_s_ = 0.0;
-  sim::Tick link_setup_;
+  std::unique_ptr<KvHandoff> handoff_;
   std::vector<std::vector<sim::Tick>> sending_free_;
   std::vector<std::vector<sim::Tick>> receiving_free_;
   std::vector<Handoff> handoffs_;

@@ -174,6 +174,8 @@ class ServingEngine {
   // A decode engine's request whose KV has come: it decodes from the next iteration on.
   void kv_received(std::uint32_t request);
   [[nodiscard]] EngineRole role() const noexcept { return role_; }
+  // The run it was built from (a disaggregated cluster's prefill pool's, for a prefill engine).
+  [[nodiscard]] const config::RunSpec& run() const noexcept { return run_; }
 
   // What a router weighs (serving/router.hpp): the requests it holds (running or waiting), the
   // KV blocks of their contexts so far (memory.kv_block_tokens; 0 without it), and the cached

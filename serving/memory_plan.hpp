@@ -7,10 +7,21 @@
 #include <cstdint>
 #include <string>
 
+#include "configs/pools.hpp"
 #include "configs/schema/run.pb.h"
 #include "hwmodels/model_shape.hpp"
 
 namespace kvtier::serving {
+
+// How many GPUs and nodes the run's engines take (configs/pools.hpp).
+using config::cluster_gpus;
+using config::cluster_nodes;
+using config::engines_per_node;
+using config::gpus_per_engine;
+using config::largest_gpus_per_engine;
+using config::mean_engines_per_node;
+using config::mean_gpus_per_engine;
+using config::pipeline_stages;
 
 struct MemoryPlan {
   double capacity_bytes = 0.0;
@@ -76,11 +87,6 @@ struct MemoryPlan {
                                                 : hw::AttentionSplit::kHeads;
 }
 
-// The run's pipeline stages (pipeline_parallel_degree; 1 without it).
-[[nodiscard]] inline std::uint32_t pipeline_stages(const config::RunSpec& run) {
-  return run.has_pipeline_parallel_degree() ? std::max(run.pipeline_parallel_degree(), 1U) : 1;
-}
-
 // The most decoder layers one GPU holds: the model's, or its largest pipeline stage's.
 [[nodiscard]] inline std::uint32_t layers_per_gpu(const config::RunSpec& run) {
   return hw::largest_pipeline_stage_layers(run.model().num_hidden_layers(), pipeline_stages(run));
@@ -105,18 +111,9 @@ struct MemoryPlan {
                                    : std::string());
 }
 
-// The GPUs of one engine: its tensor-parallel group in each pipeline stage.
-[[nodiscard]] inline std::uint32_t gpus_per_engine(const config::RunSpec& run) {
-  return run.tensor_parallel_degree() * pipeline_stages(run);
-}
-
-// The engines one node holds: whole ones, or the share of one whose GPUs span nodes (1/2 over
-// two nodes).
-[[nodiscard]] inline double engines_per_node(const config::RunSpec& run) {
-  const double gpus_per_node = run.hardware().node().gpus_per_node();
-  const double gpus = gpus_per_engine(run);
-  return gpus > gpus_per_node ? gpus_per_node / gpus : std::floor(gpus_per_node / gpus);
-}
+// describe_parallelism, and of a disaggregated cluster whose prefill engines are split
+// otherwise theirs too: "tensor parallel 8, prefill engines tensor parallel 4".
+[[nodiscard]] std::string describe_engines(const config::RunSpec& run);
 
 // MemoryPlan::requests_spread of the run.
 [[nodiscard]] inline std::uint32_t requests_spread(const config::RunSpec& run) {

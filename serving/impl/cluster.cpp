@@ -5,8 +5,9 @@
 #include <utility>
 
 #include "common/errors.hpp"
-#include "hwmodels/link_math.hpp"
-#include "serving/tier_timing.hpp"
+#include "configs/pools.hpp"
+#include "serving/does_not_fit.hpp"
+#include "serving/memory_plan.hpp"
 
 namespace kvtier::serving {
 namespace {
@@ -51,6 +52,27 @@ std::vector<sim::Tick>::iterator lane_for(std::vector<sim::Tick>& lanes, sim::Ti
   return chosen;
 }
 
+// A prefill engine, built from the prefill pool's run; where that pool is split otherwise than
+// the run, what refuses it says so.
+std::unique_ptr<ServingEngine> build_prefill_engine(sim::Simulator& simulator,
+                                                    const config::RunSpec& run,
+                                                    const config::RunSpec& prefill_run,
+                                                    const Workload& workload) {
+  if (!config::pools_differ(run)) {
+    return std::make_unique<ServingEngine>(simulator, prefill_run, workload, nullptr,
+                                           EngineRole::kPrefill);
+  }
+  const std::string pool = "prefill engines (" + describe_parallelism(prefill_run) + "): ";
+  try {
+    return std::make_unique<ServingEngine>(simulator, prefill_run, workload, nullptr,
+                                           EngineRole::kPrefill);
+  } catch (const DoesNotFit& error) {
+    throw DoesNotFit(error.memory(), pool + error.what());
+  } catch (const ConfigError& error) {
+    throw ConfigError(pool + error.what(), error.where());
+  }
+}
+
 }  // namespace
 
 Cluster::Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload workload,
@@ -66,13 +88,18 @@ Cluster::Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload
     check_disaggregation(cluster);
     prefill_engines_ = cluster.disaggregation().prefill_engines();
   }
+  // The prefill engines are split as prefill_parallelism says (config/pools.hpp).
+  const config::RunSpec prefill_run = config::prefill_pool_run(run);
   for (std::uint32_t e = 0; e < cluster.engines(); ++e) {
     const EngineRole role = prefill_engines_ == 0  ? EngineRole::kPrefillAndDecode
                             : e < prefill_engines_ ? EngineRole::kPrefill
                                                    : EngineRole::kDecode;
-    // A prefill engine holds a prompt's KV whole until it leaves: the decode engines tier it.
-    const TierDemand* policy = role == EngineRole::kPrefill ? nullptr : tiers;
-    engines_.push_back(std::make_unique<ServingEngine>(simulator, run, workload_, policy, role));
+    if (role == EngineRole::kPrefill) {
+      // A prefill engine holds a prompt's KV whole until it leaves: the decode engines tier it.
+      engines_.push_back(build_prefill_engine(simulator, run, prefill_run, workload_));
+    } else {
+      engines_.push_back(std::make_unique<ServingEngine>(simulator, run, workload_, tiers, role));
+    }
     views_.push_back(engines_.back().get());
   }
   const std::uint32_t block_tokens = engines_.front()->memory().block_tokens;
@@ -83,13 +110,13 @@ Cluster::Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload
     decode.set_routing(cluster.disaggregation().decode_routing());
     decode.clear_kv_overlap_weight();
     decode_router_ = make_router(decode, workload_, block_tokens);
-    const config::LinkSpec& link = cluster.disaggregation().kv_link();
-    link_bytes_per_s_ = hw::asymptotic_gb_per_s(link, config::PEER) * 1e9;
-    link_setup_ = sim::from_microseconds(link.per_copy_overhead_us(), sim::Rounding::kUp);
-    transfers_.lanes_per_engine = requests_spread(run);
-    const std::vector<sim::Tick> lanes(transfers_.lanes_per_engine, sim::Tick::zero());
-    sending_free_.assign(engines_.size(), lanes);
-    receiving_free_.assign(engines_.size(), lanes);
+    handoff_ = std::make_unique<KvHandoff>(prefill_run, run, cluster.disaggregation().kv_link());
+    transfers_.sending_lanes = handoff_->sending_lanes();
+    transfers_.receiving_lanes = handoff_->receiving_lanes();
+    sending_free_.assign(prefill_engines_,
+                         std::vector<sim::Tick>(transfers_.sending_lanes, sim::Tick::zero()));
+    receiving_free_.assign(engines_.size() - prefill_engines_,
+                           std::vector<sim::Tick>(transfers_.receiving_lanes, sim::Tick::zero()));
     handoffs_.resize(workload_.requests.size());
   }
 }
@@ -128,12 +155,12 @@ void Cluster::route_decode(std::size_t prefill_engine, std::uint32_t request, si
 
 void Cluster::transfer(std::uint32_t request) {
   const Handoff& handoff = handoffs_[request];
-  // Each GPU's share of the prompt's KV in its prefill engine's HBM, in whole blocks, less the
-  // blocks the decode engine found in its own prefix cache. With data-parallel attention the
-  // prompt's KV is whole on one GPU, which sends it all over its own link, to one GPU of the
-  // decode engine: the transfer starts when a sending and a receiving GPU are both free
-  // (lane_for).
-  const MemoryPlan& memory = engines_[handoff.prefill_engine]->memory();
+  // Each decode GPU's share of the prompt's KV, in whole blocks, less the blocks the decode
+  // engine found in its own prefix cache; KvHandoff times the copies that bring it. With
+  // data-parallel attention the prompt's KV is whole on one GPU of a side, which sends or
+  // receives it over its own link: the transfer starts when a sending and a receiving lane are
+  // both free (lane_for).
+  const MemoryPlan& memory = engines_[handoff.decode_engine]->memory();
   const double cached =
       static_cast<double>(engines_[handoff.decode_engine]->held_cached_blocks(request)) *
       memory.block_bytes();
@@ -146,13 +173,12 @@ void Cluster::transfer(std::uint32_t request) {
     return;
   }
   std::vector<sim::Tick>& senders = sending_free_[handoff.prefill_engine];
-  std::vector<sim::Tick>& receivers = receiving_free_[handoff.decode_engine];
+  std::vector<sim::Tick>& receivers = receiving_free_[handoff.decode_engine - prefill_engines_];
   const sim::Tick start = std::max({now, *std::min_element(senders.begin(), senders.end()),
                                     *std::min_element(receivers.begin(), receivers.end())});
   const auto sender = lane_for(senders, start);
   const auto receiver = lane_for(receivers, start);
-  const sim::Tick copy =
-      swap_time(bytes * memory.requests_spread, 1, link_bytes_per_s_, link_setup_);
+  const sim::Tick copy = handoff_->time(bytes * memory.requests_spread);
   const sim::Tick end = start + copy;
   *sender = end;
   *receiver = end;

@@ -157,6 +157,8 @@ Figures figures_of(const ServingEngine& engine) {
   f.host_reserved_peak = engine.host_kv_reserved().max();
   f.swap_used_peak = engine.swap_used().max();
   f.running_mean = engine.running().time_average();
+  const MemoryPlan& plan = engine.memory();
+  f.hbm_peak = plan.weights_bytes + plan.workspace_bytes + plan.reserve_bytes + f.kv_reserved_peak;
   return f;
 }
 
@@ -180,6 +182,7 @@ Figures figures_of(const Cluster& cluster) {
     merged.host_used_peak = std::max(merged.host_used_peak, f.host_used_peak);
     merged.host_reserved_peak = std::max(merged.host_reserved_peak, f.host_reserved_peak);
     merged.swap_used_peak = std::max(merged.swap_used_peak, f.swap_used_peak);
+    merged.hbm_peak = std::max(merged.hbm_peak, f.hbm_peak);
     merged.kv_used_mean += f.kv_used_mean / merged.engines;
     merged.full_kv_mean += f.full_kv_mean / merged.engines;
     merged.running_mean += f.running_mean / merged.engines;
@@ -202,7 +205,10 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   const double seconds = std::max(sim::to_seconds(totals.last_completion), 1e-12);
   const double per_gpu = f.engines * seconds;
   const auto& node = run.hardware().node();
-  const double gpus = gpus_per_engine(run);
+  // Merged over a cluster whose pools are split differently: its largest engine's GPUs say
+  // whether GPU links and the network carry collectives, and a node holds engines on average.
+  const bool merged = f.engines > 1.0;
+  const double gpus = merged ? largest_gpus_per_engine(run) : gpus_per_engine(run);
   std::vector<Metric> m;
 
   m.push_back({"requests_completed", static_cast<double>(totals.requests_completed), 0});
@@ -230,10 +236,7 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   m.push_back({"hbm_kv_used_peak_gib", f.kv_used_peak / kGiB, 3});
   m.push_back({"hbm_kv_used_mean_gib", f.kv_used_mean / kGiB, 3});
   m.push_back({"hbm_kv_reserved_peak_gib", f.kv_reserved_peak / kGiB, 3});
-  m.push_back(
-      {"hbm_peak_gib",
-       (plan.weights_bytes + plan.workspace_bytes + plan.reserve_bytes + f.kv_reserved_peak) / kGiB,
-       3});
+  m.push_back({"hbm_peak_gib", f.hbm_peak / kGiB, 3});
   m.push_back({"kv_bytes_per_token_per_gpu", plan.kv_bytes_per_token, 1});
   const BatchLimits limits = largest_batch(engine);
   m.push_back({"largest_batch_that_fits",
@@ -268,7 +271,9 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   m.push_back({"prefix_cache_copies", static_cast<double>(totals.prefix_copies), 0});
   m.push_back({"prefix_cache_gather_s", sim::to_seconds(totals.prefix_gather_busy), 4});
   const bool spans_nodes = gpus > node.gpus_per_node();
-  m.push_back({"engines_per_node", engines_per_node(run), spans_nodes ? 3 : 0});
+  const double per_node = merged ? mean_engines_per_node(run) : engines_per_node(run);
+  m.push_back(
+      {"engines_per_node", per_node, spans_nodes || std::floor(per_node) != per_node ? 3 : 0});
 
   const hw::GpuModel& gpu = engine.cost_model().gpu();
   m.push_back({"gpu_busy_fraction", sim::to_seconds(totals.busy) / per_gpu, 4});

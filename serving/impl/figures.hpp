@@ -30,6 +30,9 @@ struct Figures {
   double host_used_peak = 0.0;
   double host_reserved_peak = 0.0;
   double swap_used_peak = 0.0;
+  // The HBM high-water mark of a GPU: weights, workspace, reserve and the KV reserved at its
+  // peak, the highest engine's (engines of pools split differently hold different weights).
+  double hbm_peak = 0.0;
   double running_mean = 0.0;
 };
 

@@ -5,6 +5,7 @@
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "configs/pools.hpp"
 #include "hwmodels/model_shape.hpp"
 
 namespace kvtier::serving {
@@ -17,6 +18,13 @@ std::string gib(double bytes) {
 }
 
 }  // namespace
+
+std::string describe_engines(const config::RunSpec& run) {
+  return describe_parallelism(run) +
+         (config::pools_differ(run)
+              ? ", prefill engines " + describe_parallelism(config::prefill_pool_run(run))
+              : std::string());
+}
 
 std::uint64_t MemoryPlan::held_tokens(std::uint64_t tokens) const {
   return window_tokens > 0 ? std::min(tokens, window_tokens) : tokens;

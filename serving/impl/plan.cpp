@@ -113,8 +113,9 @@ std::uint64_t engines_for(double target, double per_engine, const char* option) 
 }  // namespace
 
 void size_fleet(const config::RunSpec& run, const PlanOptions& options, PlanResult& result) {
-  const double gpus = serving::gpus_per_engine(run);
-  const double engines_per_node = serving::engines_per_node(run);
+  // A disaggregated cluster's pools may take GPUs of their own number an engine.
+  const double gpus = serving::mean_gpus_per_engine(run);
+  const double engines_per_node = serving::mean_engines_per_node(run);
   result.output_tokens_per_s_per_gpu = result.output_tokens_per_s_per_engine / gpus;
   result.output_tokens_per_s_per_node = result.output_tokens_per_s_per_engine * engines_per_node;
   if (!serves_any(result)) {
@@ -132,7 +133,7 @@ void size_fleet(const config::RunSpec& run, const PlanOptions& options, PlanResu
   // Whole clusters: ceil(ceil(target / per-engine) / N) = ceil(target / per-cluster).
   const std::uint64_t cluster = result.cluster_engines;
   result.engines = (result.engines + cluster - 1) / cluster * cluster;
-  result.gpus = result.engines * static_cast<std::uint64_t>(gpus);
+  result.gpus = result.engines / cluster * serving::cluster_gpus(run);
   result.nodes = static_cast<std::uint64_t>(
       std::ceil(static_cast<double>(result.gpus) / run.hardware().node().gpus_per_node()));
 }

@@ -244,7 +244,7 @@ std::string report_html(const std::vector<SimulationReport>& reports, const conf
   page.labelled("Run:", source);
   page.labelled("Hardware:", run.model().name() + " on " + run.hardware().node().gpu().name() +
                                  " (" + run.hardware().node().name() + "), " +
-                                 describe_parallelism(run));
+                                 describe_engines(run));
   page.labelled("Workload:", reports.front().workload);
   page.labelled("Seed:", std::to_string(run.seed()) + "; " + version);
 

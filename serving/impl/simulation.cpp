@@ -11,6 +11,7 @@
 
 #include "common/errors.hpp"
 #include "common/text_output.hpp"
+#include "configs/pools.hpp"
 #include "hwmodels/link_math.hpp"
 #include "replay/parameters.hpp"
 #include "serving/cluster.hpp"
@@ -72,6 +73,17 @@ void add_distribution_or_none(std::vector<Metric>& metrics, const std::string& n
   metrics.push_back({name + "_mean_ms", any ? distribution.mean_ps() * 1e-9 : none, 3});
 }
 
+// "tensor parallel 8 (8 GPUs), attention split by requests, experts whole": a pool's split.
+std::string describe_pool(const config::RunSpec& pool) {
+  const std::uint32_t gpus = gpus_per_engine(pool);
+  return describe_parallelism(pool) + " (" + std::to_string(gpus) +
+         (gpus == 1 ? " GPU)" : " GPUs)") +
+         (attention_split(pool) == hw::AttentionSplit::kRequests
+              ? std::string(", attention split by requests")
+              : std::string()) +
+         (pool.engine().expert_parallel() ? std::string(", experts whole") : std::string());
+}
+
 // A disaggregated cluster's pools and KV transfers, and a note naming them.
 void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster,
                                 const config::RunSpec& run, const PoolBusy& busy) {
@@ -91,11 +103,11 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
   m.push_back({"kv_transfer_cached_gb", transfers.cached_bytes / 1e9, 3});
   // Each transfer holds one lane of a prefill engine's sending side and one of a decode
   // engine's receiving side for its copy.
-  const double lanes = transfers.lanes_per_engine;
   m.push_back({"kv_link_send_utilisation",
-               sim::to_seconds(transfers.busy) / (prefill * lanes * seconds), 4});
+               sim::to_seconds(transfers.busy) / (prefill * transfers.sending_lanes * seconds), 4});
   m.push_back({"kv_link_receive_utilisation",
-               sim::to_seconds(transfers.busy) / (decode * lanes * seconds), 4});
+               sim::to_seconds(transfers.busy) / (decode * transfers.receiving_lanes * seconds),
+               4});
   add_distribution_or_none(m, "kv_handoff", transfers.handoff);
   add_distribution_or_none(m, "kv_transfer", transfers.transfer);
   report.notes.push_back(
@@ -103,13 +115,18 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
       std::to_string(cluster.prefill_engines()) + "-" + std::to_string(cluster.size() - 1) +
       " decode (routed " + config::Routing_Name(split.decode_routing()) + "); " +
       std::to_string(transfers.count) + " prompts' KV (" + format_fixed(transfers.bytes / 1e9, 3) +
-      (transfers.lanes_per_engine > 1
+      (config::pools_differ(run) ? " GB for a decode GPU; prefill engines " +
+                                       describe_pool(config::prefill_pool_run(run)) +
+                                       ", decode engines " + describe_pool(run) + ")"
+       : transfers.sending_lanes > 1
            ? " GB for the mean GPU, each prompt's from the GPU holding it)"
            : " GB per GPU)") +
       " over " + split.kv_link().name() + " at " +
-      format_fixed(hw::asymptotic_gb_per_s(split.kv_link(), config::PEER), 1) +
-      " GB/s per GPU, a copy each after the prefill; TTFT is the prefill engine's, TPOT counts "
-      "the hand-off");
+      format_fixed(hw::asymptotic_gb_per_s(split.kv_link(), config::PEER), 1) + " GB/s per GPU, " +
+      (config::pools_differ(run) ? std::string("each decode GPU's heads from the prefill GPUs "
+                                               "holding them")
+                                 : std::string("a copy each")) +
+      " after the prefill; TTFT is the prefill engine's, TPOT counts the hand-off");
 }
 
 // The cluster's own metrics (after simulated_events, whatever its size, so that a sweep over
@@ -119,8 +136,6 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
                          const config::RunSpec& run) {
   const config::ClusterSpec& spec = run.cluster();
   const auto engines = static_cast<double>(cluster.size());
-  const double gpus = gpus_per_engine(run);
-  const double engines_per_node = serving::engines_per_node(run);
   // Disaggregated, every request passes a prefill engine: the spread is the decode pool's, and
   // the note gives each pool's.
   const auto routed = cluster.routed().begin();
@@ -135,16 +150,17 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
   const PoolBusy pool_busy = busy_of(cluster);
   auto& m = report.metrics;
   m.push_back({"cluster_engines", engines, 0});
-  m.push_back({"cluster_gpus", engines * gpus, 0});
-  m.push_back(
-      {"cluster_nodes", engines_per_node > 0 ? std::ceil(engines / engines_per_node) : 0.0, 0});
+  m.push_back({"cluster_gpus", static_cast<double>(cluster_gpus(run)), 0});
+  m.push_back({"cluster_nodes", cluster_nodes(run), 0});
   m.push_back({"engine_requests_min", static_cast<double>(*fewest), 0});
   m.push_back({"engine_requests_max", static_cast<double>(*most), 0});
   m.push_back({"engine_busy_imbalance", pool_busy.imbalance, 4});
   report.notes.push_back(
       "cluster of " + std::to_string(cluster.size()) + " engine(s) of " +
-      std::to_string(gpus_per_engine(run)) + " GPU(s), routed " +
-      config::Routing_Name(spec.routing()) +
+      (config::pools_differ(run) ? "a prefill pool's and a decode pool's own split (" +
+                                       std::to_string(cluster_gpus(run)) + " GPUs)"
+                                 : std::to_string(gpus_per_engine(run)) + " GPU(s)") +
+      ", routed " + config::Routing_Name(spec.routing()) +
       (spec.has_kv_overlap_weight()
            ? " (kv_overlap_weight " + format_double(spec.kv_overlap_weight()) + ")"
            : std::string()) +
@@ -158,7 +174,7 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
   }
   for (std::size_t e = 0; e < cluster.size(); ++e) {
     const ServingEngine& engine = cluster.engine(e);
-    std::vector<Metric> metrics = engine_metrics(figures_of(engine), engine, run);
+    std::vector<Metric> metrics = engine_metrics(figures_of(engine), engine, engine.run());
     std::vector<Metric> first{{"requests_routed", static_cast<double>(cluster.routed()[e]), 0}};
     if (split) {
       first.push_back({"prefill_engine", engine.role() == EngineRole::kPrefill ? 1.0 : 0.0, 0});

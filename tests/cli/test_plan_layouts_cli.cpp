@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "tests/support/cli_runner.hpp"
@@ -131,4 +132,31 @@ TEST_CASE("plan --layouts with a target names the layout needing fewest GPUs", "
              Catch::Contains("\"engines\": 1, \"gpus\": 4,"));
   CHECK_THAT(result.out, Catch::Contains("{\"policy\": \"full\", \"per_gpu\": \"4x1\", "
                                          "\"fewest_gpus\": \"2x1\"}"));
+}
+
+TEST_CASE("plan --layouts refuses a layout whose prefill engines have no room, and plans the rest",
+          "[cli]") {
+  // The pools example with its prefill engines in one stage of the layout's TP: Llama-3.1-70B
+  // prefill engines of TP 1 hold no KV beside their weights, those of TP 4 do.
+  std::ifstream example(fs::path(kvtier::test::source_dir()) /
+                        "configs/examples/disaggregated-pool-parallelism.textproto");
+  std::string text((std::istreambuf_iterator<char>(example)), std::istreambuf_iterator<char>());
+  const std::string pool = "prefill_parallelism { tensor_parallel_degree: 4 }";
+  REQUIRE(text.find(pool) != std::string::npos);
+  text.replace(text.find(pool), pool.size(), "prefill_parallelism { pipeline_parallel_degree: 1 }");
+  const fs::path path = kvtier::test::scratch_dir() / "plan-layouts-pools.textproto";
+  std::ofstream(path) << text;
+  const Result result = run("plan " + path.string() +
+                            " --slo ttft_p99=3s --set workload.poisson.num_requests=100 "
+                            "--layouts 1x4,4x1 --format json");
+  INFO("stderr: " << result.err);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(between(result.out, "\"layout\": \"1x4\"", "\"plans\""),
+             Catch::Contains("\"refused\": \"prefill engines: nothing can run"));
+  CHECK_THAT(between(result.out, "\"layout\": \"4x1\"", "\"plans\""),
+             Catch::Contains("\"refused\": null"));
+  // Every layout's prefill engines without room: the command's error.
+  expect_config_error(run("plan " + path.string() + " --slo ttft_p99=3s --layouts 1x4,1x8"),
+                      "--layouts: no layout can be planned; TP 1 x PP 4: prefill engines: "
+                      "nothing can run");
 }

@@ -223,7 +223,8 @@ TEST_CASE("with data-parallel attention each GPU moves its own requests' KV", "[
   const Tick copy = copy_time(*by_heads->cluster, heads, 512);
   CHECK(queued.transfer.max() == copy + copy);
   CHECK(queued.busy == copy + copy);
-  CHECK(moved.lanes_per_engine == 2);
+  CHECK(moved.sending_lanes == 2);
+  CHECK(moved.receiving_lanes == 2);
   CHECK(moved.count == 2);
   CHECK(moved.transfer.min() == copy);
   CHECK(moved.transfer.max() == copy);

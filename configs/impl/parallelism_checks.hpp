@@ -1,0 +1,30 @@
+#pragma once
+// The consistency rules of how a run splits its engines over GPUs (tensor_parallel_degree,
+// pipeline_parallel_degree, engine.data_parallel_attention, engine.expert_parallel), kept apart
+// so that a disaggregated cluster's prefill pool (cluster.disaggregation.prefill_parallelism)
+// is held to the same rules as the run.
+
+#include <string>
+#include <vector>
+
+#include "configs/schema/run.pb.h"
+#include "configs/validate.hpp"
+
+namespace kvtier::config::detail {
+
+// The problems of `run`'s pipeline stages, each at its field under `path`; `host_recodes`: the
+// run's tier policy recodes on the host (tiering.host_recode), which stages do not model.
+void check_pipeline(const RunSpec& run, const std::string& path, bool host_recodes,
+                    std::vector<Problem>& problems);
+// The problems of `run`'s tensor-parallel group: data-parallel attention, expert parallelism,
+// a group over nodes, the heads it splits.
+void check_tensor_split(const RunSpec& run, const std::string& path,
+                        std::vector<Problem>& problems);
+
+// The problems of the prefill pool's split that the run's own split has not, each at the
+// field of cluster.disaggregation.prefill_parallelism that makes it (or, for what the pool
+// inherits, at the run's field) and saying it is the prefill engines'.
+void check_prefill_pool(const RunSpec& run, const std::string& path,
+                        std::vector<Problem>& problems);
+
+}  // namespace kvtier::config::detail
