@@ -13,10 +13,6 @@
 namespace kvtier::app {
 namespace {
 
-std::string layout_key(const serving::Layout& layout) {
-  return std::to_string(layout.tensor_parallel) + "x" + std::to_string(layout.pipeline_stages);
-}
-
 // Policy p's canonical name, as the table gives it (every planned layout has it).
 std::string canonical_policy(const std::vector<LayoutPlan>& plans, std::size_t p) {
   const auto planned = std::find_if(plans.begin(), plans.end(),
@@ -51,15 +47,42 @@ std::vector<std::string> best_lines(const std::vector<LayoutPlan>& plans, std::s
   return lines;
 }
 
+// "not planned, A, B: why" for the layouts refused, those refused for the same reason on one
+// line, in the order of their first.
 std::vector<std::string> refused_lines(const std::vector<LayoutPlan>& plans) {
-  std::vector<std::string> lines;
+  std::vector<std::string> reasons;
+  std::vector<std::string> layouts;
   for (const LayoutPlan& plan : plans) {
-    if (!plan.refused.empty()) {
-      lines.push_back("not planned, " + serving::describe_layout(plan.layout) + ": " +
-                      plan.refused);
+    if (plan.refused.empty()) {
+      continue;
+    }
+    const auto known = std::find(reasons.begin(), reasons.end(), plan.refused);
+    const std::string named = serving::describe_layout(plan.layout);
+    if (known == reasons.end()) {
+      reasons.push_back(plan.refused);
+      layouts.push_back(named);
+    } else {
+      layouts[static_cast<std::size_t>(known - reasons.begin())] += ", " + named;
     }
   }
+  std::vector<std::string> lines;
+  for (std::size_t r = 0; r < reasons.size(); ++r) {
+    lines.push_back("not planned, " + layouts[r] + ": " + reasons[r]);
+  }
   return lines;
+}
+
+// The header's name for the layouts compared: each, or how many when they are many.
+std::string compared_layouts(const std::vector<LayoutPlan>& plans) {
+  constexpr std::size_t kNamed = 8;
+  if (plans.size() > kNamed) {
+    return std::to_string(plans.size()) + " layouts";
+  }
+  std::string compared;
+  for (const LayoutPlan& plan : plans) {
+    compared += (compared.empty() ? "" : ", ") + serving::describe_layout(plan.layout);
+  }
+  return "layouts " + compared;
 }
 
 }  // namespace
@@ -164,10 +187,9 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
                         const std::string& file, Format format, std::ostream& out) {
   const bool closed_loop = run.workload().has_closed_loop();
   const bool target = options.has_target();
-  std::string compared;
-  for (const LayoutPlan& plan : plans) {
-    compared += (compared.empty() ? "" : ", ") + serving::describe_layout(plan.layout);
-  }
+  const std::string compared = compared_layouts(plans);
+  const bool pools = std::any_of(plans.begin(), plans.end(),
+                                 [](const LayoutPlan& plan) { return plan.layout.pools(); });
   if (format == Format::kHtml) {
     std::vector<serving::PlanResult> results;
     std::vector<std::string> names;
@@ -181,24 +203,36 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     const std::vector<std::string> refused = refused_lines(plans);
     notes.insert(notes.end(), refused.begin(), refused.end());
     out << plan_html(results, names, run, options, file, version_line(),
-                     "layouts " + compared + " (a row per layout and policy)", notes);
+                     compared + " (a row per layout and policy)", notes);
     return;
   }
   if (format == Format::kJson) {
     const std::vector<int> best = best_layouts_per_gpu(plans, policy_names.size());
     const std::vector<int> fewest = fewest_gpu_layouts(plans, policy_names.size());
     const auto key_or_null = [&plans](int index) {
-      return index < 0 ? std::string("null")
-                       : json_escape(layout_key(plans[static_cast<std::size_t>(index)].layout));
+      return index < 0
+                 ? std::string("null")
+                 : json_escape(serving::layout_key(plans[static_cast<std::size_t>(index)].layout));
     };
     out << "{\"run\": " << json_escape(file) << ", \"layouts\": [";
     for (std::size_t l = 0; l < plans.size(); ++l) {
       const LayoutPlan& plan = plans[l];
-      out << (l == 0 ? "" : ", ") << "{\"layout\": " << json_escape(layout_key(plan.layout))
-          << ", \"tensor_parallel_degree\": " << plan.layout.tensor_parallel
-          << ", \"pipeline_parallel_degree\": " << plan.layout.pipeline_stages
-          << ", \"gpus_per_engine\": " << plan.layout.gpus()
-          << ", \"refused\": " << (plan.refused.empty() ? "null" : json_escape(plan.refused))
+      const serving::Layout& layout = plan.layout;
+      out << (l == 0 ? "" : ", ") << "{\"layout\": " << json_escape(serving::layout_key(layout))
+          << ", \"tensor_parallel_degree\": " << layout.tensor_parallel
+          << ", \"pipeline_parallel_degree\": " << layout.pipeline_stages
+          << ", \"gpus_per_engine\": " << layout.gpus();
+      if (layout.pools()) {
+        // The decode engines are split as above, the prefill engines so.
+        out << ", \"prefill_engines\": " << layout.prefill_engines
+            << ", \"prefill_tensor_parallel_degree\": " << layout.prefill_tensor_parallel
+            << ", \"prefill_pipeline_parallel_degree\": " << layout.prefill_pipeline_stages
+            << ", \"decode_engines\": " << layout.decode_engines;
+      }
+      if (run.has_cluster()) {
+        out << ", \"cluster_gpus\": " << serving::cluster_gpus(serving::with_layout(run, layout));
+      }
+      out << ", \"refused\": " << (plan.refused.empty() ? "null" : json_escape(plan.refused))
           << ", \"plans\": [";
       for (std::size_t p = 0; p < plan.results.size(); ++p) {
         out << (p == 0 ? "" : ", ")
@@ -218,7 +252,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     out << "]}\n";
     return;
   }
-  write_plan_header(out, file, run, "layouts " + compared, slo_text, options);
+  write_plan_header(out, file, run, compared, slo_text, options, pools);
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
   for (const LayoutPlan& plan : plans) {
@@ -227,12 +261,15 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     }
     const PlanTable table = plan_table(plan.results, closed_loop, target);
     if (header.empty()) {
-      header = {"layout", "GPUs/engine"};
+      // A cluster's layout is the GPUs of all its engines (its pools may differ).
+      header = {"layout", run.has_cluster() ? "cluster GPUs" : "GPUs/engine"};
       header.insert(header.end(), table.header.begin(), table.header.end());
     }
+    const std::uint64_t gpus = run.has_cluster()
+                                   ? serving::cluster_gpus(serving::with_layout(run, plan.layout))
+                                   : plan.layout.gpus();
     for (const auto& row : table.rows) {
-      std::vector<std::string> full{serving::describe_layout(plan.layout),
-                                    std::to_string(plan.layout.gpus())};
+      std::vector<std::string> full{serving::describe_layout(plan.layout), std::to_string(gpus)};
       full.insert(full.end(), row.begin(), row.end());
       rows.push_back(std::move(full));
     }

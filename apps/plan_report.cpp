@@ -127,7 +127,7 @@ PlanTable plan_table(const std::vector<serving::PlanResult>& results, bool close
 
 void write_plan_header(std::ostream& out, const std::string& file, const config::RunSpec& run,
                        const std::string& parallelism, const std::string& slo_text,
-                       const serving::PlanOptions& options) {
+                       const serving::PlanOptions& options, bool pools_per_layout) {
   out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
       << run.hardware().node().gpu().name() << ", " << parallelism << ", SLO " << slo_text << "\n  "
       << (run.workload().has_closed_loop()
@@ -136,8 +136,10 @@ void write_plan_header(std::ostream& out, const std::string& file, const config:
                     format_double(options.rate_precision) + ")")
       << "\n";
   if (run.has_cluster()) {
-    out << "  of a cluster of " << run.cluster().engines() << " engines routed "
-        << config::Routing_Name(run.cluster().routing())
+    out << "  of a cluster of "
+        << (pools_per_layout ? std::string("each layout's engines")
+                             : std::to_string(run.cluster().engines()) + " engines")
+        << " routed " << config::Routing_Name(run.cluster().routing())
         << ": per-engine figures are a share of the cluster's, engines come in whole clusters\n";
   }
   out << "\n";

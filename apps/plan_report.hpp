@@ -22,10 +22,11 @@ struct PlanTable {
                                    bool closed_loop, bool with_target);
 
 // The text answer's first lines: the run, how its engines split (`parallelism`), the SLOs
-// (`slo_text` as given), the load searched and, with a cluster, what per-engine figures mean.
+// (`slo_text` as given), the load searched and, with a cluster, what per-engine figures mean;
+// `pools_per_layout`: its engines are as each layout says, not the run's.
 void write_plan_header(std::ostream& out, const std::string& file, const config::RunSpec& run,
                        const std::string& parallelism, const std::string& slo_text,
-                       const serving::PlanOptions& options);
+                       const serving::PlanOptions& options, bool pools_per_layout = false);
 
 // One policy's answer as JSON (`kvtier plan --format json`): its load, what binds it, tokens/s
 // per engine, GPU and node, with a target the fleet, its notes, the metrics at the planned load

@@ -112,31 +112,48 @@ struct PlanResult {
 [[nodiscard]] bool serves_any(const PlanResult& result);
 
 // How an engine splits over GPUs: a tensor-parallel group of `tensor_parallel` GPUs in each of
-// `pipeline_stages` stages (`kvtier plan --layouts`).
+// `pipeline_stages` stages (`kvtier plan --layouts`). For a disaggregated cluster it may also
+// say its pools (`2@4x1+1@8x1`): `prefill_engines` engines split `prefill_tensor_parallel` x
+// `prefill_pipeline_stages`, then `decode_engines` engines split as above; without them
+// (prefill_engines 0) every engine of the run is split as above, but for what the run's
+// cluster.disaggregation.prefill_parallelism sets.
 struct Layout {
   std::uint32_t tensor_parallel = 1;
   std::uint32_t pipeline_stages = 1;
+  std::uint32_t prefill_engines = 0;
+  std::uint32_t prefill_tensor_parallel = 1;
+  std::uint32_t prefill_pipeline_stages = 1;
+  std::uint32_t decode_engines = 0;
+  // GPUs of an engine split as above (a decode engine of pools).
   [[nodiscard]] std::uint64_t gpus() const {
     return std::uint64_t{tensor_parallel} * pipeline_stages;
   }
+  [[nodiscard]] bool pools() const { return prefill_engines > 0; }
   [[nodiscard]] bool operator==(const Layout&) const = default;
 };
 
 // The most layouts one plan compares: each is a search of its own.
 inline constexpr std::size_t kMaxLayouts = 64;
 
-// "8x2,16x1" (TP x stages, each at least 1, at most kMaxLayouts of them, none twice), or
-// "auto": candidate_layouts(run). ConfigError naming the item that is not one.
+// "8x2,16x1" (TP x stages, each at least 1) and, for a disaggregated run,
+// "2@4x1+1@8x1" (prefill engines @ their TP x stages + decode engines @ theirs, each at least
+// 1); at most kMaxLayouts of them, none twice. Or "auto": candidate_layouts(run). ConfigError
+// naming the item that is not one.
 [[nodiscard]] std::vector<Layout> parse_layouts(const std::string& text,
                                                 const config::RunSpec& run);
 // Every layout of powers of two whose GPUs the run's hardware holds (hardware.num_nodes x
-// gpus_per_node, num_nodes 1 when absent), by tensor-parallel degree and then stages. Which of
-// them the model and the hardware can take is for the config's checks to say.
+// gpus_per_node, num_nodes 1 when absent), by tensor-parallel degree and then stages. For a
+// disaggregated run, every pair of pools of one stage each, power-of-two TP and at least one
+// engine, that takes every one of those GPUs, by prefill TP, decode TP and prefill engines. Which
+// of them the model and the hardware can take is for the config's checks to say.
 [[nodiscard]] std::vector<Layout> candidate_layouts(const config::RunSpec& run);
-// The run split as `layout` says (pipeline_parallel_degree left out for one stage).
+// The run split as `layout` says (pipeline_parallel_degree left out for one stage; with pools,
+// cluster.engines, the prefill engines and their prefill_parallelism's degrees set too).
 [[nodiscard]] config::RunSpec with_layout(const config::RunSpec& run, const Layout& layout);
-// "TP 8 x PP 2".
+// "TP 8 x PP 2", or with pools "prefill 2 x TP 4 x PP 1 + decode 1 x TP 8 x PP 1".
 [[nodiscard]] std::string describe_layout(const Layout& layout);
+// "8x2", or with pools "2@4x1+1@8x1": as --layouts names it.
+[[nodiscard]] std::string layout_key(const Layout& layout);
 
 // The options' checks that do not depend on how the engine splits: targets, --rounds for a
 // closed loop (and no cluster), --rate-precision and a queue-revealing SLO for an open loop.

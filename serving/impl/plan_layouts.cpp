@@ -1,5 +1,5 @@
 // The layouts `kvtier plan --layouts` compares: how an engine splits over tensor parallelism
-// and pipeline stages.
+// and pipeline stages, and how a disaggregated cluster's pools split its GPUs.
 
 #include <algorithm>
 #include <charconv>
@@ -18,23 +18,99 @@ bool read_degree(std::string_view text, std::uint32_t& value) {
   return error == std::errc() && end == text.data() + text.size() && value >= 1;
 }
 
+// "TPxSTAGES" into its two degrees.
+bool read_split(std::string_view text, std::uint32_t& tensor_parallel, std::uint32_t& stages) {
+  const std::size_t x = text.find('x');
+  return x != std::string_view::npos && read_degree(text.substr(0, x), tensor_parallel) &&
+         read_degree(text.substr(x + 1), stages);
+}
+
+// "ENGINES@TPxSTAGES" into its engines and degrees.
+bool read_pool(std::string_view text, std::uint32_t& engines, std::uint32_t& tensor_parallel,
+               std::uint32_t& stages) {
+  const std::size_t at = text.find('@');
+  return at != std::string_view::npos && read_degree(text.substr(0, at), engines) &&
+         read_split(text.substr(at + 1), tensor_parallel, stages);
+}
+
+// One item of --layouts: "TPxSTAGES", or "P@TPxSTAGES+D@TPxSTAGES".
+bool read_layout(std::string_view item, Layout& layout) {
+  const std::size_t plus = item.find('+');
+  if (plus == std::string_view::npos) {
+    return read_split(item, layout.tensor_parallel, layout.pipeline_stages);
+  }
+  return read_pool(item.substr(0, plus), layout.prefill_engines, layout.prefill_tensor_parallel,
+                   layout.prefill_pipeline_stages) &&
+         read_pool(item.substr(plus + 1), layout.decode_engines, layout.tensor_parallel,
+                   layout.pipeline_stages);
+}
+
+bool disaggregated(const config::RunSpec& run) {
+  return run.has_cluster() && run.cluster().has_disaggregation();
+}
+
+// The run's hardware's GPUs: hardware.num_nodes (1 when absent) x gpus_per_node.
+std::uint64_t hardware_gpus(const config::RunSpec& run) {
+  const auto& hardware = run.hardware();
+  const std::uint64_t nodes = hardware.has_num_nodes() ? std::max(hardware.num_nodes(), 1U) : 1;
+  return nodes * hardware.node().gpus_per_node();
+}
+
+void check_count(std::size_t layouts, const char* example) {
+  if (layouts > kMaxLayouts) {
+    throw ConfigError("--layouts auto would compare " + std::to_string(layouts) +
+                      " layouts, more than " + std::to_string(kMaxLayouts) +
+                      ": name the ones to compare (e.g. " + example + ")");
+  }
+}
+
+// Pools of one stage each, power-of-two TP, that take every one of `gpus` GPUs: `visit` is
+// called with each.
+template <typename Visit>
+void for_each_pool_pair(std::uint64_t gpus, Visit visit) {
+  for (std::uint64_t prefill_tp = 1; prefill_tp < gpus; prefill_tp *= 2) {
+    for (std::uint64_t decode_tp = 1; decode_tp < gpus; decode_tp *= 2) {
+      for (std::uint64_t prefill = 1; prefill * prefill_tp < gpus; ++prefill) {
+        const std::uint64_t left = gpus - prefill * prefill_tp;
+        if (left % decode_tp == 0) {
+          visit(prefill, prefill_tp, left / decode_tp, decode_tp);
+        }
+      }
+    }
+  }
+}
+
+std::vector<Layout> candidate_pools(std::uint64_t gpus) {
+  std::size_t count = 0;
+  for_each_pool_pair(gpus, [&count](auto, auto, auto, auto) { ++count; });
+  check_count(count, "2@4x1+1@8x1,1@8x1+1@8x1");
+  std::vector<Layout> layouts;
+  for_each_pool_pair(gpus, [&layouts](std::uint64_t prefill, std::uint64_t prefill_tp,
+                                      std::uint64_t decode, std::uint64_t decode_tp) {
+    Layout layout;
+    layout.prefill_engines = static_cast<std::uint32_t>(prefill);
+    layout.prefill_tensor_parallel = static_cast<std::uint32_t>(prefill_tp);
+    layout.decode_engines = static_cast<std::uint32_t>(decode);
+    layout.tensor_parallel = static_cast<std::uint32_t>(decode_tp);
+    layouts.push_back(layout);
+  });
+  return layouts;
+}
+
 }  // namespace
 
 std::vector<Layout> candidate_layouts(const config::RunSpec& run) {
-  const auto& hardware = run.hardware();
-  const std::uint64_t nodes = hardware.has_num_nodes() ? std::max(hardware.num_nodes(), 1U) : 1;
-  const std::uint64_t gpus = nodes * hardware.node().gpus_per_node();
+  const std::uint64_t gpus = hardware_gpus(run);
+  if (disaggregated(run)) {
+    return candidate_pools(gpus);
+  }
   std::vector<Layout> layouts;
   for (std::uint64_t tp = 1; tp <= gpus; tp *= 2) {
     for (std::uint64_t stages = 1; tp * stages <= gpus; stages *= 2) {
       layouts.push_back({static_cast<std::uint32_t>(tp), static_cast<std::uint32_t>(stages)});
     }
   }
-  if (layouts.size() > kMaxLayouts) {
-    throw ConfigError("--layouts auto would compare " + std::to_string(layouts.size()) +
-                      " layouts, more than " + std::to_string(kMaxLayouts) +
-                      ": name the ones to compare (e.g. 8x2,16x1)");
-  }
+  check_count(layouts.size(), "8x2,16x1");
   return layouts;
 }
 
@@ -47,16 +123,19 @@ std::vector<Layout> parse_layouts(const std::string& text, const config::RunSpec
   while (begin <= text.size()) {
     const std::size_t comma = std::min(text.find(',', begin), text.size());
     const std::string item = text.substr(begin, comma - begin);
-    const std::size_t x = item.find('x');
+    constexpr std::size_t kShown = 32;
+    const std::string shown = item.size() > kShown ? item.substr(0, kShown) + "..." : item;
     Layout layout;
-    if (x == std::string::npos ||
-        !read_degree(std::string_view(item).substr(0, x), layout.tensor_parallel) ||
-        !read_degree(std::string_view(item).substr(x + 1), layout.pipeline_stages)) {
-      constexpr std::size_t kShown = 32;
-      throw ConfigError("--layouts '" +
-                        (item.size() > kShown ? item.substr(0, kShown) + "..." : item) +
+    if (!read_layout(item, layout)) {
+      throw ConfigError("--layouts '" + shown +
                         "' is not a layout: TPxSTAGES, whole numbers of at least 1 (e.g. 8x2), "
-                        "or auto");
+                        "PREFILL@TPxSTAGES+DECODE@TPxSTAGES for a disaggregated run's pools "
+                        "(e.g. 2@4x1+1@8x1), or auto");
+    }
+    if (layout.pools() && !disaggregated(run)) {
+      throw ConfigError("--layouts '" + shown +
+                        "' splits a disaggregated cluster's pools, and the run has no "
+                        "cluster.disaggregation");
     }
     if (std::find(layouts.begin(), layouts.end(), layout) != layouts.end()) {
       throw ConfigError("--layouts names " + item + " twice");
@@ -78,12 +157,42 @@ config::RunSpec with_layout(const config::RunSpec& run, const Layout& layout) {
   } else {
     split.clear_pipeline_parallel_degree();
   }
+  if (layout.pools()) {
+    auto& cluster = *split.mutable_cluster();
+    cluster.set_engines(layout.prefill_engines + layout.decode_engines);
+    auto& pools = *cluster.mutable_disaggregation();
+    pools.set_prefill_engines(layout.prefill_engines);
+    auto& prefill = *pools.mutable_prefill_parallelism();
+    prefill.set_tensor_parallel_degree(layout.prefill_tensor_parallel);
+    prefill.set_pipeline_parallel_degree(layout.prefill_pipeline_stages);
+  }
   return split;
 }
 
 std::string describe_layout(const Layout& layout) {
-  return "TP " + std::to_string(layout.tensor_parallel) + " x PP " +
-         std::to_string(layout.pipeline_stages);
+  const auto split = [](std::uint32_t tp, std::uint32_t stages) {
+    return "TP " + std::to_string(tp) + " x PP " + std::to_string(stages);
+  };
+  if (!layout.pools()) {
+    return split(layout.tensor_parallel, layout.pipeline_stages);
+  }
+  return "prefill " + std::to_string(layout.prefill_engines) + " x " +
+         split(layout.prefill_tensor_parallel, layout.prefill_pipeline_stages) + " + decode " +
+         std::to_string(layout.decode_engines) + " x " +
+         split(layout.tensor_parallel, layout.pipeline_stages);
+}
+
+std::string layout_key(const Layout& layout) {
+  const auto split = [](std::uint32_t tp, std::uint32_t stages) {
+    return std::to_string(tp) + "x" + std::to_string(stages);
+  };
+  if (!layout.pools()) {
+    return split(layout.tensor_parallel, layout.pipeline_stages);
+  }
+  return std::to_string(layout.prefill_engines) + "@" +
+         split(layout.prefill_tensor_parallel, layout.prefill_pipeline_stages) + "+" +
+         std::to_string(layout.decode_engines) + "@" +
+         split(layout.tensor_parallel, layout.pipeline_stages);
 }
 
 }  // namespace kvtier::serving

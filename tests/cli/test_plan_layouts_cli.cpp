@@ -160,3 +160,39 @@ TEST_CASE("plan --layouts refuses a layout whose prefill engines have no room, a
                       "--layouts: no layout can be planned; TP 1 x PP 4: prefill engines: "
                       "nothing can run");
 }
+
+TEST_CASE("plan --layouts plans a disaggregated run's pools as a plan of that cluster would",
+          "[cli]") {
+  // The disaggregated example (Llama-3.1-8B, an H100 an engine) with fewer requests: one
+  // prefill engine of TP 2 and two decode engines of one GPU, as --layouts names it and as the
+  // run set so.
+  const std::string example = std::string(kvtier::test::source_dir()) +
+                              "/configs/examples/disaggregated-prefill-decode.textproto";
+  const std::string common = "plan '" + example +
+                             "' --slo ttft_p99=2s,tpot_p99=50ms "
+                             "--set workload.poisson.num_requests=150 --format json ";
+  const Result layouts = run(common + "--layouts 1@2x1+2@1x1,1@1x1+3@1x1");
+  INFO("stderr: " << layouts.err);
+  REQUIRE(layouts.exit_code == 0);
+  const Result alone =
+      run(common +
+          "--set cluster.engines=3 --set cluster.disaggregation.prefill_engines=1 "
+          "--set cluster.disaggregation.prefill_parallelism.tensor_parallel_degree=2");
+  REQUIRE(alone.exit_code == 0);
+  const std::string plan = between(alone.out, "\"plans\": [", "]}\n");
+  CHECK_THAT(layouts.out,
+             Catch::Contains("{\"layout\": \"1@2x1+2@1x1\", \"tensor_parallel_degree\": 1, "
+                             "\"pipeline_parallel_degree\": 1, \"gpus_per_engine\": 1, "
+                             "\"prefill_engines\": 1, \"prefill_tensor_parallel_degree\": 2, "
+                             "\"prefill_pipeline_parallel_degree\": 1, \"decode_engines\": 2, "
+                             "\"cluster_gpus\": 4, \"refused\": null, \"plans\": [" +
+                             plan + "]}"));
+  CHECK_THAT(layouts.out, Catch::Contains("{\"layout\": \"1@1x1+3@1x1\""));
+  const Result text = run("plan '" + example +
+                          "' --slo ttft_p99=2s,tpot_p99=50ms --set "
+                          "workload.poisson.num_requests=150 --layouts 1@2x1+2@1x1");
+  REQUIRE(text.exit_code == 0);
+  CHECK_THAT(text.out, Catch::Contains("of a cluster of each layout's engines routed") &&
+                           Catch::Contains("cluster GPUs") &&
+                           Catch::Contains("prefill 1 x TP 2 x PP 1 + decode 2 x TP 1 x PP 1  4"));
+}

@@ -15,6 +15,7 @@
 #include "serving/cluster.hpp"
 #include "serving/kv_handoff.hpp"
 #include "serving/memory_plan.hpp"
+#include "serving/plan.hpp"
 #include "serving/simulation.hpp"
 #include "serving/tier_timing.hpp"
 #include "tests/support/cluster_fixture.hpp"
@@ -327,4 +328,68 @@ TEST_CASE("a run's problems keep their order: its cluster's before its tensor-pa
   REQUIRE(lines.size() >= 3);
   CHECK_THAT(lines[0], Catch::Contains("kv_overlap_weight"));
   CHECK_THAT(lines.back(), Catch::Contains("tensor_parallel_degree 3"));
+}
+
+TEST_CASE("plan --layouts names a disaggregated run's pools, and auto fills the hardware with them",
+          "[pools]") {
+  using kvtier::serving::Layout;
+  const RunSpec run = pools(4);
+  const auto layouts = kvtier::serving::parse_layouts("2@4x1+1@8x2,8x1", run);
+  REQUIRE(layouts.size() == 2);
+  CHECK(layouts[0].pools());
+  CHECK(layouts[0].prefill_engines == 2);
+  CHECK(layouts[0].prefill_tensor_parallel == 4);
+  CHECK(layouts[0].prefill_pipeline_stages == 1);
+  CHECK(layouts[0].decode_engines == 1);
+  CHECK(layouts[0].tensor_parallel == 8);
+  CHECK(layouts[0].pipeline_stages == 2);
+  CHECK(kvtier::serving::layout_key(layouts[0]) == "2@4x1+1@8x2");
+  CHECK(kvtier::serving::describe_layout(layouts[0]) ==
+        "prefill 2 x TP 4 x PP 1 + decode 1 x TP 8 x PP 2");
+  CHECK_FALSE(layouts[1].pools());
+  // The run split so: its cluster's engines, the prefill pool's degrees, the decode engines'.
+  const RunSpec split = kvtier::serving::with_layout(run, layouts[0]);
+  CHECK(split.cluster().engines() == 3);
+  CHECK(split.cluster().disaggregation().prefill_engines() == 2);
+  CHECK(kvtier::config::prefill_pool_run(split).tensor_parallel_degree() == 4);
+  CHECK(kvtier::serving::pipeline_stages(kvtier::config::prefill_pool_run(split)) == 1);
+  CHECK(split.tensor_parallel_degree() == 8);
+  CHECK(split.pipeline_parallel_degree() == 2);
+  CHECK(kvtier::serving::cluster_gpus(split) == 2 * 4 + 16);
+  // An engine's layout keeps the run's pools and splits the decode engines (the prefill
+  // engines keep their TP 4).
+  const RunSpec engines = kvtier::serving::with_layout(run, layouts[1]);
+  CHECK(engines.cluster().engines() == 3);
+  CHECK(kvtier::config::prefill_pool_run(engines).tensor_parallel_degree() == 4);
+  // Auto: every pair of power-of-two TPs and engine counts that takes the node's 8 GPUs.
+  const auto candidates = kvtier::serving::candidate_layouts(run);
+  std::size_t expected = 0;
+  for (std::uint64_t a = 1; a < 8; a *= 2) {
+    for (std::uint64_t b = 1; b < 8; b *= 2) {
+      for (std::uint64_t p = 1; p * a < 8; ++p) {
+        expected += (8 - p * a) % b == 0 ? 1 : 0;
+      }
+    }
+  }
+  CHECK(candidates.size() == expected);
+  CHECK(expected == 21);
+  for (const Layout& layout : candidates) {
+    CHECK(layout.pools());
+    CHECK(kvtier::serving::cluster_gpus(kvtier::serving::with_layout(run, layout)) == 8);
+  }
+  // Four nodes hold too many pairs to plan: name them.
+  RunSpec wide = run;
+  wide.mutable_hardware()->set_num_nodes(4);
+  CHECK_THROWS_WITH(kvtier::serving::candidate_layouts(wide),
+                    Catch::Contains("more than 64: name the ones to compare (e.g. 2@4x1+1@8x1"));
+  // Pools only for a disaggregated run, and well formed.
+  const RunSpec alone = run_with({});
+  CHECK_THROWS_WITH(kvtier::serving::parse_layouts("1@1x1+1@1x1", alone),
+                    Catch::Contains("has no cluster.disaggregation"));
+  for (const char* bad : {"2@4x1", "0@4x1+1@8x1", "2@4x1+1@8", "2@4x1+1@8x1+1@8x1", "2@4x1+"}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH(kvtier::serving::parse_layouts(bad, run), Catch::Contains("is not a layout"));
+  }
+  CHECK_THROWS_WITH(kvtier::serving::parse_layouts("2@4x1+1@8x1,2@4x1+1@8x1", run),
+                    Catch::Contains("names 2@4x1+1@8x1 twice"));
 }
