@@ -48,9 +48,11 @@ int run_plan(const Arguments& args, Context& context) {
       "largest meeting them")(
       "layouts", po::value<std::string>(),
       "plan each of these splits of an engine instead of the run's own: TPxSTAGES,... (e.g. "
-      "16x1,8x2); for a disaggregated run also its pools, PREFILL@TPxSTAGES+DECODE@TPxSTAGES "
-      "(e.g. 2@4x1+1@8x1); or auto (every power-of-two split the hardware's GPUs hold; for a "
-      "disaggregated run every pair of one-stage pools that takes them all); a split the "
+      "16x1,8x2); for a run with a cluster also its engines, N@TPxSTAGES (e.g. 4@2x1, each "
+      "engine prefilling and decoding), and for a disaggregated run its pools, "
+      "PREFILL@TPxSTAGES+DECODE@TPxSTAGES (e.g. 2@4x1+1@8x1); or auto (every power-of-two "
+      "split the hardware's GPUs hold; with a cluster, as many engines as they hold and, for a "
+      "disaggregated run, every pair of one-stage pools that takes them all); a split the "
       "model or hardware cannot take is listed with the reason");
   add_format_option(options, true);
   add_set_option(options);
@@ -61,7 +63,8 @@ int run_plan(const Arguments& args, Context& context) {
           args, options, positional, values,
           "usage: kvtier plan RUN --slo METRIC=LIMIT[,...] [--policy P] [--compare P1,P2,...] "
           "[--target-tokens-per-s X] [--target-requests-per-s R] [--rounds N | "
-          "--rate-precision F] [--layouts TPxSTAGES,...|P@TPxSTAGES+D@TPxSTAGES,...|auto] "
+          "--rate-precision F] [--layouts TPxSTAGES,...|N@TPxSTAGES,...|"
+          "P@TPxSTAGES+D@TPxSTAGES,...|auto] "
           "[--set PATH=VALUE]... "
           "[--format text|json|html]\n\n"
           "For each policy, the largest load one engine (a TP group, or its pipeline stages) "
@@ -74,7 +77,8 @@ int run_plan(const Arguments& args, Context& context) {
           "node; and with targets, the engines, GPUs and nodes that serve them. A run with a "
           "cluster (run.cluster) is planned whole, its router included, by its arrival rate. With "
           "--layouts, each split of an engine over tensor parallelism and pipeline stages (or of "
-          "a disaggregated cluster's GPUs into prefill and decode pools) is planned in turn, and "
+          "a cluster's GPUs into engines, or into prefill and decode pools) is planned in turn, "
+          "and "
           "the best per GPU (with a target, the fewest GPUs) named.",
           context.out)) {
     return 0;

@@ -74,7 +74,7 @@ std::vector<std::string> refused_lines(const std::vector<LayoutPlan>& plans) {
 
 // The header's name for the layouts compared: each, or how many when they are many.
 std::string compared_layouts(const std::vector<LayoutPlan>& plans) {
-  constexpr std::size_t kNamed = 8;
+  constexpr std::size_t kNamed = 16;
   if (plans.size() > kNamed) {
     return std::to_string(plans.size()) + " layouts";
   }
@@ -130,6 +130,9 @@ std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
       }
     }
     plans.push_back(std::move(plan));
+  }
+  if (plans.empty()) {
+    throw ConfigError("--layouts: no layout to plan");
   }
   if (std::all_of(plans.begin(), plans.end(),
                   [](const LayoutPlan& plan) { return !plan.refused.empty(); })) {
@@ -188,8 +191,10 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
   const bool closed_loop = run.workload().has_closed_loop();
   const bool target = options.has_target();
   const std::string compared = compared_layouts(plans);
-  const bool pools = std::any_of(plans.begin(), plans.end(),
-                                 [](const LayoutPlan& plan) { return plan.layout.pools(); });
+  // Layouts that set the cluster's engines: the run's engine count says nothing of them.
+  const bool engines_per_layout =
+      std::any_of(plans.begin(), plans.end(),
+                  [](const LayoutPlan& plan) { return plan.layout.sets_engines(); });
   if (format == Format::kHtml) {
     std::vector<serving::PlanResult> results;
     std::vector<std::string> names;
@@ -203,7 +208,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     const std::vector<std::string> refused = refused_lines(plans);
     notes.insert(notes.end(), refused.begin(), refused.end());
     out << plan_html(results, names, run, options, file, version_line(),
-                     compared + " (a row per layout and policy)", notes);
+                     compared + " (a row per layout and policy)", notes, engines_per_layout);
     return;
   }
   if (format == Format::kJson) {
@@ -222,6 +227,9 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
           << ", \"tensor_parallel_degree\": " << layout.tensor_parallel
           << ", \"pipeline_parallel_degree\": " << layout.pipeline_stages
           << ", \"gpus_per_engine\": " << layout.gpus();
+      if (layout.engines > 0) {
+        out << ", \"engines\": " << layout.engines;
+      }
       if (layout.pools()) {
         // The decode engines are split as above, the prefill engines so.
         out << ", \"prefill_engines\": " << layout.prefill_engines
@@ -230,7 +238,11 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
             << ", \"decode_engines\": " << layout.decode_engines;
       }
       if (run.has_cluster()) {
-        out << ", \"cluster_gpus\": " << serving::cluster_gpus(serving::with_layout(run, layout));
+        // Of a layout refused, none: its split may not even count.
+        out << ", \"cluster_gpus\": "
+            << (plan.refused.empty()
+                    ? std::to_string(serving::cluster_gpus(serving::with_layout(run, layout)))
+                    : std::string("null"));
       }
       out << ", \"refused\": " << (plan.refused.empty() ? "null" : json_escape(plan.refused))
           << ", \"plans\": [";
@@ -252,7 +264,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     out << "]}\n";
     return;
   }
-  write_plan_header(out, file, run, compared, slo_text, options, pools);
+  write_plan_header(out, file, run, compared, slo_text, options, engines_per_layout);
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
   for (const LayoutPlan& plan : plans) {

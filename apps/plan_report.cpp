@@ -127,7 +127,7 @@ PlanTable plan_table(const std::vector<serving::PlanResult>& results, bool close
 
 void write_plan_header(std::ostream& out, const std::string& file, const config::RunSpec& run,
                        const std::string& parallelism, const std::string& slo_text,
-                       const serving::PlanOptions& options, bool pools_per_layout) {
+                       const serving::PlanOptions& options, bool engines_per_layout) {
   out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
       << run.hardware().node().gpu().name() << ", " << parallelism << ", SLO " << slo_text << "\n  "
       << (run.workload().has_closed_loop()
@@ -137,8 +137,8 @@ void write_plan_header(std::ostream& out, const std::string& file, const config:
       << "\n";
   if (run.has_cluster()) {
     out << "  of a cluster of "
-        << (pools_per_layout ? std::string("each layout's engines")
-                             : std::to_string(run.cluster().engines()) + " engines")
+        << (engines_per_layout ? std::string("each layout's engines")
+                               : std::to_string(run.cluster().engines()) + " engines")
         << " routed " << config::Routing_Name(run.cluster().routing())
         << ": per-engine figures are a share of the cluster's, engines come in whole clusters\n";
   }
@@ -202,7 +202,7 @@ std::string plan_html(const std::vector<serving::PlanResult>& results,
                       const std::vector<std::string>& policies, const config::RunSpec& run,
                       const serving::PlanOptions& options, const std::string& file,
                       const std::string& version, const std::string& parallelism,
-                      const std::vector<std::string>& notes) {
+                      const std::vector<std::string>& notes, bool engines_per_layout) {
   const bool rate = rate_search(results);
   const bool with_target = options.has_target();
   report::HtmlPage page("kvtier plan: " + (run.name().empty() ? file : run.name()));
@@ -220,10 +220,12 @@ std::string plan_html(const std::vector<serving::PlanResult>& results,
                                 : "the largest batch: closed loops of the run's request shape, " +
                                       std::to_string(options.rounds) + " requests per slot");
   if (run.has_cluster()) {
-    page.labelled("Cluster:", std::to_string(run.cluster().engines()) + " engines routed " +
-                                  config::Routing_Name(run.cluster().routing()) +
-                                  ", searched whole; per-engine figures are its share, and "
-                                  "fleets come in whole clusters");
+    page.labelled("Cluster:",
+                  (engines_per_layout ? std::string("each layout's engines")
+                                      : std::to_string(run.cluster().engines()) + " engines") +
+                      " routed " + config::Routing_Name(run.cluster().routing()) +
+                      ", searched whole; per-engine figures are its share, and "
+                      "fleets come in whole clusters");
   }
   page.labelled("Version:", version);
 

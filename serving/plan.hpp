@@ -112,14 +112,17 @@ struct PlanResult {
 [[nodiscard]] bool serves_any(const PlanResult& result);
 
 // How an engine splits over GPUs: a tensor-parallel group of `tensor_parallel` GPUs in each of
-// `pipeline_stages` stages (`kvtier plan --layouts`). For a disaggregated cluster it may also
-// say its pools (`2@4x1+1@8x1`): `prefill_engines` engines split `prefill_tensor_parallel` x
-// `prefill_pipeline_stages`, then `decode_engines` engines split as above; without them
-// (prefill_engines 0) every engine of the run is split as above, but for what the run's
-// cluster.disaggregation.prefill_parallelism sets.
+// `pipeline_stages` stages (`kvtier plan --layouts`). For a run with a cluster it may also set
+// the cluster's engines: `engines` engines so split, every one prefilling and decoding
+// (`4@2x1`: a cluster disaggregated or not becomes a unified one), or a disaggregated
+// cluster's pools (`2@4x1+1@8x1`): `prefill_engines` engines split `prefill_tensor_parallel`
+// x `prefill_pipeline_stages`, then `decode_engines` engines split as above. Without either
+// (engines and prefill_engines 0) every engine of the run is split as above, but for what the
+// run's cluster.disaggregation.prefill_parallelism sets.
 struct Layout {
   std::uint32_t tensor_parallel = 1;
   std::uint32_t pipeline_stages = 1;
+  std::uint32_t engines = 0;
   std::uint32_t prefill_engines = 0;
   std::uint32_t prefill_tensor_parallel = 1;
   std::uint32_t prefill_pipeline_stages = 1;
@@ -129,30 +132,38 @@ struct Layout {
     return std::uint64_t{tensor_parallel} * pipeline_stages;
   }
   [[nodiscard]] bool pools() const { return prefill_engines > 0; }
+  // Whether it says the cluster's engines (and so their GPUs), not only how each splits.
+  [[nodiscard]] bool sets_engines() const { return engines > 0 || pools(); }
   [[nodiscard]] bool operator==(const Layout&) const = default;
 };
 
 // The most layouts one plan compares: each is a search of its own.
 inline constexpr std::size_t kMaxLayouts = 64;
 
-// "8x2,16x1" (TP x stages, each at least 1) and, for a disaggregated run,
-// "2@4x1+1@8x1" (prefill engines @ their TP x stages + decode engines @ theirs, each at least
-// 1); at most kMaxLayouts of them, none twice. Or "auto": candidate_layouts(run). ConfigError
-// naming the item that is not one.
+// "8x2,16x1" (TP x stages, each at least 1); for a run with a cluster, "4@2x1" (engines @ TP
+// x stages); for a disaggregated run, "2@4x1+1@8x1" (prefill engines @ their TP x stages +
+// decode engines @ theirs). Engines at least 1, at most cluster.engines' 4096 in all; at most
+// kMaxLayouts layouts, none twice. Or "auto": candidate_layouts(run). ConfigError naming the
+// item that is not one.
 [[nodiscard]] std::vector<Layout> parse_layouts(const std::string& text,
                                                 const config::RunSpec& run);
-// Every layout of powers of two whose GPUs the run's hardware holds (hardware.num_nodes x
-// gpus_per_node, num_nodes 1 when absent), by tensor-parallel degree and then stages. For a
-// disaggregated run, every pair of pools of one stage each, power-of-two TP and at least one
-// engine, that takes every one of those GPUs, by prefill TP, decode TP and prefill engines. Which
-// of them the model and the hardware can take is for the config's checks to say.
+// For a run without a cluster, every layout of powers of two whose GPUs the run's hardware
+// holds (hardware.num_nodes x gpus_per_node, num_nodes 1 when absent), by tensor-parallel
+// degree and then stages. With a cluster, those GPUs are the cluster's: every such split with
+// as many engines as the GPUs hold (one stage only for a disaggregated run), then for a
+// disaggregated run every pair of pools of one stage each, power-of-two TP and at least one
+// engine, that takes every one of the GPUs, by prefill TP, decode TP and prefill engines.
+// ConfigError when there are more than kMaxLayouts, or none. Which of them the model and the
+// hardware can take is for the config's checks to say.
 [[nodiscard]] std::vector<Layout> candidate_layouts(const config::RunSpec& run);
-// The run split as `layout` says (pipeline_parallel_degree left out for one stage; with pools,
-// cluster.engines, the prefill engines and their prefill_parallelism's degrees set too).
+// The run split as `layout` says (pipeline_parallel_degree left out for one stage; with
+// engines, cluster.engines set and any disaggregation dropped; with pools, cluster.engines,
+// the prefill engines and their prefill_parallelism's degrees set).
 [[nodiscard]] config::RunSpec with_layout(const config::RunSpec& run, const Layout& layout);
-// "TP 8 x PP 2", or with pools "prefill 2 x TP 4 x PP 1 + decode 1 x TP 8 x PP 1".
+// "TP 8 x PP 2", with engines "4 x TP 2 x PP 1", with pools
+// "prefill 2 x TP 4 x PP 1 + decode 1 x TP 8 x PP 1".
 [[nodiscard]] std::string describe_layout(const Layout& layout);
-// "8x2", or with pools "2@4x1+1@8x1": as --layouts names it.
+// "8x2", "4@2x1" or "2@4x1+1@8x1": as --layouts names it.
 [[nodiscard]] std::string layout_key(const Layout& layout);
 
 // The options' checks that do not depend on how the engine splits: targets, --rounds for a

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "common/errors.hpp"
+#include "configs/schema/options.pb.h"
+#include "configs/schema/run.pb.h"
 #include "serving/plan.hpp"
 
 namespace kvtier::serving {
@@ -33,16 +35,24 @@ bool read_pool(std::string_view text, std::uint32_t& engines, std::uint32_t& ten
          read_split(text.substr(at + 1), tensor_parallel, stages);
 }
 
-// One item of --layouts: "TPxSTAGES", or "P@TPxSTAGES+D@TPxSTAGES".
+// One item of --layouts: "TPxSTAGES", "N@TPxSTAGES" or "P@TPxSTAGES+D@TPxSTAGES".
 bool read_layout(std::string_view item, Layout& layout) {
   const std::size_t plus = item.find('+');
   if (plus == std::string_view::npos) {
-    return read_split(item, layout.tensor_parallel, layout.pipeline_stages);
+    return item.find('@') == std::string_view::npos
+               ? read_split(item, layout.tensor_parallel, layout.pipeline_stages)
+               : read_pool(item, layout.engines, layout.tensor_parallel, layout.pipeline_stages);
   }
   return read_pool(item.substr(0, plus), layout.prefill_engines, layout.prefill_tensor_parallel,
                    layout.prefill_pipeline_stages) &&
          read_pool(item.substr(plus + 1), layout.decode_engines, layout.tensor_parallel,
                    layout.pipeline_stages);
+}
+
+// cluster.engines' most (the schema's), which a layout's engines may not pass in all.
+std::uint64_t most_engines() {
+  const auto* field = config::ClusterSpec::descriptor()->FindFieldByName("engines");
+  return static_cast<std::uint64_t>(field->options().GetExtension(config::max_value));
 }
 
 bool disaggregated(const config::RunSpec& run) {
@@ -80,10 +90,11 @@ void for_each_pool_pair(std::uint64_t gpus, Visit visit) {
   }
 }
 
-std::vector<Layout> candidate_pools(std::uint64_t gpus) {
-  std::size_t count = 0;
+// The pairs of pools that fill `gpus` GPUs, beside `others` layouts already found.
+std::vector<Layout> candidate_pools(std::uint64_t gpus, std::size_t others) {
+  std::size_t count = others;
   for_each_pool_pair(gpus, [&count](auto, auto, auto, auto) { ++count; });
-  check_count(count, "2@4x1+1@8x1,1@8x1+1@8x1");
+  check_count(count, "4@2x1,2@4x1+1@8x1");
   std::vector<Layout> layouts;
   for_each_pool_pair(gpus, [&layouts](std::uint64_t prefill, std::uint64_t prefill_tp,
                                       std::uint64_t decode, std::uint64_t decode_tp) {
@@ -101,16 +112,29 @@ std::vector<Layout> candidate_pools(std::uint64_t gpus) {
 
 std::vector<Layout> candidate_layouts(const config::RunSpec& run) {
   const std::uint64_t gpus = hardware_gpus(run);
-  if (disaggregated(run)) {
-    return candidate_pools(gpus);
-  }
+  const bool cluster = run.has_cluster();
   std::vector<Layout> layouts;
+  // A disaggregated run's unified clusters in one stage: with its pools, within kMaxLayouts on
+  // two nodes.
+  const std::uint64_t most_stages = disaggregated(run) ? 1 : gpus;
   for (std::uint64_t tp = 1; tp <= gpus; tp *= 2) {
-    for (std::uint64_t stages = 1; tp * stages <= gpus; stages *= 2) {
-      layouts.push_back({static_cast<std::uint32_t>(tp), static_cast<std::uint32_t>(stages)});
+    for (std::uint64_t stages = 1; tp * stages <= gpus && stages <= most_stages; stages *= 2) {
+      Layout layout{static_cast<std::uint32_t>(tp), static_cast<std::uint32_t>(stages)};
+      if (cluster) {
+        layout.engines = static_cast<std::uint32_t>(std::min(gpus / (tp * stages), most_engines()));
+      }
+      layouts.push_back(layout);
     }
   }
-  check_count(layouts.size(), "8x2,16x1");
+  if (disaggregated(run)) {
+    const std::vector<Layout> pools = candidate_pools(gpus, layouts.size());
+    layouts.insert(layouts.end(), pools.begin(), pools.end());
+  }
+  check_count(layouts.size(), cluster ? "4@2x1,2@4x1+1@8x1" : "8x2,16x1");
+  if (layouts.empty()) {
+    throw ConfigError("--layouts auto: the hardware's " + std::to_string(gpus) +
+                      " GPU(s) hold no layout; name the layouts to compare");
+  }
   return layouts;
 }
 
@@ -137,6 +161,15 @@ std::vector<Layout> parse_layouts(const std::string& text, const config::RunSpec
                         "' splits a disaggregated cluster's pools, and the run has no "
                         "cluster.disaggregation");
     }
+    if (layout.engines > 0 && !run.has_cluster()) {
+      throw ConfigError("--layouts '" + shown +
+                        "' sets a cluster's engines, and the run has no cluster (run.cluster)");
+    }
+    if (std::uint64_t{layout.engines} + layout.prefill_engines + layout.decode_engines >
+        most_engines()) {
+      throw ConfigError("--layouts '" + shown + "' has more than " +
+                        std::to_string(most_engines()) + " engines in all (cluster.engines' most)");
+    }
     if (std::find(layouts.begin(), layouts.end(), layout) != layouts.end()) {
       throw ConfigError("--layouts names " + item + " twice");
     }
@@ -157,6 +190,10 @@ config::RunSpec with_layout(const config::RunSpec& run, const Layout& layout) {
   } else {
     split.clear_pipeline_parallel_degree();
   }
+  if (layout.engines > 0) {
+    split.mutable_cluster()->set_engines(layout.engines);
+    split.mutable_cluster()->clear_disaggregation();
+  }
   if (layout.pools()) {
     auto& cluster = *split.mutable_cluster();
     cluster.set_engines(layout.prefill_engines + layout.decode_engines);
@@ -173,6 +210,10 @@ std::string describe_layout(const Layout& layout) {
   const auto split = [](std::uint32_t tp, std::uint32_t stages) {
     return "TP " + std::to_string(tp) + " x PP " + std::to_string(stages);
   };
+  if (layout.engines > 0) {
+    return std::to_string(layout.engines) + " x " +
+           split(layout.tensor_parallel, layout.pipeline_stages);
+  }
   if (!layout.pools()) {
     return split(layout.tensor_parallel, layout.pipeline_stages);
   }
@@ -186,6 +227,10 @@ std::string layout_key(const Layout& layout) {
   const auto split = [](std::uint32_t tp, std::uint32_t stages) {
     return std::to_string(tp) + "x" + std::to_string(stages);
   };
+  if (layout.engines > 0) {
+    return std::to_string(layout.engines) + "@" +
+           split(layout.tensor_parallel, layout.pipeline_stages);
+  }
   if (!layout.pools()) {
     return split(layout.tensor_parallel, layout.pipeline_stages);
   }

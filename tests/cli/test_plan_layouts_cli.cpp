@@ -196,3 +196,56 @@ TEST_CASE("plan --layouts plans a disaggregated run's pools as a plan of that cl
                            Catch::Contains("cluster GPUs") &&
                            Catch::Contains("prefill 1 x TP 2 x PP 1 + decode 2 x TP 1 x PP 1  4"));
 }
+
+TEST_CASE("plan --layouts names up to 16 layouts and gives refusals of one reason one line",
+          "[cli]") {
+  const Result result =
+      run("plan " + small_run_file().string() + " --slo tpot_p99=20ms --layouts 1x1,3x1,3x2");
+  INFO("stderr: " << result.err);
+  REQUIRE(result.exit_code == 0);
+  CHECK_THAT(result.out, Catch::Contains("layouts TP 1 x PP 1, TP 3 x PP 1, TP 3 x PP 2, SLO"));
+  CHECK_THAT(result.out, Catch::Contains("not planned, TP 3 x PP 1, TP 3 x PP 2: "
+                                         "tensor_parallel_degree: tensor_parallel_degree 3 "
+                                         "neither divides"));
+}
+
+TEST_CASE("plan --layouts on a disaggregated run: engines, unified clusters and auto", "[cli]") {
+  const std::string example = std::string(kvtier::test::source_dir()) +
+                              "/configs/examples/disaggregated-prefill-decode.textproto";
+  const std::string common = "plan '" + example +
+                             "' --slo ttft_p99=2s,tpot_p99=50ms "
+                             "--set workload.poisson.num_requests=400 "
+                             "--set cluster.disaggregation.prefill_parallelism."
+                             "tensor_parallel_degree=2 ";
+  // An engine's split keeps the run's engines and the prefill engines' TP 2: as the run set so.
+  const Result split = run(common + "--layouts 2x1,4@2x1 --format json");
+  INFO("stderr: " << split.err);
+  REQUIRE(split.exit_code == 0);
+  const Result alone = run(common + "--set tensor_parallel_degree=2 --format json");
+  REQUIRE(alone.exit_code == 0);
+  CHECK_THAT(split.out, Catch::Contains("{\"layout\": \"2x1\", \"tensor_parallel_degree\": 2, "
+                                        "\"pipeline_parallel_degree\": 1, \"gpus_per_engine\": "
+                                        "2, \"cluster_gpus\": 8, \"refused\": null, \"plans\": [" +
+                                        between(alone.out, "\"plans\": [", "]}\n") + "]}"));
+  // Four engines of TP 2 that each prefill and decode: the cluster without its disaggregation.
+  CHECK_THAT(split.out, Catch::Contains("{\"layout\": \"4@2x1\", \"tensor_parallel_degree\": 2, "
+                                        "\"pipeline_parallel_degree\": 1, \"gpus_per_engine\": "
+                                        "2, \"engines\": 4, \"cluster_gpus\": 8, \"refused\": "
+                                        "null"));
+  // The page and the text say the engines are each layout's.
+  const Result html = run(common + "--layouts 4@2x1 --format html");
+  REQUIRE(html.exit_code == 0);
+  CHECK_THAT(html.out, Catch::Contains("each layout&apos;s engines routed"));
+  // Auto on the example's one node: 4 unified clusters and 21 pairs of pools.
+  const Result automatic = run(common + "--layouts auto");
+  REQUIRE(automatic.exit_code == 0);
+  CHECK_THAT(automatic.out,
+             Catch::Contains("25 layouts, SLO") &&
+                 Catch::Contains("of a cluster of each layout's engines routed KV_AWARE") &&
+                 Catch::Contains("best per GPU, full: "));
+  // A refused layout has no cluster GPUs: its split may not count.
+  const Result refused = run(common + "--layouts 3x1,1x1 --format json");
+  REQUIRE(refused.exit_code == 0);
+  CHECK_THAT(refused.out, Catch::Contains("\"layout\": \"3x1\"") &&
+                              Catch::Contains("\"cluster_gpus\": null, \"refused\": \""));
+}

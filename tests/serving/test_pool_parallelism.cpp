@@ -361,35 +361,59 @@ TEST_CASE("plan --layouts names a disaggregated run's pools, and auto fills the 
   const RunSpec engines = kvtier::serving::with_layout(run, layouts[1]);
   CHECK(engines.cluster().engines() == 3);
   CHECK(kvtier::config::prefill_pool_run(engines).tensor_parallel_degree() == 4);
-  // Auto: every pair of power-of-two TPs and engine counts that takes the node's 8 GPUs.
+  // Auto on one node of 8: unified clusters of one stage filling it (8 x TP 1 ... 1 x TP 8),
+  // then every pair of pools that takes its 8 GPUs, by prefill TP, decode TP, prefill engines.
   const auto candidates = kvtier::serving::candidate_layouts(run);
-  std::size_t expected = 0;
-  for (std::uint64_t a = 1; a < 8; a *= 2) {
-    for (std::uint64_t b = 1; b < 8; b *= 2) {
-      for (std::uint64_t p = 1; p * a < 8; ++p) {
-        expected += (8 - p * a) % b == 0 ? 1 : 0;
-      }
-    }
-  }
-  CHECK(candidates.size() == expected);
-  CHECK(expected == 21);
+  REQUIRE(candidates.size() == 4 + 21);
+  std::vector<std::string> keys;
   for (const Layout& layout : candidates) {
-    CHECK(layout.pools());
+    keys.push_back(kvtier::serving::layout_key(layout));
     CHECK(kvtier::serving::cluster_gpus(kvtier::serving::with_layout(run, layout)) == 8);
   }
+  const std::vector<std::string> first = {"8@1x1", "4@2x1",       "2@4x1",
+                                          "1@8x1", "1@1x1+7@1x1", "2@1x1+6@1x1"};
+  CHECK(std::vector<std::string>(keys.begin(), keys.begin() + 6) == first);
+  CHECK(keys[11] == "2@1x1+3@2x1");  // after the seven of decode TP 1
+  CHECK(keys.back() == "1@4x1+1@4x1");
+  CHECK(std::find(keys.begin(), keys.end(), "2@2x1+1@4x1") != keys.end());
+  CHECK(std::find(keys.begin(), keys.end(), "1@8x1+1@1x1") == keys.end());  // 9 GPUs
+  // A unified layout drops the disaggregation: every engine prefills and decodes.
+  const RunSpec unified = kvtier::serving::with_layout(run, candidates[1]);
+  CHECK_FALSE(unified.cluster().has_disaggregation());
+  CHECK(unified.cluster().engines() == 4);
+  CHECK(unified.tensor_parallel_degree() == 2);
+  // Without a cluster, engine splits only; one GPU without pools still has a layout.
+  CHECK(kvtier::serving::layout_key(kvtier::serving::candidate_layouts(run_with({})).front()) ==
+        "1x1");
+  RunSpec one_gpu = run;
+  one_gpu.mutable_hardware()->mutable_node()->set_gpus_per_node(1);
+  const auto lone = kvtier::serving::candidate_layouts(one_gpu);
+  REQUIRE(lone.size() == 1);
+  CHECK(kvtier::serving::layout_key(lone.front()) == "1@1x1");
   // Four nodes hold too many pairs to plan: name them.
   RunSpec wide = run;
   wide.mutable_hardware()->set_num_nodes(4);
-  CHECK_THROWS_WITH(kvtier::serving::candidate_layouts(wide),
-                    Catch::Contains("more than 64: name the ones to compare (e.g. 2@4x1+1@8x1"));
+  CHECK_THROWS_WITH(
+      kvtier::serving::candidate_layouts(wide),
+      Catch::Contains("would compare 147 layouts, more than 64: name the ones to compare "
+                      "(e.g. 4@2x1,2@4x1+1@8x1)"));
   // Pools only for a disaggregated run, and well formed.
   const RunSpec alone = run_with({});
   CHECK_THROWS_WITH(kvtier::serving::parse_layouts("1@1x1+1@1x1", alone),
                     Catch::Contains("has no cluster.disaggregation"));
-  for (const char* bad : {"2@4x1", "0@4x1+1@8x1", "2@4x1+1@8", "2@4x1+1@8x1+1@8x1", "2@4x1+"}) {
+  for (const char* bad :
+       {"2@4x", "0@4x1+1@8x1", "0@4x1", "2@4x1+1@8", "2@4x1+1@8x1+1@8x1", "2@4x1+"}) {
     CAPTURE(bad);
     CHECK_THROWS_WITH(kvtier::serving::parse_layouts(bad, run), Catch::Contains("is not a layout"));
   }
   CHECK_THROWS_WITH(kvtier::serving::parse_layouts("2@4x1+1@8x1,2@4x1+1@8x1", run),
                     Catch::Contains("names 2@4x1+1@8x1 twice"));
+  CHECK_THROWS_WITH(kvtier::serving::parse_layouts("4@1x1", alone),
+                    Catch::Contains("sets a cluster's engines, and the run has no cluster"));
+  // Engines past cluster.engines' most, summed without wrapping.
+  CHECK_THROWS_WITH(kvtier::serving::parse_layouts("2@1x1+4294967295@1x1", run),
+                    Catch::Contains("'2@1x1+4294967295@1x1' has more than 4096 engines in all"));
+  CHECK_THROWS_WITH(kvtier::serving::parse_layouts("4097@1x1", run),
+                    Catch::Contains("has more than 4096 engines"));
+  CHECK(kvtier::serving::parse_layouts("4000@1x1+96@1x1", run).size() == 1);
 }
