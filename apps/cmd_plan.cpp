@@ -50,7 +50,8 @@ int run_plan(const Arguments& args, Context& context) {
       "plan each of these splits of an engine instead of the run's own: TPxSTAGES,... (e.g. "
       "16x1,8x2); for a run with a cluster also its engines, N@TPxSTAGES (e.g. 4@2x1, each "
       "engine prefilling and decoding), and for a disaggregated run its pools, "
-      "PREFILL@TPxSTAGES+DECODE@TPxSTAGES (e.g. 2@4x1+1@8x1); or auto (every power-of-two "
+      "P@TPxSTAGES+D@TPxSTAGES, prefill engines + decode engines (e.g. 2@4x1+1@8x1); or auto "
+      "(every power-of-two "
       "split the hardware's GPUs hold; with a cluster, as many engines as they hold and, for a "
       "disaggregated run, every pair of one-stage pools that takes them all); a split the "
       "model or hardware cannot take is listed with the reason");

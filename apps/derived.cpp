@@ -111,7 +111,7 @@ void split_rows(const config::RunSpec& run, const std::string& prefix, std::vect
       (run.memory().runtime_reserve_gib() + run.memory().activation_workspace_gib()) * kGiB;
   const double free_for_kv = gpu.memory_capacity_gib() * kGiB - fixed;
   const std::uint32_t stages = serving::pipeline_stages(run);
-  if (stages > 1 || !prefix.empty()) {
+  if (stages > 1 || !prefix.empty() || config::pools_differ(run)) {
     rows.push_back(integer_row(prefix + "gpus_per_engine", serving::gpus_per_engine(run), "GPUs"));
   }
   if (stages > 1) {

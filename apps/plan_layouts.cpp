@@ -110,7 +110,9 @@ std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
         try {
           (void)serving::plan_memory(config::prefill_pool_run(split));
         } catch (const ConfigError& error) {
-          throw ConfigError(std::string("prefill engines: ") + error.what(), error.where());
+          throw ConfigError(
+              serving::describe_prefill_pool(config::prefill_pool_run(split)) + ": " + error.what(),
+              error.where());
         }
       }
     } catch (const ConfigError& error) {
@@ -192,9 +194,13 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
   const bool target = options.has_target();
   const std::string compared = compared_layouts(plans);
   // Layouts that set the cluster's engines: the run's engine count says nothing of them.
-  const bool engines_per_layout =
-      std::any_of(plans.begin(), plans.end(),
-                  [](const LayoutPlan& plan) { return plan.layout.sets_engines(); });
+  const auto setting = std::count_if(plans.begin(), plans.end(), [](const LayoutPlan& plan) {
+    return plan.layout.sets_engines();
+  });
+  const ClusterEngines engines = setting == 0 ? ClusterEngines::kRun
+                                 : setting == static_cast<std::ptrdiff_t>(plans.size())
+                                     ? ClusterEngines::kEachLayout
+                                     : ClusterEngines::kSomeLayouts;
   if (format == Format::kHtml) {
     std::vector<serving::PlanResult> results;
     std::vector<std::string> names;
@@ -208,7 +214,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     const std::vector<std::string> refused = refused_lines(plans);
     notes.insert(notes.end(), refused.begin(), refused.end());
     out << plan_html(results, names, run, options, file, version_line(),
-                     compared + " (a row per layout and policy)", notes, engines_per_layout);
+                     compared + " (a row per layout and policy)", notes, engines);
     return;
   }
   if (format == Format::kJson) {
@@ -264,7 +270,7 @@ void write_layout_plans(const std::vector<LayoutPlan>& plans,
     out << "]}\n";
     return;
   }
-  write_plan_header(out, file, run, compared, slo_text, options, engines_per_layout);
+  write_plan_header(out, file, run, compared, slo_text, options, engines);
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
   for (const LayoutPlan& plan : plans) {

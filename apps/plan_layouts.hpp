@@ -1,6 +1,7 @@
 #pragma once
 // `kvtier plan --layouts`: the same plan for several splits of an engine over tensor
-// parallelism and pipeline stages, side by side, and the best of them per GPU.
+// parallelism and pipeline stages, or of a cluster's GPUs into engines or into prefill and
+// decode pools, side by side, and the best of them per GPU.
 
 #include <ostream>
 #include <string>

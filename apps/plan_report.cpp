@@ -125,9 +125,26 @@ PlanTable plan_table(const std::vector<serving::PlanResult>& results, bool close
   return table;
 }
 
+namespace {
+
+// "4 engines", "each layout's engines" or "each layout's engines (the run's 4 where one names
+// none)": the cluster a plan searched.
+std::string cluster_engines(const config::RunSpec& run, ClusterEngines engines) {
+  const std::string of_run = std::to_string(run.cluster().engines());
+  switch (engines) {
+    case ClusterEngines::kEachLayout: return "each layout's engines";
+    case ClusterEngines::kSomeLayouts:
+      return "each layout's engines (the run's " + of_run + " where one names none)";
+    case ClusterEngines::kRun: break;
+  }
+  return of_run + " engines";
+}
+
+}  // namespace
+
 void write_plan_header(std::ostream& out, const std::string& file, const config::RunSpec& run,
                        const std::string& parallelism, const std::string& slo_text,
-                       const serving::PlanOptions& options, bool engines_per_layout) {
+                       const serving::PlanOptions& options, ClusterEngines engines) {
   out << "kvtier plan: " << file << "\n  " << run.model().name() << " on "
       << run.hardware().node().gpu().name() << ", " << parallelism << ", SLO " << slo_text << "\n  "
       << (run.workload().has_closed_loop()
@@ -136,10 +153,8 @@ void write_plan_header(std::ostream& out, const std::string& file, const config:
                     format_double(options.rate_precision) + ")")
       << "\n";
   if (run.has_cluster()) {
-    out << "  of a cluster of "
-        << (engines_per_layout ? std::string("each layout's engines")
-                               : std::to_string(run.cluster().engines()) + " engines")
-        << " routed " << config::Routing_Name(run.cluster().routing())
+    out << "  of a cluster of " << cluster_engines(run, engines) << " routed "
+        << config::Routing_Name(run.cluster().routing())
         << ": per-engine figures are a share of the cluster's, engines come in whole clusters\n";
   }
   out << "\n";
@@ -202,7 +217,7 @@ std::string plan_html(const std::vector<serving::PlanResult>& results,
                       const std::vector<std::string>& policies, const config::RunSpec& run,
                       const serving::PlanOptions& options, const std::string& file,
                       const std::string& version, const std::string& parallelism,
-                      const std::vector<std::string>& notes, bool engines_per_layout) {
+                      const std::vector<std::string>& notes, ClusterEngines engines) {
   const bool rate = rate_search(results);
   const bool with_target = options.has_target();
   report::HtmlPage page("kvtier plan: " + (run.name().empty() ? file : run.name()));
@@ -220,12 +235,10 @@ std::string plan_html(const std::vector<serving::PlanResult>& results,
                                 : "the largest batch: closed loops of the run's request shape, " +
                                       std::to_string(options.rounds) + " requests per slot");
   if (run.has_cluster()) {
-    page.labelled("Cluster:",
-                  (engines_per_layout ? std::string("each layout's engines")
-                                      : std::to_string(run.cluster().engines()) + " engines") +
-                      " routed " + config::Routing_Name(run.cluster().routing()) +
-                      ", searched whole; per-engine figures are its share, and "
-                      "fleets come in whole clusters");
+    page.labelled("Cluster:", cluster_engines(run, engines) + " routed " +
+                                  config::Routing_Name(run.cluster().routing()) +
+                                  ", searched whole; per-engine figures are its share, and "
+                                  "fleets come in whole clusters");
   }
   page.labelled("Version:", version);
 

@@ -23,10 +23,16 @@ struct PlanTable {
 
 // The text answer's first lines: the run, how its engines split (`parallelism`), the SLOs
 // (`slo_text` as given), the load searched and, with a cluster, what per-engine figures mean;
-// `engines_per_layout`: its engines are as each layout says, not the run's.
+// `engines`: whose engines the cluster has.
+enum class ClusterEngines {
+  kRun,         // the run's
+  kEachLayout,  // each layout's (plan --layouts of layouts that set them)
+  kSomeLayouts  // some layouts' and the run's for the others
+};
 void write_plan_header(std::ostream& out, const std::string& file, const config::RunSpec& run,
                        const std::string& parallelism, const std::string& slo_text,
-                       const serving::PlanOptions& options, bool engines_per_layout = false);
+                       const serving::PlanOptions& options,
+                       ClusterEngines engines = ClusterEngines::kRun);
 
 // One policy's answer as JSON (`kvtier plan --format json`): its load, what binds it, tokens/s
 // per engine, GPU and node, with a target the fleet, its notes, the metrics at the planned load
@@ -40,13 +46,13 @@ void write_plan_header(std::ostream& out, const std::string& file, const config:
 // metric against the load with the SLO's limit; the figures at the planned load. `policies`
 // names the results as the run wrote them; `parallelism` says how the engines split
 // (describe_engines, or the layouts compared); `notes` follow the answer's table;
-// `engines_per_layout` as for write_plan_header.
+// `engines` as for write_plan_header.
 [[nodiscard]] std::string plan_html(const std::vector<serving::PlanResult>& results,
                                     const std::vector<std::string>& policies,
                                     const config::RunSpec& run, const serving::PlanOptions& options,
                                     const std::string& file, const std::string& version,
                                     const std::string& parallelism,
                                     const std::vector<std::string>& notes = {},
-                                    bool engines_per_layout = false);
+                                    ClusterEngines engines = ClusterEngines::kRun);
 
 }  // namespace kvtier::app

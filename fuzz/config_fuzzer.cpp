@@ -49,6 +49,7 @@
 #include "replay/parameters.hpp"
 #include "replay/registry.hpp"
 #include "serving/demand_memo.hpp"
+#include "serving/memory_plan.hpp"
 #include "serving/plan.hpp"
 #include "serving/simulation.hpp"
 #include "serving/workload.hpp"
@@ -66,7 +67,7 @@ namespace kc = kvtier::config;
 // What the first byte of an input selects (modulo the count).
 enum class Target : std::uint8_t {
   kConfig,     // a config file of the kind the second byte picks, then `--set` lines
-  kPolicy,     // a --compare policy list, then an --slo string
+  kPolicy,     // a --compare policy list, then an --slo string, then a --layouts string
   kLive,       // a live measurement file (JSON)
   kReference,  // a measured reference (ReferenceMeasurement, text format)
   kPublished,  // a CSV of published measurements
@@ -389,13 +390,36 @@ void check_and_simulate(kc::RunSpec& run) {
   simulate(run);
 }
 
+// A `plan --layouts` string against the tiny run made a disaggregated cluster (pools, engines
+// and splits all parse there), and the run each layout makes: its GPUs counted, each named.
+void exercise_layouts(const std::string& text) {
+  kc::RunSpec run = tiny_run();
+  auto& cluster = *run.mutable_cluster();
+  cluster.set_engines(2);
+  cluster.set_routing(kc::ROUND_ROBIN);
+  cluster.mutable_disaggregation()->set_prefill_engines(1);
+  for (const kvtier::serving::Layout& layout : kvtier::serving::parse_layouts(text, run)) {
+    const kc::RunSpec split = kvtier::serving::with_layout(run, layout);
+    static_cast<void>(kvtier::serving::layout_key(layout));
+    static_cast<void>(kvtier::serving::describe_layout(layout));
+    static_cast<void>(kvtier::serving::cluster_gpus(split));
+    static_cast<void>(kvtier::serving::cluster_nodes(split));
+    static_cast<void>(kvtier::serving::mean_engines_per_node(split));
+  }
+}
+
 // `--compare P1,P2,...` (one policy string is a list of one) against the registry, then the
-// tiny run with them; the second line is an `--slo` string.
+// tiny run with them; the second line is an `--slo` string, a third a `--layouts` string.
 void exercise_policy(std::string_view input) {
   const std::size_t newline = input.find('\n');
   const std::string list(input.substr(0, newline));
   if (newline != std::string_view::npos) {
-    static_cast<void>(kvtier::serving::parse_slos(std::string(input.substr(newline + 1))));
+    const std::string_view rest = input.substr(newline + 1);
+    const std::size_t third = rest.find('\n');
+    static_cast<void>(kvtier::serving::parse_slos(std::string(rest.substr(0, third))));
+    if (third != std::string_view::npos) {
+      exercise_layouts(std::string(rest.substr(third + 1)));
+    }
   }
   const std::vector<kc::PolicySpec> specs = kvtier::app::parse_policy_list(list);
   const kvtier::replay::PolicyRegistry registry = kvtier::replay::builtin_policies();
@@ -691,7 +715,9 @@ void write_seeds(const fs::path& folder) {
             "h2o:allocation=explicit,budgets=16/24/16/24/16/24/16/24/16/24/16/24/16/24/16/24/16/24/"
             "16/24/16/24\ne2e_latency_p90=1s"},
            {"pyramid", "h2o:budget=20,allocation=pyramid"},
-           {"streaming", "streaming:sinks=4,window=8"}}) {
+           {"streaming", "streaming:sinks=4,window=8"},
+           {"layouts", "full\ntpot_p99=50ms\n2@4x1+1@8x1,4@2x1,8x2,1x1"},
+           {"layouts-auto", "full\nttft_p99=1s\nauto"}}) {
     write_seed(folder, name, Target::kPolicy, text);
   }
   // Measurement files: the live ones, and the reference.

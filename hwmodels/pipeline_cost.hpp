@@ -57,7 +57,7 @@ using StageTimer = std::function<sim::Tick(const StageWork&)>;
 class PipelineCostModel {
  public:
   // `links`: the GPU link within a node and the network between nodes. With stages, every
-  // stage's tensor-parallel group lies within a node (configs/impl/consistency.cpp); stages
+  // stage's tensor-parallel group lies within a node (configs/impl/parallelism_checks.cpp); stages
   // meet over the GPU link within a node and over the network across nodes.
   // `micro_batch_tokens`: each micro-batch's token budget (0: none; split_into_micro_batches).
   PipelineCostModel(const config::ModelSpec& model, const config::GpuSpec& gpu,

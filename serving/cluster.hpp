@@ -31,8 +31,12 @@ namespace kvtier::serving {
 
 // What a disaggregated cluster's KV transfers did.
 struct KvTransfers {
-  std::uint64_t count = 0;  // copies over the link (a prompt found all cached makes none)
-  double bytes = 0.0;       // per GPU (with data-parallel attention, the mean GPU's)
+  // Prompts whose KV crossed the link (a prompt found all cached crosses none); with the pools
+  // split differently each is several copies (KvHandoff).
+  std::uint64_t count = 0;
+  // Per decode GPU: with data-parallel attention the mean GPU's; with pipeline stages or pools
+  // split differently a GPU of the heaviest stage's.
+  double bytes = 0.0;
   // Per GPU: prompt KV the decode engines found in their prefix caches and did not pull.
   double cached_bytes = 0.0;
   sim::Tick busy;  // Σ over transfers of the time one took on the link

@@ -111,9 +111,16 @@ struct MemoryPlan {
                                    : std::string());
 }
 
-// describe_parallelism, and of a disaggregated cluster whose prefill engines are split
-// otherwise theirs too: "tensor parallel 8, prefill engines tensor parallel 4".
+// "tensor parallel 8 (8 GPUs), attention split by requests, experts whole": an engine's split
+// in full.
+[[nodiscard]] std::string describe_split(const config::RunSpec& run);
+// describe_parallelism, or of a disaggregated cluster whose pools are split differently each
+// pool's in full: "decode engines tensor parallel 8 (8 GPUs); prefill engines tensor parallel
+// 4 (4 GPUs)".
 [[nodiscard]] std::string describe_engines(const config::RunSpec& run);
+// "prefill engines (tensor parallel 4)": how what refuses a prefill pool split otherwise than
+// the run names it.
+[[nodiscard]] std::string describe_prefill_pool(const config::RunSpec& prefill_run);
 
 // MemoryPlan::requests_spread of the run.
 [[nodiscard]] inline std::uint32_t requests_spread(const config::RunSpec& run) {

@@ -105,11 +105,11 @@ void check_group_across_nodes(const RunSpec& run, const std::string& path, Probl
   }
 }
 
+}  // namespace
+
 // Pipeline stages: each a tensor-parallel group within a node, the stages over as many nodes
 // as they fill, meeting over the node's GPU link or the network between nodes; tier policies
 // without host recodes.
-}  // namespace
-
 void check_pipeline(const RunSpec& run, const std::string& path, bool host_recodes,
                     Problems& problems) {
   if (!run.has_pipeline_parallel_degree() || run.pipeline_parallel_degree() <= 1 ||

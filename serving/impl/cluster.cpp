@@ -62,7 +62,7 @@ std::unique_ptr<ServingEngine> build_prefill_engine(sim::Simulator& simulator,
     return std::make_unique<ServingEngine>(simulator, prefill_run, workload, nullptr,
                                            EngineRole::kPrefill);
   }
-  const std::string pool = "prefill engines (" + describe_parallelism(prefill_run) + "): ";
+  const std::string pool = describe_prefill_pool(prefill_run) + ": ";
   try {
     return std::make_unique<ServingEngine>(simulator, prefill_run, workload, nullptr,
                                            EngineRole::kPrefill);

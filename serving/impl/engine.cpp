@@ -60,8 +60,8 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       host_reserved_(simulator),
       swap_used_(simulator) {
   if (tiers_ != nullptr && pipeline_stages(run) > 1 && run.tiering().has_host_recode()) {
-    // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
-    // here.
+    // Checked with the config (configs/impl/parallelism_checks.cpp); a run built in code is held to
+    // it here.
     throw ConfigError(
         "host recodes (tiering.host_recode) are not modelled with pipeline parallelism",
         "field tiering.host_recode");
@@ -72,8 +72,8 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
         "tier policy (the cluster gives the decode engines the policy)");
   }
   if (run.workload().on_demand_admission().has_swap()) {
-    // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
-    // here, since a swap copy is a block.
+    // Checked with the config (configs/impl/parallelism_checks.cpp); a run built in code is held to
+    // it here, since a swap copy is a block.
     if (plan_.block_tokens == 0) {
       throw ConfigError("preemption by swapping copies whole KV blocks: set memory.kv_block_tokens",
                         "field memory.kv_block_tokens");

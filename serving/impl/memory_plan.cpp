@@ -19,11 +19,26 @@ std::string gib(double bytes) {
 
 }  // namespace
 
+std::string describe_split(const config::RunSpec& run) {
+  const std::uint32_t gpus = gpus_per_engine(run);
+  return describe_parallelism(run) + " (" + std::to_string(gpus) +
+         (gpus == 1 ? " GPU)" : " GPUs)") +
+         (attention_split(run) == hw::AttentionSplit::kRequests
+              ? std::string(", attention split by requests")
+              : std::string()) +
+         (run.engine().expert_parallel() ? std::string(", experts whole") : std::string());
+}
+
 std::string describe_engines(const config::RunSpec& run) {
-  return describe_parallelism(run) +
-         (config::pools_differ(run)
-              ? ", prefill engines " + describe_parallelism(config::prefill_pool_run(run))
-              : std::string());
+  if (!config::pools_differ(run)) {
+    return describe_parallelism(run);
+  }
+  return "decode engines " + describe_split(run) + "; prefill engines " +
+         describe_split(config::prefill_pool_run(run));
+}
+
+std::string describe_prefill_pool(const config::RunSpec& prefill_run) {
+  return "prefill engines (" + describe_parallelism(prefill_run) + ")";
 }
 
 std::uint64_t MemoryPlan::held_tokens(std::uint64_t tokens) const {

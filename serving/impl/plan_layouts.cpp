@@ -90,7 +90,9 @@ void for_each_pool_pair(std::uint64_t gpus, Visit visit) {
   }
 }
 
-// The pairs of pools that fill `gpus` GPUs, beside `others` layouts already found.
+// The pairs of pools that fill `gpus` GPUs, beside `others` layouts already found: counted
+// before they are built, so that hardware of thousands of GPUs is refused without building a
+// list of millions.
 std::vector<Layout> candidate_pools(std::uint64_t gpus, std::size_t others) {
   std::size_t count = others;
   for_each_pool_pair(gpus, [&count](auto, auto, auto, auto) { ++count; });
@@ -130,7 +132,9 @@ std::vector<Layout> candidate_layouts(const config::RunSpec& run) {
     const std::vector<Layout> pools = candidate_pools(gpus, layouts.size());
     layouts.insert(layouts.end(), pools.begin(), pools.end());
   }
-  check_count(layouts.size(), cluster ? "4@2x1,2@4x1+1@8x1" : "8x2,16x1");
+  check_count(layouts.size(), disaggregated(run) ? "4@2x1,2@4x1+1@8x1"
+                              : cluster          ? "4@2x1,2@4x1"
+                                                 : "8x2,16x1");
   if (layouts.empty()) {
     throw ConfigError("--layouts auto: the hardware's " + std::to_string(gpus) +
                       " GPU(s) hold no layout; name the layouts to compare");
@@ -153,8 +157,9 @@ std::vector<Layout> parse_layouts(const std::string& text, const config::RunSpec
     if (!read_layout(item, layout)) {
       throw ConfigError("--layouts '" + shown +
                         "' is not a layout: TPxSTAGES, whole numbers of at least 1 (e.g. 8x2), "
-                        "PREFILL@TPxSTAGES+DECODE@TPxSTAGES for a disaggregated run's pools "
-                        "(e.g. 2@4x1+1@8x1), or auto");
+                        "N@TPxSTAGES for a cluster's engines (e.g. 4@2x1), "
+                        "P@TPxSTAGES+D@TPxSTAGES for a disaggregated run's prefill and decode "
+                        "engines (e.g. 2@4x1+1@8x1), or auto");
     }
     if (layout.pools() && !disaggregated(run)) {
       throw ConfigError("--layouts '" + shown +

@@ -234,7 +234,8 @@ PlanResult plan_rate(const config::RunSpec& run, const PlanOptions& options, Dem
   }
   if (run.has_cluster()) {
     result.notes.push_back(
-        "the cluster of " + std::to_string(result.cluster_engines) + " engines, routed " +
+        "the cluster of " + std::to_string(result.cluster_engines) +
+        (result.cluster_engines == 1 ? " engine, routed " : " engines, routed ") +
         config::Routing_Name(run.cluster().routing()) + ", serves " +
         format_fixed(result.cluster_requests_per_s, 3) +
         " requests/s within the SLOs; per-engine figures are its share, and fleets are sized "

@@ -73,17 +73,6 @@ void add_distribution_or_none(std::vector<Metric>& metrics, const std::string& n
   metrics.push_back({name + "_mean_ms", any ? distribution.mean_ps() * 1e-9 : none, 3});
 }
 
-// "tensor parallel 8 (8 GPUs), attention split by requests, experts whole": a pool's split.
-std::string describe_pool(const config::RunSpec& pool) {
-  const std::uint32_t gpus = gpus_per_engine(pool);
-  return describe_parallelism(pool) + " (" + std::to_string(gpus) +
-         (gpus == 1 ? " GPU)" : " GPUs)") +
-         (attention_split(pool) == hw::AttentionSplit::kRequests
-              ? std::string(", attention split by requests")
-              : std::string()) +
-         (pool.engine().expert_parallel() ? std::string(", experts whole") : std::string());
-}
-
 // A disaggregated cluster's pools and KV transfers, and a note naming them.
 void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster,
                                 const config::RunSpec& run, const PoolBusy& busy) {
@@ -115,9 +104,7 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
       std::to_string(cluster.prefill_engines()) + "-" + std::to_string(cluster.size() - 1) +
       " decode (routed " + config::Routing_Name(split.decode_routing()) + "); " +
       std::to_string(transfers.count) + " prompts' KV (" + format_fixed(transfers.bytes / 1e9, 3) +
-      (config::pools_differ(run) ? " GB for a decode GPU; prefill engines " +
-                                       describe_pool(config::prefill_pool_run(run)) +
-                                       ", decode engines " + describe_pool(run) + ")"
+      (config::pools_differ(run) ? " GB for a decode GPU; " + describe_engines(run) + ")"
        : transfers.sending_lanes > 1
            ? " GB for the mean GPU, each prompt's from the GPU holding it)"
            : " GB per GPU)") +
@@ -157,9 +144,13 @@ void add_cluster_figures(SimulationReport& report, const Cluster& cluster,
   m.push_back({"engine_busy_imbalance", pool_busy.imbalance, 4});
   report.notes.push_back(
       "cluster of " + std::to_string(cluster.size()) + " engine(s) of " +
-      (config::pools_differ(run) ? "a prefill pool's and a decode pool's own split (" +
-                                       std::to_string(cluster_gpus(run)) + " GPUs)"
-                                 : std::to_string(gpus_per_engine(run)) + " GPU(s)") +
+      (config::pools_differ(run)
+           ? "their pool's split, " + std::to_string(cluster_gpus(run)) + " GPUs (" +
+                 std::to_string(cluster.prefill_engines()) + " prefill of " +
+                 std::to_string(gpus_per_engine(config::prefill_pool_run(run))) + ", " +
+                 std::to_string(cluster.size() - cluster.prefill_engines()) + " decode of " +
+                 std::to_string(gpus_per_engine(run)) + ")"
+           : std::to_string(gpus_per_engine(run)) + " GPU(s)") +
       ", routed " + config::Routing_Name(spec.routing()) +
       (spec.has_kv_overlap_weight()
            ? " (kv_overlap_weight " + format_double(spec.kv_overlap_weight()) + ")"

@@ -151,14 +151,16 @@ TEST_CASE("plan --layouts refuses a layout whose prefill engines have no room, a
                             "--layouts 1x4,4x1 --format json");
   INFO("stderr: " << result.err);
   REQUIRE(result.exit_code == 0);
-  CHECK_THAT(between(result.out, "\"layout\": \"1x4\"", "\"plans\""),
-             Catch::Contains("\"refused\": \"prefill engines: nothing can run"));
+  CHECK_THAT(
+      between(result.out, "\"layout\": \"1x4\"", "\"plans\""),
+      Catch::Contains("\"refused\": \"prefill engines (tensor parallel 1): nothing can run"));
   CHECK_THAT(between(result.out, "\"layout\": \"4x1\"", "\"plans\""),
              Catch::Contains("\"refused\": null"));
   // Every layout's prefill engines without room: the command's error.
-  expect_config_error(run("plan " + path.string() + " --slo ttft_p99=3s --layouts 1x4,1x8"),
-                      "--layouts: no layout can be planned; TP 1 x PP 4: prefill engines: "
-                      "nothing can run");
+  expect_config_error(
+      run("plan " + path.string() + " --slo ttft_p99=3s --layouts 1x4,1x8"),
+      "--layouts: no layout can be planned; TP 1 x PP 4: prefill engines (tensor parallel 1): "
+      "nothing can run");
 }
 
 TEST_CASE("plan --layouts plans a disaggregated run's pools as a plan of that cluster would",
@@ -232,7 +234,12 @@ TEST_CASE("plan --layouts on a disaggregated run: engines, unified clusters and 
                                         "\"pipeline_parallel_degree\": 1, \"gpus_per_engine\": "
                                         "2, \"engines\": 4, \"cluster_gpus\": 8, \"refused\": "
                                         "null"));
-  // The page and the text say the engines are each layout's.
+  // The page and the text say the engines are each layout's, and the run's where a layout
+  // names none.
+  const Result mixed = run(common + "--layouts 2x1,4@2x1");
+  REQUIRE(mixed.exit_code == 0);
+  CHECK_THAT(mixed.out, Catch::Contains("of a cluster of each layout's engines (the run's 4 where "
+                                        "one names none) routed KV_AWARE"));
   const Result html = run(common + "--layouts 4@2x1 --format html");
   REQUIRE(html.exit_code == 0);
   CHECK_THAT(html.out, Catch::Contains("each layout&apos;s engines routed"));
