@@ -86,6 +86,8 @@ struct HeadlineMetric {
 inline constexpr HeadlineMetric kHeadlineMetrics[] = {
     {"plan_max_batch", 0, "Largest batch within the SLOs", "requests"},
     {"plan_max_requests_per_s", 3, "Largest arrival rate within the SLOs", "requests/s"},
+    {"plan_cluster_max_requests_per_s", 3, "Largest arrival rate to the cluster within the SLOs",
+     "requests/s"},
     {"plan_output_tokens_per_s_per_gpu", 1, "Output tokens per second per GPU within the SLOs",
      "tokens/s"},
     {"plan_gpus", 0, "GPUs that serve the target", "GPUs"},

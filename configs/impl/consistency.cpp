@@ -27,10 +27,6 @@ namespace pb = google::protobuf;
 
 using Problems = std::vector<Problem>;
 
-std::string at(const std::string& prefix, const std::string& field) {
-  return join_path(prefix, field);
-}
-
 // Multi-head latent attention fixes the per-head shapes the spec also states: they must agree,
 // and what kvtier costs for it (no biases, no q/k norms, global attention) must hold.
 void check_latent_attention(const ModelSpec& model, const std::string& path, Problems& problems) {

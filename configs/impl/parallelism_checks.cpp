@@ -13,10 +13,6 @@ namespace {
 
 using Problems = std::vector<Problem>;
 
-std::string at(const std::string& prefix, const std::string& field) {
-  return join_path(prefix, field);
-}
-
 // Experts spread whole over the group: a mixture of experts with an expert for every GPU; with
 // data-parallel attention as well, DeepEP's all-to-alls, which need as many experts on every GPU,
 // NVLink between them and their fixed cost stated. (expert_load_imbalance and

@@ -7,10 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "configs/locations.hpp"
 #include "configs/schema/run.pb.h"
 #include "configs/validate.hpp"
 
 namespace kvtier::config::detail {
+
+// The path of `field` under `prefix`, as problems name it.
+inline std::string at(const std::string& prefix, const std::string& field) {
+  return join_path(prefix, field);
+}
 
 // The problems of `run`'s pipeline stages, each at its field under `path`; `host_recodes`: the
 // run's tier policy recodes on the host (tiering.host_recode), which stages do not model.

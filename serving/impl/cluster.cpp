@@ -69,7 +69,9 @@ std::unique_ptr<ServingEngine> build_prefill_engine(sim::Simulator& simulator,
   } catch (const DoesNotFit& error) {
     throw DoesNotFit(error.memory(), pool + error.what());
   } catch (const ConfigError& error) {
-    throw ConfigError(pool + error.what(), error.where());
+    // The pool's own degrees are the ones to change.
+    throw ConfigError(pool + error.what(),
+                      "field cluster.disaggregation.prefill_parallelism; " + error.where());
   }
 }
 
