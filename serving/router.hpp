@@ -1,6 +1,6 @@
 #pragma once
 // A cluster's router: picks the engine each arriving request is served by (cluster.routing,
-// docs/SIMULATION.md "Clusters and routing"). It sees what a production router sees at that
+// docs/CLUSTERS.md "Clusters and routing"). It sees what a production router sees at that
 // moment: the engines' queues, their active KV blocks and, for KV-aware routing, their real
 // cache contents (as Dynamo's router hears of them through KV events). Deterministic: ties go
 // to the engine listed first, hashes are seeded streams.
