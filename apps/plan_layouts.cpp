@@ -107,12 +107,11 @@ std::vector<LayoutPlan> plan_layouts(const config::RunSpec& run,
     try {
       (void)serving::plan_memory(split);
       if (config::pools_differ(split)) {
+        const config::RunSpec prefill = config::prefill_pool_run(split);
         try {
-          (void)serving::plan_memory(config::prefill_pool_run(split));
+          (void)serving::plan_memory(prefill);
         } catch (const ConfigError& error) {
-          throw ConfigError(
-              serving::describe_prefill_pool(config::prefill_pool_run(split)) + ": " + error.what(),
-              error.where());
+          throw serving::prefill_pool_error(prefill, error);
         }
       }
     } catch (const ConfigError& error) {

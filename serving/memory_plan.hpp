@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "common/errors.hpp"
 #include "configs/pools.hpp"
 #include "configs/schema/run.pb.h"
 #include "hwmodels/model_shape.hpp"
@@ -121,6 +122,11 @@ struct MemoryPlan {
 // "prefill engines (tensor parallel 4)": how what refuses a prefill pool split otherwise than
 // the run names it.
 [[nodiscard]] std::string describe_prefill_pool(const config::RunSpec& prefill_run);
+// `error`, which refused the prefill pool's run `prefill_run`, said of the pool: prefixed by
+// describe_prefill_pool, at cluster.disaggregation.prefill_parallelism, whose degrees are the
+// ones to change.
+[[nodiscard]] ConfigError prefill_pool_error(const config::RunSpec& prefill_run,
+                                             const ConfigError& error);
 
 // MemoryPlan::requests_spread of the run.
 [[nodiscard]] inline std::uint32_t requests_spread(const config::RunSpec& run) {

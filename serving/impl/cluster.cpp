@@ -58,20 +58,19 @@ std::unique_ptr<ServingEngine> build_prefill_engine(sim::Simulator& simulator,
                                                     const config::RunSpec& run,
                                                     const config::RunSpec& prefill_run,
                                                     const Workload& workload) {
-  if (!config::pools_differ(run)) {
-    return std::make_unique<ServingEngine>(simulator, prefill_run, workload, nullptr,
-                                           EngineRole::kPrefill);
-  }
-  const std::string pool = describe_prefill_pool(prefill_run) + ": ";
   try {
     return std::make_unique<ServingEngine>(simulator, prefill_run, workload, nullptr,
                                            EngineRole::kPrefill);
   } catch (const DoesNotFit& error) {
-    throw DoesNotFit(error.memory(), pool + error.what());
+    if (!config::pools_differ(run)) {
+      throw;
+    }
+    throw DoesNotFit(error.memory(), describe_prefill_pool(prefill_run) + ": " + error.what());
   } catch (const ConfigError& error) {
-    // The pool's own degrees are the ones to change.
-    throw ConfigError(pool + error.what(),
-                      "field cluster.disaggregation.prefill_parallelism; " + error.where());
+    if (!config::pools_differ(run)) {
+      throw;
+    }
+    throw prefill_pool_error(prefill_run, error);
   }
 }
 

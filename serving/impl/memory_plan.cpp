@@ -41,6 +41,11 @@ std::string describe_prefill_pool(const config::RunSpec& prefill_run) {
   return "prefill engines (" + describe_parallelism(prefill_run) + ")";
 }
 
+ConfigError prefill_pool_error(const config::RunSpec& prefill_run, const ConfigError& error) {
+  return ConfigError(describe_prefill_pool(prefill_run) + ": " + error.what(),
+                     "field cluster.disaggregation.prefill_parallelism; " + error.where());
+}
+
 std::uint64_t MemoryPlan::held_tokens(std::uint64_t tokens) const {
   return window_tokens > 0 ? std::min(tokens, window_tokens) : tokens;
 }
