@@ -264,6 +264,9 @@ class ServingEngine {
     // With a tier policy, a decode engine's request whose KV came (or comes) whole over the
     // kv_link into HBM, not yet placed by its first decode step (place_received).
     bool whole_in_hbm = false;
+    // Or, received into host memory (cluster.disaggregation.receive_into_host_memory), its KV
+    // there whole, not yet placed by its first decode step.
+    bool in_host = false;
     // Swapped out: its HBM KV copied to the swap space (its T1/T2, `tier_host`, are there too),
     // and the copies that moved it.
     bool swapped = false;
@@ -324,6 +327,10 @@ class ServingEngine {
     return full_token_layers * bytes_per_token_layer_ +
            compressed_token_layers * compressed_bytes_per_token_layer_;
   }
+  // A request received into host memory: its prompt's KV there, whole and at full precision.
+  [[nodiscard]] double received_host_bytes(const Request& request) const {
+    return host_bytes(static_cast<double>(request.spec.prompt_tokens) * layers_per_gpu_, 0.0);
+  }
   [[nodiscard]] Footprint planned_footprint() const;
   // Prefix caching (none without it or once a prefill has begun; at most all but the last
   // token's blocks, which the prefill computes to give the next token; a decode engine's
@@ -377,10 +384,11 @@ class ServingEngine {
   // Sets the decode context of `batch` and fills micro_copies_ from the decoding requests'
   // tier demand and the placement of prompts this iteration completes (tiered runs only).
   void plan_tier_traffic(hw::BatchShape& batch);
-  // A received request's first step: its copies (into `copies`, its micro-batch's) and the
-  // resident tokens attention reads.
+  // A received request's first step: its copies (into `copies`, its micro-batch's), the tokens
+  // it stages by layer (`staged`, its micro-batch's) and the resident tokens attention reads.
   void place_received(Request& request, std::uint32_t id, std::uint64_t context,
-                      std::vector<LayerCopies>& copies, double& resident);
+                      std::vector<LayerCopies>& copies, std::vector<double>& staged,
+                      double& resident);
   // The iteration's duration with its tier copies, and their totals: its compute `cost`, with
   // pipeline stages each stage's on each micro-batch (PipelineCostModel's StageTimer).
   [[nodiscard]] sim::Tick time_tier_copies(const hw::BatchShape& batch, hw::IterationCost& cost);
@@ -416,6 +424,8 @@ class ServingEngine {
   // workload.on_demand_admission's watermark; absent: whole-request reservations.
   std::optional<double> on_demand_watermark_;
   const TierDemand* tiers_;
+  // A decode engine under a tier policy that receives prompts' KV into host memory.
+  bool receives_into_host_ = false;
   CopyRates copy_rates_;
   std::uint32_t lookahead_ = 1;
   // Layers whose staging the buffer holds at once: the one computing and those ahead, no more

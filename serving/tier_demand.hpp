@@ -68,6 +68,9 @@ struct RequestPeaks {
   double host_token_layers = 0.0;        // T1
   double compressed_token_layers = 0.0;  // T2
   double staged_tokens = 0.0;  // the most T1 + T2 tokens one layer must stage for attention
+  // Of hbm_token_layers, the policy's placements' alone, without the prompt whole in HBM as it
+  // is prefilled (what a decode engine receiving into host memory holds there).
+  double placed_hbm_token_layers = 0.0;
 };
 
 // One replayed trace.

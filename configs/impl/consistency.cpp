@@ -492,6 +492,11 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
                             std::to_string(node.gpus_per_node()) +
                             ": use a NETWORK link (InfiniBand-NDR)"});
   }
+  if (split.receive_into_host_memory() && !first_tier_policy(run)) {
+    problems.push_back({at(path, "cluster.disaggregation.receive_into_host_memory"),
+                        "receiving KV into host memory needs a tier policy in policy or compare: "
+                        "the full cache holds every token in HBM and receives it there"});
+  }
   check_prefill_pool(run, path, problems);
 }
 

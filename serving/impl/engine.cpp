@@ -144,6 +144,8 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     compressed_bytes_per_token_layer_ = tiers_->compressed_format().vectors_bytes(
         static_cast<double>(vectors.count) / shards, static_cast<double>(vectors.width));
     micro_copies_.assign(pipeline_stages(run), std::vector<LayerCopies>(layers));
+    receives_into_host_ = role_ == EngineRole::kDecode && run.cluster().has_disaggregation() &&
+                          run.cluster().disaggregation().receive_into_host_memory();
     if (run.tiering().has_host_recode()) {
       // configs/impl/consistency.cpp requires the host's rates with it.
       const config::KvRecodeRates& rates = run.hardware().node().host().kv_recode();
@@ -196,9 +198,9 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     if (own_host > plan_.host_kv_capacity_bytes) {
       throw DoesNotFit(DoesNotFit::Memory::kHost,
                        describe_request(workload_, i) + " needs " +
-                           format_fixed(own_host / (1 << 30), 2) +
-                           " GiB of host memory for its T1/T2 KV, but each GPU's share of the "
-                           "node's DDR leaves " +
+                           format_fixed(own_host / (1 << 30), 2) + " GiB of host memory for its " +
+                           (receives_into_host_ ? "prompt received there and " : "") +
+                           "T1/T2 KV, but each GPU's share of the node's DDR leaves " +
                            format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB" +
                            (plan_.swap_space_bytes > 0.0
                                 ? " beside " + format_fixed(plan_.swap_space_bytes / (1 << 30), 2) +
@@ -272,7 +274,11 @@ void ServingEngine::submit_prefilled(std::uint32_t request, sim::Tick arrival,
   prefilled.first_token = first_token;
   prefilled.admitted_once = true;  // its queue wait was its prefill engine's
   prefilled.remote = true;
-  prefilled.whole_in_hbm = true;
+  prefilled.whole_in_hbm = !receives_into_host_;
+  prefilled.in_host = receives_into_host_;
+  if (receives_into_host_) {
+    prefilled.tier_host = received_host_bytes(prefilled);  // held from its admission
+  }
   arrive(request, arrival);
 }
 
@@ -360,12 +366,15 @@ double ServingEngine::hbm_reservation(std::uint32_t request) const {
     return plan_.peak_kv_bytes_for(spec.prompt_tokens + output - 1);
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
-  const double tiered =
-      (peaks.hbm_token_layers + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
+  const double placed =
+      receives_into_host_ ? peaks.placed_hbm_token_layers : peaks.hbm_token_layers;
+  const double tiered = (placed + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
   // A decode engine's request comes whole into HBM, where its first step writes one token more
-  // before the placement offloads what it holds off HBM.
-  return role_ == EngineRole::kDecode ? std::max(tiered, plan_.kv_bytes_for(spec.prompt_tokens + 1))
-                                      : tiered;
+  // before the placement offloads what it holds off HBM; received into host memory, its first
+  // step loads what the policy reads into HBM from there, within the policy's peaks.
+  return role_ == EngineRole::kDecode && !receives_into_host_
+             ? std::max(tiered, plan_.kv_bytes_for(spec.prompt_tokens + 1))
+             : tiered;
 }
 
 double ServingEngine::host_reservation(std::uint32_t request) const {
@@ -373,7 +382,9 @@ double ServingEngine::host_reservation(std::uint32_t request) const {
     return 0.0;
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
-  return host_bytes(peaks.host_token_layers, peaks.compressed_token_layers);
+  const double tiered = host_bytes(peaks.host_token_layers, peaks.compressed_token_layers);
+  // Received into host memory, its prompt is there whole until its first step has placed it.
+  return receives_into_host_ ? std::max(tiered, received_host_bytes(requests_[request])) : tiered;
 }
 
 double ServingEngine::kv_in_use() const {
@@ -605,7 +616,9 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     staged = std::max(staged, demand.host + demand.compressed);
   }
   bytes.hbm = hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_;
-  bytes.host = host.busiest();
+  // Received into host memory and not yet placed: its prompt is there whole.
+  bytes.host =
+      request.in_host ? std::max(host.busiest(), received_host_bytes(request)) : host.busiest();
   return bytes;
 }
 
@@ -666,6 +679,7 @@ void ServingEngine::preempt(std::uint32_t id) {
     request.tier_hbm = 0.0;
     request.tier_host = 0.0;
     request.whole_in_hbm = false;  // its prefill places it
+    request.in_host = false;
     if (prefix_cache_) {
       release_cached_blocks(id);
     }
@@ -764,10 +778,11 @@ void ServingEngine::try_start_iteration() {
   totals_.max_running = std::max<std::uint64_t>(totals_.max_running, running_.size());
   if (decoding_now_.empty() && prefilling_now_.empty()) {
     iteration_in_flight_ = false;
-    // A decode engine may have admitted requests whose KV is on its way: their blocks are taken
-    // now, though no iteration runs to count them.
+    // A decode engine may have admitted requests whose KV is on its way: their blocks (or, in
+    // host memory, their prompts) are taken now, though no iteration runs to count them.
     kv_used_.set(kv_in_use());
     full_kv_.set(full_kv_in_use());
+    host_used_.set(host_kv_in_use());
     if (prefix_host_) {
       (void)time_prefix_copies(sim::Tick::zero());
     }

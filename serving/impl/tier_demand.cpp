@@ -260,6 +260,7 @@ RequestPeaks TierDemand::request_peaks(const Assignment& assignment,
     const ReplayedTrace& tail = traces_.at(tail_trace_);
     take(tail, std::min(context - tail.prompt_tokens - 1, tail.steps - 1), 1.0);
   }
+  peaks.placed_hbm_token_layers = peaks.hbm_token_layers;
   // The prompt sits whole in HBM while it is prefilled, before the policy sees it.
   const double prompt = in_whole_blocks(static_cast<double>(request.prompt_tokens), block_tokens_) *
                         static_cast<double>(largest_stage_layers_);

@@ -12,7 +12,6 @@
 #include "configs/schema/run.pb.h"
 #include "hwmodels/link_math.hpp"
 #include "hwmodels/model_shape.hpp"
-#include "replay/parameters.hpp"
 #include "serving/cluster.hpp"
 #include "serving/simulation.hpp"
 #include "serving/tier_demand.hpp"
@@ -21,6 +20,7 @@
 #include "sim/simulator.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/disaggregated_runs.hpp"
 #include "tests/support/serving_metrics.hpp"
 
 using kvtier::config::RunSpec;
@@ -31,22 +31,14 @@ using kvtier::sim::Tick;
 using kvtier::test::open_loop;
 using kvtier::test::request_at;
 using kvtier::test::serve;
+using kvtier::test::split_run;
+using kvtier::test::tiered_split;
+using kvtier::test::TieredServed;
 
 namespace {
 
 RunSpec run_with(std::vector<std::string> sets) {
   return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
-}
-
-RunSpec split_run(std::uint32_t engines, std::uint32_t prefill,
-                  const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> sets = {
-      "cluster.engines=" + std::to_string(engines), "cluster.routing=ROUND_ROBIN",
-      "cluster.disaggregation.prefill_engines=" + std::to_string(prefill),
-      "cluster.disaggregation.decode_routing=LEAST_OUTSTANDING",
-      "cluster.disaggregation.kv_link.preset=InfiniBand-NDR"};
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  return run_with(sets);
 }
 
 // A request at `seconds` whose prompt of `prompt` tokens starts with a `prefix`-token shared
@@ -314,36 +306,6 @@ TEST_CASE("a disaggregation the engines cannot serve is refused", "[disaggregati
                   kvtier::ConfigError);
 }
 
-namespace {
-
-const std::vector<std::string> kTiering = {
-    "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
-    "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning"};
-
-// split_run's cluster of one prefill and two decode engines with a tier block, serving `policy`
-// (a policy string: "tiered:hbm=0.3,...").
-RunSpec tiered_split(const std::string& policy, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> sets = kTiering;
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  RunSpec run = split_run(3, 1, sets);
-  *run.mutable_policy() = kvtier::replay::parse_policy_string(policy);
-  return run;
-}
-
-// A cluster that has served `workload` under `run`'s policy, with its demand.
-struct TieredServed {
-  TieredServed(const RunSpec& run, const Workload& workload)
-      : tiers(run, run.policy(), workload), cluster(simulator, run, workload, &tiers) {
-    cluster.start();
-    simulator.run();
-  }
-  kvtier::serving::TierDemand tiers;
-  kvtier::sim::Simulator simulator;
-  Cluster cluster;
-};
-
-}  // namespace
-
 TEST_CASE("decode engines with everything in HBM tier exactly as the full cache",
           "[disaggregation]") {
   const auto full = kvtier::test::serving_metrics(tiered_split("full"));
@@ -375,25 +337,15 @@ TEST_CASE("a decode engine places the KV it receives after its first step", "[di
   // The decode engine the request went to (least outstanding: the first).
   const kvtier::serving::ServingEngine& decode = cluster.engine(1);
   REQUIRE(decode.totals().requests_completed == 1);
-  const double full = kvtier::hw::kv_bytes_per_token_per_layer_per_gpu(
-      run.model(), run.tensor_parallel_degree(), kvtier::hw::AttentionSplit::kHeads);
-  const auto vectors = kvtier::hw::kv_vectors_per_token_per_layer(run.model());
-  const double compressed = tiers.compressed_format().vectors_bytes(
-      static_cast<double>(vectors.count), static_cast<double>(vectors.width));
+  const kvtier::test::TokenLayerBytes bytes = kvtier::test::token_layer_bytes(run, tiers);
   double placed = 0.0;
   double cold = 0.0;
-  double second_in = 0.0;
-  double second_out = 0.0;
   for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
     const auto first = tiers.at(0, 2049, layer, true);
-    placed += first.host_after * full + first.compressed_after * compressed;
+    placed += first.host_after * bytes.full + first.compressed_after * bytes.compressed;
     cold += first.compressed_after;
-    const auto second = tiers.at(0, 2050, layer, true);
-    second_in += second.host * full + second.compressed * compressed +
-                 (second.promoted - second.promoted_from_compressed) * full +
-                 second.promoted_from_compressed * compressed;
-    second_out += second.demoted * full + second.compressed_from_hbm * compressed;
   }
+  const auto [second_in, second_out] = kvtier::test::step_copies(run, tiers, 2050);
   CHECK(cold > 0.0);
   CHECK(decode.totals().d2h_bytes == Approx(placed + second_out).epsilon(1e-12));
   CHECK(decode.totals().h2d_bytes == Approx(second_in).epsilon(1e-12));

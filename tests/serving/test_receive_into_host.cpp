@@ -1,0 +1,182 @@
+// Decode engines that receive prompts' KV into host memory
+// (cluster.disaggregation.receive_into_host_memory): what their first step loads, what their
+// admission reserves, and the refusals.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "configs/schema/run.pb.h"
+#include "serving/cluster.hpp"
+#include "serving/tier_demand.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/config_fixture.hpp"
+#include "tests/support/disaggregated_runs.hpp"
+#include "tests/support/serving_metrics.hpp"
+
+using kvtier::config::RunSpec;
+using kvtier::test::open_loop;
+using kvtier::test::request_at;
+using kvtier::test::tiered_split;
+using kvtier::test::TieredServed;
+
+namespace {
+
+// tiered_split's cluster, its decode engines receiving into host memory.
+RunSpec into_host(const std::string& policy, const std::vector<std::string>& extra = {}) {
+  RunSpec run = tiered_split(policy, extra);
+  run.mutable_cluster()->mutable_disaggregation()->set_receive_into_host_memory(true);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a decode engine loads from host memory what its first step reads, and copies nothing out",
+    "[disaggregation]") {
+  // One request of 2,048 prompt tokens decoded twice. Monarch (cold pages read back, int8)
+  // keeps the window's and sticky pages hot and the rest cold. The prompt lands in host memory
+  // at full precision: the first step loads every token the policy keeps before its layer
+  // computes (hot ones into HBM, cold ones staged), its promotions come in after it, and its
+  // cold tokens are recoded there (nothing offloaded). The second step is any tiered step.
+  const RunSpec run = into_host("monarch:attend=all,compression=int8");
+  const TieredServed served(run, open_loop({request_at(0, 2048, 3)}));
+  const kvtier::serving::TierDemand& tiers = served.tiers;
+  const kvtier::serving::ServingEngine& decode = served.cluster.engine(1);
+  REQUIRE(decode.totals().requests_completed == 1);
+  const double full = kvtier::test::full_token_layer_bytes(run);
+  double loaded = 0.0;
+  double hot = 0.0;
+  double recoded = 0.0;
+  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+    const auto first = tiers.at(0, 2049, layer, true);
+    loaded += (first.hbm + first.host + first.compressed + first.promoted) * full;
+    hot += first.hbm;
+    recoded += first.compressed_after + tiers.at(0, 2050, layer, true).recoded_to_compressed;
+  }
+  const auto [second_in, second_out] = kvtier::test::step_copies(run, tiers, 2050);
+  REQUIRE(hot > 0.0);
+  REQUIRE(recoded > 0.0);
+  CHECK(decode.totals().h2d_bytes == Approx(loaded + second_in).epsilon(1e-12));
+  CHECK(decode.totals().d2h_bytes == Approx(second_out).epsilon(1e-12));
+  CHECK(decode.totals().host_recode_bytes == Approx(recoded * full).epsilon(1e-12));
+  // The prompt is in host memory whole from its admission until its first step has placed it.
+  const double prompt = 2048.0 * run.model().num_hidden_layers() * full;
+  CHECK(decode.host_kv_reserved().max() >= prompt);
+  CHECK(decode.host_kv_used().max() == Approx(prompt).epsilon(1e-12));
+  // HBM holds what the policy places, never the prompt whole.
+  CHECK(decode.kv_reserved().max() < decode.memory().kv_bytes_for(2048));
+  CHECK(decode.kv_used().max() < decode.memory().kv_bytes_for(2048));
+}
+
+TEST_CASE("a decode engine receiving into host memory reserves the policy's HBM, not the prompt's",
+          "[disaggregation]") {
+  // StreamingLLM keeps 1,024 tokens of a 2,048-token prompt: received into HBM the prompt lands
+  // whole there, received into host memory only what the policy keeps is loaded.
+  const auto workload = open_loop({request_at(0, 2048, 16)});
+  const TieredServed in_hbm(tiered_split("streaming"), workload);
+  const TieredServed in_host(into_host("streaming"), workload);
+  const auto& hbm_engine = in_hbm.cluster.engine(1);
+  const auto& host_engine = in_host.cluster.engine(1);
+  REQUIRE(hbm_engine.hbm_reservation(0) == hbm_engine.memory().kv_bytes_for(2049));
+  const kvtier::serving::RequestPeaks& peaks = in_host.tiers.peaks(0);
+  CHECK(peaks.placed_hbm_token_layers < peaks.hbm_token_layers);
+  CHECK(host_engine.hbm_reservation(0) < hbm_engine.hbm_reservation(0) * 0.6);
+  const RunSpec run = into_host("streaming");
+  CHECK(host_engine.host_reservation(0) ==
+        Approx(2048.0 * run.model().num_hidden_layers() * kvtier::test::full_token_layer_bytes(run))
+            .epsilon(1e-12));
+  CHECK(hbm_engine.host_reservation(0) == 0.0);
+  // The prefill engine holds the prompt whole either way.
+  CHECK(in_host.cluster.engine(0).hbm_reservation(0) == hbm_engine.memory().kv_bytes_for(2048));
+  // The evicted half never crosses PCIe, nor does anything after the first step.
+  double kept = 0.0;
+  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+    kept += in_host.tiers.at(0, 2049, layer, true).hbm;
+  }
+  CHECK(host_engine.totals().h2d_bytes == Approx(kept * kvtier::test::full_token_layer_bytes(run)));
+  CHECK(host_engine.totals().d2h_bytes == 0.0);
+  CHECK(hbm_engine.totals().h2d_bytes == 0.0);
+}
+
+TEST_CASE("a decode engine's request received into host memory and done at once loads and leaves",
+          "[disaggregation]") {
+  const RunSpec run = into_host("streaming");
+  const TieredServed served(run, open_loop({request_at(0, 2048, 2)}));
+  const kvtier::serving::ServingEngine& decode = served.cluster.engine(1);
+  REQUIRE(decode.totals().requests_completed == 1);
+  CHECK(decode.totals().h2d_bytes > 0.0);
+  CHECK(decode.totals().d2h_bytes == 0.0);
+  CHECK(decode.totals().host_recode_bytes == 0.0);
+  CHECK(decode.host_kv_used().max() ==
+        Approx(2048.0 * run.model().num_hidden_layers() * kvtier::test::full_token_layer_bytes(run))
+            .epsilon(1e-12));
+}
+
+TEST_CASE("receiving into host memory fits more decoding requests when the policy keeps little",
+          "[disaggregation]") {
+  // 4,096-token prompts, 1,024 tokens generated and StreamingLLM's 1,024 tokens kept, on one
+  // prefill and one decode engine; 96 requests in flight, more than the decode engine's 40 GiB
+  // GPU holds whole beside its weights (44) and fewer than it holds as the policy places them.
+  const std::vector<std::string> sets = {"cluster.engines=2",
+                                         "hardware.node.gpu.memory_capacity=40GiB",
+                                         "workload.closed_loop.concurrency=96",
+                                         "workload.closed_loop.num_requests=96",
+                                         "workload.closed_loop.prompt_tokens.fixed_tokens=4096",
+                                         "workload.closed_loop.output_tokens.fixed_tokens=1024"};
+  const auto in_hbm = kvtier::test::serving_metrics(tiered_split("streaming", sets));
+  const auto in_host = kvtier::test::serving_metrics(into_host("streaming", sets));
+  CHECK(in_host.at("requests_completed") == in_hbm.at("requests_completed"));
+  CHECK(in_host.at("kv_transfer_gb") == in_hbm.at("kv_transfer_gb"));
+  CHECK(in_host.at("largest_batch_hbm_limit") > 3 * in_hbm.at("largest_batch_hbm_limit"));
+  CHECK(in_hbm.at("admissions_held_by_hbm") > 0);
+  CHECK(in_host.at("admissions_held_by_hbm") == 0);
+  CHECK(in_host.at("max_running_requests") > in_hbm.at("max_running_requests"));
+  CHECK(in_host.at("throughput_output_tokens_per_s") >
+        1.1 * in_hbm.at("throughput_output_tokens_per_s"));
+  CHECK(in_host.at("hbm_kv_used_peak_gib") < in_hbm.at("hbm_kv_used_peak_gib"));
+  CHECK(in_host.at("pcie_h2d_gb") > 0.0);
+  CHECK(in_hbm.at("pcie_h2d_gb") == 0.0);
+  // Admitted on demand, a prompt received into HBM takes its whole room only until its first
+  // step; received into host memory it never does, and both keep within HBM and host memory.
+  std::vector<std::string> on_demand = sets;
+  on_demand.emplace_back("workload.on_demand_admission.watermark=0.01");
+  on_demand.emplace_back("hardware.node.host.capacity_gib=64");
+  const auto admitted = kvtier::test::serving_metrics(into_host("streaming", on_demand));
+  CHECK(admitted.at("requests_completed") == in_hbm.at("requests_completed"));
+  CHECK(admitted.at("hbm_kv_used_peak_gib") <= admitted.at("hbm_kv_capacity_gib"));
+  CHECK(admitted.at("host_kv_used_peak_gib") > 0.0);
+  CHECK(admitted.at("host_kv_used_peak_gib") <= admitted.at("host_kv_capacity_gib"));
+}
+
+TEST_CASE("the full cache receives into HBM whatever receive_into_host_memory says",
+          "[disaggregation]") {
+  const auto plain = kvtier::test::serving_metrics(tiered_split("full"));
+  const auto flagged = kvtier::test::serving_metrics(into_host("full"));
+  REQUIRE(flagged.size() == plain.size());
+  for (const auto& [name, value] : plain) {
+    CAPTURE(name);
+    CHECK((flagged.at(name) == value || (std::isnan(value) && std::isnan(flagged.at(name)))));
+  }
+}
+
+TEST_CASE("receiving into host memory needs a tier policy", "[disaggregation]") {
+  const std::vector<std::string> sets = {"cluster.engines=2",
+                                         "cluster.routing=ROUND_ROBIN",
+                                         "cluster.disaggregation.prefill_engines=1",
+                                         "cluster.disaggregation.decode_routing=ROUND_ROBIN",
+                                         "cluster.disaggregation.kv_link.preset=NVLink4",
+                                         "cluster.disaggregation.receive_into_host_memory=true"};
+  const std::string text =
+      kvtier::test::joined(kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run(), sets));
+  CHECK_THAT(text, Catch::Contains("cluster.disaggregation.receive_into_host_memory") &&
+                       Catch::Contains("needs a tier policy in policy or compare"));
+  // A tier policy among those compared is enough.
+  std::vector<std::string> tiered = sets;
+  tiered.insert(tiered.end(), kvtier::test::kTieringSets.begin(), kvtier::test::kTieringSets.end());
+  CHECK(kvtier::test::problems<RunSpec>(
+            kvtier::test::quickstart_run() + "\ncompare { name: \"streaming\" }\n", tiered)
+            .empty());
+}
