@@ -266,7 +266,7 @@ class ServingEngine {
     bool whole_in_hbm = false;
     // Or, received into host memory (cluster.disaggregation.receive_into_host_memory), its KV
     // there whole, not yet placed by its first decode step.
-    bool in_host = false;
+    bool whole_in_host = false;
     // Swapped out: its HBM KV copied to the swap space (its T1/T2, `tier_host`, are there too),
     // and the copies that moved it.
     bool swapped = false;

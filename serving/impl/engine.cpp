@@ -199,8 +199,9 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
       throw DoesNotFit(DoesNotFit::Memory::kHost,
                        describe_request(workload_, i) + " needs " +
                            format_fixed(own_host / (1 << 30), 2) + " GiB of host memory for its " +
-                           (receives_into_host_ ? "prompt received there and " : "") +
-                           "T1/T2 KV, but each GPU's share of the node's DDR leaves " +
+                           (receives_into_host_ ? "prompt received there (or its T1/T2 KV)"
+                                                : "T1/T2 KV") +
+                           ", but each GPU's share of the node's DDR leaves " +
                            format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB" +
                            (plan_.swap_space_bytes > 0.0
                                 ? " beside " + format_fixed(plan_.swap_space_bytes / (1 << 30), 2) +
@@ -275,7 +276,7 @@ void ServingEngine::submit_prefilled(std::uint32_t request, sim::Tick arrival,
   prefilled.admitted_once = true;  // its queue wait was its prefill engine's
   prefilled.remote = true;
   prefilled.whole_in_hbm = !receives_into_host_;
-  prefilled.in_host = receives_into_host_;
+  prefilled.whole_in_host = receives_into_host_;
   if (receives_into_host_) {
     prefilled.tier_host = received_host_bytes(prefilled);  // held from its admission
   }
@@ -611,14 +612,18 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
   StageSums host(stage_of_layer_);
   for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
     const LayerDemand demand = tiers_->at(id, context, layer, first);
-    hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * bytes_per_token_layer_);
+    // Received into host memory, its first step loads the T0 of the placement before it, which
+    // no earlier step counted; its policy may hold less there after the step (H2O evicts then).
+    const double held = request.whole_in_host ? std::max(demand.hbm + 1.0, demand.hbm_after)
+                                              : demand.hbm_after;
+    hbm.add(layer, in_whole_blocks(held, plan_.block_tokens) * bytes_per_token_layer_);
     host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
     staged = std::max(staged, demand.host + demand.compressed);
   }
   bytes.hbm = hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_;
   // Received into host memory and not yet placed: its prompt is there whole.
   bytes.host =
-      request.in_host ? std::max(host.busiest(), received_host_bytes(request)) : host.busiest();
+      request.whole_in_host ? std::max(host.busiest(), received_host_bytes(request)) : host.busiest();
   return bytes;
 }
 
@@ -679,7 +684,7 @@ void ServingEngine::preempt(std::uint32_t id) {
     request.tier_hbm = 0.0;
     request.tier_host = 0.0;
     request.whole_in_hbm = false;  // its prefill places it
-    request.in_host = false;
+    request.whole_in_host = false;
     if (prefix_cache_) {
       release_cached_blocks(id);
     }
@@ -701,9 +706,12 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
   bool preempted = false;
   // A decode engine's request whose KV is on the way is not preempted: it takes no more memory
   // until it decodes, and its transfer is under way.
+  // Nor is one received into host memory and not yet placed: it holds no HBM, and a recompute
+  // would throw its prompt's copy away.
   const auto last_preemptible = [this] {
-    return std::find_if(running_.rbegin(), running_.rend(),
-                        [this](std::uint32_t id) { return !requests_[id].receiving; });
+    return std::find_if(running_.rbegin(), running_.rend(), [this](std::uint32_t id) {
+      return !requests_[id].receiving && !requests_[id].whole_in_host;
+    });
   };
   // A prefill engine's requests handed off hold memory too: beside them, one request alone may
   // not fit, and waits for their release.

@@ -67,7 +67,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     request.tier_host = 0.0;
     const std::uint64_t context = attended(request);
     const bool first = request.generated == request.first_decode;
-    if (request.whole_in_hbm || request.in_host) {
+    if (request.whole_in_hbm || request.whole_in_host) {
       place_received(request, id, context, micro, staged[part], resident);
       continue;
     }
@@ -151,31 +151,36 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
 void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint64_t context,
                                    std::vector<LayerCopies>& copies, std::vector<double>& staged,
                                    double& resident) {
-  // Its KV came whole over the kv_link. Into HBM: its first step reads there every token the
-  // policy keeps (nothing staged or promoted), then offloads what the policy's placement after
-  // the step holds off HBM, T1 tokens at full precision and T2 ones as their compressed bytes
-  // (evicted ones are dropped), as the placement of a prompt prefilled here is offloaded. Into
-  // host memory, at full precision: its first step loads every token the policy keeps from
-  // there before the layer computes, T0 ones into its blocks and T1 and T2 ones staged; the
-  // placement after the step then copies its promotions in, and nothing out (the host holds
-  // every token already), while the host's threads recode its T2 tokens. A request whose first
-  // step here is its last is not placed.
+  // Its KV came whole over the kv_link. A request whose first step here is its last is not
+  // placed.
+  //
+  // Into HBM: its first step reads there every token the policy keeps (nothing staged or
+  // promoted), then offloads what the policy's placement after the step holds off HBM, T1 tokens
+  // at full precision and T2 ones as their compressed bytes (evicted ones are dropped), as the
+  // placement of a prompt prefilled here is offloaded.
+  //
+  // Into host memory, at full precision: its first step loads from there every token the policy
+  // keeps before the layer computes, T0 ones into its blocks and T1 and T2 ones staged. After
+  // the step its promotions are copied in and nothing out, since the host holds every token
+  // already; the host's threads recode its T2 tokens.
+  const bool in_host = request.whole_in_host;
   const bool last = request.generated + 1 >= request.spec.output_tokens;
   const double full = bytes_per_token_layer_;
+  StageSums loaded(stage_of_layer_);  // in host memory: the T0 its first step loads
   StageSums hbm(stage_of_layer_);
   StageSums host(stage_of_layer_);
   for (std::uint32_t layer = 0; layer < copies.size(); ++layer) {
     const LayerDemand demand = tiers_->at(id, context, layer, true);
     resident += demand.hbm + demand.host + demand.compressed + 1.0;
-    if (request.in_host) {
+    if (in_host) {
       copies[layer].staged_full += (demand.hbm + demand.host + demand.compressed) * full;
       staged[layer] += demand.host + demand.compressed;
+      loaded.add(layer, in_whole_blocks(demand.hbm + 1.0, plan_.block_tokens) * full);
     }
-    hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
     if (last) {
       continue;
     }
-    if (request.in_host) {
+    if (in_host) {
       copies[layer].promoted_full += demand.promoted * full;
       recoded_to_compressed_ += demand.compressed_after;
     } else {
@@ -183,19 +188,20 @@ void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint
       copies[layer].offloaded_compressed +=
           demand.compressed_after * compressed_bytes_per_token_layer_;
     }
+    hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
     host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
   }
-  request.tier_hbm = hbm.busiest();
-  request.tier_host = host.busiest();
   if (last) {
-    // It leaves after this step, its prompt where it came.
-    request.tier_hbm = request.in_host
-                           ? request.tier_hbm
-                           : plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated);
-    request.tier_host = request.in_host ? received_host_bytes(request) : 0.0;
+    // It leaves after this step, its prompt where it came and what it loaded in HBM.
+    request.tier_hbm = in_host ? loaded.busiest()
+                               : plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated);
+    request.tier_host = in_host ? received_host_bytes(request) : 0.0;
+  } else {
+    request.tier_hbm = hbm.busiest();
+    request.tier_host = host.busiest();
   }
   request.whole_in_hbm = false;
-  request.in_host = false;
+  request.whole_in_host = false;
   // Nothing of its T1 is staged: its next step copies all of it in, even with differential
   // prefetch.
   request.first_decode = request.generated + 1;

@@ -10,6 +10,8 @@
 
 #include "configs/schema/run.pb.h"
 #include "serving/cluster.hpp"
+#include "serving/memory_plan.hpp"
+#include "serving/simulation.hpp"
 #include "serving/tier_demand.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
@@ -107,12 +109,66 @@ TEST_CASE("a decode engine's request received into host memory and done at once 
   const TieredServed served(run, open_loop({request_at(0, 2048, 2)}));
   const kvtier::serving::ServingEngine& decode = served.cluster.engine(1);
   REQUIRE(decode.totals().requests_completed == 1);
-  CHECK(decode.totals().h2d_bytes > 0.0);
+  const double full = kvtier::test::full_token_layer_bytes(run);
+  double kept = 0.0;
+  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+    const auto first = served.tiers.at(0, 2049, layer, true);
+    REQUIRE(first.host + first.compressed == 0.0);  // StreamingLLM keeps or evicts
+    kept += first.hbm;
+  }
+  CHECK(decode.totals().h2d_bytes == Approx(kept * full).epsilon(1e-12));
   CHECK(decode.totals().d2h_bytes == 0.0);
   CHECK(decode.totals().host_recode_bytes == 0.0);
   CHECK(decode.host_kv_used().max() ==
-        Approx(2048.0 * run.model().num_hidden_layers() * kvtier::test::full_token_layer_bytes(run))
-            .epsilon(1e-12));
+        Approx(2048.0 * run.model().num_hidden_layers() * full).epsilon(1e-12));
+}
+
+TEST_CASE("admitted on demand, a first step from host memory counts the T0 it loads",
+          "[disaggregation]") {
+  // H2O's placement before its first step holds the prompt whole in T0 and evicts to its budget
+  // at that step: the step loads all of it, so the iteration's footprint holds it all in HBM,
+  // not just what stays.
+  const RunSpec run = into_host("h2o:budget=256", {"workload.on_demand_admission.watermark=0.01"});
+  const TieredServed served(run, open_loop({request_at(0, 2048, 8)}));
+  const kvtier::serving::ServingEngine& decode = served.cluster.engine(1);
+  REQUIRE(decode.totals().requests_completed == 1);
+  const double full = kvtier::test::full_token_layer_bytes(run);
+  const std::uint32_t block = decode.memory().block_tokens;
+  double read = 0.0;
+  double loaded = 0.0;
+  double kept = 0.0;
+  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+    const auto first = served.tiers.at(0, 2049, layer, true);
+    read += first.hbm * full;
+    loaded += kvtier::serving::in_whole_blocks(first.hbm + 1.0, block) * full;
+    kept += kvtier::serving::in_whole_blocks(first.hbm_after, block) * full;
+  }
+  REQUIRE(loaded > 2.0 * kept);
+  CHECK(decode.kv_reserved().max() >= loaded);
+  CHECK(decode.totals().h2d_bytes == Approx(read).epsilon(1e-12));
+}
+
+TEST_CASE("a decode pool of pipeline stages loads from host memory stage by stage",
+          "[disaggregation]") {
+  // Each GPU loads its stage's layers: per GPU, half of what one stage of every layer loads.
+  const auto workload = open_loop({request_at(0, 2048, 4)});
+  const TieredServed one(into_host("streaming"), workload);
+  const TieredServed two(into_host("streaming", {"pipeline_parallel_degree=2"}), workload);
+  REQUIRE(one.cluster.engine(1).totals().h2d_bytes > 0.0);
+  CHECK(two.cluster.engine(1).totals().h2d_bytes ==
+        Approx(one.cluster.engine(1).totals().h2d_bytes / 2).epsilon(1e-9));
+  CHECK(two.cluster.engine(1).totals().requests_completed == 1);
+}
+
+TEST_CASE("a prompt that host memory cannot hold is refused by name", "[disaggregation]") {
+  // 4,096 tokens of Llama-3.1-8B's KV are 512 MiB; 1 GiB of DDR leaves 128 MiB a GPU.
+  const RunSpec run =
+      into_host("streaming", {"hardware.node.host.capacity_gib=1",
+                              "workload.closed_loop.prompt_tokens.fixed_tokens=4096"});
+  CHECK_THROWS_WITH(
+      kvtier::serving::simulate_all(run),
+      Catch::Contains("needs 0.50 GiB of host memory for its prompt received there") &&
+          Catch::Contains("leaves 0.12 GiB"));
 }
 
 TEST_CASE("receiving into host memory fits more decoding requests when the policy keeps little",
