@@ -84,6 +84,9 @@ class ReplayDemand {
     compressed_format_ = format;
   }
   [[nodiscard]] double compressed_bits() const noexcept { return compressed_format_.code_bits; }
+  // Whether the replayed policy's attention reads its T2 tokens (Policy::attends_compressed).
+  [[nodiscard]] bool attends_compressed() const noexcept { return attends_compressed_; }
+  void set_attends_compressed(bool attends) noexcept { attends_compressed_ = attends; }
 
  private:
   std::uint32_t layers_;
@@ -92,6 +95,8 @@ class ReplayDemand {
   std::vector<StepLayerRecord> start_;  // one per layer
   // replay() and read_demand_file() set it; until then the default Policy's format.
   CompressedFormat compressed_format_ = kInt8HeadScaled;
+  // replay() sets it, and cached_replay() for a demand read back (the policy string fixes it).
+  bool attends_compressed_ = true;
 };
 
 // One step of a replay, shared by replay() and the live tiered cache (kernels/live.hpp), so that

@@ -68,6 +68,10 @@ class Policy {
   // How a T2 (compressed) token is stored, for the simulator's byte counts (the tiered
   // hierarchy's int8 codes with a float32 scale per head vector, as the live cache stores it).
   [[nodiscard]] virtual CompressedFormat compressed_format() const { return kInt8HeadScaled; }
+  // Whether attention reads the T2 tokens (dequantised), as a T2 tier does, or leaves them out
+  // (Monarch's attend=hot: its cold pages are held but not read, their mass lost), so that the
+  // simulator stages only what attention reads.
+  [[nodiscard]] virtual bool attends_compressed() const { return true; }
 };
 
 }  // namespace kvtier::replay

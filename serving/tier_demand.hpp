@@ -37,9 +37,13 @@ struct LayerDemand {
   // What the step's attention reads: the placement in force before the step's policy step, over
   // the tokens before the step's own (which is in HBM and not counted here).
   double hbm = 0.0;
-  double host = 0.0;        // T1: full precision in host memory, staged for attention
-  double compressed = 0.0;  // T2: compressed in host memory, staged and dequantised
+  double host = 0.0;  // T1: full precision in host memory, staged for attention
+  // T2: compressed in host memory, staged and dequantised; none when the policy's attention
+  // leaves T2 out (Monarch's attend=hot: its cold pages are held, compressed_after, not read).
+  double compressed = 0.0;
   double evicted = 0.0;
+  // T2 tokens held before the step, read or not (what a prompt's placement offloads).
+  double compressed_held = 0.0;
   // Of `host`, the tokens without a staged copy (what a differential prefetch copies): those
   // that entered T1 at the previous step's moves, and all of T1 at a request's first step.
   double unstaged_host = 0.0;
@@ -165,6 +169,7 @@ class TierDemand {
   std::uint32_t largest_stage_layers_ = 0;
   std::uint32_t block_tokens_ = 0;  // memory.kv_block_tokens; 0: T0 counted a token at a time
   replay::CompressedFormat compressed_format_;  // set by add_demand(), from the replay
+  bool attends_compressed_ = true;              // likewise (Policy::attends_compressed)
   std::vector<ReplayedTrace> traces_;
   std::uint32_t tail_trace_ = UINT32_MAX;  // synthetic extension, when used
   bool synthetic_only_ = false;

@@ -302,6 +302,7 @@ CachedReplay cached_replay(const fs::path& trace_path, const config::PolicySpec&
         result.note = mismatch(entry, provenance, shape, instance->compressed_format());
         if (result.note.empty()) {
           result.demand = std::move(entry.demand);
+          result.demand.set_attends_compressed(instance->attends_compressed());
           result.outcome = CacheOutcome::kHit;
           return result;
         }

@@ -228,6 +228,7 @@ ReplayDemand replay(AttentionSource& source, Policy& policy) {
   }
   ReplayDemand demand(shape.layers, shape.steps);
   demand.set_compressed_format(policy.compressed_format());
+  demand.set_attends_compressed(policy.attends_compressed());
   std::vector<LayerPlacement> placement(shape.layers);
   for (auto& layer : placement) {
     for (std::uint64_t token = 0; token < shape.prompt_tokens; ++token) {

@@ -131,6 +131,7 @@ class MonarchPolicy final : public Policy {
   }
 
   [[nodiscard]] CompressedFormat compressed_format() const override { return format_; }
+  [[nodiscard]] bool attends_compressed() const override { return attend_all_; }
 
  private:
   // Extends the per-token state to `tokens` (new tokens are hot: computed in HBM).

@@ -196,17 +196,17 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     }
     const double own_host = host_reservation(id) * plan_.requests_spread;
     if (own_host > plan_.host_kv_capacity_bytes) {
-      throw DoesNotFit(DoesNotFit::Memory::kHost,
-                       describe_request(workload_, i) + " needs " +
-                           format_fixed(own_host / (1 << 30), 2) + " GiB of host memory for its " +
-                           (receives_into_host_ ? "prompt received there (or its T1/T2 KV)"
-                                                : "T1/T2 KV") +
-                           ", but each GPU's share of the node's DDR leaves " +
-                           format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB" +
-                           (plan_.swap_space_bytes > 0.0
-                                ? " beside " + format_fixed(plan_.swap_space_bytes / (1 << 30), 2) +
-                                      " GiB of swap space (workload.on_demand_admission.swap)"
-                                : std::string()));
+      throw DoesNotFit(
+          DoesNotFit::Memory::kHost,
+          describe_request(workload_, i) + " needs " + format_fixed(own_host / (1 << 30), 2) +
+              " GiB of host memory for its " +
+              (receives_into_host_ ? "prompt received there (or its T1/T2 KV)" : "T1/T2 KV") +
+              ", but each GPU's share of the node's DDR leaves " +
+              format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB" +
+              (plan_.swap_space_bytes > 0.0
+                   ? " beside " + format_fixed(plan_.swap_space_bytes / (1 << 30), 2) +
+                         " GiB of swap space (workload.on_demand_admission.swap)"
+                   : std::string()));
     }
   }
   if (run.has_outputs() && run.outputs().has_timeseries_interval_us()) {
@@ -579,7 +579,7 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
       StageSums host(stage_of_layer_);
       for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
         const LayerDemand placed = tiers_->at(id, context, layer, true);
-        host.add(layer, host_bytes(placed.host, placed.compressed));
+        host.add(layer, host_bytes(placed.host, placed.compressed_held));
       }
       bytes.host = host.busiest();
     }
@@ -614,16 +614,16 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     const LayerDemand demand = tiers_->at(id, context, layer, first);
     // Received into host memory, its first step loads the T0 of the placement before it, which
     // no earlier step counted; its policy may hold less there after the step (H2O evicts then).
-    const double held = request.whole_in_host ? std::max(demand.hbm + 1.0, demand.hbm_after)
-                                              : demand.hbm_after;
+    const double held =
+        request.whole_in_host ? std::max(demand.hbm + 1.0, demand.hbm_after) : demand.hbm_after;
     hbm.add(layer, in_whole_blocks(held, plan_.block_tokens) * bytes_per_token_layer_);
     host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
     staged = std::max(staged, demand.host + demand.compressed);
   }
   bytes.hbm = hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_;
   // Received into host memory and not yet placed: its prompt is there whole.
-  bytes.host =
-      request.whole_in_host ? std::max(host.busiest(), received_host_bytes(request)) : host.busiest();
+  bytes.host = request.whole_in_host ? std::max(host.busiest(), received_host_bytes(request))
+                                     : host.busiest();
   return bytes;
 }
 

@@ -119,9 +119,9 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
       const LayerDemand placed = tiers_->at(chunk.request, context, layer, true);
       micro[layer].offloaded_full += placed.host * full;
-      micro[layer].offloaded_compressed += placed.compressed * compressed;
+      micro[layer].offloaded_compressed += placed.compressed_held * compressed;
       hbm.add(layer, in_whole_blocks(placed.hbm, plan_.block_tokens) * full);
-      host.add(layer, host_bytes(placed.host, placed.compressed));
+      host.add(layer, host_bytes(placed.host, placed.compressed_held));
     }
     request.tier_hbm = hbm.busiest();
     request.tier_host = host.busiest();

@@ -193,6 +193,7 @@ void TierDemand::add_demand(std::string source, std::shared_ptr<const MemoDemand
                          {},
                          {}};
   compressed_format_ = demand.compressed_format();
+  attends_compressed_ = demand.attends_compressed();
   double hbm = 0.0;
   double host = 0.0;
   double compressed = 0.0;
@@ -209,7 +210,8 @@ void TierDemand::add_demand(std::string source, std::shared_ptr<const MemoDemand
       step_hbm.add(target, in_whole_blocks(record.tokens[0], block_tokens_));
       step_host.add(target, record.tokens[1]);
       step_compressed.add(target, record.tokens[2]);
-      staged = std::max(staged, static_cast<double>(record.tokens[1]) + record.tokens[2]);
+      staged = std::max(staged, static_cast<double>(record.tokens[1]) +
+                                    (attends_compressed_ ? record.tokens[2] : 0U));
     }
     hbm = std::max(hbm, step_hbm.busiest());
     host = std::max(host, step_host.busiest());
@@ -282,12 +284,13 @@ LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context, std::ui
         static_cast<double>(context - 1) / static_cast<double>(trace->prompt_tokens);
     demand.hbm = start.tokens[0] * scale;
     demand.host = start.tokens[1] * scale;
-    demand.compressed = start.tokens[2] * scale;
+    demand.compressed_held = start.tokens[2] * scale;
+    demand.compressed = attends_compressed_ ? demand.compressed_held : 0.0;
     demand.evicted = start.tokens[3] * scale;
     demand.unstaged_host = first ? demand.host : 0.0;
     demand.hbm_after = demand.hbm + 1.0;
     demand.host_after = demand.host;
-    demand.compressed_after = demand.compressed;
+    demand.compressed_after = demand.compressed_held;
     return demand;
   }
   std::uint64_t step = 0;
@@ -306,7 +309,8 @@ LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context, std::ui
   const replay::StepLayerRecord& after = replayed.at(step, source);
   demand.hbm = before.tokens[0];
   demand.host = before.tokens[1];
-  demand.compressed = before.tokens[2];
+  demand.compressed_held = before.tokens[2];
+  demand.compressed = attends_compressed_ ? demand.compressed_held : 0.0;
   demand.evicted = before.tokens[3];
   if (first) {
     demand.unstaged_host = demand.host;  // nothing staged yet

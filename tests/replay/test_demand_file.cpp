@@ -11,6 +11,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/errors.hpp"
@@ -401,6 +402,27 @@ TEST_CASE("trace content hash is XXH3-128 of the bytes", "[replay][demand]") {
   std::ofstream(abc) << "abd";
   CHECK(replay::trace_content_hash(abc) != "06b05ab6733a618578af5f94892f3950");
   CHECK_THROWS_AS(replay::trace_content_hash(scratch("absent.bin")), DataError);
+}
+
+TEST_CASE("cache: a hit says whether the policy's attention reads T2, as a replay does",
+          "[replay][cache]") {
+  // Not stored in the entry: the policy string, part of the entry's name, fixes it.
+  const fs::path trace = make_trace("attends.h5");
+  const fs::path cache = scratch("cache_attends");
+  const replay::PolicyRegistry registry = replay::builtin_policies();
+  for (const auto& [policy, attends] :
+       std::vector<std::pair<std::string, bool>>{{"monarch:window=16,max_hot=32", false},
+                                                 {"monarch:window=16,max_hot=32,attend=all", true},
+                                                 {"tiered", true}}) {
+    CAPTURE(policy);
+    const config::PolicySpec spec = replay::parse_policy_string(policy);
+    const replay::CachedReplay first = replay::cached_replay(trace, spec, cache, registry);
+    REQUIRE(first.outcome == replay::CacheOutcome::kMiss);
+    const replay::CachedReplay second = replay::cached_replay(trace, spec, cache, registry);
+    REQUIRE(second.hit());
+    CHECK(first.demand.attends_compressed() == attends);
+    CHECK(second.demand.attends_compressed() == attends);
+  }
 }
 
 TEST_CASE("cache: a hit returns the same demand without replaying", "[replay][cache]") {

@@ -204,6 +204,9 @@ TEST_CASE("monarch reads only hot pages unless told to read all", "[replay]") {
   }
   CHECK(lost_some);
   CHECK(all.at(monarch_shape().steps - 1, 0).mass[2] > 0.0F);
+  // The demand says so, for the simulator, which stages only what attention reads.
+  CHECK_FALSE(hot.attends_compressed());
+  CHECK(all.attends_compressed());
 }
 
 TEST_CASE("monarch presets set window, max_hot and sticky tokens, and explicit values win",

@@ -323,8 +323,8 @@ TEST_CASE("a decode engine places the KV it receives after its first step", "[di
   // One request of 2,048 prompt tokens decoded twice on a decode engine: its KV lands whole in
   // HBM, its first step reads it there (no prefetch), and then what the policy's placement holds
   // off HBM is offloaded: Monarch's cold pages, compressed (T2). Its second step copies them in
-  // and makes its own moves.
-  const RunSpec run = tiered_split("monarch");
+  // (attend=all: attention reads them) and makes its own moves.
+  const RunSpec run = tiered_split("monarch:attend=all");
   const TieredServed served(run, open_loop({request_at(0, 2048, 3)}));
   const kvtier::serving::TierDemand& tiers = served.tiers;
   const Cluster& cluster = served.cluster;
@@ -384,7 +384,7 @@ TEST_CASE("decode engines admitted on demand keep their host shares within host 
   // Monarch moves a prompt's cold pages to the host at once; host memory cut to 16 GiB (2 GiB a
   // GPU), less than 24 requests' cold pages on each decode engine.
   const auto metrics = kvtier::test::serving_metrics(tiered_split(
-      "monarch",
+      "monarch:attend=all",
       {"workload.on_demand_admission.watermark=0.01", "hardware.node.host.capacity_gib=16",
        "workload.closed_loop.concurrency=48", "workload.closed_loop.num_requests=48",
        "workload.closed_loop.prompt_tokens.fixed_tokens=8192",

@@ -690,6 +690,42 @@ TEST_CASE("T2 copies cost the policy's compressed format on the simulated model"
         Approx(2112.0 / 4096.0).epsilon(1e-12));
 }
 
+TEST_CASE("Monarch attending its hot pages alone stages no cold page", "[tiers]") {
+  // attend=hot, Monarch's default: its cold pages are held in T2 but attention leaves them out
+  // (their mass is lost), so no step stages them and only page-ins and page-outs cross PCIe.
+  const RunSpec run = tiered_run("monarch:compression=int8");
+  const kvtier::serving::Workload workload =
+      kvtier::serving::make_workload(run.workload(), run.seed());
+  const kvtier::serving::TierDemand hot(run, run.policy(), workload);
+  const kvtier::serving::TierDemand all(
+      run, tiered_run("monarch:attend=all,compression=int8").policy(), workload);
+  const std::uint64_t context = 1000;  // past the window of 512: cold pages exist
+  double held = 0.0;
+  double staged_hot = 0.0;
+  double copied_in_hot = 0.0;
+  double staged_all = 0.0;
+  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+    const auto step = hot.at(0, context, layer, false);
+    held += step.compressed_held;
+    staged_hot += step.compressed;
+    copied_in_hot += step.promoted_from_compressed;
+    staged_all += all.at(0, context, layer, false).compressed;
+  }
+  CHECK(held > 0.0);
+  CHECK(staged_hot == 0.0);
+  CHECK(staged_all > 0.0);
+  CHECK(hot.peaks(0).staged_tokens == 0.0);  // Monarch has no T1: nothing staged at all
+  CHECK(all.peaks(0).staged_tokens > 0.0);
+  // Served: far fewer bytes into HBM (page-ins only), the cold pages' host memory all the same.
+  const auto served_hot = metrics(run);
+  const auto served_all = metrics(tiered_run("monarch:attend=all,compression=int8"));
+  CHECK(served_hot.at("pcie_h2d_gb") < 0.1 * served_all.at("pcie_h2d_gb"));
+  CHECK(served_hot.at("pcie_d2h_gb") > 0.0);
+  CHECK(served_hot.at("host_kv_used_peak_gib") > 0.0);
+  CHECK(served_hot.at("tpot_p50_ms") < served_all.at("tpot_p50_ms"));
+  CHECK(served_hot.at("attention_mass_kept_mean") < served_all.at("attention_mass_kept_mean"));
+}
+
 TEST_CASE("pageable host memory makes prefetches slower", "[tiers]") {
   const auto pinned = metrics(tiered_run("tiered:hbm=0.3,evict=0.0"));
   const auto pageable =
