@@ -679,6 +679,17 @@ void write_seeds(const fs::path& folder) {
                  "workload.poisson.prompt_tokens.lognormal.max_tokens=512\n"
                  "workload.poisson.output_tokens.lognormal.median_tokens=8\n"
                  "workload.poisson.output_tokens.lognormal.max_tokens=32\n");
+  // Decode engines receiving into host memory only what their policy keeps, admitted on demand,
+  // pipelined.
+  write_seed(folder, "run-small-host-landing", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/disaggregated-host-landing.textproto") +
+                 kOverridesSeparator + std::string(kShrink) +
+                 "cluster.engines=3\n"
+                 "cluster.disaggregation.prefill_engines=1\n"
+                 "cluster.disaggregation.send_kept_only=true\n"
+                 "workload.on_demand_admission.watermark=0.01\n"
+                 "pipeline_parallel_degree=2\n");
   write_seed(folder, "workload", Target::kConfig,
              std::string(1, kind_byte("workload")) +
                  "closed_loop { concurrency: 2 num_requests: 4 prompt_tokens { uniform { "

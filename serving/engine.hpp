@@ -223,6 +223,10 @@ class ServingEngine {
   [[nodiscard]] bool host_recode_costed() const noexcept { return recode_timing_.has_value(); }
   // HBM and host bytes admission reserves for a request (HBM includes staging).
   [[nodiscard]] double hbm_reservation(std::uint32_t request) const;
+  // A decode engine's: the bytes of a request's prompt KV its busiest GPU receives, `extra`
+  // tokens past it in each layer, in whole blocks: the prompt's, or with send_kept_only those
+  // its tier policy keeps before the request's first step.
+  [[nodiscard]] double received_kv_bytes(std::uint32_t request, std::uint64_t extra = 0) const;
   [[nodiscard]] double host_reservation(std::uint32_t request) const;
   // Sampled series (null unless the run asks for outputs.timeseries_interval_us).
   [[nodiscard]] const sim::TimeSeries* kv_used_series() const noexcept { return kv_series_.get(); }
@@ -327,10 +331,14 @@ class ServingEngine {
     return full_token_layers * bytes_per_token_layer_ +
            compressed_token_layers * compressed_bytes_per_token_layer_;
   }
-  // A request received into host memory: its prompt's KV there, whole and at full precision.
-  [[nodiscard]] double received_host_bytes(const Request& request) const {
-    return host_bytes(static_cast<double>(request.spec.prompt_tokens) * layers_per_gpu_, 0.0);
-  }
+  // A request received into host memory: its prompt's KV there at full precision, whole or (with
+  // send_kept_only) the tokens its policy keeps.
+  [[nodiscard]] double received_host_bytes(std::uint32_t id) const;
+  // Token-layers of the prompt's tokens a received request's policy keeps before its first step
+  // (with send_kept_only, what was sent), `extra` tokens past them in each layer, on this
+  // engine's busiest GPU; in whole blocks of each layer when `in_blocks`.
+  [[nodiscard]] double kept_token_layers(std::uint32_t id, std::uint64_t extra,
+                                         bool in_blocks) const;
   [[nodiscard]] Footprint planned_footprint() const;
   // Prefix caching (none without it or once a prefill has begun; at most all but the last
   // token's blocks, which the prefill computes to give the next token; a decode engine's
@@ -364,7 +372,7 @@ class ServingEngine {
   void preempt(std::uint32_t id);
   // The KV a request holds in HBM now (without its staging share), and the copies that swap
   // `bytes` of it.
-  [[nodiscard]] double hbm_kv_bytes(const Request& request) const;
+  [[nodiscard]] double hbm_kv_bytes(std::uint32_t id) const;
   [[nodiscard]] std::uint64_t swap_copies(double bytes) const;
   // Runs an admitted request: swaps it in if it is swapped out, and adds its prompt chunk or its
   // decode step to the batch.
@@ -424,8 +432,10 @@ class ServingEngine {
   // workload.on_demand_admission's watermark; absent: whole-request reservations.
   std::optional<double> on_demand_watermark_;
   const TierDemand* tiers_;
-  // A decode engine under a tier policy that receives prompts' KV into host memory.
+  // A decode engine under a tier policy that receives prompts' KV into host memory, and one that
+  // receives only the tokens its policy keeps (cluster.disaggregation).
   bool receives_into_host_ = false;
+  bool receives_kept_only_ = false;
   CopyRates copy_rates_;
   std::uint32_t lookahead_ = 1;
   // Layers whose staging the buffer holds at once: the one computing and those ahead, no more

@@ -497,6 +497,11 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
                         "receiving KV into host memory needs a tier policy in policy or compare: "
                         "the full cache holds every token in HBM and receives it there"});
   }
+  if (split.send_kept_only() && !first_tier_policy(run)) {
+    problems.push_back({at(path, "cluster.disaggregation.send_kept_only"),
+                        "sending only the kept tokens needs a tier policy in policy or compare: "
+                        "the full cache keeps every token"});
+  }
   check_prefill_pool(run, path, problems);
 }
 

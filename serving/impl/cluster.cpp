@@ -156,16 +156,17 @@ void Cluster::route_decode(std::size_t prefill_engine, std::uint32_t request, si
 
 void Cluster::transfer(std::uint32_t request) {
   const Handoff& handoff = handoffs_[request];
-  // Each decode GPU's share of the prompt's KV, in whole blocks, less the blocks the decode
-  // engine found in its own prefix cache; KvHandoff times the copies that bring it. With
+  // Each decode GPU's share of the prompt's KV (or of what its policy keeps, send_kept_only), in
+  // whole blocks, less the blocks the decode engine found in its own prefix cache; KvHandoff
+  // times the copies that bring it. With
   // data-parallel attention the prompt's KV is whole on one GPU of a side, which sends or
   // receives it over its own link: the transfer starts when a sending and a receiving lane are
   // both free (lane_for).
-  const MemoryPlan& memory = engines_[handoff.decode_engine]->memory();
+  const ServingEngine& decode = *engines_[handoff.decode_engine];
+  const MemoryPlan& memory = decode.memory();
   const double cached =
-      static_cast<double>(engines_[handoff.decode_engine]->held_cached_blocks(request)) *
-      memory.block_bytes();
-  const double bytes = memory.kv_bytes_for(workload_.requests[request].prompt_tokens) - cached;
+      static_cast<double>(decode.held_cached_blocks(request)) * memory.block_bytes();
+  const double bytes = decode.received_kv_bytes(request) - cached;
   transfers_.cached_bytes += cached;
   const sim::Tick now = simulator_.now();
   if (bytes <= 0.0) {

@@ -144,8 +144,9 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
     compressed_bytes_per_token_layer_ = tiers_->compressed_format().vectors_bytes(
         static_cast<double>(vectors.count) / shards, static_cast<double>(vectors.width));
     micro_copies_.assign(pipeline_stages(run), std::vector<LayerCopies>(layers));
-    receives_into_host_ = role_ == EngineRole::kDecode && run.cluster().has_disaggregation() &&
-                          run.cluster().disaggregation().receive_into_host_memory();
+    const bool decode = role_ == EngineRole::kDecode && run.cluster().has_disaggregation();
+    receives_into_host_ = decode && run.cluster().disaggregation().receive_into_host_memory();
+    receives_kept_only_ = decode && run.cluster().disaggregation().send_kept_only();
     if (run.tiering().has_host_recode()) {
       // configs/impl/consistency.cpp requires the host's rates with it.
       const config::KvRecodeRates& rates = run.hardware().node().host().kv_recode();
@@ -278,7 +279,7 @@ void ServingEngine::submit_prefilled(std::uint32_t request, sim::Tick arrival,
   prefilled.whole_in_hbm = !receives_into_host_;
   prefilled.whole_in_host = receives_into_host_;
   if (receives_into_host_) {
-    prefilled.tier_host = received_host_bytes(prefilled);  // held from its admission
+    prefilled.tier_host = received_host_bytes(request);  // held from its admission
   }
   arrive(request, arrival);
 }
@@ -367,15 +368,44 @@ double ServingEngine::hbm_reservation(std::uint32_t request) const {
     return plan_.peak_kv_bytes_for(spec.prompt_tokens + output - 1);
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
-  const double placed =
-      receives_into_host_ ? peaks.placed_hbm_token_layers : peaks.hbm_token_layers;
+  // A decode engine that receives only the kept tokens, or receives into host memory, never
+  // holds the prompt whole in HBM.
+  const double placed = receives_into_host_ || receives_kept_only_ ? peaks.placed_hbm_token_layers
+                                                                   : peaks.hbm_token_layers;
   const double tiered = (placed + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
-  // A decode engine's request comes whole into HBM, where its first step writes one token more
-  // before the placement offloads what it holds off HBM; received into host memory, its first
-  // step loads what the policy reads into HBM from there, within the policy's peaks.
+  // A decode engine's request comes into HBM (whole, or what its policy keeps), where its first
+  // step writes one token more before the placement offloads what it holds off HBM; received
+  // into host memory, its first step loads what the policy reads into HBM from there, within
+  // the policy's peaks.
   return role_ == EngineRole::kDecode && !receives_into_host_
-             ? std::max(tiered, plan_.kv_bytes_for(spec.prompt_tokens + 1))
+             ? std::max(tiered, received_kv_bytes(request, 1))
              : tiered;
+}
+
+double ServingEngine::received_kv_bytes(std::uint32_t request, std::uint64_t extra) const {
+  return receives_kept_only_ ? kept_token_layers(request, extra, true) * bytes_per_token_layer_
+                             : plan_.kv_bytes_for(requests_[request].spec.prompt_tokens + extra);
+}
+
+double ServingEngine::received_host_bytes(std::uint32_t id) const {
+  const double tokens =
+      receives_kept_only_ ? kept_token_layers(id, 0, false)
+                          : static_cast<double>(requests_[id].spec.prompt_tokens) * layers_per_gpu_;
+  return host_bytes(tokens, 0.0);
+}
+
+double ServingEngine::kept_token_layers(std::uint32_t id, std::uint64_t extra,
+                                        bool in_blocks) const {
+  const std::uint64_t context = requests_[id].spec.prompt_tokens + 1;
+  StageSums kept(stage_of_layer_);
+  for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
+    // The placement before the first step: what it holds in any tier, read or not.
+    const LayerDemand start = tiers_->at(id, context, layer, true);
+    const double tokens =
+        start.hbm + start.host + start.compressed_held + static_cast<double>(extra);
+    kept.add(layer, in_blocks ? in_whole_blocks(tokens, plan_.block_tokens) : tokens);
+  }
+  return kept.busiest();
 }
 
 double ServingEngine::host_reservation(std::uint32_t request) const {
@@ -385,7 +415,7 @@ double ServingEngine::host_reservation(std::uint32_t request) const {
   const RequestPeaks& peaks = tiers_->peaks(request);
   const double tiered = host_bytes(peaks.host_token_layers, peaks.compressed_token_layers);
   // Received into host memory, its prompt is there whole until its first step has placed it.
-  return receives_into_host_ ? std::max(tiered, received_host_bytes(requests_[request])) : tiered;
+  return receives_into_host_ ? std::max(tiered, received_host_bytes(request)) : tiered;
 }
 
 double ServingEngine::kv_in_use() const {
@@ -396,13 +426,18 @@ double ServingEngine::kv_in_use() const {
   // gone, prompts placed this iteration in); prompts being prefilled whole in HBM.
   double bytes = tier_staging_bytes_;
   for (const std::uint32_t id : running_) {
-    bytes += hbm_kv_bytes(requests_[id]);
+    bytes += hbm_kv_bytes(id);
   }
   return bytes;
 }
 
-double ServingEngine::hbm_kv_bytes(const Request& request) const {
-  if (prefilling(request) || tiers_ == nullptr || request.whole_in_hbm) {
+double ServingEngine::hbm_kv_bytes(std::uint32_t id) const {
+  const Request& request = requests_[id];
+  if (tiers_ != nullptr && request.whole_in_hbm) {
+    // Received, not yet placed.
+    return received_kv_bytes(id, cached_tokens(request) - request.spec.prompt_tokens);
+  }
+  if (prefilling(request) || tiers_ == nullptr) {
     return plan_.kv_bytes_for(cached_tokens(request));
   }
   return request.tier_hbm;
@@ -590,8 +625,10 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     // The step writes the KV of the newest token. A decode engine's request received whole
     // (or on its way) is placed by its first step, which reads it all in HBM: its host share
     // counts from its admission on, as a prefill's does (none when that step is its last).
-    bytes.hbm = plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated) -
-                cached_blocks_held(request);
+    bytes.hbm =
+        (tiers_ != nullptr ? received_kv_bytes(id, request.generated)
+                           : plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated)) -
+        cached_blocks_held(request);
     if (tiers_ != nullptr && request.generated + 1 < request.spec.output_tokens) {
       const std::uint64_t context = attended(request);
       StageSums host(stage_of_layer_);
@@ -622,8 +659,8 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
   }
   bytes.hbm = hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_;
   // Received into host memory and not yet placed: its prompt is there whole.
-  bytes.host = request.whole_in_host ? std::max(host.busiest(), received_host_bytes(request))
-                                     : host.busiest();
+  bytes.host =
+      request.whole_in_host ? std::max(host.busiest(), received_host_bytes(id)) : host.busiest();
   return bytes;
 }
 
@@ -657,7 +694,7 @@ std::uint64_t ServingEngine::swap_copies(double bytes) const {
 void ServingEngine::preempt(std::uint32_t id) {
   Request& request = requests_[id];
   ++totals_.preemptions;
-  const double bytes = hbm_kv_bytes(request);
+  const double bytes = hbm_kv_bytes(id);
   if (swapping_ && swap_used_bytes_ + bytes + request.tier_host <= plan_.swap_space_bytes) {
     // Its HBM KV is copied out before this iteration's forward pass, and with a tier policy its
     // T1/T2, already in host memory, pass to the swap space (no copy). It resumes where it

@@ -193,9 +193,8 @@ void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint
   }
   if (last) {
     // It leaves after this step, its prompt where it came and what it loaded in HBM.
-    request.tier_hbm = in_host ? loaded.busiest()
-                               : plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated);
-    request.tier_host = in_host ? received_host_bytes(request) : 0.0;
+    request.tier_hbm = in_host ? loaded.busiest() : received_kv_bytes(id, request.generated);
+    request.tier_host = in_host ? received_host_bytes(id) : 0.0;
   } else {
     request.tier_hbm = hbm.busiest();
     request.tier_host = host.busiest();

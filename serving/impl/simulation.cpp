@@ -114,6 +114,20 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
                                                "holding them")
                                  : std::string("a copy each")) +
       " after the prefill; TTFT is the prefill engine's, TPOT counts the hand-off");
+  if (split.receive_into_host_memory() || split.send_kept_only()) {
+    const std::string what =
+        std::string(split.send_kept_only() ? "only the tokens its policy keeps at the start" : "") +
+        (split.send_kept_only() && split.receive_into_host_memory() ? ", " : "") +
+        (split.receive_into_host_memory()
+             ? "into host memory, whence its first decode step loads them into HBM"
+             : "");
+    report.notes.push_back(
+        cluster.engine(cluster.size() - 1).tiers() != nullptr
+            ? "each decode engine receives " + what + " (cluster.disaggregation)"
+            : "the full cache keeps every token in HBM: its decode engines receive each prompt's "
+              "KV whole into HBM, whatever cluster.disaggregation's receive_into_host_memory and "
+              "send_kept_only say");
+  }
 }
 
 // The cluster's own metrics (after simulated_events, whatever its size, so that a sweep over

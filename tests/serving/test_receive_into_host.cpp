@@ -1,6 +1,7 @@
 // Decode engines that receive prompts' KV into host memory
-// (cluster.disaggregation.receive_into_host_memory): what their first step loads, what their
-// admission reserves, and the refusals.
+// (cluster.disaggregation.receive_into_host_memory), or only the tokens their policy keeps
+// (send_kept_only): what crosses the link, what their first step loads, what their admission
+// reserves, and the refusals.
 
 #include <catch2/catch.hpp>
 
@@ -32,6 +33,43 @@ RunSpec into_host(const std::string& policy, const std::vector<std::string>& ext
   run.mutable_cluster()->mutable_disaggregation()->set_receive_into_host_memory(true);
   return run;
 }
+
+// `run` with its prefill engines sending only the tokens the decode engines' policy keeps.
+RunSpec kept_only(RunSpec run) {
+  run.mutable_cluster()->mutable_disaggregation()->set_send_kept_only(true);
+  return run;
+}
+
+// Request 0's prompt tokens its policy keeps before its first step, summed over the layers, and
+// the same in whole blocks of each layer with `extra` tokens more.
+struct Kept {
+  double tokens = 0.0;
+  double in_blocks = 0.0;
+};
+
+Kept kept_at_start(const RunSpec& run, const kvtier::serving::TierDemand& tiers,
+                   std::uint64_t prompt, std::uint64_t extra, std::uint32_t block_tokens) {
+  Kept kept;
+  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+    const auto start = tiers.at(0, prompt + 1, layer, true);
+    const double tokens = start.hbm + start.host + start.compressed_held;
+    kept.tokens += tokens;
+    kept.in_blocks +=
+        kvtier::serving::in_whole_blocks(tokens + static_cast<double>(extra), block_tokens);
+  }
+  return kept;
+}
+
+// 4,096-token prompts, 1,024 tokens generated, on one prefill and one decode engine; 96 requests
+// in flight, more than the decode engine's 40 GiB GPU holds whole beside its weights (44) and
+// fewer than it holds as StreamingLLM places them.
+const std::vector<std::string> kCrowdedDecode = {
+    "cluster.engines=2",
+    "hardware.node.gpu.memory_capacity=40GiB",
+    "workload.closed_loop.concurrency=96",
+    "workload.closed_loop.num_requests=96",
+    "workload.closed_loop.prompt_tokens.fixed_tokens=4096",
+    "workload.closed_loop.output_tokens.fixed_tokens=1024"};
 
 }  // namespace
 
@@ -173,15 +211,8 @@ TEST_CASE("a prompt that host memory cannot hold is refused by name", "[disaggre
 
 TEST_CASE("receiving into host memory fits more decoding requests when the policy keeps little",
           "[disaggregation]") {
-  // 4,096-token prompts, 1,024 tokens generated and StreamingLLM's 1,024 tokens kept, on one
-  // prefill and one decode engine; 96 requests in flight, more than the decode engine's 40 GiB
-  // GPU holds whole beside its weights (44) and fewer than it holds as the policy places them.
-  const std::vector<std::string> sets = {"cluster.engines=2",
-                                         "hardware.node.gpu.memory_capacity=40GiB",
-                                         "workload.closed_loop.concurrency=96",
-                                         "workload.closed_loop.num_requests=96",
-                                         "workload.closed_loop.prompt_tokens.fixed_tokens=4096",
-                                         "workload.closed_loop.output_tokens.fixed_tokens=1024"};
+  // StreamingLLM keeps 1,024 tokens of each prompt (kCrowdedDecode).
+  const std::vector<std::string>& sets = kCrowdedDecode;
   const auto in_hbm = kvtier::test::serving_metrics(tiered_split("streaming", sets));
   const auto in_host = kvtier::test::serving_metrics(into_host("streaming", sets));
   CHECK(in_host.at("requests_completed") == in_hbm.at("requests_completed"));
@@ -207,10 +238,66 @@ TEST_CASE("receiving into host memory fits more decoding requests when the polic
   CHECK(admitted.at("host_kv_used_peak_gib") <= admitted.at("host_kv_capacity_gib"));
 }
 
-TEST_CASE("the full cache receives into HBM whatever receive_into_host_memory says",
+TEST_CASE("sending only the kept tokens leaves the evicted ones behind", "[disaggregation]") {
+  // StreamingLLM keeps 1,024 tokens of a 2,048-token prompt: half the prompt crosses the link,
+  // and the decode engine reserves and holds that half with one token more, nothing else.
+  const auto workload = open_loop({request_at(0, 2048, 16)});
+  const RunSpec run = kept_only(tiered_split("streaming"));
+  const TieredServed whole(tiered_split("streaming"), workload);
+  const TieredServed kept(run, workload);
+  const auto& decode = kept.cluster.engine(1);
+  const double full = kvtier::test::full_token_layer_bytes(run);
+  const std::uint32_t block = decode.memory().block_tokens;
+  const Kept sent = kept_at_start(run, kept.tiers, 2048, 0, block);
+  REQUIRE(sent.tokens < 0.6 * 2048.0 * run.model().num_hidden_layers());
+  CHECK(kept.cluster.kv_transfers().bytes == Approx(sent.in_blocks * full).epsilon(1e-12));
+  CHECK(whole.cluster.kv_transfers().bytes == decode.memory().kv_bytes_for(2048));
+  CHECK(decode.received_kv_bytes(0) == Approx(sent.in_blocks * full).epsilon(1e-12));
+  CHECK(decode.hbm_reservation(0) <
+        0.6 * whole.cluster.engine(1).hbm_reservation(0));  // prompt + 1 whole there
+  CHECK(decode.hbm_reservation(0) >=
+        kept_at_start(run, kept.tiers, 2048, 1, block).in_blocks * full);
+  CHECK(decode.kv_used().max() < 0.6 * whole.cluster.engine(1).kv_used().max());
+  // Nothing to offload: StreamingLLM's placement is all in HBM.
+  CHECK(decode.totals().d2h_bytes == 0.0);
+  CHECK(decode.totals().h2d_bytes == 0.0);
+  // The prefill engine still holds the prompt whole until it is sent.
+  CHECK(kept.cluster.engine(0).hbm_reservation(0) == decode.memory().kv_bytes_for(2048));
+}
+
+TEST_CASE("received into host memory, only the kept tokens are held there and loaded",
+          "[disaggregation]") {
+  const auto workload = open_loop({request_at(0, 2048, 16)});
+  const RunSpec run = kept_only(into_host("streaming"));
+  const TieredServed served(run, workload);
+  const auto& decode = served.cluster.engine(1);
+  const double full = kvtier::test::full_token_layer_bytes(run);
+  const Kept sent = kept_at_start(run, served.tiers, 2048, 0, decode.memory().block_tokens);
+  CHECK(decode.host_reservation(0) == Approx(sent.tokens * full).epsilon(1e-12));
+  CHECK(decode.host_kv_used().max() == Approx(sent.tokens * full).epsilon(1e-12));
+  CHECK(decode.totals().h2d_bytes == Approx(sent.tokens * full).epsilon(1e-12));
+}
+
+TEST_CASE("sending only the kept tokens fits what the policy keeps in the decode pool",
+          "[disaggregation]") {
+  // The decode engine fits what StreamingLLM keeps (kCrowdedDecode), as received into host
+  // memory, without copying anything over PCIe.
+  const std::vector<std::string>& sets = kCrowdedDecode;
+  const auto whole = kvtier::test::serving_metrics(tiered_split("streaming", sets));
+  const auto kept = kvtier::test::serving_metrics(kept_only(tiered_split("streaming", sets)));
+  CHECK(kept.at("requests_completed") == whole.at("requests_completed"));
+  CHECK(kept.at("kv_transfer_gb") < 0.3 * whole.at("kv_transfer_gb"));
+  CHECK(kept.at("largest_batch_hbm_limit") > 3 * whole.at("largest_batch_hbm_limit"));
+  CHECK(kept.at("max_running_requests") > whole.at("max_running_requests"));
+  CHECK(kept.at("pcie_h2d_gb") == 0.0);
+  CHECK(kept.at("hbm_kv_used_peak_gib") <= kept.at("hbm_kv_capacity_gib"));
+}
+
+TEST_CASE("the full cache receives every token into HBM whatever the flags say",
           "[disaggregation]") {
   const auto plain = kvtier::test::serving_metrics(tiered_split("full"));
-  const auto flagged = kvtier::test::serving_metrics(into_host("full"));
+  // And is sent every token whatever send_kept_only says.
+  const auto flagged = kvtier::test::serving_metrics(kept_only(into_host("full")));
   REQUIRE(flagged.size() == plain.size());
   for (const auto& [name, value] : plain) {
     CAPTURE(name);
@@ -218,7 +305,8 @@ TEST_CASE("the full cache receives into HBM whatever receive_into_host_memory sa
   }
 }
 
-TEST_CASE("receiving into host memory needs a tier policy", "[disaggregation]") {
+TEST_CASE("receiving into host memory or sending the kept tokens needs a tier policy",
+          "[disaggregation]") {
   const std::vector<std::string> sets = {"cluster.engines=2",
                                          "cluster.routing=ROUND_ROBIN",
                                          "cluster.disaggregation.prefill_engines=1",
@@ -229,6 +317,12 @@ TEST_CASE("receiving into host memory needs a tier policy", "[disaggregation]") 
       kvtier::test::joined(kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run(), sets));
   CHECK_THAT(text, Catch::Contains("cluster.disaggregation.receive_into_host_memory") &&
                        Catch::Contains("needs a tier policy in policy or compare"));
+  std::vector<std::string> kept = sets;
+  kept.back() = "cluster.disaggregation.send_kept_only=true";
+  CHECK_THAT(
+      kvtier::test::joined(kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run(), kept)),
+      Catch::Contains("cluster.disaggregation.send_kept_only") &&
+          Catch::Contains("sending only the kept tokens needs a tier policy"));
   // A tier policy among those compared is enough.
   std::vector<std::string> tiered = sets;
   tiered.insert(tiered.end(), kvtier::test::kTieringSets.begin(), kvtier::test::kTieringSets.end());
