@@ -39,7 +39,7 @@ struct LayerDemand {
   double hbm = 0.0;
   double host = 0.0;  // T1: full precision in host memory, staged for attention
   // T2: compressed in host memory, staged and dequantised; none when the policy's attention
-  // leaves T2 out (Monarch's attend=hot: its cold pages are held, compressed_after, not read).
+  // leaves T2 out (Monarch's attend=hot: its cold pages are held, compressed_held, not read).
   double compressed = 0.0;
   double evicted = 0.0;
   // T2 tokens held before the step, read or not (what a prompt's placement offloads).
@@ -88,8 +88,9 @@ struct ReplayedTrace {
   [[nodiscard]] const replay::ReplayDemand& demand() const { return replayed->demand; }
   // Running maxima over the placements held, [0] the start's and [t + 1] step t's: Σ over one
   // GPU's target layers (the heaviest stage's, StageSums) of T0 (in whole blocks in a paged
-  // cache), T1, T2 tokens, and the largest T1 + T2 of any layer. Step t stages placement
-  // [t], so max_staged[t] is the most any layer stages up to step t.
+  // cache), T1, T2 tokens, and the largest T1 + T2 of any layer that attention reads (T1 alone
+  // when the policy leaves T2 out). Step t stages placement [t], so max_staged[t] is the most
+  // any layer stages up to step t.
   std::vector<double> max_hbm;
   std::vector<double> max_host;
   std::vector<double> max_compressed;

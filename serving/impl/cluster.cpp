@@ -157,11 +157,11 @@ void Cluster::route_decode(std::size_t prefill_engine, std::uint32_t request, si
 void Cluster::transfer(std::uint32_t request) {
   const Handoff& handoff = handoffs_[request];
   // Each decode GPU's share of the prompt's KV (or of what its policy keeps, send_kept_only), in
-  // whole blocks, less the blocks the decode engine found in its own prefix cache; KvHandoff
-  // times the copies that bring it. With
-  // data-parallel attention the prompt's KV is whole on one GPU of a side, which sends or
-  // receives it over its own link: the transfer starts when a sending and a receiving lane are
-  // both free (lane_for).
+  // whole blocks, less the blocks the decode engine found in its own prefix cache (prefix
+  // caching takes no tier policy, so never with send_kept_only); KvHandoff times the copies
+  // that bring it. With data-parallel attention the prompt's KV is whole on one GPU of a side,
+  // which sends or receives it over its own link: the transfer starts when a sending and a
+  // receiving lane are both free (lane_for).
   const ServingEngine& decode = *engines_[handoff.decode_engine];
   const MemoryPlan& memory = decode.memory();
   const double cached =

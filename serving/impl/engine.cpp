@@ -201,7 +201,9 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
           DoesNotFit::Memory::kHost,
           describe_request(workload_, i) + " needs " + format_fixed(own_host / (1 << 30), 2) +
               " GiB of host memory for its " +
-              (receives_into_host_ ? "prompt received there (or its T1/T2 KV)" : "T1/T2 KV") +
+              (!receives_into_host_  ? "T1/T2 KV"
+               : receives_kept_only_ ? "prompt's kept tokens received there (or its T1/T2 KV)"
+                                     : "prompt received there (or its T1/T2 KV)") +
               ", but each GPU's share of the node's DDR leaves " +
               format_fixed(plan_.host_kv_capacity_bytes / (1 << 30), 2) + " GiB" +
               (plan_.swap_space_bytes > 0.0

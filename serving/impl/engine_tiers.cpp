@@ -93,7 +93,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       recoded_to_full_ += demand.recoded_to_full;
       staged[part][layer] += demand.host + demand.compressed;
       dequantised[part][layer] += demand.compressed + demand.promoted_from_compressed;
-      // The held tokens and the step's own.
+      // The tokens attention reads and the step's own.
       resident += demand.hbm + demand.host + demand.compressed + 1.0;
       hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
       host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
@@ -126,7 +126,8 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     request.tier_hbm = hbm.busiest();
     request.tier_host = host.busiest();
   }
-  // Attention reads every token still held, at full precision once staged.
+  // Attention reads every token it attends (not the T2 of a policy that leaves T2 out), at full
+  // precision once staged.
   batch.decode_context_tokens = static_cast<std::uint64_t>(std::llround(resident / layers));
   // The model of copy engines: they only copy, so T2 tokens are dequantised in HBM afterwards
   // (the live cache dequantises with kernels even in its copy-engine mode, so no live run

@@ -116,11 +116,13 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
       " after the prefill; TTFT is the prefill engine's, TPOT counts the hand-off");
   if (split.receive_into_host_memory() || split.send_kept_only()) {
     const std::string what =
-        std::string(split.send_kept_only() ? "only the tokens its policy keeps at the start" : "") +
-        (split.send_kept_only() && split.receive_into_host_memory() ? ", " : "") +
+        std::string(split.send_kept_only()
+                        ? "only the tokens of each prompt its policy keeps at the start"
+                        : "each prompt's KV whole") +
         (split.receive_into_host_memory()
-             ? "into host memory, whence its first decode step loads them into HBM"
-             : "");
+             ? ", into host memory, whence its first decode step loads what the policy keeps "
+               "into HBM"
+             : ", into HBM");
     report.notes.push_back(
         cluster.engine(cluster.size() - 1).tiers() != nullptr
             ? "each decode engine receives " + what + " (cluster.disaggregation)"

@@ -265,6 +265,34 @@ TEST_CASE("sending only the kept tokens leaves the evicted ones behind", "[disag
   CHECK(kept.cluster.engine(0).hbm_reservation(0) == decode.memory().kv_bytes_for(2048));
 }
 
+TEST_CASE("admitted on demand, a request sent its kept tokens counts only those in HBM",
+          "[disaggregation]") {
+  const RunSpec run =
+      kept_only(tiered_split("streaming", {"workload.on_demand_admission.watermark=0.01"}));
+  const TieredServed served(run, open_loop({request_at(0, 2048, 16)}));
+  const auto& decode = served.cluster.engine(1);
+  REQUIRE(decode.totals().requests_completed == 1);
+  // Its admission's footprint: the kept tokens and the first step's own.
+  CHECK(decode.kv_reserved().max() == Approx(decode.received_kv_bytes(0, 1)).epsilon(1e-12));
+  CHECK(decode.kv_reserved().max() < 0.6 * decode.memory().kv_bytes_for(2049));
+}
+
+TEST_CASE("a policy that evicts nothing at the start is sent every token, T2 included",
+          "[disaggregation]") {
+  // Monarch's cold pages are T2, held though not attended (attend=hot): they are sent.
+  const auto workload = open_loop({request_at(0, 2048, 4)});
+  const RunSpec run = kept_only(tiered_split("monarch"));
+  const TieredServed whole(tiered_split("monarch"), workload);
+  const TieredServed kept(run, workload);
+  double cold = 0.0;
+  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+    cold += kept.tiers.at(0, 2049, layer, true).compressed_held;
+  }
+  REQUIRE(cold > 0.0);
+  CHECK(kept.cluster.kv_transfers().bytes == whole.cluster.kv_transfers().bytes);
+  CHECK(kept.cluster.engine(1).hbm_reservation(0) >= whole.cluster.engine(1).hbm_reservation(0));
+}
+
 TEST_CASE("received into host memory, only the kept tokens are held there and loaded",
           "[disaggregation]") {
   const auto workload = open_loop({request_at(0, 2048, 16)});

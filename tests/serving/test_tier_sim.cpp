@@ -692,7 +692,8 @@ TEST_CASE("T2 copies cost the policy's compressed format on the simulated model"
 
 TEST_CASE("Monarch attending its hot pages alone stages no cold page", "[tiers]") {
   // attend=hot, Monarch's default: its cold pages are held in T2 but attention leaves them out
-  // (their mass is lost), so no step stages them and only page-ins and page-outs cross PCIe.
+  // (their mass is lost), so no step stages them. No page-in fires here (promotion needs 0.12 of
+  // a step's attention, docs/FINDINGS.md §3): nothing crosses to HBM at all, only page-outs.
   const RunSpec run = tiered_run("monarch:compression=int8");
   const kvtier::serving::Workload workload =
       kvtier::serving::make_workload(run.workload(), run.seed());
@@ -702,13 +703,11 @@ TEST_CASE("Monarch attending its hot pages alone stages no cold page", "[tiers]"
   const std::uint64_t context = 1000;  // past the window of 512: cold pages exist
   double held = 0.0;
   double staged_hot = 0.0;
-  double copied_in_hot = 0.0;
   double staged_all = 0.0;
   for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
     const auto step = hot.at(0, context, layer, false);
     held += step.compressed_held;
     staged_hot += step.compressed;
-    copied_in_hot += step.promoted_from_compressed;
     staged_all += all.at(0, context, layer, false).compressed;
   }
   CHECK(held > 0.0);
@@ -716,10 +715,11 @@ TEST_CASE("Monarch attending its hot pages alone stages no cold page", "[tiers]"
   CHECK(staged_all > 0.0);
   CHECK(hot.peaks(0).staged_tokens == 0.0);  // Monarch has no T1: nothing staged at all
   CHECK(all.peaks(0).staged_tokens > 0.0);
-  // Served: far fewer bytes into HBM (page-ins only), the cold pages' host memory all the same.
+  // Served: nothing into HBM, the cold pages still paged out to host memory.
   const auto served_hot = metrics(run);
   const auto served_all = metrics(tiered_run("monarch:attend=all,compression=int8"));
-  CHECK(served_hot.at("pcie_h2d_gb") < 0.1 * served_all.at("pcie_h2d_gb"));
+  CHECK(served_hot.at("pcie_h2d_gb") == 0.0);
+  CHECK(served_all.at("pcie_h2d_gb") > 0.0);
   CHECK(served_hot.at("pcie_d2h_gb") > 0.0);
   CHECK(served_hot.at("host_kv_used_peak_gib") > 0.0);
   CHECK(served_hot.at("tpot_p50_ms") < served_all.at("tpot_p50_ms"));
