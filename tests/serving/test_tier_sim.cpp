@@ -17,7 +17,9 @@
 #include "serving/tier_demand.hpp"
 #include "serving/tier_timing.hpp"
 #include "serving/workload.hpp"
+#include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/disaggregated_runs.hpp"
 #include "tests/support/serving_metrics.hpp"
 #include "traces/synth.hpp"
 
@@ -671,6 +673,29 @@ TEST_CASE("differential prefetch moves fewer bytes than full prefetch", "[tiers]
   CHECK(differential.at("pcie_h2d_gb") < full.at("pcie_h2d_gb"));
   CHECK(differential.at("prefetch_stall_s") <= full.at("prefetch_stall_s"));
   CHECK(differential.at("hbm_saved_peak_gib") == Approx(full.at("hbm_saved_peak_gib")));
+}
+
+TEST_CASE("every decode step copies in what it stages and the cold pages it promotes", "[tiers]") {
+  // One request under Monarch with pages small enough to come back (window 18, 25 hot tokens,
+  // pages of 5), full prefetch. What crosses to HBM is, step by step, the T2 its attention
+  // reads (with attend=all; none with attend=hot) as compressed bytes and the pages it brings
+  // back, as compressed bytes too.
+  const std::string attend = GENERATE(as<std::string>{}, "all", "hot");
+  const RunSpec run =
+      tiered_run("monarch:attend=" + attend + ",compression=int8,window=18,max_hot=25,page=5");
+  const kvtier::test::TieredServed served(
+      run, kvtier::test::open_loop({kvtier::test::request_at(0, 512, 64)}));
+  REQUIRE(served.cluster.engine(0).totals().requests_completed == 1);
+  double expected = 0.0;
+  double paged_in = 0.0;
+  for (std::uint64_t context = 513; context < 512 + 64; ++context) {
+    expected += kvtier::test::step_copies(run, served.tiers, context).in;
+    for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+      paged_in += served.tiers.at(0, context, layer, false).promoted_from_compressed;
+    }
+  }
+  REQUIRE(paged_in > 0.0);
+  CHECK(served.cluster.engine(0).totals().h2d_bytes == Approx(expected).epsilon(1e-12));
 }
 
 TEST_CASE("T2 copies cost the policy's compressed format on the simulated model", "[tiers]") {
