@@ -384,39 +384,14 @@ double ServingEngine::hbm_reservation(std::uint32_t request) const {
              : tiered;
 }
 
-double ServingEngine::received_kv_bytes(std::uint32_t request, std::uint64_t extra) const {
-  return receives_kept_only_ ? kept_token_layers(request, extra, true) * bytes_per_token_layer_
-                             : plan_.kv_bytes_for(requests_[request].spec.prompt_tokens + extra);
-}
-
-double ServingEngine::received_host_bytes(std::uint32_t id) const {
-  const double tokens =
-      receives_kept_only_ ? kept_token_layers(id, 0, false)
-                          : static_cast<double>(requests_[id].spec.prompt_tokens) * layers_per_gpu_;
-  return host_bytes(tokens, 0.0);
-}
-
-double ServingEngine::kept_token_layers(std::uint32_t id, std::uint64_t extra,
-                                        bool in_blocks) const {
-  const std::uint64_t context = requests_[id].spec.prompt_tokens + 1;
-  StageSums kept(stage_of_layer_);
-  for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
-    // The placement before the first step: what it holds in any tier, read or not.
-    const LayerDemand start = tiers_->at(id, context, layer, true);
-    const double tokens =
-        start.hbm + start.host + start.compressed_held + static_cast<double>(extra);
-    kept.add(layer, in_blocks ? in_whole_blocks(tokens, plan_.block_tokens) : tokens);
-  }
-  return kept.busiest();
-}
-
 double ServingEngine::host_reservation(std::uint32_t request) const {
   if (tiers_ == nullptr) {
     return 0.0;
   }
   const RequestPeaks& peaks = tiers_->peaks(request);
   const double tiered = host_bytes(peaks.host_token_layers, peaks.compressed_token_layers);
-  // Received into host memory, its prompt is there whole until its first step has placed it.
+  // Received into host memory, its prompt (or what its policy keeps of it) is there until its
+  // first step has placed it.
   return receives_into_host_ ? std::max(tiered, received_host_bytes(request)) : tiered;
 }
 
@@ -660,7 +635,7 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     staged = std::max(staged, demand.host + demand.compressed);
   }
   bytes.hbm = hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_;
-  // Received into host memory and not yet placed: its prompt is there whole.
+  // Received into host memory and not yet placed: its prompt (or its kept tokens) is there.
   bytes.host =
       request.whole_in_host ? std::max(host.busiest(), received_host_bytes(id)) : host.busiest();
   return bytes;

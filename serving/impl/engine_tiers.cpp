@@ -1,5 +1,6 @@
 // The serving engine under a tier policy: each iteration's copies between HBM and the host's
-// tiers, the placement of prompts and received KV, and the host's recodes.
+// tiers, the placement of prompts and received KV (what a decode engine receives and holds of
+// it), and the host's recodes.
 
 #include <algorithm>
 #include <cmath>
@@ -205,6 +206,32 @@ void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint
   // Nothing of its T1 is staged: its next step copies all of it in, even with differential
   // prefetch.
   request.first_decode = request.generated + 1;
+}
+
+double ServingEngine::received_kv_bytes(std::uint32_t request, std::uint64_t extra) const {
+  return receives_kept_only_ ? kept_token_layers(request, extra, true) * bytes_per_token_layer_
+                             : plan_.kv_bytes_for(requests_[request].spec.prompt_tokens + extra);
+}
+
+double ServingEngine::received_host_bytes(std::uint32_t id) const {
+  const double tokens =
+      receives_kept_only_ ? kept_token_layers(id, 0, false)
+                          : static_cast<double>(requests_[id].spec.prompt_tokens) * layers_per_gpu_;
+  return host_bytes(tokens, 0.0);
+}
+
+double ServingEngine::kept_token_layers(std::uint32_t id, std::uint64_t extra,
+                                        bool in_blocks) const {
+  const std::uint64_t context = requests_[id].spec.prompt_tokens + 1;
+  StageSums kept(stage_of_layer_);
+  for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
+    // The placement before the first step: what it holds in any tier, read or not.
+    const LayerDemand start = tiers_->at(id, context, layer, true);
+    const double tokens =
+        start.hbm + start.host + start.compressed_held + static_cast<double>(extra);
+    kept.add(layer, in_blocks ? in_whole_blocks(tokens, plan_.block_tokens) : tokens);
+  }
+  return kept.busiest();
 }
 
 sim::Tick ServingEngine::time_stage_copies(const hw::IterationCost& compute,

@@ -17,10 +17,9 @@
 #include "serving/tier_demand.hpp"
 #include "serving/tier_timing.hpp"
 #include "serving/workload.hpp"
-#include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
-#include "tests/support/disaggregated_runs.hpp"
 #include "tests/support/serving_metrics.hpp"
+#include "tests/support/tiered_runs.hpp"
 #include "traces/synth.hpp"
 
 using kvtier::config::RunSpec;
@@ -28,6 +27,7 @@ using kvtier::serving::CopyRates;
 using kvtier::serving::LayerCopies;
 using kvtier::serving::time_pipeline;
 using kvtier::sim::Tick;
+using kvtier::test::tiered_run;
 
 namespace {
 
@@ -39,43 +39,6 @@ CopyRates uniform_rates(double h2d, double d2h, Tick h2d_setup, Tick d2h_setup) 
   rates.h2d_setup = rates.t2_h2d_setup = h2d_setup;
   rates.d2h_setup = rates.t2_d2h_setup = d2h_setup;
   return rates;
-}
-
-const std::vector<std::string> kTiering = {
-    "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
-    "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning"};
-
-RunSpec tiered_run(const std::string& policy, const std::vector<std::string>& extra = {}) {
-  // The test's own settings come last, so they win over the defaults here.
-  std::vector<std::string> sets = kTiering;
-  sets.emplace_back("workload.closed_loop.prompt_tokens.fixed_tokens=512");
-  sets.emplace_back("workload.closed_loop.output_tokens.fixed_tokens=512");
-  sets.insert(sets.end(), extra.begin(), extra.end());
-  RunSpec run = kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
-  run.mutable_policy()->Clear();
-  // Parameters as a policy string would give them.
-  const auto colon = policy.find(':');
-  run.mutable_policy()->set_name(policy.substr(0, colon));
-  if (colon != std::string::npos) {
-    std::size_t begin = colon + 1;
-    while (begin < policy.size()) {
-      const auto comma = std::min(policy.find(',', begin), policy.size());
-      const std::string piece = policy.substr(begin, comma - begin);
-      const auto equals = piece.find('=');
-      auto* param = run.mutable_policy()->add_param();
-      param->set_name(piece.substr(0, equals));
-      const std::string value = piece.substr(equals + 1);
-      if (value.find_first_not_of("0123456789") == std::string::npos) {
-        param->set_integer(std::stoll(value));
-      } else if (value.find_first_not_of("0123456789.") == std::string::npos) {
-        param->set_number(std::stod(value));
-      } else {
-        param->set_text(value);
-      }
-      begin = comma + 1;
-    }
-  }
-  return run;
 }
 
 std::map<std::string, double> metrics(const RunSpec& run) {
@@ -673,82 +636,6 @@ TEST_CASE("differential prefetch moves fewer bytes than full prefetch", "[tiers]
   CHECK(differential.at("pcie_h2d_gb") < full.at("pcie_h2d_gb"));
   CHECK(differential.at("prefetch_stall_s") <= full.at("prefetch_stall_s"));
   CHECK(differential.at("hbm_saved_peak_gib") == Approx(full.at("hbm_saved_peak_gib")));
-}
-
-TEST_CASE("every decode step copies in what it stages and the cold pages it promotes", "[tiers]") {
-  // One request under Monarch with pages small enough to come back (window 18, 25 hot tokens,
-  // pages of 5), full prefetch. What crosses to HBM is, step by step, the T2 its attention
-  // reads (with attend=all; none with attend=hot) as compressed bytes and the pages it brings
-  // back, as compressed bytes too.
-  const std::string attend = GENERATE(as<std::string>{}, "all", "hot");
-  const RunSpec run =
-      tiered_run("monarch:attend=" + attend + ",compression=int8,window=18,max_hot=25,page=5");
-  const kvtier::test::TieredServed served(
-      run, kvtier::test::open_loop({kvtier::test::request_at(0, 512, 64)}));
-  REQUIRE(served.cluster.engine(0).totals().requests_completed == 1);
-  double expected = 0.0;
-  double paged_in = 0.0;
-  for (std::uint64_t context = 513; context < 512 + 64; ++context) {
-    expected += kvtier::test::step_copies(run, served.tiers, context).in;
-    for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
-      paged_in += served.tiers.at(0, context, layer, false).promoted_from_compressed;
-    }
-  }
-  REQUIRE(paged_in > 0.0);
-  CHECK(served.cluster.engine(0).totals().h2d_bytes == Approx(expected).epsilon(1e-12));
-}
-
-TEST_CASE("T2 copies cost the policy's compressed format on the simulated model", "[tiers]") {
-  // Monarch copies only T2 tokens (staged, paged in, paged out), and its format does not change
-  // where tokens go: the volumes scale by the format's bytes per token-layer. Llama-3.1-8B has 8
-  // KV heads of 128: int8 with a float32 scale per head vector is 2·8·(128 + 4) = 2,112 bytes,
-  // turboquant's 16 bits 2·8·256 = 4,096.
-  const auto int8 = metrics(tiered_run("monarch:attend=all,compression=int8"));
-  const auto turboquant = metrics(tiered_run("monarch:attend=all,compression=turboquant"));
-  REQUIRE(turboquant.at("pcie_h2d_gb") > 0.0);
-  REQUIRE(turboquant.at("pcie_d2h_gb") > 0.0);
-  CHECK(int8.at("pcie_h2d_gb") / turboquant.at("pcie_h2d_gb") ==
-        Approx(2112.0 / 4096.0).epsilon(1e-12));
-  CHECK(int8.at("pcie_d2h_gb") / turboquant.at("pcie_d2h_gb") ==
-        Approx(2112.0 / 4096.0).epsilon(1e-12));
-  CHECK(int8.at("host_kv_used_peak_gib") / turboquant.at("host_kv_used_peak_gib") ==
-        Approx(2112.0 / 4096.0).epsilon(1e-12));
-}
-
-TEST_CASE("Monarch attending its hot pages alone stages no cold page", "[tiers]") {
-  // attend=hot, Monarch's default: its cold pages are held in T2 but attention leaves them out
-  // (their mass is lost), so no step stages them. No page-in fires here (promotion needs 0.12 of
-  // a step's attention, docs/FINDINGS.md §3): nothing crosses to HBM at all, only page-outs.
-  const RunSpec run = tiered_run("monarch:compression=int8");
-  const kvtier::serving::Workload workload =
-      kvtier::serving::make_workload(run.workload(), run.seed());
-  const kvtier::serving::TierDemand hot(run, run.policy(), workload);
-  const kvtier::serving::TierDemand all(
-      run, tiered_run("monarch:attend=all,compression=int8").policy(), workload);
-  const std::uint64_t context = 1000;  // past the window of 512: cold pages exist
-  double held = 0.0;
-  double staged_hot = 0.0;
-  double staged_all = 0.0;
-  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
-    const auto step = hot.at(0, context, layer, false);
-    held += step.compressed_held;
-    staged_hot += step.compressed;
-    staged_all += all.at(0, context, layer, false).compressed;
-  }
-  CHECK(held > 0.0);
-  CHECK(staged_hot == 0.0);
-  CHECK(staged_all > 0.0);
-  CHECK(hot.peaks(0).staged_tokens == 0.0);  // Monarch has no T1: nothing staged at all
-  CHECK(all.peaks(0).staged_tokens > 0.0);
-  // Served: nothing into HBM, the cold pages still paged out to host memory.
-  const auto served_hot = metrics(run);
-  const auto served_all = metrics(tiered_run("monarch:attend=all,compression=int8"));
-  CHECK(served_hot.at("pcie_h2d_gb") == 0.0);
-  CHECK(served_all.at("pcie_h2d_gb") > 0.0);
-  CHECK(served_hot.at("pcie_d2h_gb") > 0.0);
-  CHECK(served_hot.at("host_kv_used_peak_gib") > 0.0);
-  CHECK(served_hot.at("tpot_p50_ms") < served_all.at("tpot_p50_ms"));
-  CHECK(served_hot.at("attention_mass_kept_mean") < served_all.at("attention_mass_kept_mean"));
 }
 
 TEST_CASE("pageable host memory makes prefetches slower", "[tiers]") {

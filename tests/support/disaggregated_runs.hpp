@@ -13,6 +13,7 @@
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/tiered_runs.hpp"
 
 namespace kvtier::test {
 
@@ -28,10 +29,6 @@ inline config::RunSpec split_run(std::uint32_t engines, std::uint32_t prefill,
   sets.insert(sets.end(), extra.begin(), extra.end());
   return load_spec<config::RunSpec>(quickstart_run(), sets);
 }
-
-inline const std::vector<std::string> kTieringSets = {
-    "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
-    "tiering.copy_method=COPY_ENGINES", "tiering.synthetic_pattern=reasoning"};
 
 // split_run's cluster of one prefill and two decode engines with a tier block, serving `policy`
 // (a policy string: "tiered:hbm=0.3,...").
