@@ -87,7 +87,9 @@ int run_plan(const Arguments& args, Context& context) {
   const Format format = format_from(values, true);  // refused before the search, not after it
   const std::string file = values["run"].as<std::string>();
   config::RunSpec run;
-  const config::LocationMap locations = context.loader.load_file(file, run, overrides_from(values));
+  // Validated once --policy and --compare have edited it, as sim does.
+  const config::LocationMap locations =
+      context.loader.resolve_file(file, run, overrides_from(values));
   if (values.count("policy") != 0U) {
     *run.mutable_policy() = replay::parse_policy_string(values["policy"].as<std::string>());
   }

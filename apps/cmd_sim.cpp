@@ -200,7 +200,10 @@ int run_sim(const Arguments& args, Context& context) {
   const std::string file =
       values.count("run") != 0U ? values["run"].as<std::string>() : default_run_file();
   config::RunSpec run;
-  const config::LocationMap locations = context.loader.load_file(file, run, overrides_from(values));
+  // Validated once --policy and the other tier options have edited it: a tier policy given there
+  // counts as the file's would.
+  const config::LocationMap locations =
+      context.loader.resolve_file(file, run, overrides_from(values));
   apply_tier_options(values, run, file);
   if (const auto problems = config::validate(run, context.loader, locations); !problems.empty()) {
     throw config::InvalidConfig(problems, locations);

@@ -56,9 +56,12 @@ class ConfigLoader {
   LocationMap load_preset(const PresetFile& preset, google::protobuf::Message& message,
                           std::span<const Override> overrides) const;
 
-  // Parses and resolves without validating (sweeps validate each point after its overrides).
+  // Parses and resolves without validating (sweeps validate each point after its overrides;
+  // sim and plan validate a run once their --policy and --compare have edited it).
   LocationMap resolve_text(std::string_view text, const std::string& file_name,
                            google::protobuf::Message& message,
+                           std::span<const Override> overrides) const;
+  LocationMap resolve_file(const std::string& path, google::protobuf::Message& message,
                            std::span<const Override> overrides) const;
 
   // Applies overrides to an already parsed message and expands its preset references:

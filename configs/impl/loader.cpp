@@ -299,6 +299,11 @@ LocationMap ConfigLoader::load_file(const std::string& path, pb::Message& messag
   return load_text(read_config_file(path), path, message, overrides);
 }
 
+LocationMap ConfigLoader::resolve_file(const std::string& path, pb::Message& message,
+                                       std::span<const Override> overrides) const {
+  return resolve_text(read_config_file(path), path, message, overrides);
+}
+
 LocationMap ConfigLoader::load_preset(const PresetFile& preset, pb::Message& message,
                                       std::span<const Override> overrides) const {
   return load_text(preset.text, std::string(preset.path), message, overrides);

@@ -531,6 +531,39 @@ TEST_CASE("sim of a cluster reports every engine and writes engines.csv", "[cli]
   expect_config_error(run("sim " + path.string() + " --set cluster.engines=0"), "cluster.engines");
 }
 
+TEST_CASE("sim and plan check a run once --policy and --compare have edited it", "[cli]") {
+  // The file serves the full cache; what its decode engines receive needs a tier policy, which
+  // --policy or --compare may give.
+  const auto path =
+      write_file("kept.textproto",
+                 kRun +
+                     "tiering { synthetic_pattern: \"reasoning\" prefetch_lookahead_layers: 1 "
+                     "host_allocation: PINNED copy_method: COPY_ENGINES }\n");
+  const std::string sets =
+      " --set cluster.engines=2 --set cluster.routing=ROUND_ROBIN"
+      " --set cluster.disaggregation.prefill_engines=1"
+      " --set cluster.disaggregation.decode_routing=ROUND_ROBIN"
+      " --set cluster.disaggregation.kv_link.preset=NVLink4"
+      " --set cluster.disaggregation.send_kept_only=true";
+  expect_config_error(run("sim " + path.string() + sets),
+                      "sending only the kept tokens needs a tier policy");
+  CHECK(run("sim " + path.string() + sets + " --policy streaming:sinks=4,window=60").exit_code ==
+        0);
+  CHECK(run("sim " + path.string() + sets + " --compare streaming:sinks=4,window=60").exit_code ==
+        0);
+  // plan plans a cluster by its arrival rate.
+  const auto open =
+      write_file("kept-open.textproto",
+                 open_loop_run() +
+                     "tiering { synthetic_pattern: \"reasoning\" prefetch_lookahead_layers: 1 "
+                     "host_allocation: PINNED copy_method: COPY_ENGINES }\n");
+  expect_config_error(run("plan " + open.string() + sets + " --slo ttft_p99=2s"),
+                      "sending only the kept tokens needs a tier policy");
+  CHECK(run("plan " + open.string() + sets +
+            " --slo ttft_p99=2s --policy streaming:sinks=4,window=60")
+            .exit_code == 0);
+}
+
 TEST_CASE("sim refuses configs where nothing can run, and tier policies without tiering", "[cli]") {
   const auto path = write_file("big.textproto", kRun);
   expect_config_error(run("sim " + path.string() + " --set model.preset=Llama-3.1-70B"),
