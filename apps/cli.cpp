@@ -29,6 +29,18 @@ namespace po = boost::program_options;
 // More threads than any CPU has cores would only contend; the bound catches typos like 1000000.
 constexpr int kMaxEngineThreads = 1024;
 
+void apply_policy_options(const po::variables_map& values, config::RunSpec& run) {
+  if (values.count("policy") != 0U) {
+    *run.mutable_policy() = replay::parse_policy_string(values["policy"].as<std::string>());
+  }
+  if (values.count("compare") != 0U) {
+    run.clear_compare();
+    for (auto& spec : parse_policy_list(values["compare"].as<std::string>())) {
+      *run.add_compare() = std::move(spec);
+    }
+  }
+}
+
 std::vector<config::PolicySpec> parse_policy_list(const std::string& text) {
   std::vector<std::string> policies;
   std::size_t begin = 0;

@@ -79,6 +79,10 @@ int run_live(const Arguments& args, Context& context);
 // "full,tiered:hbm=0.5,evict=0.1,h2o" -> full | tiered:hbm=0.5,evict=0.1 | h2o: a piece with '='
 // but no ':' is a parameter of the policy before it (--compare).
 [[nodiscard]] std::vector<config::PolicySpec> parse_policy_list(const std::string& text);
+// --policy and --compare (sim and plan): the run's policy and compared policies replaced by those
+// given. The run is validated after them, so a policy given there counts as the file's would.
+void apply_policy_options(const boost::program_options::variables_map& values,
+                          config::RunSpec& run);
 // Subcommands of `kvtier replay`.
 int run_replay_run(const Arguments& args, Context& context);
 int run_replay_search_budgets(const Arguments& args, Context& context);

@@ -12,7 +12,6 @@
 #include "common/text_output.hpp"
 #include "configs/schema/run.pb.h"
 #include "configs/validate.hpp"
-#include "replay/parameters.hpp"
 #include "serving/demand_memo.hpp"
 #include "serving/memory_plan.hpp"
 #include "serving/plan.hpp"
@@ -90,15 +89,7 @@ int run_plan(const Arguments& args, Context& context) {
   // Validated once --policy and --compare have edited it, as sim does.
   const config::LocationMap locations =
       context.loader.resolve_file(file, run, overrides_from(values));
-  if (values.count("policy") != 0U) {
-    *run.mutable_policy() = replay::parse_policy_string(values["policy"].as<std::string>());
-  }
-  if (values.count("compare") != 0U) {
-    run.clear_compare();
-    for (auto& spec : parse_policy_list(values["compare"].as<std::string>())) {
-      *run.add_compare() = std::move(spec);
-    }
-  }
+  apply_policy_options(values, run);
   if (const auto problems = config::validate(run, context.loader, locations); !problems.empty()) {
     throw config::InvalidConfig(problems, locations);
   }

@@ -14,7 +14,6 @@
 #include "configs/parse.hpp"
 #include "configs/schema/run.pb.h"
 #include "configs/validate.hpp"
-#include "replay/parameters.hpp"
 #include "serving/memory_plan.hpp"
 #include "serving/simulation.hpp"
 
@@ -116,15 +115,7 @@ void apply_tier_options(const po::variables_map& values, config::RunSpec& run,
                         file);
     }
   }
-  if (values.count("policy") != 0U) {
-    *run.mutable_policy() = replay::parse_policy_string(values["policy"].as<std::string>());
-  }
-  if (values.count("compare") != 0U) {
-    run.clear_compare();
-    for (auto& spec : parse_policy_list(values["compare"].as<std::string>())) {
-      *run.add_compare() = std::move(spec);
-    }
-  }
+  apply_policy_options(values, run);
   if (values.count("trace") != 0U) {
     run.mutable_tiering()->clear_traces();
     for (const std::string& trace : values["trace"].as<std::vector<std::string>>()) {
