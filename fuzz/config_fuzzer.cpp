@@ -665,7 +665,7 @@ void write_seeds(const fs::path& folder) {
                  "cluster.routing=KV_AWARE\n"
                  "cluster.kv_overlap_weight=1\n");
   // Disaggregated pools split differently: prefill engines of TP 2 x 2 stages, decode engines
-  // of TP 4, on Llama-3.1-8B.
+  // of TP 4, on Llama-3.1-8B, sent layer by layer.
   write_seed(folder, "run-small-pools", Target::kConfig,
              std::string(1, kind_byte("run")) +
                  read_file(source / "configs/examples/disaggregated-pool-parallelism.textproto") +
@@ -674,13 +674,14 @@ void write_seeds(const fs::path& folder) {
                  "tensor_parallel_degree=4\n"
                  "cluster.disaggregation.prefill_parallelism.tensor_parallel_degree=2\n"
                  "cluster.disaggregation.prefill_parallelism.pipeline_parallel_degree=2\n"
+                 "cluster.disaggregation.layer_wise_transfer=true\n"
                  "workload.poisson.num_requests=6\n"
                  "workload.poisson.prompt_tokens.lognormal.median_tokens=64\n"
                  "workload.poisson.prompt_tokens.lognormal.max_tokens=512\n"
                  "workload.poisson.output_tokens.lognormal.median_tokens=8\n"
                  "workload.poisson.output_tokens.lognormal.max_tokens=32\n");
-  // Decode engines receiving into host memory only what their policy keeps, admitted on demand,
-  // pipelined.
+  // Decode engines receiving into host memory only what their policy keeps, layer by layer,
+  // admitted on demand, pipelined.
   write_seed(folder, "run-small-host-landing", Target::kConfig,
              std::string(1, kind_byte("run")) +
                  read_file(source / "configs/examples/disaggregated-host-landing.textproto") +
@@ -688,6 +689,7 @@ void write_seeds(const fs::path& folder) {
                  "cluster.engines=3\n"
                  "cluster.disaggregation.prefill_engines=1\n"
                  "cluster.disaggregation.send_kept_only=true\n"
+                 "cluster.disaggregation.layer_wise_transfer=true\n"
                  "workload.on_demand_admission.watermark=0.01\n"
                  "pipeline_parallel_degree=2\n");
   write_seed(folder, "workload", Target::kConfig,

@@ -9,7 +9,9 @@
 // routed to a prefill engine; when its prefill gives the first token, the decode router picks
 // its decode engine, which admits it when it has room; then its prompt's KV crosses kv_link
 // (serving/kv_handoff.hpp), and the prefill engine frees it. An engine's GPUs send one transfer
-// at a time and receive one at a time, first come first served.
+// at a time and receive one at a time, first come first served. Layer by layer
+// (layer_wise_transfer), the decode engine is picked when the prefill's last iteration starts,
+// and its transfer may overlap that iteration.
 // With a tier policy the decode engines tier the KV they receive (serving/engine.hpp).
 
 #include <cstdint>
@@ -39,14 +41,18 @@ struct KvTransfers {
   double bytes = 0.0;
   // Per GPU: prompt KV the decode engines found in their prefix caches and did not pull.
   double cached_bytes = 0.0;
-  sim::Tick busy;  // Σ over transfers of the time one took on the link
+  // Σ over transfers of the time their copies took on the link (layer by layer, not the gaps
+  // between layers).
+  sim::Tick busy;
   // Transfers one prefill engine sends, and one decode engine receives, at once
   // (KvHandoff::sending_lanes, receiving_lanes).
   std::uint32_t sending_lanes = 1;
   std::uint32_t receiving_lanes = 1;
+  // Transfers sent layer by layer while their prefill still ran (layer_wise_transfer).
+  std::uint64_t layer_wise = 0;
   // Per request handed off: from its first token to its KV in its decode engine's HBM (waiting
-  // for admission there, for the link, and the copy), and of that the copy with its wait for
-  // the link.
+  // for admission there, for the link, and the copy), and from its decode engine's admission to
+  // the same (the copy with its wait for the link, and layer by layer for the prefill).
   sim::LatencyDistribution handoff;
   sim::LatencyDistribution transfer;
 };
@@ -82,15 +88,32 @@ class Cluster {
   [[nodiscard]] const KvTransfers& kv_transfers() const noexcept { return transfers_; }
 
  private:
+  // A request handed off: its prefill engine's iteration that completes its prefill runs from
+  // `computing` to `prefilled` (its first token), its last chunk writing `last_tokens` tokens'
+  // KV (0: sent after the prefill, whole). Its transfer, from when its decode engine wanted it:
+  // layer by layer, the lanes it holds, the next layer to send and a layer's bytes.
   struct Handoff {
     std::size_t prefill_engine = 0;
     std::size_t decode_engine = 0;
+    sim::Tick computing;
     sim::Tick prefilled;
+    std::uint64_t last_tokens = 0;
+    sim::Tick wanted;
+    std::size_t sending_lane = 0;
+    std::size_t receiving_lane = 0;
+    std::uint32_t next_layer = 0;
+    double last_bytes = 0.0;
   };
 
   void route(std::uint32_t request);
-  void route_decode(std::size_t prefill_engine, std::uint32_t request, sim::Tick arrival);
+  // Picks the decode engine of a request whose prefill ends at `handoff.prefilled`, now or (layer
+  // by layer) when the iteration ending it starts.
+  void route_decode(std::uint32_t request, sim::Tick arrival, const Handoff& handoff);
   void transfer(std::uint32_t request);
+  // Layer by layer: the next layer's copies, once its prefill has computed it, after what its
+  // lanes carry by then.
+  void send_layer(std::uint32_t request);
+  void transferred(std::uint32_t request, sim::Tick end);
   // The KV is in: the prefill engine lets its copy go, the decode engine may decode.
   void hand_over(std::uint32_t request);
 
@@ -106,6 +129,7 @@ class Cluster {
   // decode engine's (decode engine e at e - prefill_engines_) to receive, and each handed-off
   // request's engines and first token.
   std::size_t prefill_engines_ = 0;
+  bool layer_wise_ = false;  // cluster.disaggregation.layer_wise_transfer
   std::unique_ptr<Router> decode_router_;
   std::unique_ptr<KvHandoff> handoff_;
   std::vector<std::vector<sim::Tick>> sending_free_;

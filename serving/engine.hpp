@@ -145,6 +145,12 @@ struct EngineHooks {
   // A prefill engine's request gave its first token now (it arrived at `arrival`); its KV is
   // held until release().
   std::function<void(std::uint32_t, sim::Tick arrival)> prefilled;
+  // Optional, a prefill engine's: the iteration starting now completes the prefill of a request
+  // (it arrived at `arrival`) at `first_token`, when prefilled follows; its last chunk writes
+  // `last_tokens` tokens' KV, what came before it already written.
+  std::function<void(std::uint32_t, sim::Tick arrival, sim::Tick first_token,
+                     std::uint64_t last_tokens)>
+      prefill_ending;
   // A decode engine admitted a request submitted prefilled: its KV is wanted (kv_received()).
   std::function<void(std::uint32_t)> kv_wanted;
 };

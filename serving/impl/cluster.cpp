@@ -88,6 +88,7 @@ Cluster::Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload
   if (cluster.has_disaggregation()) {
     check_disaggregation(cluster);
     prefill_engines_ = cluster.disaggregation().prefill_engines();
+    layer_wise_ = cluster.disaggregation().layer_wise_transfer();
   }
   // The prefill engines are split as prefill_parallelism says (config/pools.hpp).
   const config::RunSpec prefill_run = config::prefill_pool_run(run);
@@ -126,9 +127,23 @@ void Cluster::start() {
   for (std::size_t e = 0; e < engines_.size(); ++e) {
     EngineHooks hooks;
     hooks.completed = [this](std::uint32_t) { arrivals_.completed(); };
-    if (engines_[e]->role() == EngineRole::kPrefill) {
+    if (engines_[e]->role() == EngineRole::kPrefill && layer_wise_) {
+      hooks.prefilled = [](std::uint32_t, sim::Tick) {};  // routed when its last chunk began
+      hooks.prefill_ending = [this, e](std::uint32_t request, sim::Tick arrival,
+                                       sim::Tick first_token, std::uint64_t last_tokens) {
+        Handoff handoff;
+        handoff.prefill_engine = e;
+        handoff.computing = simulator_.now();
+        handoff.prefilled = first_token;
+        handoff.last_tokens = last_tokens;
+        route_decode(request, arrival, handoff);
+      };
+    } else if (engines_[e]->role() == EngineRole::kPrefill) {
       hooks.prefilled = [this, e](std::uint32_t request, sim::Tick arrival) {
-        route_decode(e, request, arrival);
+        Handoff handoff;
+        handoff.prefill_engine = e;
+        handoff.computing = handoff.prefilled = simulator_.now();
+        route_decode(request, arrival, handoff);
       };
     } else if (engines_[e]->role() == EngineRole::kDecode) {
       hooks.kv_wanted = [this](std::uint32_t request) { transfer(request); };
@@ -145,17 +160,18 @@ void Cluster::route(std::uint32_t request) {
   engines_[chosen]->submit(request);
 }
 
-void Cluster::route_decode(std::size_t prefill_engine, std::uint32_t request, sim::Tick arrival) {
+void Cluster::route_decode(std::uint32_t request, sim::Tick arrival, const Handoff& handoff) {
   const std::size_t chosen =
       prefill_engines_ +
       decode_router_->route(request, std::span(views_).subspan(prefill_engines_));
   ++routed_[chosen];
-  handoffs_[request] = Handoff{prefill_engine, chosen, simulator_.now()};
-  engines_[chosen]->submit_prefilled(request, arrival, simulator_.now());
+  handoffs_[request] = handoff;
+  handoffs_[request].decode_engine = chosen;
+  engines_[chosen]->submit_prefilled(request, arrival, handoff.prefilled);
 }
 
 void Cluster::transfer(std::uint32_t request) {
-  const Handoff& handoff = handoffs_[request];
+  Handoff& handoff = handoffs_[request];
   // Each decode GPU's share of the prompt's KV (or of what its policy keeps, send_kept_only), in
   // whole blocks, less the blocks the decode engine found in its own prefix cache (prefix
   // caching takes no tier policy, so never with send_kept_only); KvHandoff times the copies
@@ -170,8 +186,10 @@ void Cluster::transfer(std::uint32_t request) {
   transfers_.cached_bytes += cached;
   const sim::Tick now = simulator_.now();
   if (bytes <= 0.0) {
-    // Every block was cached there: nothing crosses the link.
-    simulator_.schedule_at(now, [this, request] { hand_over(request); });
+    // Every block was cached there: nothing crosses the link (layer by layer, once the prefill
+    // has ended: its end was scheduled first).
+    simulator_.schedule_at(std::max(now, handoff.prefilled),
+                           [this, request] { hand_over(request); });
     return;
   }
   std::vector<sim::Tick>& senders = sending_free_[handoff.prefill_engine];
@@ -180,14 +198,60 @@ void Cluster::transfer(std::uint32_t request) {
                                     *std::min_element(receivers.begin(), receivers.end())});
   const auto sender = lane_for(senders, start);
   const auto receiver = lane_for(receivers, start);
-  const sim::Tick copy = handoff_->time(bytes * memory.requests_spread);
-  const sim::Tick end = start + copy;
-  *sender = end;
-  *receiver = end;
+  // Layer by layer, the last chunk's tokens are taken as all sent at full precision: with
+  // send_kept_only the most of what is kept that can wait for that iteration.
+  const double last =
+      std::min(bytes, static_cast<double>(handoff.last_tokens) * memory.kv_bytes_per_token);
+  const double spread = memory.requests_spread;
+  const KvHandoff::Timing timing = handoff_->layer_wise(
+      (bytes - last) * spread, last * spread, start, handoff.computing, handoff.prefilled);
   ++transfers_.count;
   transfers_.bytes += bytes;
+  transfers_.busy += timing.earlier;
+  handoff.wanted = now;
+  if (!timing.layer_wise) {
+    *sender = timing.end;
+    *receiver = timing.end;
+    transferred(request, timing.end);
+    return;
+  }
+  // The earlier bytes go at once; each layer then takes its turn on the lanes as it comes, so
+  // that other transfers use them between its layers.
+  ++transfers_.layer_wise;
+  *sender = start + timing.earlier;
+  *receiver = start + timing.earlier;
+  handoff.sending_lane = static_cast<std::size_t>(sender - senders.begin());
+  handoff.receiving_lane = static_cast<std::size_t>(receiver - receivers.begin());
+  handoff.next_layer = 0;
+  handoff.last_bytes = last * spread;
+  simulator_.schedule_at(
+      std::max(now, handoff_->layer_computed(0, handoff.computing, handoff.prefilled)),
+      [this, request] { send_layer(request); });
+}
+
+void Cluster::send_layer(std::uint32_t request) {
+  Handoff& handoff = handoffs_[request];
+  sim::Tick& sender = sending_free_[handoff.prefill_engine][handoff.sending_lane];
+  sim::Tick& receiver =
+      receiving_free_[handoff.decode_engine - prefill_engines_][handoff.receiving_lane];
+  const sim::Tick now = simulator_.now();
+  const sim::Tick copy = handoff_->layer_copy(handoff.last_bytes, handoff.next_layer);
+  const sim::Tick end = std::max({now, sender, receiver}) + copy;
+  sender = end;
+  receiver = end;
   transfers_.busy += copy;
-  transfers_.transfer.record(end - now);
+  if (++handoff.next_layer < handoff_->model_layers()) {
+    simulator_.schedule_at(
+        std::max(now, handoff_->layer_computed(handoff.next_layer, handoff.computing,
+                                               handoff.prefilled)),
+        [this, request] { send_layer(request); });
+  } else {
+    transferred(request, end);
+  }
+}
+
+void Cluster::transferred(std::uint32_t request, sim::Tick end) {
+  transfers_.transfer.record(end - handoffs_[request].wanted);
   simulator_.schedule_at(end, [this, request] { hand_over(request); });
 }
 

@@ -838,7 +838,18 @@ void ServingEngine::try_start_iteration() {
   totals_.interconnect_bytes += cost.interconnect_bytes;
   totals_.network_bytes += cost.network_bytes;
   totals_.busy += duration;
-  simulator_.schedule_after(duration + overhead + host_wait, [this] { finish_iteration(); });
+  const sim::Tick end = simulator_.now() + duration + overhead + host_wait;
+  simulator_.schedule_at(end, [this] { finish_iteration(); });
+  if (hooks_.prefill_ending) {
+    // After its end is scheduled, so that what the hook schedules for that time runs after it.
+    for (const PlannedChunk& chunk : prefilling_now_) {
+      const Request& request = requests_[chunk.request];
+      if (request.prefilled + chunk.tokens == request.prefill_target &&
+          request.generated + 1 < request.spec.output_tokens) {
+        hooks_.prefill_ending(chunk.request, request.arrival, end, chunk.tokens);
+      }
+    }
+  }
 }
 
 sim::Tick ServingEngine::time_swaps() {

@@ -77,6 +77,7 @@ KvHandoff::KvHandoff(const config::RunSpec& prefill, const config::RunSpec& deco
                      const config::LinkSpec& link)
     : sending_lanes_(requests_spread(prefill)),
       receiving_lanes_(requests_spread(decode)),
+      model_layers_(prefill.model().num_hidden_layers()),
       link_bytes_per_s_(hw::asymptotic_gb_per_s(link, config::PEER) * 1e9),
       per_copy_(sim::from_microseconds(link.per_copy_overhead_us(), sim::Rounding::kUp)) {
   const Holding from = holding_of(prefill);
@@ -89,16 +90,18 @@ KvHandoff::KvHandoff(const config::RunSpec& prefill, const config::RunSpec& deco
   // head for every copy the prefill side keeps (at least once).
   const std::uint32_t sends_per_head = std::max(1U, ceil_div(to.replicas(), from.replicas()));
   const std::uint32_t receivers_per_group = most_groups_met(from.groups, to.groups);
+  // Layer by layer, each of a GPU's layers meets one stage of the other side.
+  const std::uint64_t sends_per_layer = std::uint64_t{receivers_per_group} * sends_per_head;
   for (std::size_t s = 0; s < from.stage_layers.size(); ++s) {
     const double sent = static_cast<double>(to.groups) * sends_per_head * from.stage_layers[s];
-    parts_.push_back({sent / received, std::uint64_t{receivers_per_group} * sends_per_head *
-                                           from.overlapping(s, to)});
+    parts_.push_back({sent / received, sends_per_layer * from.overlapping(s, to),
+                      from.stage_first[s], from.stage_layers[s], sends_per_layer});
   }
   const std::uint32_t senders_per_group = most_groups_met(to.groups, from.groups);
   for (std::size_t s = 0; s < to.stage_layers.size(); ++s) {
     const double taken = static_cast<double>(from.groups) * to.stage_layers[s];
-    parts_.push_back(
-        {taken / received, std::uint64_t{senders_per_group} * to.overlapping(s, from)});
+    parts_.push_back({taken / received, std::uint64_t{senders_per_group} * to.overlapping(s, from),
+                      to.stage_first[s], to.stage_layers[s], senders_per_group});
   }
 }
 
@@ -109,6 +112,39 @@ sim::Tick KvHandoff::time(double received_bytes) const {
         longest, swap_time(received_bytes * part.share, part.copies, link_bytes_per_s_, per_copy_));
   }
   return longest;
+}
+
+sim::Tick KvHandoff::layer_computed(std::uint32_t layer, sim::Tick computing,
+                                    sim::Tick computed) const {
+  const auto layers = static_cast<std::int64_t>(model_layers_);
+  return computing + ((computed - computing) * (layer + 1) + sim::Tick::ps(layers - 1)) / layers;
+}
+
+sim::Tick KvHandoff::layer_copy(double last_bytes, std::uint32_t layer) const {
+  sim::Tick longest = sim::Tick::zero();
+  for (const GpuPart& part : parts_) {
+    if (layer >= part.first_layer && layer < part.first_layer + part.layers) {
+      longest = std::max(longest, swap_time(last_bytes * part.share / part.layers,
+                                            part.copies_per_layer, link_bytes_per_s_, per_copy_));
+    }
+  }
+  return longest;
+}
+
+KvHandoff::Timing KvHandoff::layer_wise(double earlier_bytes, double last_bytes, sim::Tick start,
+                                        sim::Tick computing, sim::Tick computed) const {
+  const sim::Tick whole = time(earlier_bytes + last_bytes);
+  const Timing after{std::max(start, computed) + whole, whole, false};
+  if (start >= computed) {
+    return after;
+  }
+  const sim::Tick earlier = earlier_bytes > 0.0 ? time(earlier_bytes) : sim::Tick::zero();
+  sim::Tick sent = start + earlier;
+  for (std::uint32_t layer = 0; layer < model_layers_; ++layer) {
+    sent =
+        std::max(sent, layer_computed(layer, computing, computed)) + layer_copy(last_bytes, layer);
+  }
+  return sent < after.end ? Timing{sent, earlier, true} : after;
 }
 
 }  // namespace kvtier::serving

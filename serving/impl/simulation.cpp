@@ -88,6 +88,7 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
   m.push_back({"prefill_gpu_busy_fraction", busy.prefill_fraction, 4});
   m.push_back({"decode_gpu_busy_fraction", busy.decode_fraction, 4});
   m.push_back({"kv_transfers", static_cast<double>(transfers.count), 0});
+  m.push_back({"kv_transfers_layer_wise", static_cast<double>(transfers.layer_wise), 0});
   m.push_back({"kv_transfer_gb", transfers.bytes / 1e9, 3});
   m.push_back({"kv_transfer_cached_gb", transfers.cached_bytes / 1e9, 3});
   // Each transfer holds one lane of a prefill engine's sending side and one of a decode
@@ -113,7 +114,11 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
       (config::pools_differ(run) ? std::string("each decode GPU's heads from the prefill GPUs "
                                                "holding them")
                                  : std::string("a copy each")) +
-      " after the prefill; TTFT is the prefill engine's, TPOT counts the hand-off");
+      (split.layer_wise_transfer()
+           ? " layer by layer while the prefill's last iteration computes it (" +
+                 std::to_string(transfers.layer_wise) + " of them; the others after it)"
+           : std::string(" after the prefill")) +
+      "; TTFT is the prefill engine's, TPOT counts the hand-off");
   if (split.receive_into_host_memory() || split.send_kept_only()) {
     const std::string what =
         std::string(split.send_kept_only()

@@ -1,0 +1,266 @@
+// Disaggregated clusters whose prompts' KV crosses layer by layer while the prefill's last
+// iteration computes it (cluster.disaggregation.layer_wise_transfer): KvHandoff's timing against
+// copies sent one by one, and what a cluster hands off with it.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "configs/pools.hpp"
+#include "configs/schema/run.pb.h"
+#include "hwmodels/link_math.hpp"
+#include "serving/cluster.hpp"
+#include "serving/kv_handoff.hpp"
+#include "serving/tier_timing.hpp"
+#include "serving/workload.hpp"
+#include "sim/tick.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/config_fixture.hpp"
+#include "tests/support/disaggregated_runs.hpp"
+#include "tests/support/serving_metrics.hpp"
+
+using kvtier::config::RunSpec;
+using kvtier::serving::Cluster;
+using kvtier::serving::KvHandoff;
+using kvtier::serving::RequestSpec;
+using kvtier::sim::Tick;
+using kvtier::test::open_loop;
+using kvtier::test::request_at;
+using kvtier::test::serve;
+using kvtier::test::split_run;
+
+namespace {
+
+const std::string kLayerWise = "cluster.disaggregation.layer_wise_transfer=true";
+
+// `copies` copies moving `bytes` over `run`'s kv_link, one after another.
+Tick copies_of(const RunSpec& run, double bytes, std::uint64_t copies = 1) {
+  const auto& link = run.cluster().disaggregation().kv_link();
+  return kvtier::serving::swap_time(
+      bytes, copies, kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::PEER) * 1e9,
+      kvtier::sim::from_microseconds(link.per_copy_overhead_us(), kvtier::sim::Rounding::kUp));
+}
+
+// A split_run cluster of Llama-3.1-8B whose prefill engines are split `prefill_tp` x
+// `prefill_stages` and decode engines `decode_tp` x `decode_stages`.
+RunSpec pools(std::uint32_t prefill_tp, std::uint32_t prefill_stages, std::uint32_t decode_tp,
+              std::uint32_t decode_stages) {
+  return split_run(2, 1,
+                   {"tensor_parallel_degree=" + std::to_string(decode_tp),
+                    "pipeline_parallel_degree=" + std::to_string(decode_stages),
+                    "cluster.disaggregation.prefill_parallelism.tensor_parallel_degree=" +
+                        std::to_string(prefill_tp),
+                    "cluster.disaggregation.prefill_parallelism.pipeline_parallel_degree=" +
+                        std::to_string(prefill_stages)});
+}
+
+// What KvHandoff::layer_wise says, worked out copy by copy: the earlier bytes at once, then each
+// layer once the iteration has computed it (layer l by computing + window · (l + 1) / layers,
+// rounded up) and the copies before it are done, a layer's copies those of the busiest GPU
+// holding it.
+Tick sent_one_by_one(const RunSpec& run, const KvHandoff& handoff, double earlier, double last,
+                     Tick start, Tick computing, Tick computed) {
+  const auto layers = static_cast<std::int64_t>(run.model().num_hidden_layers());
+  Tick sent = start + (earlier > 0.0 ? handoff.time(earlier) : Tick::zero());
+  for (std::uint32_t l = 0; l < layers; ++l) {
+    const Tick ready =
+        computing + ((computed - computing) * (l + 1) + Tick::ps(layers - 1)) / layers;
+    Tick copy = Tick::zero();
+    for (const KvHandoff::GpuPart& part : handoff.parts()) {
+      if (l >= part.first_layer && l < part.first_layer + part.layers) {
+        copy =
+            std::max(copy, copies_of(run, last * part.share / part.layers, part.copies_per_layer));
+      }
+    }
+    sent = std::max(sent, ready) + copy;
+  }
+  return sent;
+}
+
+}  // namespace
+
+TEST_CASE("a transfer sent layer by layer ends as its copies sent one by one would",
+          "[disaggregation][layer-wise]") {
+  // Pools alike, and split otherwise in heads and stages: each GPU's copies meet the layers it
+  // holds as the iteration computes them.
+  const RunSpec run = GENERATE(pools(1, 1, 1, 1), pools(2, 2, 4, 1), pools(1, 3, 2, 2));
+  const KvHandoff handoff(kvtier::config::prefill_pool_run(run), run,
+                          run.cluster().disaggregation().kv_link());
+  const double gb = 1e9;
+  // Layers computed faster than the link sends them and slower; earlier bytes or none; a
+  // transfer starting as the iteration does or partway through it.
+  const Tick window = GENERATE(Tick::ms(1), Tick::ms(40), Tick::ms(400));
+  const double earlier = GENERATE(0.0, 0.5);
+  const Tick start = GENERATE(Tick::ms(100), Tick::ms(110));
+  const Tick computing = Tick::ms(100);
+  const Tick computed = computing + window;
+  CAPTURE(window.picoseconds(), earlier, start.picoseconds(), handoff.parts().size());
+  const KvHandoff::Timing timing =
+      handoff.layer_wise(earlier * gb, 0.25 * gb, start, computing, computed);
+  const Tick by_layer =
+      sent_one_by_one(run, handoff, earlier * gb, 0.25 * gb, start, computing, computed);
+  const Tick whole = std::max(start, computed) + handoff.time((earlier + 0.25) * gb);
+  // Whichever ends first: layer by layer, or whole once the prefill has ended.
+  CHECK(timing.end == std::min(by_layer, whole));
+  CHECK(timing.layer_wise == (by_layer < whole));
+  CHECK(timing.earlier == (!timing.layer_wise ? handoff.time((earlier + 0.25) * gb)
+                           : earlier > 0.0    ? handoff.time(earlier * gb)
+                                              : Tick::zero()));
+}
+
+TEST_CASE("a transfer that cannot overlap the prefill goes whole after it",
+          "[disaggregation][layer-wise]") {
+  const RunSpec run = split_run(2, 1, {kLayerWise});
+  const KvHandoff handoff(run, run, run.cluster().disaggregation().kv_link());
+  const double bytes = 1e8;
+  // Started once the prefill has ended.
+  const auto after =
+      handoff.layer_wise(bytes / 2, bytes / 2, Tick::ms(50), Tick::ms(10), Tick::ms(40));
+  CHECK_FALSE(after.layer_wise);
+  CHECK(after.end == Tick::ms(50) + copies_of(run, bytes));
+  // An iteration of a microsecond: 32 layers' copies each paying the overhead take longer than
+  // one copy after it.
+  const auto short_one =
+      handoff.layer_wise(0.0, bytes, Tick::ms(10), Tick::ms(10), Tick::ms(10) + Tick::us(1));
+  CHECK_FALSE(short_one.layer_wise);
+  CHECK(short_one.end == Tick::ms(10) + Tick::us(1) + copies_of(run, bytes));
+  // A long one: only the last layer's copy is left once it ends.
+  const auto long_one = handoff.layer_wise(0.0, bytes, Tick::ms(10), Tick::ms(10), Tick::s(1));
+  CHECK(long_one.layer_wise);
+  CHECK(long_one.end == Tick::s(1) + copies_of(run, bytes / 32));
+  CHECK(long_one.earlier == Tick::zero());
+}
+
+TEST_CASE("a prompt prefilled in one iteration crosses as its layers are computed",
+          "[disaggregation][layer-wise]") {
+  const RunSpec whole = split_run(2, 1);
+  const RunSpec layered = split_run(2, 1, {kLayerWise});
+  const auto before = serve(whole, open_loop({request_at(0, 512, 32)}));
+  const auto served = serve(layered, open_loop({request_at(0, 512, 32)}));
+  const Cluster& cluster = *served->cluster;
+  const auto& prefill = cluster.engine(0);
+  const auto& decode = cluster.engine(1);
+  const double bytes = prefill.memory().kv_bytes_for(512);
+  const Tick layer = copies_of(layered, bytes / 32);
+  REQUIRE(prefill.iteration_time().count() == 1);
+  const Tick first_token = prefill.ttft().max();
+  // The prefill (one iteration, from the arrival at 0) computes a layer every 1/32 of it, far
+  // slower than the link sends one: only the last layer's copy is left when it ends.
+  REQUIRE(first_token / 32 > layer);
+  CHECK(first_token == before->cluster->engine(0).ttft().max());
+  CHECK(cluster.kv_transfers().count == 1);
+  CHECK(cluster.kv_transfers().layer_wise == 1);
+  CHECK(cluster.kv_transfers().bytes == bytes);
+  CHECK(cluster.kv_transfers().handoff.max() == layer);
+  CHECK(cluster.kv_transfers().busy == layer * 32);
+  // From the decode engine's admission, when the prefill began.
+  CHECK(cluster.kv_transfers().transfer.max() == first_token + layer);
+  // Decoding starts that much sooner than after a whole copy.
+  const Tick copy = copies_of(layered, bytes);
+  CHECK(before->cluster->kv_transfers().handoff.max() == copy);
+  CHECK(decode.e2e().max() == before->cluster->engine(1).e2e().max() - copy + layer);
+  CHECK(decode.totals().requests_completed == 1);
+  CHECK(prefill.kv_used().value() == 0.0);
+}
+
+TEST_CASE("a prompt of two chunks sends the first chunk's KV at once, the second's by layer",
+          "[disaggregation][layer-wise]") {
+  // 1,024 tokens in two chunks of 512 (the test run's chunk) over a link of 1 GB/s: the first
+  // chunk's KV takes longer to cross than the second chunk's iteration, so the layers wait for it.
+  const RunSpec run =
+      split_run(2, 1,
+                {kLayerWise, "cluster.disaggregation.kv_link.measured[0].effective_gb_per_s=1",
+                 "cluster.disaggregation.kv_link.peak_gb_per_s_per_direction=1"});
+  const auto served = serve(run, open_loop({request_at(0, 1024, 8)}));
+  const Cluster& cluster = *served->cluster;
+  const auto& prefill = cluster.engine(0);
+  REQUIRE(prefill.iteration_time().count() == 2);
+  const Tick first_token = prefill.ttft().max();
+  REQUIRE(first_token == prefill.iteration_time().min() + prefill.iteration_time().max());
+  const Tick last_started = first_token - prefill.iteration_time().max();
+  const double chunk = prefill.memory().kv_bytes_for(512);
+  const Tick earlier = copies_of(run, chunk);
+  const Tick layer = copies_of(run, chunk / 32);
+  REQUIRE(earlier > first_token - last_started);
+  CHECK(cluster.kv_transfers().layer_wise == 1);
+  CHECK(cluster.kv_transfers().handoff.max() == last_started + earlier + layer * 32 - first_token);
+  CHECK(cluster.kv_transfers().busy == earlier + layer * 32);
+}
+
+TEST_CASE("two prompts prefilled together take turns a layer at a time",
+          "[disaggregation][layer-wise]") {
+  // One iteration prefills both; the decode engine's GPUs receive one copy at a time, each
+  // layer of the first prompt then of the second as the layer is computed.
+  const RunSpec run = split_run(2, 1, {kLayerWise});
+  const auto served = serve(run, open_loop({request_at(0, 256, 8), request_at(0, 256, 8)}));
+  const Cluster& cluster = *served->cluster;
+  REQUIRE(cluster.engine(0).iteration_time().count() == 1);
+  const double bytes = cluster.engine(0).memory().kv_bytes_for(256);
+  const Tick layer = copies_of(run, bytes / 32);
+  CHECK(cluster.kv_transfers().count == 2);
+  CHECK(cluster.kv_transfers().layer_wise == 2);
+  CHECK(cluster.kv_transfers().handoff.min() == layer);
+  CHECK(cluster.kv_transfers().handoff.max() == layer + layer);
+  CHECK(cluster.kv_transfers().busy == layer * 64);
+  CHECK(cluster.engine(1).totals().requests_completed == 2);
+}
+
+TEST_CASE("a transfer sent layer by layer leaves its lanes to others between its layers",
+          "[disaggregation][layer-wise]") {
+  // Two prefill engines, one decode engine. The first prompt (two chunks) starts crossing when
+  // its second chunk does, at about 13.5 ms; the second (one chunk, on the other prefill engine)
+  // arrives then and ends its prefill first. It waits for one of the first's layer copies at
+  // most, not for the first's prefill to end.
+  const RunSpec run = split_run(3, 2, {kLayerWise});
+  const auto served = serve(run, open_loop({request_at(0, 1024, 8), request_at(0.014, 256, 8)}));
+  const Cluster& cluster = *served->cluster;
+  const auto& first = cluster.engine(0);
+  const auto& second = cluster.engine(1);
+  const Tick long_layer = copies_of(run, first.memory().kv_bytes_for(512) / 32);
+  const Tick short_layer = copies_of(run, first.memory().kv_bytes_for(256) / 32);
+  REQUIRE(first.iteration_time().count() == 2);
+  const Tick first_token = first.ttft().max();
+  const Tick second_token = second.ttft().max() + Tick::ms(14);
+  REQUIRE(first_token - first.iteration_time().max() < Tick::ms(14));
+  REQUIRE(second_token < first_token - long_layer);
+  CHECK(cluster.kv_transfers().layer_wise == 2);
+  CHECK(cluster.kv_transfers().handoff.max() <= short_layer + long_layer);
+  CHECK(cluster.engine(2).totals().requests_completed == 2);
+}
+
+TEST_CASE("a prompt the decode engine holds cached is let go once its prefill has ended",
+          "[disaggregation][layer-wise]") {
+  // The second prompt (one 1,024-token prefix alone) is all in the decode engine's prefix
+  // cache: nothing crosses, and the prefill engine frees it at its first token, not before.
+  const RunSpec run =
+      split_run(2, 1, {kLayerWise, "memory.kv_block_tokens=16", "memory.prefix_caching=true"});
+  RequestSpec first = request_at(0, 1024, 32);
+  RequestSpec second = request_at(10, 1024, 32);
+  for (RequestSpec* spec : {&first, &second}) {
+    spec->shared_tokens = spec->segment_tokens = 1024;
+    spec->segments = {1};
+  }
+  const auto served = serve(run, open_loop({first, second}));
+  const Cluster& cluster = *served->cluster;
+  CHECK(cluster.kv_transfers().count == 1);
+  CHECK(cluster.kv_transfers().handoff.count() == 2);
+  CHECK(cluster.kv_transfers().handoff.min() == Tick::zero());
+  CHECK(cluster.engine(0).totals().requests_handed_off == 2);
+  CHECK(cluster.engine(0).kv_used().value() == 0.0);
+  CHECK(cluster.engine(1).totals().requests_completed == 2);
+}
+
+TEST_CASE("a run sent layer by layer reports how many transfers overlapped their prefill",
+          "[disaggregation][layer-wise]") {
+  const auto whole = kvtier::test::serving_metrics(split_run(3, 1));
+  const auto layered = kvtier::test::serving_metrics(split_run(3, 1, {kLayerWise}));
+  CHECK(whole.at("kv_transfers_layer_wise") == 0);
+  CHECK(layered.at("kv_transfers_layer_wise") > 0);
+  CHECK(layered.at("kv_transfers_layer_wise") <= layered.at("kv_transfers"));
+  CHECK(layered.at("kv_handoff_p50_ms") < whole.at("kv_handoff_p50_ms"));
+  // Tokens count where they were computed, as sent whole.
+  CHECK(layered.at("output_tokens") == whole.at("output_tokens"));
+}
