@@ -90,14 +90,16 @@ class Cluster {
  private:
   // A request handed off: its prefill engine's iteration that completes its prefill runs from
   // `computing` to `prefilled` (its first token), its last chunk writing `last_tokens` tokens'
-  // KV (0: sent after the prefill, whole). Its transfer, from when its decode engine wanted it:
-  // layer by layer, the lanes it holds, the next layer to send and a layer's bytes.
+  // KV (0: sent after the prefill, whole). Its transfer: its bytes for a decode GPU, when its
+  // decode engine wanted them, and layer by layer the lanes it takes turns on, the next layer to
+  // send and a layer's bytes.
   struct Handoff {
     std::size_t prefill_engine = 0;
     std::size_t decode_engine = 0;
     sim::Tick computing;
     sim::Tick prefilled;
     std::uint64_t last_tokens = 0;
+    double bytes = 0.0;
     sim::Tick wanted;
     std::size_t sending_lane = 0;
     std::size_t receiving_lane = 0;
@@ -110,6 +112,8 @@ class Cluster {
   // by layer) when the iteration ending it starts.
   void route_decode(std::uint32_t request, sim::Tick arrival, const Handoff& handoff);
   void transfer(std::uint32_t request);
+  // Times the copies of what transfer() found to send, on the lanes free first.
+  void send(std::uint32_t request);
   // Layer by layer: the next layer's copies, once its prefill has computed it, after what its
   // lanes carry by then.
   void send_layer(std::uint32_t request);
@@ -134,6 +138,9 @@ class Cluster {
   std::unique_ptr<KvHandoff> handoff_;
   std::vector<std::vector<sim::Tick>> sending_free_;
   std::vector<std::vector<sim::Tick>> receiving_free_;
+  // Per lane, the transfers still sending their layers over it (layer_wise_transfer).
+  std::vector<std::vector<std::uint32_t>> sending_layered_;
+  std::vector<std::vector<std::uint32_t>> receiving_layered_;
   std::vector<Handoff> handoffs_;
   KvTransfers transfers_;
 };

@@ -40,12 +40,24 @@ void check_disaggregation(const config::ClusterSpec& cluster) {
   }
 }
 
-// Of an engine's lanes, the one a transfer starting at `start` takes: of those free by then, the
-// one free latest (the first on a tie), so that lanes free sooner stay free for others.
-std::vector<sim::Tick>::iterator lane_for(std::vector<sim::Tick>& lanes, sim::Tick start) {
-  auto chosen = lanes.end();
-  for (auto lane = lanes.begin(); lane != lanes.end(); ++lane) {
-    if (*lane <= start && (chosen == lanes.end() || *lane > *chosen)) {
+// Of an engine's lanes, the index of the one a transfer starting at `start` takes: of those free
+// by then, the one free latest (the first on a tie), so that lanes free sooner stay free for
+// others; a lane still carrying a transfer's layers (layered, with layer_wise_transfer) only
+// when no other is free.
+std::size_t lane_for(const std::vector<sim::Tick>& lanes, const std::vector<std::uint32_t>& layered,
+                     sim::Tick start) {
+  std::size_t chosen = lanes.size();
+  const auto better = [&](std::size_t lane) {
+    if (chosen == lanes.size()) {
+      return true;
+    }
+    if ((layered[lane] == 0) != (layered[chosen] == 0)) {
+      return layered[lane] == 0;
+    }
+    return lanes[lane] > lanes[chosen];
+  };
+  for (std::size_t lane = 0; lane < lanes.size(); ++lane) {
+    if (lanes[lane] <= start && better(lane)) {
       chosen = lane;
     }
   }
@@ -119,6 +131,10 @@ Cluster::Cluster(sim::Simulator& simulator, const config::RunSpec& run, Workload
                          std::vector<sim::Tick>(transfers_.sending_lanes, sim::Tick::zero()));
     receiving_free_.assign(engines_.size() - prefill_engines_,
                            std::vector<sim::Tick>(transfers_.receiving_lanes, sim::Tick::zero()));
+    sending_layered_.assign(prefill_engines_,
+                            std::vector<std::uint32_t>(transfers_.sending_lanes, 0));
+    receiving_layered_.assign(engines_.size() - prefill_engines_,
+                              std::vector<std::uint32_t>(transfers_.receiving_lanes, 0));
     handoffs_.resize(workload_.requests.size());
   }
 }
@@ -175,53 +191,68 @@ void Cluster::transfer(std::uint32_t request) {
   // Each decode GPU's share of the prompt's KV (or of what its policy keeps, send_kept_only), in
   // whole blocks, less the blocks the decode engine found in its own prefix cache (prefix
   // caching takes no tier policy, so never with send_kept_only); KvHandoff times the copies
-  // that bring it. With data-parallel attention the prompt's KV is whole on one GPU of a side,
-  // which sends or receives it over its own link: the transfer starts when a sending and a
-  // receiving lane are both free (lane_for).
+  // that bring it.
   const ServingEngine& decode = *engines_[handoff.decode_engine];
   const MemoryPlan& memory = decode.memory();
   const double cached =
       static_cast<double>(decode.held_cached_blocks(request)) * memory.block_bytes();
-  const double bytes = decode.received_kv_bytes(request) - cached;
+  handoff.bytes = decode.received_kv_bytes(request) - cached;
+  handoff.wanted = simulator_.now();
   transfers_.cached_bytes += cached;
-  const sim::Tick now = simulator_.now();
-  if (bytes <= 0.0) {
+  if (handoff.bytes <= 0.0) {
     // Every block was cached there: nothing crosses the link (layer by layer, once the prefill
     // has ended: its end was scheduled first).
-    simulator_.schedule_at(std::max(now, handoff.prefilled),
+    simulator_.schedule_at(std::max(handoff.wanted, handoff.prefilled),
                            [this, request] { hand_over(request); });
     return;
   }
+  send(request);
+}
+
+void Cluster::send(std::uint32_t request) {
+  Handoff& handoff = handoffs_[request];
+  const MemoryPlan& memory = engines_[handoff.decode_engine]->memory();
+  // With data-parallel attention the prompt's KV is whole on one GPU of a side, which sends or
+  // receives it over its own link: the transfer starts when a sending and a receiving lane are
+  // both free (lane_for).
+  const std::size_t decode = handoff.decode_engine - prefill_engines_;
   std::vector<sim::Tick>& senders = sending_free_[handoff.prefill_engine];
-  std::vector<sim::Tick>& receivers = receiving_free_[handoff.decode_engine - prefill_engines_];
+  std::vector<sim::Tick>& receivers = receiving_free_[decode];
+  const sim::Tick now = simulator_.now();
   const sim::Tick start = std::max({now, *std::min_element(senders.begin(), senders.end()),
                                     *std::min_element(receivers.begin(), receivers.end())});
-  const auto sender = lane_for(senders, start);
-  const auto receiver = lane_for(receivers, start);
   // Layer by layer, the last chunk's tokens are taken as all sent at full precision: with
   // send_kept_only the most of what is kept that can wait for that iteration.
   const double last =
-      std::min(bytes, static_cast<double>(handoff.last_tokens) * memory.kv_bytes_per_token);
+      std::min(handoff.bytes, static_cast<double>(handoff.last_tokens) * memory.kv_bytes_per_token);
   const double spread = memory.requests_spread;
   const KvHandoff::Timing timing = handoff_->layer_wise(
-      (bytes - last) * spread, last * spread, start, handoff.computing, handoff.prefilled);
+      (handoff.bytes - last) * spread, last * spread, start, handoff.computing, handoff.prefilled);
+  if (!timing.layer_wise && start < handoff.prefilled) {
+    // Whole after the prefill: its lanes are taken then, free for others until then.
+    simulator_.schedule_at(handoff.prefilled, [this, request] { send(request); });
+    return;
+  }
+  const std::size_t sender = lane_for(senders, sending_layered_[handoff.prefill_engine], start);
+  const std::size_t receiver = lane_for(receivers, receiving_layered_[decode], start);
   ++transfers_.count;
-  transfers_.bytes += bytes;
+  transfers_.bytes += handoff.bytes;
   transfers_.busy += timing.earlier;
-  handoff.wanted = now;
   if (!timing.layer_wise) {
-    *sender = timing.end;
-    *receiver = timing.end;
+    senders[sender] = timing.end;
+    receivers[receiver] = timing.end;
     transferred(request, timing.end);
     return;
   }
   // The earlier bytes go at once; each layer then takes its turn on the lanes as it comes, so
   // that other transfers use them between its layers.
   ++transfers_.layer_wise;
-  *sender = start + timing.earlier;
-  *receiver = start + timing.earlier;
-  handoff.sending_lane = static_cast<std::size_t>(sender - senders.begin());
-  handoff.receiving_lane = static_cast<std::size_t>(receiver - receivers.begin());
+  senders[sender] = start + timing.earlier;
+  receivers[receiver] = start + timing.earlier;
+  ++sending_layered_[handoff.prefill_engine][sender];
+  ++receiving_layered_[decode][receiver];
+  handoff.sending_lane = sender;
+  handoff.receiving_lane = receiver;
   handoff.next_layer = 0;
   handoff.last_bytes = last * spread;
   simulator_.schedule_at(
@@ -246,6 +277,8 @@ void Cluster::send_layer(std::uint32_t request) {
                                                handoff.prefilled)),
         [this, request] { send_layer(request); });
   } else {
+    --sending_layered_[handoff.prefill_engine][handoff.sending_lane];
+    --receiving_layered_[handoff.decode_engine - prefill_engines_][handoff.receiving_lane];
     transferred(request, end);
   }
 }

@@ -54,11 +54,8 @@ RequestSpec after_prefix(double seconds, std::uint64_t prefix, std::uint64_t pro
 
 // One copy of `prompt` tokens' KV per GPU over the run's kv_link.
 Tick copy_time(const Cluster& cluster, const RunSpec& run, std::uint64_t prompt) {
-  const auto& link = run.cluster().disaggregation().kv_link();
-  return kvtier::serving::swap_time(
-      cluster.engine(0).memory().kv_bytes_for(prompt), 1,
-      kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::PEER) * 1e9,
-      kvtier::sim::from_microseconds(link.per_copy_overhead_us(), kvtier::sim::Rounding::kUp));
+  return kvtier::test::kv_link_copies(run.cluster().disaggregation().kv_link(),
+                                      cluster.engine(0).memory().kv_bytes_for(prompt));
 }
 
 }  // namespace
@@ -124,10 +121,8 @@ TEST_CASE("a decode engine pulls only the prompt blocks its prefix cache lacks",
   CHECK(cluster.kv_transfers().count == 2);
   CHECK(cluster.kv_transfers().bytes == Approx((72 + 8) * block));
   CHECK(cluster.kv_transfers().cached_bytes == Approx(64 * block));
-  const auto& link = run.cluster().disaggregation().kv_link();
-  const Tick eight_blocks = kvtier::serving::swap_time(
-      8 * block, 1, kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::PEER) * 1e9,
-      kvtier::sim::from_microseconds(link.per_copy_overhead_us(), kvtier::sim::Rounding::kUp));
+  const Tick eight_blocks =
+      kvtier::test::kv_link_copies(run.cluster().disaggregation().kv_link(), 8 * block);
   CHECK(cluster.kv_transfers().transfer.min() == eight_blocks);
   CHECK(cluster.kv_transfers().transfer.max() == copy_time(cluster, run, 1152));
   // The prefill engine found the prefix too; the decode engine's lookups are not prefills'.

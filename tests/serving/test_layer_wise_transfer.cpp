@@ -38,10 +38,7 @@ const std::string kLayerWise = "cluster.disaggregation.layer_wise_transfer=true"
 
 // `copies` copies moving `bytes` over `run`'s kv_link, one after another.
 Tick copies_of(const RunSpec& run, double bytes, std::uint64_t copies = 1) {
-  const auto& link = run.cluster().disaggregation().kv_link();
-  return kvtier::serving::swap_time(
-      bytes, copies, kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::PEER) * 1e9,
-      kvtier::sim::from_microseconds(link.per_copy_overhead_us(), kvtier::sim::Rounding::kUp));
+  return kvtier::test::kv_link_copies(run.cluster().disaggregation().kv_link(), bytes, copies);
 }
 
 // A split_run cluster of Llama-3.1-8B whose prefill engines are split `prefill_tp` x
@@ -263,4 +260,83 @@ TEST_CASE("a run sent layer by layer reports how many transfers overlapped their
   CHECK(layered.at("kv_handoff_p50_ms") < whole.at("kv_handoff_p50_ms"));
   // Tokens count where they were computed, as sent whole.
   CHECK(layered.at("output_tokens") == whole.at("output_tokens"));
+}
+
+TEST_CASE("a layer costs the copies of the busiest GPU holding it",
+          "[disaggregation][layer-wise]") {
+  // Llama-3.1-8B (8 KV heads, 32 layers). Prefill TP 4 to decode TP 8: each prefill GPU sends
+  // its two heads to two decode GPUs, two copies a layer of twice a decode GPU's bytes.
+  const RunSpec wider = pools(4, 1, 8, 1);
+  const auto& link = wider.cluster().disaggregation().kv_link();
+  const KvHandoff heads(kvtier::config::prefill_pool_run(wider), wider, link);
+  REQUIRE(heads.parts().size() == 2);
+  CHECK(heads.parts()[0].copies_per_layer == 2);
+  CHECK(heads.parts()[1].copies_per_layer == 1);
+  CHECK(heads.layer_copy(3.2e7, 5) == copies_of(wider, 2 * 3.2e7 / 32, 2));
+  // Three prefill stages (11, 11 and 10 layers) to two decode stages of 16: each GPU's layers
+  // from its stage's first, one copy a layer.
+  const RunSpec staged = pools(1, 3, 1, 2);
+  const KvHandoff stages(kvtier::config::prefill_pool_run(staged), staged, link);
+  std::vector<std::uint32_t> firsts;
+  std::vector<std::uint32_t> counts;
+  for (const KvHandoff::GpuPart& part : stages.parts()) {
+    firsts.push_back(part.first_layer);
+    counts.push_back(part.layers);
+    CHECK(part.copies_per_layer == 1);
+  }
+  CHECK(firsts == std::vector<std::uint32_t>{0, 11, 22, 0, 16});
+  CHECK(counts == std::vector<std::uint32_t>{11, 11, 10, 16, 16});
+  // A decode GPU takes a 16th of its bytes a layer, more than a prefill GPU of 11 layers sends.
+  CHECK(stages.layer_copy(3.2e7, 20) == copies_of(staged, 3.2e7 / 16));
+}
+
+TEST_CASE("a transfer whose layers would cost more than a copy after the prefill waits for it",
+          "[disaggregation][layer-wise]") {
+  // Each copy costing 5 ms: 32 layers' copies outlast a 64-token prefill and one copy after it.
+  const RunSpec run =
+      split_run(2, 1, {kLayerWise, "cluster.disaggregation.kv_link.per_copy_overhead_us=5000"});
+  const auto served = serve(run, open_loop({request_at(0, 64, 8)}));
+  const Cluster& cluster = *served->cluster;
+  const Tick copy = copies_of(run, cluster.engine(0).memory().kv_bytes_for(64));
+  const Tick first_token = cluster.engine(0).ttft().max();
+  CHECK(cluster.kv_transfers().layer_wise == 0);
+  CHECK(cluster.kv_transfers().handoff.max() == copy);
+  CHECK(cluster.kv_transfers().busy == copy);
+  // Wanted by its decode engine when its prefill began.
+  CHECK(cluster.kv_transfers().transfer.max() == first_token + copy);
+}
+
+TEST_CASE("with data-parallel attention a transfer's layers keep their lane to themselves",
+          "[disaggregation][layer-wise]") {
+  // DeepSeek-V2-Lite at TP 2, attention split by requests: each engine has two lanes, and two
+  // prompts prefilled together (one a GPU) cross on both at once, neither waiting for the
+  // other's layers.
+  const RunSpec run =
+      split_run(2, 1,
+                {kLayerWise, "model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2",
+                 "engine.data_parallel_attention=true"});
+  const auto served = serve(run, open_loop({request_at(0, 256, 8), request_at(0, 256, 8)}));
+  const Cluster& cluster = *served->cluster;
+  REQUIRE(cluster.kv_transfers().receiving_lanes == 2);
+  REQUIRE(cluster.engine(0).iteration_time().count() == 1);
+  CHECK(cluster.kv_transfers().layer_wise == 2);
+  CHECK(cluster.kv_transfers().handoff.min() == cluster.kv_transfers().handoff.max());
+  CHECK(cluster.engine(1).totals().requests_completed == 2);
+}
+
+TEST_CASE("a transfer waiting for its prefill to end leaves the lanes to others until then",
+          "[disaggregation][layer-wise]") {
+  // Each copy costing 5 ms, both prompts go whole after their prefills, on two prefill engines
+  // to one decode engine. The short one's prefill ends first and its copy ends before the long
+  // one's prefill does: neither waits for the other.
+  const RunSpec run =
+      split_run(3, 2, {kLayerWise, "cluster.disaggregation.kv_link.per_copy_overhead_us=5000"});
+  const auto served = serve(run, open_loop({request_at(0, 512, 8), request_at(0, 64, 8)}));
+  const Cluster& cluster = *served->cluster;
+  const Tick long_copy = copies_of(run, cluster.engine(0).memory().kv_bytes_for(512));
+  const Tick short_copy = copies_of(run, cluster.engine(0).memory().kv_bytes_for(64));
+  REQUIRE(cluster.engine(1).ttft().max() + short_copy < cluster.engine(0).ttft().max());
+  CHECK(cluster.kv_transfers().layer_wise == 0);
+  CHECK(cluster.kv_transfers().handoff.min() == short_copy);
+  CHECK(cluster.kv_transfers().handoff.max() == long_copy);
 }

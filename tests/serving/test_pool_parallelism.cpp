@@ -20,6 +20,7 @@
 #include "serving/tier_timing.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/disaggregated_runs.hpp"
 
 using kvtier::config::RunSpec;
 using kvtier::serving::KvHandoff;
@@ -55,10 +56,7 @@ kvtier::config::LinkSpec network() {
 
 // `copies` copies moving `bytes` over the network link, one after another.
 Tick copies_of(double bytes, std::uint64_t copies) {
-  const auto link = network();
-  return kvtier::serving::swap_time(
-      bytes, copies, kvtier::hw::asymptotic_gb_per_s(link, kvtier::config::PEER) * 1e9,
-      kvtier::sim::from_microseconds(link.per_copy_overhead_us(), kvtier::sim::Rounding::kUp));
+  return kvtier::test::kv_link_copies(network(), bytes, copies);
 }
 
 struct Part {

@@ -6,12 +6,15 @@
 #include <vector>
 
 #include "configs/schema/run.pb.h"
+#include "hwmodels/link_math.hpp"
 #include "hwmodels/model_shape.hpp"
 #include "replay/parameters.hpp"
 #include "serving/cluster.hpp"
 #include "serving/tier_demand.hpp"
+#include "serving/tier_timing.hpp"
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
+#include "sim/tick.hpp"
 #include "tests/support/config_fixture.hpp"
 #include "tests/support/tiered_runs.hpp"
 
@@ -28,6 +31,14 @@ inline config::RunSpec split_run(std::uint32_t engines, std::uint32_t prefill,
       "cluster.disaggregation.kv_link.preset=InfiniBand-NDR"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   return load_spec<config::RunSpec>(quickstart_run(), sets);
+}
+
+// `copies` copies moving `bytes` over `link` (a disaggregation's kv_link), one after another.
+inline sim::Tick kv_link_copies(const config::LinkSpec& link, double bytes,
+                                std::uint64_t copies = 1) {
+  return serving::swap_time(
+      bytes, copies, hw::asymptotic_gb_per_s(link, config::PEER) * 1e9,
+      sim::from_microseconds(link.per_copy_overhead_us(), sim::Rounding::kUp));
 }
 
 // split_run's cluster of one prefill and two decode engines with a tier block, serving `policy`
