@@ -30,13 +30,16 @@ struct BatchShape {
   std::uint64_t decode_tokens = 0;  // one per decoding request
   // Σ over decoding requests of the KV tokens their attention reads (window-capped).
   std::uint64_t decode_context_tokens = 0;
+  // Speculative decoding: draft tokens verified beside the decoding requests' newest tokens,
+  // each attending its request's KV (read once a request) as the newest does.
+  std::uint64_t decode_draft_tokens = 0;
   std::vector<PrefillChunk> prefill;
   // Tokens whose logits are computed: decode tokens plus prompts finishing this iteration.
   std::uint64_t logits_tokens = 0;
 
-  // Every token it processes: the decode tokens and the prefill chunks'.
+  // Every token it processes: the decode tokens (drafts too) and the prefill chunks'.
   [[nodiscard]] std::uint64_t tokens() const {
-    std::uint64_t sum = decode_tokens;
+    std::uint64_t sum = decode_tokens + decode_draft_tokens;
     for (const PrefillChunk& chunk : prefill) {
       sum += chunk.tokens;
     }
@@ -105,11 +108,11 @@ class IterationCostModel {
   enum class Mlp { kDense, kExperts };
   void add_layer(const BatchShape& batch, Mlp mlp, Accumulator& layer) const;
   // Multi-head latent attention after the input norm, on the GPUs `ops` splits it over:
-  // `decode` tokens attend over `context` cached latents with the up-projections absorbed into
-  // the query and the output, prefill chunks expand their keys' latents into every head's K
-  // and V (vLLM's MLA backends).
-  void add_latent_attention(double decode, double context, const std::vector<PrefillChunk>& chunks,
-                            const LayerOps& ops) const;
+  // `decode` requests' `queries` tokens (their newest, and any drafts) attend over their
+  // `context` cached latents with the up-projections absorbed into the query and the output,
+  // prefill chunks expand their keys' latents into every head's K and V (vLLM's MLA backends).
+  void add_latent_attention(double decode, double queries, double context,
+                            const std::vector<PrefillChunk>& chunks, const LayerOps& ops) const;
   // Data-parallel attention: every GPU its own requests', the layer waiting for the slowest.
   void add_data_parallel_attention(const BatchShape& batch, Accumulator& layer) const;
   // The tokens each GPU attends with data-parallel attention: ceil(D / TP) decoding requests'

@@ -132,6 +132,11 @@ struct ServingTotals {
   // scattering them (in copy_wait).
   std::uint64_t prefix_copies = 0;
   sim::Tick prefix_gather_busy;
+  // Speculative decoding (engine.speculative): the decode steps of requests, the tokens they
+  // gave, and the GPU time the drafter's passes took (in busy).
+  std::uint64_t speculative_steps = 0;
+  std::uint64_t speculative_tokens = 0;
+  sim::Tick draft_busy;
 };
 
 // What an engine serves of its requests: every step (alone, or in a cluster without
@@ -419,6 +424,15 @@ class ServingEngine {
   [[nodiscard]] sim::Tick time_stage_copies(const hw::IterationCost& compute,
                                             std::span<const LayerCopies> layers,
                                             CopyTimes& times) const;
+  // Speculative decoding (serving/impl/engine_speculative.cpp). The draft tokens a decoding
+  // request's step verifies: none without it, else draft_tokens, fewer near its end so that no
+  // step gives a token past its last.
+  [[nodiscard]] std::uint64_t drafts(const Request& request) const;
+  // The tokens request `id`'s step gives: the drafts accepted in a row, and one more.
+  [[nodiscard]] std::uint64_t step_tokens(std::uint32_t id, const Request& request) const;
+  // This iteration's cost: the drafter's passes over the decoding requests, then the forward
+  // pass verifying their drafts beside the batch's other work (`batch`).
+  [[nodiscard]] hw::IterationCost speculative_cost(const hw::BatchShape& batch);
   // Times this iteration's recodes (of `duration` on the GPU) as tiering.host_recode says and
   // returns how long the iteration waits for recodes beyond its own work; zero when not costed.
   sim::Tick time_host_recodes(sim::Tick duration);
@@ -437,6 +451,8 @@ class ServingEngine {
   sim::Tick iteration_overhead_;
   // workload.on_demand_admission's watermark; absent: whole-request reservations.
   std::optional<double> on_demand_watermark_;
+  // engine.speculative (empty without it, and on a prefill engine, which never decodes).
+  std::optional<config::SpeculativeDecoding> speculative_;
   const TierDemand* tiers_;
   // A decode engine under a tier policy that receives prompts' KV into host memory, and one that
   // receives only the tokens its policy keeps (cluster.disaggregation).

@@ -380,6 +380,29 @@ void check_swap_space(const RunSpec& run, const std::string& path, Problems& pro
 
 // Prefix caching caches whole blocks of the full cache; the policy is checked by the serving
 // engine, which also simulates the runs `compare` lists.
+// Speculative decoding is modelled for engines whose decode steps are whole-batch forward passes
+// over the full cache: not for a tier policy's per-step placements, pipeline stages'
+// micro-batches or data-parallel attention's per-GPU requests.
+void check_speculative(const RunSpec& run, const std::string& path, Problems& problems) {
+  if (!run.engine().has_speculative()) {
+    return;
+  }
+  const std::string field = at(path, "engine.speculative");
+  if (const auto policy = first_tier_policy(run)) {
+    problems.push_back({field, "speculative decoding with a tier policy (" + *policy +
+                                   ") is not modelled: a step's tokens would each move tiers"});
+  }
+  if (run.pipeline_parallel_degree() > 1) {
+    problems.push_back({field, "speculative decoding with pipeline_parallel_degree " +
+                                   std::to_string(run.pipeline_parallel_degree()) +
+                                   " is not modelled"});
+  }
+  if (run.engine().data_parallel_attention()) {
+    problems.push_back(
+        {field, "speculative decoding with engine.data_parallel_attention is not modelled"});
+  }
+}
+
 void check_prefix_caching(const RunSpec& run, const std::string& path, Problems& problems) {
   if (run.memory().has_prefix_cache_host_chunk_tokens()) {
     const std::uint32_t chunk = run.memory().prefix_cache_host_chunk_tokens();
@@ -511,6 +534,7 @@ void check_run(const RunSpec& run, const std::string& path, Problems& problems) 
   check_tiering(run, path, problems);
   check_swap_space(run, path, problems);
   check_prefix_caching(run, path, problems);
+  check_speculative(run, path, problems);
   check_tensor_split(run, path, problems);
   const ModelSpec& model = run.model();
   const NodeSpec& node = run.hardware().node();

@@ -221,6 +221,12 @@ double batch_tokens(const BatchShape& batch) {
   return static_cast<double>(batch.tokens());
 }
 
+// The context that `queries` query tokens of `decode` requests attend in all, `context` being
+// what one query of each attends (the requests' drafts attend as their newest token does).
+double attended_by_queries(double context, double decode, double queries) {
+  return queries == decode ? context : context * queries / decode;
+}
+
 }  // namespace
 
 void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator& layer) const {
@@ -239,6 +245,7 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
   } else if (model_.has_mla()) {
     ops.elementwise(tokens * hidden, tokens * hidden);  // input RMSNorm
     add_latent_attention(static_cast<double>(batch.decode_tokens),
+                         static_cast<double>(batch.decode_tokens + batch.decode_draft_tokens),
                          static_cast<double>(batch.decode_context_tokens), batch.prefill, ops);
     ops.all_reduce();
   } else {
@@ -262,9 +269,10 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
     if (batch.decode_tokens > 0) {
       const double context = static_cast<double>(batch.decode_context_tokens);
       const double decode = static_cast<double>(batch.decode_tokens);
+      const double queries = static_cast<double>(batch.decode_tokens + batch.decode_draft_tokens);
       ops.attention(
-          4.0 * heads * model_.head_dim() * context,
-          context * kv_per_token + decode * kv_per_token + 2.0 * decode * q_width / tp * a);
+          4.0 * heads * model_.head_dim() * attended_by_queries(context, decode, queries),
+          context * kv_per_token + queries * kv_per_token + 2.0 * queries * q_width / tp * a);
     }
     for (const auto& chunk : batch.prefill) {
       const double n = static_cast<double>(chunk.tokens);
@@ -344,7 +352,7 @@ void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
     const LayerOps ops{*this, own, tokens, 1.0};
     const double hidden = model_.hidden_size();
     ops.elementwise(tokens * hidden, tokens * hidden);  // input RMSNorm
-    add_latent_attention(decode, context, chunks[gpu], ops);
+    add_latent_attention(decode, decode, context, chunks[gpu], ops);
     const sim::Tick time = own.gemm + own.attention + own.elementwise;
     if (time > slowest_time) {
       slowest = own;
@@ -354,7 +362,7 @@ void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
   layer.add_times(slowest, 1);
 }
 
-void IterationCostModel::add_latent_attention(double decode, double context,
+void IterationCostModel::add_latent_attention(double decode, double queries, double context,
                                               const std::vector<PrefillChunk>& chunks,
                                               const LayerOps& ops) const {
   using Split = LayerOps::Split;
@@ -385,10 +393,11 @@ void IterationCostModel::add_latent_attention(double decode, double context,
     // Absorbed: each head's query through its W_UK into the latent space, scores against the
     // latents and RoPE keys, the latents weighted by them, and back through W_UV: one shared
     // "KV head" of kv_lora_rank + qk_rope_head_dim for all query heads (FlashMLA's decode).
-    ops.per_head_gemm(heads, nope, latent, decode);
-    ops.attention(2.0 * heads * (2.0 * latent + rope) * context,
-                  (context + decode) * kv_per_token + decode * heads * (2.0 * latent + rope) * a);
-    ops.per_head_gemm(heads, latent, value, decode);
+    ops.per_head_gemm(heads, nope, latent, queries);
+    ops.attention(
+        2.0 * heads * (2.0 * latent + rope) * attended_by_queries(context, decode, queries),
+        (context + queries) * kv_per_token + queries * heads * (2.0 * latent + rope) * a);
+    ops.per_head_gemm(heads, latent, value, queries);
   }
   for (const auto& chunk : chunks) {
     // Expanded: the latents of every key the chunk reads up-projected into each head's K and V

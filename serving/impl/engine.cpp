@@ -71,6 +71,24 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
         "a prefill engine holds its requests' KV whole until it hands them off: it takes no "
         "tier policy (the cluster gives the decode engines the policy)");
   }
+  if (run.engine().has_speculative() && role_ != EngineRole::kPrefill) {
+    // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
+    // here.
+    const auto refuse = [](const std::string& what) {
+      throw ConfigError("speculative decoding with " + what + " is not modelled",
+                        "field engine.speculative");
+    };
+    if (tiers_ != nullptr) {
+      refuse("a tier policy (" + run.policy().name() + ")");
+    }
+    if (pipeline_stages(run) > 1) {
+      refuse("pipeline_parallel_degree " + std::to_string(pipeline_stages(run)));
+    }
+    if (attention_split(run) == hw::AttentionSplit::kRequests) {
+      refuse("engine.data_parallel_attention");
+    }
+    speculative_ = run.engine().speculative();
+  }
   if (run.workload().on_demand_admission().has_swap()) {
     // Checked with the config (configs/impl/parallelism_checks.cpp); a run built in code is held to
     // it here, since a swap copy is a block.
@@ -451,10 +469,12 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
     if (!prefilling(request) && !request.receiving) {
       decoding_now_.push_back(id);
       batch.decode_context_tokens += attended(request);
+      batch.decode_draft_tokens += drafts(request);
     }
   }
   batch.decode_tokens = decoding_now_.size();
-  budget -= std::min<std::uint64_t>(budget, batch.decode_tokens);
+  // Verified drafts take the token budget as the newest tokens do (vLLM's scheduler).
+  budget -= std::min<std::uint64_t>(budget, batch.decode_tokens + batch.decode_draft_tokens);
   if (cost_model_.stages() > 1) {
     // Each micro-batch's budget holds its share of the decodes (dealt as the cost model deals
     // them) and the chunks that fill it, one micro-batch after another.
@@ -572,7 +592,8 @@ void ServingEngine::admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShap
   decoding_now_.push_back(id);
   ++batch.decode_tokens;
   batch.decode_context_tokens += attended(request);
-  --budget;
+  batch.decode_draft_tokens += drafts(request);
+  budget -= std::min<std::uint64_t>(budget, 1 + drafts(request));
 }
 
 ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
@@ -599,13 +620,14 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     return bytes;
   }
   if (tiers_ == nullptr || request.whole_in_hbm) {
-    // The step writes the KV of the newest token. A decode engine's request received whole
-    // (or on its way) is placed by its first step, which reads it all in HBM: its host share
-    // counts from its admission on, as a prefill's does (none when that step is its last).
-    bytes.hbm =
-        (tiers_ != nullptr ? received_kv_bytes(id, request.generated)
-                           : plan_.kv_bytes_for(request.spec.prompt_tokens + request.generated)) -
-        cached_blocks_held(request);
+    // The step writes the KV of the newest token (and of the drafts it verifies). A decode
+    // engine's request received whole (or on its way) is placed by its first step, which reads
+    // it all in HBM: its host share counts from its admission on, as a prefill's does (none when
+    // that step is its last).
+    bytes.hbm = (tiers_ != nullptr ? received_kv_bytes(id, request.generated)
+                                   : plan_.kv_bytes_for(request.spec.prompt_tokens +
+                                                        request.generated + drafts(request))) -
+                cached_blocks_held(request);
     if (tiers_ != nullptr && request.generated + 1 < request.spec.output_tokens) {
       const std::uint64_t context = attended(request);
       StageSums host(stage_of_layer_);
@@ -790,7 +812,7 @@ void ServingEngine::try_start_iteration() {
   } else {
     admit_reserving(budget, batch);
   }
-  batch.logits_tokens += batch.decode_tokens;
+  batch.logits_tokens += batch.decode_tokens + batch.decode_draft_tokens;
   if (prefix_cache_) {
     evict_prefix_cache();
   }
@@ -816,7 +838,7 @@ void ServingEngine::try_start_iteration() {
     plan_tier_traffic(batch);
     duration = time_tier_copies(batch, cost);
   } else {
-    cost = cost_model_.cost(batch);
+    cost = speculative_ ? speculative_cost(batch) : cost_model_.cost(batch);
     duration = cost.total;
   }
   duration += time_swaps();
@@ -877,7 +899,12 @@ void ServingEngine::finish_iteration() {
   std::vector<std::uint32_t> finished;
   for (const std::uint32_t id : decoding_now_) {
     Request& request = requests_[id];
-    ++request.generated;
+    const std::uint64_t tokens = step_tokens(id, request);
+    if (speculative_) {
+      ++totals_.speculative_steps;
+      totals_.speculative_tokens += tokens;
+    }
+    request.generated += tokens;
     if (request.generated == request.spec.output_tokens) {
       finished.push_back(id);
     }

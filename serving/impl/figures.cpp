@@ -14,7 +14,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 // Every field is summed but the three maxima; a field added to ServingTotals must be merged
 // here too, which this reminds of.
-static_assert(sizeof(ServingTotals) == 40 * sizeof(std::uint64_t),
+static_assert(sizeof(ServingTotals) == 43 * sizeof(std::uint64_t),
               "merge the new ServingTotals field in add()");
 
 void add(ServingTotals& sum, const ServingTotals& engine) {
@@ -58,6 +58,9 @@ void add(ServingTotals& sum, const ServingTotals& engine) {
   sum.prefix_load_busy += engine.prefix_load_busy;
   sum.prefix_copies += engine.prefix_copies;
   sum.prefix_gather_busy += engine.prefix_gather_busy;
+  sum.speculative_steps += engine.speculative_steps;
+  sum.speculative_tokens += engine.speculative_tokens;
+  sum.draft_busy += engine.draft_busy;
 }
 
 double ms(sim::Tick time) {
@@ -270,6 +273,19 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   m.push_back({"prefix_cache_load_s", sim::to_seconds(totals.prefix_load_busy), 4});
   m.push_back({"prefix_cache_copies", static_cast<double>(totals.prefix_copies), 0});
   m.push_back({"prefix_cache_gather_s", sim::to_seconds(totals.prefix_gather_busy), 4});
+  if (run.engine().has_speculative()) {
+    // Only with it, as the disaggregation's figures only with disaggregation.
+    m.push_back({"speculative_tokens_per_step",
+                 totals.speculative_steps > 0 ? static_cast<double>(totals.speculative_tokens) /
+                                                    static_cast<double>(totals.speculative_steps)
+                                              : 0.0,
+                 4});
+    m.push_back({"speculative_draft_busy_fraction",
+                 totals.busy > sim::Tick::zero()
+                     ? sim::to_seconds(totals.draft_busy) / sim::to_seconds(totals.busy)
+                     : 0.0,
+                 4});
+  }
   const bool spans_nodes = gpus > node.gpus_per_node();
   const double per_node = merged ? mean_engines_per_node(run) : engines_per_node(run);
   m.push_back(

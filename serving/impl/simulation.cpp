@@ -372,6 +372,31 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
         " cached blocks evicted from HBM; largest_batch_* count whole-request reservations "
         "without sharing");
   }
+  if (run.engine().has_speculative()) {
+    const config::SpeculativeDecoding& speculative = run.engine().speculative();
+    const double alpha = speculative.acceptance_rate();
+    const double drafts = speculative.draft_tokens();
+    // (1 − α^(k+1)) / (1 − α): the mean of the drafts accepted in a row and one more.
+    const double expected =
+        alpha < 1.0 ? (1.0 - std::pow(alpha, drafts + 1.0)) / (1.0 - alpha) : drafts + 1.0;
+    report.notes.push_back(
+        "speculative decoding (engine.speculative): " + std::to_string(speculative.draft_tokens()) +
+        " draft tokens a step, each of " + std::to_string(speculative.draft_layers()) +
+        " layer(s) of the model's shape and its LM head, accepted with probability " +
+        format_fixed(alpha, 3) + " in a row: " +
+        format_fixed(totals.speculative_steps > 0
+                         ? static_cast<double>(totals.speculative_tokens) /
+                               static_cast<double>(totals.speculative_steps)
+                         : 0.0,
+                     3) +
+        " tokens a step (" + format_fixed(expected, 3) +
+        " expected; fewer drafts near a request's end), the drafter " +
+        format_fixed(100.0 * (totals.busy > sim::Tick::zero() ? sim::to_seconds(totals.draft_busy) /
+                                                                    sim::to_seconds(totals.busy)
+                                                              : 0.0),
+                     1) +
+        "% of the GPU time");
+  }
   report.metrics = engine_metrics(figures, engine, run);
   auto& m = report.metrics;
   m.push_back({"simulated_events", static_cast<double>(report.events), 0});

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 #include "common/errors.hpp"
 #include "configs/schema/hardware.pb.h"
@@ -245,4 +247,33 @@ TEST_CASE("tensor parallelism splits every expert, and a shared expert adds a de
   CHECK(shared.cost(batch).hbm_bytes - tp1.cost(batch).hbm_bytes ==
         Approx(2.0 * shared_weights + layers * shared_activations).epsilon(1e-12));
   CHECK(shared.cost(batch).kernels == tp1.cost(batch).kernels + 3 * model.num_hidden_layers());
+}
+
+TEST_CASE("a verified draft costs a decode token's work but reads its request's KV once more",
+          "[iteration_cost]") {
+  // One request verifying three drafts beside its newest token against four requests of the
+  // same context decoding a token each: the same FLOPs (the drafts attend the context as the
+  // newest does), and the KV read once instead of four times.
+  const auto gpu = preset<kvtier::config::GpuSpec>("gpu", "H100-SXM");
+  const std::string name = GENERATE("Llama-3.1-8B", "DeepSeek-V2-Lite");
+  const auto model = preset<kvtier::config::ModelSpec>("model", name.c_str());
+  const kvtier::hw::IterationCostModel costs(model, gpu, nullptr, 1);
+  constexpr std::uint64_t kContext = 4096;
+  kvtier::hw::BatchShape verify;
+  verify.decode_tokens = 1;
+  verify.decode_draft_tokens = 3;
+  verify.decode_context_tokens = kContext;
+  verify.logits_tokens = 4;
+  kvtier::hw::BatchShape four;
+  four.decode_tokens = 4;
+  four.decode_context_tokens = 4 * kContext;
+  four.logits_tokens = 4;
+  const auto drafted = costs.cost(verify);
+  const auto apart = costs.cost(four);
+  INFO(name);
+  CHECK(drafted.flops == Approx(apart.flops).epsilon(1e-12));
+  const double kv_read_again =
+      3.0 * kContext * kvtier::hw::kv_bytes_per_token_per_layer(model) * model.num_hidden_layers();
+  CHECK(apart.hbm_bytes - drafted.hbm_bytes == Approx(kv_read_again).epsilon(1e-9));
+  CHECK(drafted.total < apart.total);
 }

@@ -1,0 +1,75 @@
+// Speculative decoding in the serving engine (engine.speculative): a drafter of the target's
+// shape drafts tokens one pass at a time, the target verifies them in one forward pass, and each
+// request's step gives the drafts it accepts in a row and one token more.
+
+#include <algorithm>
+#include <cstdint>
+
+#include "serving/engine.hpp"
+#include "sim/random.hpp"
+
+namespace kvtier::serving {
+namespace {
+
+// One stream per request and step (RandomStream's purpose ids), so that what a step accepts
+// depends on the run's seed, the request and how far it has got, not on the batch around it.
+constexpr std::uint64_t kSpeculationStream = 0x5bec0de5;
+
+}  // namespace
+
+std::uint64_t ServingEngine::drafts(const Request& request) const {
+  if (!speculative_) {
+    return 0;
+  }
+  const std::uint64_t left = request.spec.output_tokens - request.generated;
+  return std::min<std::uint64_t>(speculative_->draft_tokens(), left > 0 ? left - 1 : 0);
+}
+
+std::uint64_t ServingEngine::step_tokens(std::uint32_t id, const Request& request) const {
+  const std::uint64_t drafted = drafts(request);
+  if (drafted == 0) {
+    return 1;
+  }
+  sim::RandomStream draws(run_.seed(),
+                          kSpeculationStream ^ ((std::uint64_t{id} << 32) | request.generated));
+  std::uint64_t accepted = 0;
+  while (accepted < drafted && draws.uniform_01() < speculative_->acceptance_rate()) {
+    ++accepted;
+  }
+  return accepted + 1;
+}
+
+hw::IterationCost ServingEngine::speculative_cost(const hw::BatchShape& batch) {
+  hw::IterationCost cost = cost_model_.cost(batch);
+  const auto layers = static_cast<double>(run_.model().num_hidden_layers());
+  const auto draft_layers = static_cast<std::int64_t>(speculative_->draft_layers());
+  const double share = static_cast<double>(draft_layers) / layers;
+  // Pass j drafts the (j + 1)-th token of the requests drafting that many, each attending its
+  // context and the j tokens drafted before (the drafter's own KV of them).
+  sim::Tick drafting = sim::Tick::zero();
+  for (std::uint32_t pass = 0; pass < speculative_->draft_tokens(); ++pass) {
+    hw::BatchShape step;
+    for (const std::uint32_t id : decoding_now_) {
+      const Request& request = requests_[id];
+      if (drafts(request) > pass) {
+        ++step.decode_tokens;
+        step.decode_context_tokens += attended(request) + pass;
+      }
+    }
+    if (step.decode_tokens == 0) {
+      break;
+    }
+    step.logits_tokens = step.decode_tokens;
+    const hw::IterationCost draft = cost_model_.cost(step);
+    drafting += draft.layer * draft_layers + draft.head;
+    cost.flops += (draft.flops - draft.head_flops) * share + draft.head_flops;
+    cost.hbm_bytes += (draft.hbm_bytes - draft.head_hbm_bytes) * share + draft.head_hbm_bytes;
+    cost.interconnect_bytes += draft.interconnect_bytes * share;
+    cost.network_bytes += draft.network_bytes * share;
+  }
+  cost.total += drafting;
+  totals_.draft_busy += drafting;
+  return cost;
+}
+
+}  // namespace kvtier::serving

@@ -1,0 +1,171 @@
+// Speculative decoding in the serving engine (engine.speculative): what a step gives, what it
+// costs, its memory and its refusals.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/errors.hpp"
+#include "configs/schema/run.pb.h"
+#include "hwmodels/iteration_cost.hpp"
+#include "serving/cluster.hpp"
+#include "serving/engine.hpp"
+#include "serving/simulation.hpp"
+#include "serving/workload.hpp"
+#include "sim/simulator.hpp"
+#include "sim/tick.hpp"
+#include "tests/support/cluster_fixture.hpp"
+#include "tests/support/config_fixture.hpp"
+#include "tests/support/disaggregated_runs.hpp"
+#include "tests/support/serving_metrics.hpp"
+
+using kvtier::config::RunSpec;
+using kvtier::serving::ServingEngine;
+using kvtier::sim::Tick;
+using kvtier::test::open_loop;
+using kvtier::test::request_at;
+using kvtier::test::serve;
+
+namespace {
+
+// The test run, drafting `drafts` tokens a step accepted with probability `acceptance`.
+RunSpec speculating(std::uint32_t drafts, double acceptance, std::vector<std::string> extra = {}) {
+  extra.insert(extra.end(), {"engine.speculative.draft_tokens=" + std::to_string(drafts),
+                             "engine.speculative.acceptance_rate=" + std::to_string(acceptance),
+                             "engine.speculative.draft_layers=1"});
+  return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), extra);
+}
+
+}  // namespace
+
+TEST_CASE("a step gives the drafts it accepts and one token more, none past the last",
+          "[speculative]") {
+  // A 512-token prompt and 13 output tokens: the prefill gives the first. Every draft accepted,
+  // three a step: 4 + 4 + 4 tokens in three steps. None accepted: a token a step, 12 steps.
+  const auto all = serve(speculating(3, 1.0), open_loop({request_at(0, 512, 13)}));
+  const ServingEngine& every = all->cluster->engine(0);
+  CHECK(every.totals().iterations == 1 + 3);
+  CHECK(every.totals().speculative_steps == 3);
+  CHECK(every.totals().speculative_tokens == 12);
+  CHECK(every.totals().output_tokens == 13);
+  const auto none = serve(speculating(3, 0.0), open_loop({request_at(0, 512, 13)}));
+  const ServingEngine& rejected = none->cluster->engine(0);
+  CHECK(rejected.totals().iterations == 1 + 12);
+  CHECK(rejected.totals().speculative_tokens == 12);
+  // Near its end a step drafts no more than it has tokens left after the newest: 11 tokens
+  // left after the first step of 4 in 14 output tokens, then 7, 3 (two drafts), then none.
+  const auto ragged = serve(speculating(3, 1.0), open_loop({request_at(0, 512, 14)}));
+  CHECK(ragged->cluster->engine(0).totals().speculative_steps == 4);
+  CHECK(ragged->cluster->engine(0).totals().speculative_tokens == 13);
+}
+
+TEST_CASE("a step costs the drafter's passes before the verifying pass", "[speculative]") {
+  // Two drafts none of which is accepted, 4 output tokens: the first step drafts two (passes
+  // attending 513 and 514 tokens), the second one (514), the third none.
+  const RunSpec run = speculating(2, 0.0);
+  const auto served = serve(run, open_loop({request_at(0, 512, 4)}));
+  const ServingEngine& engine = served->cluster->engine(0);
+  const auto pass = [&](std::uint64_t context) {
+    kvtier::hw::BatchShape step;
+    step.decode_tokens = 1;
+    step.decode_context_tokens = context;
+    step.logits_tokens = 1;
+    const kvtier::hw::IterationCost cost = engine.cost_model().cost(step);
+    return cost.layer + cost.head;
+  };
+  CHECK(engine.totals().speculative_steps == 3);
+  CHECK(engine.totals().draft_busy == pass(513) + pass(514) + pass(514));
+  // The verifying passes: the newest token and its drafts over the request's KV.
+  const auto verify = [&](std::uint64_t context, std::uint64_t drafts) {
+    kvtier::hw::BatchShape step;
+    step.decode_tokens = 1;
+    step.decode_draft_tokens = drafts;
+    step.decode_context_tokens = context;
+    step.logits_tokens = 1 + drafts;
+    return engine.cost_model().cost(step).total;
+  };
+  kvtier::hw::BatchShape prompt;
+  prompt.prefill.push_back({512, 0});
+  prompt.logits_tokens = 1;
+  CHECK(engine.totals().busy == engine.cost_model().cost(prompt).total + verify(513, 2) +
+                                    verify(514, 1) + verify(515, 0) + engine.totals().draft_busy);
+}
+
+TEST_CASE("speculation's steps follow the run's seed and give the tokens their rate promises",
+          "[speculative]") {
+  // 64 requests of 257 output tokens, four drafts accepted with probability 0.6: a step gives
+  // (1 - 0.6^5) / 0.4 = 2.31 tokens on average, fewer near a request's end.
+  std::vector<kvtier::serving::RequestSpec> requests;
+  for (int i = 0; i < 64; ++i) {
+    requests.push_back(request_at(0.01 * i, 256, 257));
+  }
+  const RunSpec run = speculating(4, 0.6);
+  const auto first = serve(run, open_loop(requests));
+  const auto again = serve(run, open_loop(requests));
+  const auto& totals = first->cluster->engine(0).totals();
+  const double per_step = static_cast<double>(totals.speculative_tokens) /
+                          static_cast<double>(totals.speculative_steps);
+  CHECK(per_step == Approx((1.0 - std::pow(0.6, 5)) / 0.4).epsilon(0.03));
+  CHECK(totals.speculative_tokens == 64 * 256);
+  CHECK(again->cluster->engine(0).totals().speculative_steps == totals.speculative_steps);
+  CHECK(again->cluster->engine(0).e2e().max() == first->cluster->engine(0).e2e().max());
+  RunSpec reseeded = run;
+  reseeded.set_seed(run.seed() + 1);
+  const auto other = serve(reseeded, open_loop(requests));
+  CHECK(other->cluster->engine(0).totals().speculative_steps != totals.speculative_steps);
+}
+
+TEST_CASE("speculative decoding where it is not modelled is refused", "[speculative]") {
+  const auto refused = [&](std::vector<std::string> sets, const std::string& why) {
+    sets.insert(sets.end(),
+                {"engine.speculative.draft_tokens=2", "engine.speculative.acceptance_rate=0.8",
+                 "engine.speculative.draft_layers=1"});
+    const std::string text =
+        kvtier::test::joined(kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run(), sets));
+    INFO(text);
+    CHECK_THAT(text, Catch::Contains("field engine.speculative") && Catch::Contains(why));
+  };
+  std::vector<std::string> tiered = kvtier::test::kTieringSets;
+  tiered.push_back("policy.name=tiered");
+  refused(tiered, "with a tier policy (tiered)");
+  refused({"pipeline_parallel_degree=2"}, "pipeline_parallel_degree 2");
+  refused({"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2",
+           "engine.data_parallel_attention=true"},
+          "engine.data_parallel_attention");
+  // A draft count out of range is refused by its bounds.
+  CHECK_FALSE(kvtier::test::problems<RunSpec>(
+                  kvtier::test::quickstart_run(),
+                  {"engine.speculative.draft_tokens=17", "engine.speculative.acceptance_rate=0.8",
+                   "engine.speculative.draft_layers=1"})
+                  .empty());
+}
+
+TEST_CASE("in a disaggregated cluster the decode engines speculate", "[speculative]") {
+  const RunSpec run = kvtier::test::split_run(
+      2, 1,
+      {"engine.speculative.draft_tokens=2", "engine.speculative.acceptance_rate=1",
+       "engine.speculative.draft_layers=1"});
+  const auto served = serve(run, open_loop({request_at(0, 512, 7)}));
+  const auto& prefill = served->cluster->engine(0);
+  const auto& decode = served->cluster->engine(1);
+  CHECK(prefill.totals().speculative_steps == 0);
+  // Tokens 2 to 7 in two steps of three.
+  CHECK(decode.totals().speculative_steps == 2);
+  CHECK(decode.totals().iterations == 2);
+  CHECK(decode.totals().requests_completed == 1);
+}
+
+TEST_CASE("a speculating run reports its tokens a step and its drafter's time", "[speculative]") {
+  const auto plain = kvtier::test::serving_metrics(
+      kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run()));
+  CHECK(plain.count("speculative_tokens_per_step") == 0);
+  const auto metrics = kvtier::test::serving_metrics(speculating(3, 0.7));
+  CHECK(metrics.at("speculative_tokens_per_step") > 1.0);
+  CHECK(metrics.at("speculative_tokens_per_step") < 4.0);
+  CHECK(metrics.at("speculative_draft_busy_fraction") > 0.0);
+  CHECK(metrics.at("speculative_draft_busy_fraction") < 1.0);
+  CHECK(metrics.at("output_tokens") == plain.at("output_tokens"));
+}
