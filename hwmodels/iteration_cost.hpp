@@ -31,10 +31,12 @@ struct BatchShape {
   // Σ over decoding requests of the KV tokens their attention reads (window-capped).
   std::uint64_t decode_context_tokens = 0;
   // Speculative decoding: draft tokens verified beside the decoding requests' newest tokens,
-  // each attending its request's KV (read once a request) as the newest does.
+  // each attending its request's KV (read once a request) as the newest does. Not costed with
+  // data-parallel attention or pipeline micro-batches, which the engine refuses with drafts.
   std::uint64_t decode_draft_tokens = 0;
   std::vector<PrefillChunk> prefill;
-  // Tokens whose logits are computed: decode tokens plus prompts finishing this iteration.
+  // Tokens whose logits are computed: decode tokens (drafts too) plus prompts finishing this
+  // iteration.
   std::uint64_t logits_tokens = 0;
 
   // Every token it processes: the decode tokens (drafts too) and the prefill chunks'.

@@ -378,8 +378,6 @@ void check_swap_space(const RunSpec& run, const std::string& path, Problems& pro
   }
 }
 
-// Prefix caching caches whole blocks of the full cache; the policy is checked by the serving
-// engine, which also simulates the runs `compare` lists.
 // Speculative decoding is modelled for engines whose decode steps are whole-batch forward passes
 // over the full cache: not for a tier policy's per-step placements, pipeline stages'
 // micro-batches or data-parallel attention's per-GPU requests.
@@ -403,6 +401,8 @@ void check_speculative(const RunSpec& run, const std::string& path, Problems& pr
   }
 }
 
+// Prefix caching caches whole blocks of the full cache; the policy is checked by the serving
+// engine, which also simulates the runs `compare` lists.
 void check_prefix_caching(const RunSpec& run, const std::string& path, Problems& problems) {
   if (run.memory().has_prefix_cache_host_chunk_tokens()) {
     const std::uint32_t chunk = run.memory().prefix_cache_host_chunk_tokens();

@@ -592,8 +592,9 @@ void ServingEngine::admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShap
   decoding_now_.push_back(id);
   ++batch.decode_tokens;
   batch.decode_context_tokens += attended(request);
-  batch.decode_draft_tokens += drafts(request);
-  budget -= std::min<std::uint64_t>(budget, 1 + drafts(request));
+  const std::uint64_t drafted = drafts(request);
+  batch.decode_draft_tokens += drafted;
+  budget -= std::min<std::uint64_t>(budget, 1 + drafted);
 }
 
 ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,

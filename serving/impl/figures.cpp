@@ -275,16 +275,8 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   m.push_back({"prefix_cache_gather_s", sim::to_seconds(totals.prefix_gather_busy), 4});
   if (run.engine().has_speculative()) {
     // Only with it, as the disaggregation's figures only with disaggregation.
-    m.push_back({"speculative_tokens_per_step",
-                 totals.speculative_steps > 0 ? static_cast<double>(totals.speculative_tokens) /
-                                                    static_cast<double>(totals.speculative_steps)
-                                              : 0.0,
-                 4});
-    m.push_back({"speculative_draft_busy_fraction",
-                 totals.busy > sim::Tick::zero()
-                     ? sim::to_seconds(totals.draft_busy) / sim::to_seconds(totals.busy)
-                     : 0.0,
-                 4});
+    m.push_back({"speculative_tokens_per_step", speculative_tokens_per_step(totals), 4});
+    m.push_back({"speculative_draft_busy_fraction", draft_busy_fraction(totals), 4});
   }
   const bool spans_nodes = gpus > node.gpus_per_node();
   const double per_node = merged ? mean_engines_per_node(run) : engines_per_node(run);
@@ -306,6 +298,18 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
     m.push_back({"network_utilisation", totals.network_bytes / (adapter * per_gpu), 4});
   }
   return m;
+}
+
+double speculative_tokens_per_step(const ServingTotals& totals) {
+  return totals.speculative_steps > 0 ? static_cast<double>(totals.speculative_tokens) /
+                                            static_cast<double>(totals.speculative_steps)
+                                      : 0.0;
+}
+
+double draft_busy_fraction(const ServingTotals& totals) {
+  return totals.busy > sim::Tick::zero()
+             ? sim::to_seconds(totals.draft_busy) / sim::to_seconds(totals.busy)
+             : 0.0;
 }
 
 }  // namespace kvtier::serving

@@ -43,6 +43,10 @@ struct Figures {
 // The run's policy recodes tokens between T1 and T2 but the run does not time them (no
 // tiering.host_recode): its recode times have no value, and a note says why.
 [[nodiscard]] bool recodes_untimed(const Figures& figures, const ServingEngine& engine);
+// Speculative decoding: the tokens a decode step gave on average (0 without steps), and the
+// drafter's share of the GPU time (0 without any).
+[[nodiscard]] double speculative_tokens_per_step(const ServingTotals& totals);
+[[nodiscard]] double draft_busy_fraction(const ServingTotals& totals);
 
 // The report's metrics of `figures`, in the report's order (simulated_events and the cluster's
 // own follow). `engine` is any engine they cover: what every engine of a run shares (memory

@@ -383,19 +383,10 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
         "speculative decoding (engine.speculative): " + std::to_string(speculative.draft_tokens()) +
         " draft tokens a step, each of " + std::to_string(speculative.draft_layers()) +
         " layer(s) of the model's shape and its LM head, accepted with probability " +
-        format_fixed(alpha, 3) + " in a row: " +
-        format_fixed(totals.speculative_steps > 0
-                         ? static_cast<double>(totals.speculative_tokens) /
-                               static_cast<double>(totals.speculative_steps)
-                         : 0.0,
-                     3) +
-        " tokens a step (" + format_fixed(expected, 3) +
-        " expected; fewer drafts near a request's end), the drafter " +
-        format_fixed(100.0 * (totals.busy > sim::Tick::zero() ? sim::to_seconds(totals.draft_busy) /
-                                                                    sim::to_seconds(totals.busy)
-                                                              : 0.0),
-                     1) +
-        "% of the GPU time");
+        format_fixed(alpha, 3) +
+        " in a row: " + format_fixed(speculative_tokens_per_step(totals), 3) + " tokens a step (" +
+        format_fixed(expected, 3) + " expected; fewer drafts near a request's end), the drafter " +
+        format_fixed(100.0 * draft_busy_fraction(totals), 1) + "% of the GPU time");
   }
   report.metrics = engine_metrics(figures, engine, run);
   auto& m = report.metrics;

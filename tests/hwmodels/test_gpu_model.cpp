@@ -249,7 +249,7 @@ TEST_CASE("tensor parallelism splits every expert, and a shared expert adds a de
   CHECK(shared.cost(batch).kernels == tp1.cost(batch).kernels + 3 * model.num_hidden_layers());
 }
 
-TEST_CASE("a verified draft costs a decode token's work but reads its request's KV once more",
+TEST_CASE("a verified draft costs a decode token's work without reading its request's KV again",
           "[iteration_cost]") {
   // One request verifying three drafts beside its newest token against four requests of the
   // same context decoding a token each: the same FLOPs (the drafts attend the context as the

@@ -6,16 +6,14 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "common/errors.hpp"
 #include "configs/schema/run.pb.h"
 #include "hwmodels/iteration_cost.hpp"
 #include "serving/cluster.hpp"
 #include "serving/engine.hpp"
-#include "serving/simulation.hpp"
 #include "serving/workload.hpp"
-#include "sim/simulator.hpp"
 #include "sim/tick.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
@@ -55,11 +53,11 @@ TEST_CASE("a step gives the drafts it accepts and one token more, none past the 
   const ServingEngine& rejected = none->cluster->engine(0);
   CHECK(rejected.totals().iterations == 1 + 12);
   CHECK(rejected.totals().speculative_tokens == 12);
-  // Near its end a step drafts no more than it has tokens left after the newest: 11 tokens
-  // left after the first step of 4 in 14 output tokens, then 7, 3 (two drafts), then none.
-  const auto ragged = serve(speculating(3, 1.0), open_loop({request_at(0, 512, 14)}));
+  // Near its end a step drafts no more than it has tokens left after the newest: of 15 output
+  // tokens, 14 are left after the prefill, then 10 and 6 (three drafts each), then 2 (one).
+  const auto ragged = serve(speculating(3, 1.0), open_loop({request_at(0, 512, 15)}));
   CHECK(ragged->cluster->engine(0).totals().speculative_steps == 4);
-  CHECK(ragged->cluster->engine(0).totals().speculative_tokens == 13);
+  CHECK(ragged->cluster->engine(0).totals().speculative_tokens == 14);
 }
 
 TEST_CASE("a step costs the drafter's passes before the verifying pass", "[speculative]") {
@@ -116,6 +114,45 @@ TEST_CASE("speculation's steps follow the run's seed and give the tokens their r
   reseeded.set_seed(run.seed() + 1);
   const auto other = serve(reseeded, open_loop(requests));
   CHECK(other->cluster->engine(0).totals().speculative_steps != totals.speculative_steps);
+}
+
+TEST_CASE("a step's drafts take the token budget", "[speculative]") {
+  // A budget of 32 tokens a step and 8 requests decoding: with three drafts each they take it
+  // all, and a prompt arriving meanwhile waits until one of them has finished; with none
+  // (draft_tokens 0) it gets 24 tokens a step beside them.
+  std::vector<kvtier::serving::RequestSpec> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back(request_at(0, 16, 200));
+  }
+  requests.push_back(request_at(0.5, 64, 400));
+  const auto run_with = [&](std::uint32_t drafts) {
+    return serve(speculating(drafts, 0.0, {"workload.prefill_chunk_tokens=32"}),
+                 open_loop(requests));
+  };
+  // The late prompt's first token (the longest TTFT), against the first decoder's last token
+  // (the shortest E2E: the late request decodes longest).
+  const auto first_token_and_first_done = [](const kvtier::serving::Cluster& cluster) {
+    const ServingEngine& engine = cluster.engine(0);
+    REQUIRE(engine.totals().requests_completed == 9);
+    return std::pair{Tick::ms(500) + engine.ttft().max(), engine.e2e().min()};
+  };
+  const auto [drafting_first, drafting_done] = first_token_and_first_done(*run_with(3)->cluster);
+  CHECK(drafting_first > drafting_done);
+  const auto [plain_first, plain_done] = first_token_and_first_done(*run_with(0)->cluster);
+  CHECK(plain_first < plain_done);
+}
+
+TEST_CASE("under on-demand admission a step's drafts count in its footprint", "[speculative]") {
+  // Two 500-token prompts decoding 8 and 100 tokens, eight drafts a step none of which is
+  // accepted. The first request's step drafts up to its end (500 + 7 tokens at most); at its
+  // last step the second, a step behind, holds 500 + 6 and writes 8 drafts: the most the
+  // iteration plans is 507 + 514 tokens' KV.
+  const auto served = serve(speculating(8, 0.0, {"workload.on_demand_admission.watermark=0.01"}),
+                            open_loop({request_at(0, 500, 8), request_at(0, 500, 100)}));
+  const ServingEngine& engine = served->cluster->engine(0);
+  REQUIRE(engine.totals().requests_completed == 2);
+  CHECK(engine.kv_reserved().max() ==
+        Approx(engine.memory().kv_bytes_for(507) + engine.memory().kv_bytes_for(514)));
 }
 
 TEST_CASE("speculative decoding where it is not modelled is refused", "[speculative]") {
