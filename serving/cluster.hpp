@@ -11,7 +11,8 @@
 // (serving/kv_handoff.hpp), and the prefill engine frees it. An engine's GPUs send one transfer
 // at a time and receive one at a time, first come first served. Layer by layer
 // (layer_wise_transfer), the decode engine is picked when the prefill's last iteration starts,
-// and its transfer may overlap that iteration.
+// its transfer may overlap that iteration, and the GPUs carry one copy at a time: a whole
+// transfer or one layer's copies.
 // With a tier policy the decode engines tier the KV they receive (serving/engine.hpp).
 
 #include <cstdint>
@@ -92,7 +93,7 @@ class Cluster {
   // `computing` to `prefilled` (its first token), its last chunk writing `last_tokens` tokens'
   // KV (0: sent after the prefill, whole). Its transfer: its bytes for a decode GPU, when its
   // decode engine wanted them, and layer by layer the lanes it takes turns on, the next layer to
-  // send and a layer's bytes.
+  // send and the last chunk's bytes (as KvHandoff::layer_copy takes them, all layers').
   struct Handoff {
     std::size_t prefill_engine = 0;
     std::size_t decode_engine = 0;

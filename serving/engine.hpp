@@ -424,14 +424,18 @@ class ServingEngine {
   [[nodiscard]] sim::Tick time_stage_copies(const hw::IterationCost& compute,
                                             std::span<const LayerCopies> layers,
                                             CopyTimes& times) const;
-  // Speculative decoding (serving/impl/engine_speculative.cpp). The draft tokens a decoding
+  // Speculative decoding (serving/impl/engine_speculative.cpp). Takes `run`'s, or throws a
+  // ConfigError where it is not modelled.
+  void start_speculating(const config::RunSpec& run);
+  // The draft tokens a decoding
   // request's step verifies: none without it, else draft_tokens, fewer near its end so that no
   // step gives a token past its last.
   [[nodiscard]] std::uint64_t drafts(const Request& request) const;
   // The tokens request `id`'s step gives: the drafts accepted in a row, and one more.
   [[nodiscard]] std::uint64_t step_tokens(std::uint32_t id, const Request& request) const;
   // This iteration's cost: the drafter's passes over the decoding requests, then the forward
-  // pass verifying their drafts beside the batch's other work (`batch`).
+  // pass verifying their drafts beside the batch's other work (`batch`); adds the passes' time
+  // to totals_.draft_busy.
   [[nodiscard]] hw::IterationCost speculative_cost(const hw::BatchShape& batch);
   // Times this iteration's recodes (of `duration` on the GPU) as tiering.host_recode says and
   // returns how long the iteration waits for recodes beyond its own work; zero when not costed.

@@ -68,8 +68,8 @@ class KvHandoff {
   [[nodiscard]] std::uint32_t receiving_lanes() const noexcept { return receiving_lanes_; }
 
   // One GPU's part in a transfer: its bytes as a share of `received_bytes`, in `copies` copies;
-  // its stage's layers, from `first_layer` on, each of which one layer by layer takes
-  // `copies_per_layer` copies.
+  // its stage's `layers` layers, from `first_layer` on; sent layer by layer, `copies_per_layer`
+  // copies bring each of them.
   struct GpuPart {
     double share = 1.0;
     std::uint64_t copies = 1;

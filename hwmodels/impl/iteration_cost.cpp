@@ -222,7 +222,9 @@ double batch_tokens(const BatchShape& batch) {
 }
 
 // The context that `queries` query tokens of `decode` requests attend in all, `context` being
-// what one query of each attends (the requests' drafts attend as their newest token does).
+// what one query of each attends (the requests' drafts attend as their newest token does): the
+// mean request's context for each query, exact when the requests draft alike (fewer drafts
+// near a request's end make it approximate).
 double attended_by_queries(double context, double decode, double queries) {
   return queries == decode ? context : context * queries / decode;
 }

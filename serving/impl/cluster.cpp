@@ -143,10 +143,10 @@ void Cluster::start() {
   for (std::size_t e = 0; e < engines_.size(); ++e) {
     EngineHooks hooks;
     hooks.completed = [this](std::uint32_t) { arrivals_.completed(); };
-    if (engines_[e]->role() == EngineRole::kPrefill && layer_wise_) {
-      hooks.prefilled = [](std::uint32_t, sim::Tick) {};  // routed when its last chunk began
-      hooks.prefill_ending = [this, e](std::uint32_t request, sim::Tick arrival,
-                                       sim::Tick first_token, std::uint64_t last_tokens) {
+    if (engines_[e]->role() == EngineRole::kPrefill) {
+      // Routed when its first token comes, or layer by layer when the iteration giving it starts.
+      const auto route_from = [this, e](std::uint32_t request, sim::Tick arrival,
+                                        sim::Tick first_token, std::uint64_t last_tokens) {
         Handoff handoff;
         handoff.prefill_engine = e;
         handoff.computing = simulator_.now();
@@ -154,13 +154,14 @@ void Cluster::start() {
         handoff.last_tokens = last_tokens;
         route_decode(request, arrival, handoff);
       };
-    } else if (engines_[e]->role() == EngineRole::kPrefill) {
-      hooks.prefilled = [this, e](std::uint32_t request, sim::Tick arrival) {
-        Handoff handoff;
-        handoff.prefill_engine = e;
-        handoff.computing = handoff.prefilled = simulator_.now();
-        route_decode(request, arrival, handoff);
+      hooks.prefilled = [this, route_from](std::uint32_t request, sim::Tick arrival) {
+        if (!layer_wise_) {
+          route_from(request, arrival, simulator_.now(), 0);
+        }
       };
+      if (layer_wise_) {
+        hooks.prefill_ending = route_from;
+      }
     } else if (engines_[e]->role() == EngineRole::kDecode) {
       hooks.kv_wanted = [this](std::uint32_t request) { transfer(request); };
     }

@@ -72,22 +72,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
         "tier policy (the cluster gives the decode engines the policy)");
   }
   if (run.engine().has_speculative() && role_ != EngineRole::kPrefill) {
-    // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
-    // here.
-    const auto refuse = [](const std::string& what) {
-      throw ConfigError("speculative decoding with " + what + " is not modelled",
-                        "field engine.speculative");
-    };
-    if (tiers_ != nullptr) {
-      refuse("a tier policy (" + run.policy().name() + ")");
-    }
-    if (pipeline_stages(run) > 1) {
-      refuse("pipeline_parallel_degree " + std::to_string(pipeline_stages(run)));
-    }
-    if (attention_split(run) == hw::AttentionSplit::kRequests) {
-      refuse("engine.data_parallel_attention");
-    }
-    speculative_ = run.engine().speculative();
+    start_speculating(run);
   }
   if (run.workload().on_demand_admission().has_swap()) {
     // Checked with the config (configs/impl/parallelism_checks.cpp); a run built in code is held to

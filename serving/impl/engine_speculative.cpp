@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
+#include "common/errors.hpp"
 #include "serving/engine.hpp"
+#include "serving/memory_plan.hpp"
 #include "sim/random.hpp"
 
 namespace kvtier::serving {
@@ -16,6 +19,25 @@ namespace {
 constexpr std::uint64_t kSpeculationStream = 0x5bec0de5;
 
 }  // namespace
+
+void ServingEngine::start_speculating(const config::RunSpec& run) {
+  // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
+  // here.
+  const auto refuse = [](const std::string& what) {
+    throw ConfigError("speculative decoding with " + what + " is not modelled",
+                      "field engine.speculative");
+  };
+  if (tiers_ != nullptr) {
+    refuse("a tier policy (" + run.policy().name() + ")");
+  }
+  if (pipeline_stages(run) > 1) {
+    refuse("pipeline_parallel_degree " + std::to_string(pipeline_stages(run)));
+  }
+  if (attention_split(run) == hw::AttentionSplit::kRequests) {
+    refuse("engine.data_parallel_attention");
+  }
+  speculative_ = run.engine().speculative();
+}
 
 std::uint64_t ServingEngine::drafts(const Request& request) const {
   if (!speculative_) {

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "common/text_output.hpp"
 #include "hwmodels/link_math.hpp"
 
 namespace kvtier::serving {
@@ -310,6 +311,23 @@ double draft_busy_fraction(const ServingTotals& totals) {
   return totals.busy > sim::Tick::zero()
              ? sim::to_seconds(totals.draft_busy) / sim::to_seconds(totals.busy)
              : 0.0;
+}
+
+std::string speculative_note(const config::SpeculativeDecoding& speculative,
+                             const ServingTotals& totals) {
+  const double alpha = speculative.acceptance_rate();
+  const double drafts = speculative.draft_tokens();
+  // (1 − α^(k+1)) / (1 − α): the mean of the drafts accepted in a row and one more.
+  const double expected =
+      alpha < 1.0 ? (1.0 - std::pow(alpha, drafts + 1.0)) / (1.0 - alpha) : drafts + 1.0;
+  return "speculative decoding (engine.speculative): " +
+         std::to_string(speculative.draft_tokens()) + " draft tokens a step, each of " +
+         std::to_string(speculative.draft_layers()) +
+         " layer(s) of the model's shape and its LM head, accepted with probability " +
+         format_fixed(alpha, 3) +
+         " in a row: " + format_fixed(speculative_tokens_per_step(totals), 3) + " tokens a step (" +
+         format_fixed(expected, 3) + " expected; fewer drafts near a request's end), the drafter " +
+         format_fixed(100.0 * draft_busy_fraction(totals), 1) + "% of the GPU time";
 }
 
 }  // namespace kvtier::serving

@@ -3,6 +3,7 @@
 // cluster's merged (totals summed, peaks the highest engine's, time averages the engines' mean,
 // latencies over every request), and the metrics made of them.
 
+#include <string>
 #include <vector>
 
 #include "configs/schema/run.pb.h"
@@ -47,6 +48,10 @@ struct Figures {
 // drafter's share of the GPU time (0 without any).
 [[nodiscard]] double speculative_tokens_per_step(const ServingTotals& totals);
 [[nodiscard]] double draft_busy_fraction(const ServingTotals& totals);
+// The report's note on them: the drafts, the tokens a step given and expected, the drafter's
+// share of the GPU time.
+[[nodiscard]] std::string speculative_note(const config::SpeculativeDecoding& speculative,
+                                           const ServingTotals& totals);
 
 // The report's metrics of `figures`, in the report's order (simulated_events and the cluster's
 // own follow). `engine` is any engine they cover: what every engine of a run shares (memory

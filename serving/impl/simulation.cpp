@@ -373,20 +373,7 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
         "without sharing");
   }
   if (run.engine().has_speculative()) {
-    const config::SpeculativeDecoding& speculative = run.engine().speculative();
-    const double alpha = speculative.acceptance_rate();
-    const double drafts = speculative.draft_tokens();
-    // (1 − α^(k+1)) / (1 − α): the mean of the drafts accepted in a row and one more.
-    const double expected =
-        alpha < 1.0 ? (1.0 - std::pow(alpha, drafts + 1.0)) / (1.0 - alpha) : drafts + 1.0;
-    report.notes.push_back(
-        "speculative decoding (engine.speculative): " + std::to_string(speculative.draft_tokens()) +
-        " draft tokens a step, each of " + std::to_string(speculative.draft_layers()) +
-        " layer(s) of the model's shape and its LM head, accepted with probability " +
-        format_fixed(alpha, 3) +
-        " in a row: " + format_fixed(speculative_tokens_per_step(totals), 3) + " tokens a step (" +
-        format_fixed(expected, 3) + " expected; fewer drafts near a request's end), the drafter " +
-        format_fixed(100.0 * draft_busy_fraction(totals), 1) + "% of the GPU time");
+    report.notes.push_back(speculative_note(run.engine().speculative(), totals));
   }
   report.metrics = engine_metrics(figures, engine, run);
   auto& m = report.metrics;

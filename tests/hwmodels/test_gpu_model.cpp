@@ -11,6 +11,7 @@
 #include "hwmodels/gpu_model.hpp"
 #include "hwmodels/iteration_cost.hpp"
 #include "hwmodels/model_shape.hpp"
+#include "tests/support/batch_shapes.hpp"
 #include "tests/support/config_fixture.hpp"
 
 using kvtier::hw::OpCost;
@@ -259,17 +260,11 @@ TEST_CASE("a verified draft costs a decode token's work without reading its requ
   const auto model = preset<kvtier::config::ModelSpec>("model", name.c_str());
   const kvtier::hw::IterationCostModel costs(model, gpu, nullptr, 1);
   constexpr std::uint64_t kContext = 4096;
-  kvtier::hw::BatchShape verify;
-  verify.decode_tokens = 1;
+  kvtier::hw::BatchShape verify = kvtier::test::decode(1, kContext);
   verify.decode_draft_tokens = 3;
-  verify.decode_context_tokens = kContext;
   verify.logits_tokens = 4;
-  kvtier::hw::BatchShape four;
-  four.decode_tokens = 4;
-  four.decode_context_tokens = 4 * kContext;
-  four.logits_tokens = 4;
   const auto drafted = costs.cost(verify);
-  const auto apart = costs.cost(four);
+  const auto apart = costs.cost(kvtier::test::decode(4, kContext));
   INFO(name);
   CHECK(drafted.flops == Approx(apart.flops).epsilon(1e-12));
   const double kv_read_again =

@@ -54,8 +54,7 @@ RequestSpec after_prefix(double seconds, std::uint64_t prefix, std::uint64_t pro
 
 // One copy of `prompt` tokens' KV per GPU over the run's kv_link.
 Tick copy_time(const Cluster& cluster, const RunSpec& run, std::uint64_t prompt) {
-  return kvtier::test::kv_link_copies(run.cluster().disaggregation().kv_link(),
-                                      cluster.engine(0).memory().kv_bytes_for(prompt));
+  return kvtier::test::kv_link_copies(run, cluster.engine(0).memory().kv_bytes_for(prompt));
 }
 
 }  // namespace
@@ -121,8 +120,7 @@ TEST_CASE("a decode engine pulls only the prompt blocks its prefix cache lacks",
   CHECK(cluster.kv_transfers().count == 2);
   CHECK(cluster.kv_transfers().bytes == Approx((72 + 8) * block));
   CHECK(cluster.kv_transfers().cached_bytes == Approx(64 * block));
-  const Tick eight_blocks =
-      kvtier::test::kv_link_copies(run.cluster().disaggregation().kv_link(), 8 * block);
+  const Tick eight_blocks = kvtier::test::kv_link_copies(run, 8 * block);
   CHECK(cluster.kv_transfers().transfer.min() == eight_blocks);
   CHECK(cluster.kv_transfers().transfer.max() == copy_time(cluster, run, 1152));
   // The prefill engine found the prefix too; the decode engine's lookups are not prefills'.
@@ -233,11 +231,8 @@ TEST_CASE("with data-parallel attention an engine's GPUs send two transfers at o
   const auto served =
       serve(run, open_loop({request_at(0, 512, 8), request_at(0, 512, 8), request_at(0, 512, 8)}));
   const auto& transfers = served->cluster->kv_transfers();
-  const Tick copy = kvtier::serving::swap_time(
-      2 * served->cluster->engine(0).memory().kv_bytes_for(512), 1, 0.1e9,
-      kvtier::sim::from_microseconds(
-          run.cluster().disaggregation().kv_link().per_copy_overhead_us(),
-          kvtier::sim::Rounding::kUp));
+  const Tick copy =
+      kvtier::test::kv_link_copies(run, 2 * served->cluster->engine(0).memory().kv_bytes_for(512));
   const auto& prefill = served->cluster->engine(0);
   REQUIRE(copy > prefill.ttft().max() - prefill.ttft().min());
   CHECK(transfers.count == 3);

@@ -27,6 +27,7 @@ using kvtier::serving::Cluster;
 using kvtier::serving::KvHandoff;
 using kvtier::serving::RequestSpec;
 using kvtier::sim::Tick;
+using kvtier::test::kv_link_copies;
 using kvtier::test::open_loop;
 using kvtier::test::request_at;
 using kvtier::test::serve;
@@ -35,11 +36,6 @@ using kvtier::test::split_run;
 namespace {
 
 const std::string kLayerWise = "cluster.disaggregation.layer_wise_transfer=true";
-
-// `copies` copies moving `bytes` over `run`'s kv_link, one after another.
-Tick copies_of(const RunSpec& run, double bytes, std::uint64_t copies = 1) {
-  return kvtier::test::kv_link_copies(run.cluster().disaggregation().kv_link(), bytes, copies);
-}
 
 // A split_run cluster of Llama-3.1-8B whose prefill engines are split `prefill_tp` x
 // `prefill_stages` and decode engines `decode_tp` x `decode_stages`.
@@ -68,8 +64,8 @@ Tick sent_one_by_one(const RunSpec& run, const KvHandoff& handoff, double earlie
     Tick copy = Tick::zero();
     for (const KvHandoff::GpuPart& part : handoff.parts()) {
       if (l >= part.first_layer && l < part.first_layer + part.layers) {
-        copy =
-            std::max(copy, copies_of(run, last * part.share / part.layers, part.copies_per_layer));
+        copy = std::max(
+            copy, kv_link_copies(run, last * part.share / part.layers, part.copies_per_layer));
       }
     }
     sent = std::max(sent, ready) + copy;
@@ -117,17 +113,26 @@ TEST_CASE("a transfer that cannot overlap the prefill goes whole after it",
   const auto after =
       handoff.layer_wise(bytes / 2, bytes / 2, Tick::ms(50), Tick::ms(10), Tick::ms(40));
   CHECK_FALSE(after.layer_wise);
-  CHECK(after.end == Tick::ms(50) + copies_of(run, bytes));
+  CHECK(after.end == Tick::ms(50) + kv_link_copies(run, bytes));
   // An iteration of a microsecond: 32 layers' copies each paying the overhead take longer than
   // one copy after it.
   const auto short_one =
       handoff.layer_wise(0.0, bytes, Tick::ms(10), Tick::ms(10), Tick::ms(10) + Tick::us(1));
   CHECK_FALSE(short_one.layer_wise);
-  CHECK(short_one.end == Tick::ms(10) + Tick::us(1) + copies_of(run, bytes));
+  CHECK(short_one.end == Tick::ms(10) + Tick::us(1) + kv_link_copies(run, bytes));
+  // Earlier bytes taking longer than the iteration: every layer is computed by the time they
+  // are in, and the layers follow back to back.
+  const Tick earlier = kv_link_copies(run, 4 * bytes);
+  REQUIRE(earlier > Tick::ms(2));
+  const auto behind =
+      handoff.layer_wise(4 * bytes, bytes, Tick::ms(10), Tick::ms(10), Tick::ms(12));
+  CHECK(behind.layer_wise);
+  CHECK(behind.earlier == earlier);
+  CHECK(behind.end == Tick::ms(10) + earlier + kv_link_copies(run, bytes / 32) * 32);
   // A long one: only the last layer's copy is left once it ends.
   const auto long_one = handoff.layer_wise(0.0, bytes, Tick::ms(10), Tick::ms(10), Tick::s(1));
   CHECK(long_one.layer_wise);
-  CHECK(long_one.end == Tick::s(1) + copies_of(run, bytes / 32));
+  CHECK(long_one.end == Tick::s(1) + kv_link_copies(run, bytes / 32));
   CHECK(long_one.earlier == Tick::zero());
 }
 
@@ -141,7 +146,7 @@ TEST_CASE("a prompt prefilled in one iteration crosses as its layers are compute
   const auto& prefill = cluster.engine(0);
   const auto& decode = cluster.engine(1);
   const double bytes = prefill.memory().kv_bytes_for(512);
-  const Tick layer = copies_of(layered, bytes / 32);
+  const Tick layer = kv_link_copies(layered, bytes / 32);
   REQUIRE(prefill.iteration_time().count() == 1);
   const Tick first_token = prefill.ttft().max();
   // The prefill (one iteration, from the arrival at 0) computes a layer every 1/32 of it, far
@@ -156,7 +161,7 @@ TEST_CASE("a prompt prefilled in one iteration crosses as its layers are compute
   // From the decode engine's admission, when the prefill began.
   CHECK(cluster.kv_transfers().transfer.max() == first_token + layer);
   // Decoding starts that much sooner than after a whole copy.
-  const Tick copy = copies_of(layered, bytes);
+  const Tick copy = kv_link_copies(layered, bytes);
   CHECK(before->cluster->kv_transfers().handoff.max() == copy);
   CHECK(decode.e2e().max() == before->cluster->engine(1).e2e().max() - copy + layer);
   CHECK(decode.totals().requests_completed == 1);
@@ -179,8 +184,8 @@ TEST_CASE("a prompt of two chunks sends the first chunk's KV at once, the second
   REQUIRE(first_token == prefill.iteration_time().min() + prefill.iteration_time().max());
   const Tick last_started = first_token - prefill.iteration_time().max();
   const double chunk = prefill.memory().kv_bytes_for(512);
-  const Tick earlier = copies_of(run, chunk);
-  const Tick layer = copies_of(run, chunk / 32);
+  const Tick earlier = kv_link_copies(run, chunk);
+  const Tick layer = kv_link_copies(run, chunk / 32);
   REQUIRE(earlier > first_token - last_started);
   CHECK(cluster.kv_transfers().layer_wise == 1);
   CHECK(cluster.kv_transfers().handoff.max() == last_started + earlier + layer * 32 - first_token);
@@ -196,7 +201,7 @@ TEST_CASE("two prompts prefilled together take turns a layer at a time",
   const Cluster& cluster = *served->cluster;
   REQUIRE(cluster.engine(0).iteration_time().count() == 1);
   const double bytes = cluster.engine(0).memory().kv_bytes_for(256);
-  const Tick layer = copies_of(run, bytes / 32);
+  const Tick layer = kv_link_copies(run, bytes / 32);
   CHECK(cluster.kv_transfers().count == 2);
   CHECK(cluster.kv_transfers().layer_wise == 2);
   CHECK(cluster.kv_transfers().handoff.min() == layer);
@@ -216,8 +221,8 @@ TEST_CASE("a transfer sent layer by layer leaves its lanes to others between its
   const Cluster& cluster = *served->cluster;
   const auto& first = cluster.engine(0);
   const auto& second = cluster.engine(1);
-  const Tick long_layer = copies_of(run, first.memory().kv_bytes_for(512) / 32);
-  const Tick short_layer = copies_of(run, first.memory().kv_bytes_for(256) / 32);
+  const Tick long_layer = kv_link_copies(run, first.memory().kv_bytes_for(512) / 32);
+  const Tick short_layer = kv_link_copies(run, first.memory().kv_bytes_for(256) / 32);
   REQUIRE(first.iteration_time().count() == 2);
   const Tick first_token = first.ttft().max();
   const Tick second_token = second.ttft().max() + Tick::ms(14);
@@ -272,7 +277,7 @@ TEST_CASE("a layer costs the copies of the busiest GPU holding it",
   REQUIRE(heads.parts().size() == 2);
   CHECK(heads.parts()[0].copies_per_layer == 2);
   CHECK(heads.parts()[1].copies_per_layer == 1);
-  CHECK(heads.layer_copy(3.2e7, 5) == copies_of(wider, 2 * 3.2e7 / 32, 2));
+  CHECK(heads.layer_copy(3.2e7, 5) == kv_link_copies(wider, 2 * 3.2e7 / 32, 2));
   // Three prefill stages (11, 11 and 10 layers) to two decode stages of 16: each GPU's layers
   // from its stage's first, one copy a layer.
   const RunSpec staged = pools(1, 3, 1, 2);
@@ -287,7 +292,7 @@ TEST_CASE("a layer costs the copies of the busiest GPU holding it",
   CHECK(firsts == std::vector<std::uint32_t>{0, 11, 22, 0, 16});
   CHECK(counts == std::vector<std::uint32_t>{11, 11, 10, 16, 16});
   // A decode GPU takes a 16th of its bytes a layer, more than a prefill GPU of 11 layers sends.
-  CHECK(stages.layer_copy(3.2e7, 20) == copies_of(staged, 3.2e7 / 16));
+  CHECK(stages.layer_copy(3.2e7, 20) == kv_link_copies(staged, 3.2e7 / 16));
 }
 
 TEST_CASE("a transfer whose layers would cost more than a copy after the prefill waits for it",
@@ -297,7 +302,7 @@ TEST_CASE("a transfer whose layers would cost more than a copy after the prefill
       split_run(2, 1, {kLayerWise, "cluster.disaggregation.kv_link.per_copy_overhead_us=5000"});
   const auto served = serve(run, open_loop({request_at(0, 64, 8)}));
   const Cluster& cluster = *served->cluster;
-  const Tick copy = copies_of(run, cluster.engine(0).memory().kv_bytes_for(64));
+  const Tick copy = kv_link_copies(run, cluster.engine(0).memory().kv_bytes_for(64));
   const Tick first_token = cluster.engine(0).ttft().max();
   CHECK(cluster.kv_transfers().layer_wise == 0);
   CHECK(cluster.kv_transfers().handoff.max() == copy);
@@ -333,8 +338,8 @@ TEST_CASE("a transfer waiting for its prefill to end leaves the lanes to others 
       split_run(3, 2, {kLayerWise, "cluster.disaggregation.kv_link.per_copy_overhead_us=5000"});
   const auto served = serve(run, open_loop({request_at(0, 512, 8), request_at(0, 64, 8)}));
   const Cluster& cluster = *served->cluster;
-  const Tick long_copy = copies_of(run, cluster.engine(0).memory().kv_bytes_for(512));
-  const Tick short_copy = copies_of(run, cluster.engine(0).memory().kv_bytes_for(64));
+  const Tick long_copy = kv_link_copies(run, cluster.engine(0).memory().kv_bytes_for(512));
+  const Tick short_copy = kv_link_copies(run, cluster.engine(0).memory().kv_bytes_for(64));
   REQUIRE(cluster.engine(1).ttft().max() + short_copy < cluster.engine(0).ttft().max());
   CHECK(cluster.kv_transfers().layer_wise == 0);
   CHECK(cluster.kv_transfers().handoff.min() == short_copy);

@@ -15,6 +15,7 @@
 #include "serving/engine.hpp"
 #include "serving/workload.hpp"
 #include "sim/tick.hpp"
+#include "tests/support/batch_shapes.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
 #include "tests/support/disaggregated_runs.hpp"
@@ -29,12 +30,19 @@ using kvtier::test::serve;
 
 namespace {
 
-// The test run, drafting `drafts` tokens a step accepted with probability `acceptance`.
-RunSpec speculating(std::uint32_t drafts, double acceptance, std::vector<std::string> extra = {}) {
+// `extra` and the sets drafting `drafts` tokens a step accepted with probability `acceptance`.
+std::vector<std::string> speculative_sets(std::uint32_t drafts, double acceptance,
+                                          std::vector<std::string> extra = {}) {
   extra.insert(extra.end(), {"engine.speculative.draft_tokens=" + std::to_string(drafts),
                              "engine.speculative.acceptance_rate=" + std::to_string(acceptance),
                              "engine.speculative.draft_layers=1"});
-  return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), extra);
+  return extra;
+}
+
+// The test run with them.
+RunSpec speculating(std::uint32_t drafts, double acceptance, std::vector<std::string> extra = {}) {
+  return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(),
+                                          speculative_sets(drafts, acceptance, std::move(extra)));
 }
 
 }  // namespace
@@ -67,27 +75,20 @@ TEST_CASE("a step costs the drafter's passes before the verifying pass", "[specu
   const auto served = serve(run, open_loop({request_at(0, 512, 4)}));
   const ServingEngine& engine = served->cluster->engine(0);
   const auto pass = [&](std::uint64_t context) {
-    kvtier::hw::BatchShape step;
-    step.decode_tokens = 1;
-    step.decode_context_tokens = context;
-    step.logits_tokens = 1;
-    const kvtier::hw::IterationCost cost = engine.cost_model().cost(step);
+    const kvtier::hw::IterationCost cost =
+        engine.cost_model().cost(kvtier::test::decode(1, context));
     return cost.layer + cost.head;
   };
   CHECK(engine.totals().speculative_steps == 3);
   CHECK(engine.totals().draft_busy == pass(513) + pass(514) + pass(514));
   // The verifying passes: the newest token and its drafts over the request's KV.
   const auto verify = [&](std::uint64_t context, std::uint64_t drafts) {
-    kvtier::hw::BatchShape step;
-    step.decode_tokens = 1;
+    kvtier::hw::BatchShape step = kvtier::test::decode(1, context);
     step.decode_draft_tokens = drafts;
-    step.decode_context_tokens = context;
-    step.logits_tokens = 1 + drafts;
+    step.logits_tokens += drafts;
     return engine.cost_model().cost(step).total;
   };
-  kvtier::hw::BatchShape prompt;
-  prompt.prefill.push_back({512, 0});
-  prompt.logits_tokens = 1;
+  const kvtier::hw::BatchShape prompt = kvtier::test::prefill(512, 0);
   CHECK(engine.totals().busy == engine.cost_model().cost(prompt).total + verify(513, 2) +
                                     verify(514, 1) + verify(515, 0) + engine.totals().draft_busy);
 }
@@ -157,11 +158,8 @@ TEST_CASE("under on-demand admission a step's drafts count in its footprint", "[
 
 TEST_CASE("speculative decoding where it is not modelled is refused", "[speculative]") {
   const auto refused = [&](std::vector<std::string> sets, const std::string& why) {
-    sets.insert(sets.end(),
-                {"engine.speculative.draft_tokens=2", "engine.speculative.acceptance_rate=0.8",
-                 "engine.speculative.draft_layers=1"});
-    const std::string text =
-        kvtier::test::joined(kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run(), sets));
+    const std::string text = kvtier::test::joined(kvtier::test::problems<RunSpec>(
+        kvtier::test::quickstart_run(), speculative_sets(2, 0.8, std::move(sets))));
     INFO(text);
     CHECK_THAT(text, Catch::Contains("field engine.speculative") && Catch::Contains(why));
   };
@@ -173,18 +171,13 @@ TEST_CASE("speculative decoding where it is not modelled is refused", "[speculat
            "engine.data_parallel_attention=true"},
           "engine.data_parallel_attention");
   // A draft count out of range is refused by its bounds.
-  CHECK_FALSE(kvtier::test::problems<RunSpec>(
-                  kvtier::test::quickstart_run(),
-                  {"engine.speculative.draft_tokens=17", "engine.speculative.acceptance_rate=0.8",
-                   "engine.speculative.draft_layers=1"})
-                  .empty());
+  CHECK_FALSE(
+      kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run(), speculative_sets(17, 0.8))
+          .empty());
 }
 
 TEST_CASE("in a disaggregated cluster the decode engines speculate", "[speculative]") {
-  const RunSpec run = kvtier::test::split_run(
-      2, 1,
-      {"engine.speculative.draft_tokens=2", "engine.speculative.acceptance_rate=1",
-       "engine.speculative.draft_layers=1"});
+  const RunSpec run = kvtier::test::split_run(2, 1, speculative_sets(2, 1.0));
   const auto served = serve(run, open_loop({request_at(0, 512, 7)}));
   const auto& prefill = served->cluster->engine(0);
   const auto& decode = served->cluster->engine(1);

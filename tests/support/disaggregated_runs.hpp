@@ -41,6 +41,12 @@ inline sim::Tick kv_link_copies(const config::LinkSpec& link, double bytes,
       sim::from_microseconds(link.per_copy_overhead_us(), sim::Rounding::kUp));
 }
 
+// The same over `run`'s kv_link (run.cluster.disaggregation).
+inline sim::Tick kv_link_copies(const config::RunSpec& run, double bytes,
+                                std::uint64_t copies = 1) {
+  return kv_link_copies(run.cluster().disaggregation().kv_link(), bytes, copies);
+}
+
 // split_run's cluster of one prefill and two decode engines with a tier block, serving `policy`
 // (a policy string: "tiered:hbm=0.3,...").
 inline config::RunSpec tiered_split(const std::string& policy,
