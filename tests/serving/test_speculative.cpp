@@ -199,3 +199,46 @@ TEST_CASE("a speculating run reports its tokens a step and its drafter's time", 
   CHECK(metrics.at("speculative_draft_busy_fraction") < 1.0);
   CHECK(metrics.at("output_tokens") == plain.at("output_tokens"));
 }
+
+TEST_CASE("a speculating engine caches prefixes as one decoding a token a step does",
+          "[speculative]") {
+  // Two requests of one 1,024-token prefix and 128 tokens of their own, the second arriving once
+  // the first has finished: it finds the prefix's 64 blocks cached, and both decode their 32
+  // tokens, four a step.
+  std::vector<kvtier::serving::RequestSpec> requests;
+  for (const double at : {0.0, 10.0}) {
+    kvtier::serving::RequestSpec spec = request_at(at, 1152, 33);
+    spec.shared_tokens = spec.segment_tokens = 1024;
+    spec.segments = {1};
+    requests.push_back(spec);
+  }
+  const auto served =
+      serve(speculating(3, 1.0, {"memory.kv_block_tokens=16", "memory.prefix_caching=true"}),
+            open_loop(requests));
+  const ServingEngine& engine = served->cluster->engine(0);
+  CHECK(engine.totals().requests_completed == 2);
+  CHECK(engine.totals().output_tokens == 66);
+  CHECK(engine.totals().speculative_steps == 2 * 8);
+  CHECK(engine.totals().prefix_hit_tokens == 1024);
+}
+
+TEST_CASE("a speculating request swapped out resumes where it stopped", "[speculative]") {
+  // 2 GiB of KV for eight requests of 2k + 2k tokens admitted on demand: some are swapped out
+  // and back in, and every one still gives its tokens, a step at a time from where it stopped.
+  std::vector<kvtier::serving::RequestSpec> requests;
+  for (int i = 0; i < 8; ++i) {
+    requests.push_back(request_at(0, 2048, 2048));
+  }
+  const auto served =
+      serve(speculating(3, 0.7,
+                        {"hardware.node.gpu.memory_capacity_gib=20", "memory.kv_block_tokens=16",
+                         "workload.on_demand_admission.watermark=0.01",
+                         "workload.on_demand_admission.swap.space_gib=8"}),
+            open_loop(requests));
+  const ServingEngine& engine = served->cluster->engine(0);
+  REQUIRE(engine.totals().swapped_preemptions > 0);
+  CHECK(engine.totals().preemptions == engine.totals().swapped_preemptions);
+  CHECK(engine.totals().requests_completed == 8);
+  CHECK(engine.totals().output_tokens == 8 * 2048);
+  CHECK(engine.totals().speculative_tokens == 8 * 2047);
+}
