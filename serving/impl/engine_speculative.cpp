@@ -54,9 +54,13 @@ std::uint64_t ServingEngine::step_tokens(std::uint32_t id, const Request& reques
   }
   sim::RandomStream draws(run_.seed(),
                           kSpeculationStream ^ ((std::uint64_t{id} << 32) | request.generated));
+  const double decay =
+      speculative_->has_acceptance_decay() ? speculative_->acceptance_decay() : 1.0;
+  double rate = speculative_->acceptance_rate();
   std::uint64_t accepted = 0;
-  while (accepted < drafted && draws.uniform_01() < speculative_->acceptance_rate()) {
+  while (accepted < drafted && draws.uniform_01() < rate) {
     ++accepted;
+    rate *= decay;
   }
   return accepted + 1;
 }

@@ -316,15 +316,25 @@ double draft_busy_fraction(const ServingTotals& totals) {
 std::string speculative_note(const config::SpeculativeDecoding& speculative,
                              const ServingTotals& totals) {
   const double alpha = speculative.acceptance_rate();
-  const double drafts = speculative.draft_tokens();
-  // (1 − α^(k+1)) / (1 − α): the mean of the drafts accepted in a row and one more.
-  const double expected =
-      alpha < 1.0 ? (1.0 - std::pow(alpha, drafts + 1.0)) / (1.0 - alpha) : drafts + 1.0;
+  const double decay = speculative.has_acceptance_decay() ? speculative.acceptance_decay() : 1.0;
+  // The mean of the drafts accepted in a row and one more: Σ over j ≤ k of the chance that the
+  // first j drafts are all accepted, the i-th (from 0) at α · decay^i.
+  double expected = 1.0;
+  double all_accepted = 1.0;
+  double rate = alpha;
+  for (std::uint32_t draft = 0; draft < speculative.draft_tokens(); ++draft) {
+    all_accepted *= rate;
+    expected += all_accepted;
+    rate *= decay;
+  }
   return "speculative decoding (engine.speculative): " +
          std::to_string(speculative.draft_tokens()) + " draft tokens a step, each of " +
          std::to_string(speculative.draft_layers()) +
          " layer(s) of the model's shape and its LM head, accepted with probability " +
          format_fixed(alpha, 3) +
+         (speculative.has_acceptance_decay()
+              ? " (each later one times " + format_fixed(decay, 3) + ")"
+              : std::string()) +
          " in a row: " + format_fixed(speculative_tokens_per_step(totals), 3) + " tokens a step (" +
          format_fixed(expected, 3) + " expected; fewer drafts near a request's end), the drafter " +
          format_fixed(100.0 * draft_busy_fraction(totals), 1) + "% of the GPU time";

@@ -117,6 +117,28 @@ TEST_CASE("speculation's steps follow the run's seed and give the tokens their r
   CHECK(other->cluster->engine(0).totals().speculative_steps != totals.speculative_steps);
 }
 
+TEST_CASE("later drafts are accepted less when acceptance decays", "[speculative]") {
+  // Four drafts, the first always accepted, each later one at half the rate of the one before:
+  // 1 + 1 + 1/2 + 1/8 + 1/64 tokens a step on average. A decay of 1 is no decay at all.
+  std::vector<kvtier::serving::RequestSpec> requests;
+  for (int i = 0; i < 64; ++i) {
+    requests.push_back(request_at(0.01 * i, 256, 257));
+  }
+  const auto decaying =
+      serve(speculating(4, 1.0, {"engine.speculative.acceptance_decay=0.5"}), open_loop(requests));
+  const auto& totals = decaying->cluster->engine(0).totals();
+  const double per_step = static_cast<double>(totals.speculative_tokens) /
+                          static_cast<double>(totals.speculative_steps);
+  CHECK(per_step == Approx(1.0 + 1.0 + 0.5 + 0.125 + 1.0 / 64).epsilon(0.03));
+  CHECK(totals.speculative_tokens == 64 * 256);
+  const auto undecayed =
+      serve(speculating(4, 0.6, {"engine.speculative.acceptance_decay=1"}), open_loop(requests));
+  const auto plain = serve(speculating(4, 0.6), open_loop(requests));
+  CHECK(undecayed->cluster->engine(0).totals().speculative_steps ==
+        plain->cluster->engine(0).totals().speculative_steps);
+  CHECK(undecayed->cluster->engine(0).e2e().max() == plain->cluster->engine(0).e2e().max());
+}
+
 TEST_CASE("a step's drafts take the token budget", "[speculative]") {
   // A budget of 32 tokens a step and 8 requests decoding: with three drafts each they take it
   // all, and a prompt arriving meanwhile waits until one of them has finished; with none
