@@ -270,6 +270,8 @@ class ServingEngine {
     std::uint64_t prefill_target = 0;
     // `generated` at its first decode step after its latest prefill (1 unless preempted).
     std::uint64_t first_decode = 1;
+    // The tokens its latest decode step gave (more than one with speculative decoding).
+    std::uint64_t last_step_tokens = 1;
     bool arrived = false;
     bool admitted_once = false;  // its queue wait ends at its first admission
     // A decode engine's: submitted prefilled, its KV still at its prefill engine (`remote`), or
@@ -405,9 +407,13 @@ class ServingEngine {
   void plan_tier_traffic(hw::BatchShape& batch);
   // A received request's first step: its copies (into `copies`, its micro-batch's), the tokens
   // it stages by layer (`staged`, its micro-batch's) and the resident tokens attention reads.
-  void place_received(Request& request, std::uint32_t id, std::uint64_t context,
-                      std::vector<LayerCopies>& copies, std::vector<double>& staged,
-                      double& resident);
+  void place_received(Request& request, std::uint32_t id, std::vector<LayerCopies>& copies,
+                      std::vector<double>& staged, double& resident);
+  // Request `id`'s next decode step in target layer `layer`, giving `tokens` tokens: the tier
+  // policy's step for each (then_step); `first` when nothing of it is staged yet.
+  [[nodiscard]] LayerDemand step_demand(std::uint32_t id, const Request& request,
+                                        std::uint32_t layer, std::uint64_t tokens,
+                                        bool first) const;
   // The iteration's duration with its tier copies, and their totals: its compute `cost`, with
   // pipeline stages each stage's on each micro-batch (PipelineCostModel's StageTimer).
   [[nodiscard]] sim::Tick time_tier_copies(const hw::BatchShape& batch, hw::IterationCost& cost);
@@ -433,10 +439,10 @@ class ServingEngine {
   [[nodiscard]] std::uint64_t drafts(const Request& request) const;
   // The tokens request `id`'s step gives: the drafts accepted in a row, and one more.
   [[nodiscard]] std::uint64_t step_tokens(std::uint32_t id, const Request& request) const;
-  // This iteration's cost: the drafter's passes over the decoding requests, then the forward
-  // pass verifying their drafts beside the batch's other work (`batch`); adds the passes' time
-  // to totals_.draft_busy.
-  [[nodiscard]] hw::IterationCost speculative_cost(const hw::BatchShape& batch);
+  // The drafter's passes over this iteration's decoding requests, before the forward pass that
+  // verifies their drafts (of cost `cost`, to which their work is added): their time, which
+  // is also added to totals_.draft_busy (not to cost.total).
+  [[nodiscard]] sim::Tick draft_passes(hw::IterationCost& cost);
   // Times this iteration's recodes (of `duration` on the GPU) as tiering.host_recode says and
   // returns how long the iteration waits for recodes beyond its own work; zero when not costed.
   sim::Tick time_host_recodes(sim::Tick duration);

@@ -63,6 +63,13 @@ struct LayerDemand {
   double recoded_to_full = 0.0;
 };
 
+// One decode step that gives several tokens (speculative decoding), `step` then `next`, the
+// policy's step for the following token: what attention reads stays `step`'s (one forward pass
+// read that placement for every token), the moves add up (the policy steps once a token, its
+// moves made one after another: a token moved and moved back within the step crosses twice),
+// and what is held after is `next`'s.
+void then_step(LayerDemand& step, const LayerDemand& next);
+
 // What admission reserves for a request over its whole life, in token-layers (Σ over one GPU's
 // target layers of tokens: all of them, or with pipeline stages those of the stage whose sum is
 // largest at that step): upper bounds from the replay's running maxima. In a paged cache

@@ -378,18 +378,13 @@ void check_swap_space(const RunSpec& run, const std::string& path, Problems& pro
   }
 }
 
-// Speculative decoding is modelled for engines whose decode steps are whole-batch forward passes
-// over the full cache: not for a tier policy's per-step placements, pipeline stages'
-// micro-batches or data-parallel attention's per-GPU requests.
+// Speculative decoding is modelled for engines whose decode steps are whole-batch forward passes:
+// not for pipeline stages' micro-batches or data-parallel attention's per-GPU requests.
 void check_speculative(const RunSpec& run, const std::string& path, Problems& problems) {
   if (!run.engine().has_speculative()) {
     return;
   }
   const std::string field = at(path, "engine.speculative");
-  if (const auto policy = first_tier_policy(run)) {
-    problems.push_back({field, "speculative decoding with a tier policy (" + *policy +
-                                   ") is not modelled: a step's tokens would each move tiers"});
-  }
   if (run.pipeline_parallel_degree() > 1) {
     problems.push_back({field, "speculative decoding with pipeline_parallel_degree " +
                                    std::to_string(run.pipeline_parallel_degree()) +

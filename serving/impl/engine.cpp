@@ -377,13 +377,21 @@ double ServingEngine::hbm_reservation(std::uint32_t request) const {
   // holds the prompt whole in HBM.
   const double placed = receives_into_host_ || receives_kept_only_ ? peaks.placed_hbm_token_layers
                                                                    : peaks.hbm_token_layers;
-  const double tiered = (placed + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
+  // A speculating step writes its newest token's and its drafts' KV before the policy steps:
+  // that many tokens a layer over a placement's T0, in whole blocks in a paged cache.
+  const std::uint64_t drafted = speculative_ ? speculative_->draft_tokens() : 0;
+  const double writes =
+      drafted > 0 ? in_whole_blocks(static_cast<double>(1 + drafted), plan_.block_tokens) *
+                        static_cast<double>(layers_per_gpu_)
+                  : 0.0;
+  const double tiered =
+      (placed + writes + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
   // A decode engine's request comes into HBM (whole, or what its policy keeps), where its first
-  // step writes one token more before the placement offloads what it holds off HBM; received
-  // into host memory, its first step loads what the policy reads into HBM from there, within
-  // the policy's peaks.
+  // step writes one token more (and its drafts) before the placement offloads what it holds off
+  // HBM; received into host memory, its first step loads what the policy reads into HBM from
+  // there, within the policy's peaks.
   return role_ == EngineRole::kDecode && !receives_into_host_
-             ? std::max(tiered, received_kv_bytes(request, 1))
+             ? std::max(tiered, received_kv_bytes(request, 1 + drafted))
              : tiered;
 }
 
@@ -610,15 +618,15 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     // engine's request received whole (or on its way) is placed by its first step, which reads
     // it all in HBM: its host share counts from its admission on, as a prefill's does (none when
     // that step is its last).
-    bytes.hbm = (tiers_ != nullptr ? received_kv_bytes(id, request.generated)
-                                   : plan_.kv_bytes_for(request.spec.prompt_tokens +
-                                                        request.generated + drafts(request))) -
+    const std::uint64_t written = request.generated + drafts(request);
+    bytes.hbm = (tiers_ != nullptr ? received_kv_bytes(id, written)
+                                   : plan_.kv_bytes_for(request.spec.prompt_tokens + written)) -
                 cached_blocks_held(request);
-    if (tiers_ != nullptr && request.generated + 1 < request.spec.output_tokens) {
-      const std::uint64_t context = attended(request);
+    const std::uint64_t tokens = tiers_ != nullptr ? step_tokens(id, request) : 1;
+    if (tiers_ != nullptr && request.generated + tokens < request.spec.output_tokens) {
       StageSums host(stage_of_layer_);
       for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
-        const LayerDemand demand = tiers_->at(id, context, layer, true);
+        const LayerDemand demand = step_demand(id, request, layer, tokens, true);
         host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
       }
       bytes.host = host.busiest();
@@ -627,17 +635,21 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
   }
   // As the step leaves it (what kv_in_use() counts), with its share of the staging buffer:
   // its largest layer's T1 + T2 for each layer staged at once.
-  const std::uint64_t context = attended(request);
   const bool first = request.generated == request.first_decode;
+  const std::uint64_t tokens = step_tokens(id, request);
+  const auto drafted = static_cast<double>(drafts(request));
   double staged = 0.0;
   StageSums hbm(stage_of_layer_);
   StageSums host(stage_of_layer_);
   for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
-    const LayerDemand demand = tiers_->at(id, context, layer, first);
+    const LayerDemand demand = step_demand(id, request, layer, tokens, first);
     // Received into host memory, its first step loads the T0 of the placement before it, which
     // no earlier step counted; its policy may hold less there after the step (H2O evicts then).
-    const double held =
-        request.whole_in_host ? std::max(demand.hbm + 1.0, demand.hbm_after) : demand.hbm_after;
+    // A speculating step writes its drafts' KV beside the newest token's before the policy
+    // steps.
+    const double during = demand.hbm + 1.0 + drafted;
+    const double held = request.whole_in_host || drafted > 0.0 ? std::max(during, demand.hbm_after)
+                                                               : demand.hbm_after;
     hbm.add(layer, in_whole_blocks(held, plan_.block_tokens) * bytes_per_token_layer_);
     host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
     staged = std::max(staged, demand.host + demand.compressed);
@@ -824,7 +836,10 @@ void ServingEngine::try_start_iteration() {
     plan_tier_traffic(batch);
     duration = time_tier_copies(batch, cost);
   } else {
-    cost = speculative_ ? speculative_cost(batch) : cost_model_.cost(batch);
+    cost = cost_model_.cost(batch);
+    if (speculative_) {
+      cost.total += draft_passes(cost);
+    }
     duration = cost.total;
   }
   duration += time_swaps();
@@ -886,6 +901,7 @@ void ServingEngine::finish_iteration() {
   for (const std::uint32_t id : decoding_now_) {
     Request& request = requests_[id];
     const std::uint64_t tokens = step_tokens(id, request);
+    request.last_step_tokens = tokens;
     if (speculative_) {
       ++totals_.speculative_steps;
       totals_.speculative_tokens += tokens;

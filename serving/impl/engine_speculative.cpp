@@ -27,9 +27,6 @@ void ServingEngine::start_speculating(const config::RunSpec& run) {
     throw ConfigError("speculative decoding with " + what + " is not modelled",
                       "field engine.speculative");
   };
-  if (tiers_ != nullptr) {
-    refuse("a tier policy (" + run.policy().name() + ")");
-  }
   if (pipeline_stages(run) > 1) {
     refuse("pipeline_parallel_degree " + std::to_string(pipeline_stages(run)));
   }
@@ -65,8 +62,7 @@ std::uint64_t ServingEngine::step_tokens(std::uint32_t id, const Request& reques
   return accepted + 1;
 }
 
-hw::IterationCost ServingEngine::speculative_cost(const hw::BatchShape& batch) {
-  hw::IterationCost cost = cost_model_.cost(batch);
+sim::Tick ServingEngine::draft_passes(hw::IterationCost& cost) {
   const auto layers = static_cast<double>(run_.model().num_hidden_layers());
   const auto draft_layers = static_cast<std::int64_t>(speculative_->draft_layers());
   const double share = static_cast<double>(draft_layers) / layers;
@@ -93,9 +89,8 @@ hw::IterationCost ServingEngine::speculative_cost(const hw::BatchShape& batch) {
     cost.interconnect_bytes += draft.interconnect_bytes * share;
     cost.network_bytes += draft.network_bytes * share;
   }
-  cost.total += drafting;
   totals_.draft_busy += drafting;
-  return cost;
+  return drafting;
 }
 
 }  // namespace kvtier::serving

@@ -66,16 +66,16 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     Request& request = requests_[id];
     request.tier_hbm = 0.0;
     request.tier_host = 0.0;
-    const std::uint64_t context = attended(request);
     const bool first = request.generated == request.first_decode;
     if (request.whole_in_hbm || request.whole_in_host) {
-      place_received(request, id, context, micro, staged[part], resident);
+      place_received(request, id, micro, staged[part], resident);
       continue;
     }
+    const std::uint64_t tokens = step_tokens(id, request);
     StageSums hbm(stage_of_layer_);
     StageSums host(stage_of_layer_);
     for (std::uint32_t layer = 0; layer < layers; ++layer) {
-      const LayerDemand demand = tiers_->at(id, context, layer, first);
+      const LayerDemand demand = step_demand(id, request, layer, tokens, first);
       LayerCopies& copies = micro[layer];
       // As the live cache steps (kernels/live.hpp): attention stages the placement in force
       // before the step's policy step — its T1 tokens (all of them, or with differential
@@ -83,7 +83,9 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       // step's moves: promotions into HBM (a staged copy is not kept for them: the live cache
       // copies a promoted token in again, kernels/tier_book.hpp), T1 ones at full precision, T2
       // ones as their compressed bytes; offloads out of HBM. T1 <-> T2 recodes happen inside
-      // host memory: no bus, but the host's threads (time_host_recodes).
+      // host memory: no bus, but the host's threads (time_host_recodes). A step that gives
+      // several tokens (speculative decoding) stages once and makes the moves of each
+      // (step_demand).
       copies.staged_full += (differential ? demand.unstaged_host : demand.host) * full;
       copies.staged_compressed += demand.compressed * compressed;
       copies.promoted_full += (demand.promoted - demand.promoted_from_compressed) * full;
@@ -150,7 +152,27 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   tier_staging_bytes_ = most_staged * staged_layers_ * full;
 }
 
-void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint64_t context,
+LayerDemand ServingEngine::step_demand(std::uint32_t id, const Request& request,
+                                       std::uint32_t layer, std::uint64_t tokens,
+                                       bool first) const {
+  LayerDemand step = tiers_->at(id, attended(request), layer, first);
+  for (std::uint64_t next = 1; next < tokens; ++next) {
+    then_step(step, tiers_->at(id, attended(request, request.generated + next), layer, false));
+  }
+  if (!first && request.last_step_tokens > 1) {
+    // With differential prefetch the T1 tokens without a staged copy are those that entered T1
+    // at any of the previous step's policy steps, not only its last one's (at() counts those):
+    // no attention read the placements between them.
+    for (std::uint64_t back = 1; back < request.last_step_tokens; ++back) {
+      step.unstaged_host +=
+          tiers_->at(id, attended(request, request.generated - back), layer, false).unstaged_host;
+    }
+    step.unstaged_host = std::min(step.unstaged_host, step.host);
+  }
+  return step;
+}
+
+void ServingEngine::place_received(Request& request, std::uint32_t id,
                                    std::vector<LayerCopies>& copies, std::vector<double>& staged,
                                    double& resident) {
   // Its KV came whole over the kv_link. A request whose first step here is its last is not
@@ -166,13 +188,14 @@ void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint
   // the step its promotions are copied in and nothing out, since the host holds every token
   // already; the host's threads recode its T2 tokens.
   const bool in_host = request.whole_in_host;
-  const bool last = request.generated + 1 >= request.spec.output_tokens;
+  const std::uint64_t tokens = step_tokens(id, request);
+  const bool last = request.generated + tokens >= request.spec.output_tokens;
   const double full = bytes_per_token_layer_;
   StageSums loaded(stage_of_layer_);  // in host memory: the T0 its first step loads
   StageSums hbm(stage_of_layer_);
   StageSums host(stage_of_layer_);
   for (std::uint32_t layer = 0; layer < copies.size(); ++layer) {
-    const LayerDemand demand = tiers_->at(id, context, layer, true);
+    const LayerDemand demand = step_demand(id, request, layer, tokens, true);
     resident += demand.hbm + demand.host + demand.compressed + 1.0;
     if (in_host) {
       copies[layer].staged_full += (demand.hbm + demand.host + demand.compressed) * full;
@@ -205,7 +228,7 @@ void ServingEngine::place_received(Request& request, std::uint32_t id, std::uint
   request.whole_in_host = false;
   // Nothing of its T1 is staged: its next step copies all of it in, even with differential
   // prefetch.
-  request.first_decode = request.generated + 1;
+  request.first_decode = request.generated + tokens;
 }
 
 double ServingEngine::received_kv_bytes(std::uint32_t request, std::uint64_t extra) const {
@@ -253,7 +276,10 @@ sim::Tick ServingEngine::time_tier_copies(const hw::BatchShape& batch, hw::Itera
   sim::Tick duration;
   if (stages == 1) {
     cost = cost_model_.cost(batch);
-    duration = time_stage_copies(cost, micro_copies_.front(), times);
+    // The drafter's passes come before the verifying pass and its copies, which do not start
+    // during them.
+    const sim::Tick drafting = speculative_ ? draft_passes(cost) : sim::Tick::zero();
+    duration = time_stage_copies(cost, micro_copies_.front(), times) + drafting;
   } else {
     // Each stage copies its own layers' KV over its own GPUs' links, one micro-batch after
     // another, as it computes them.

@@ -339,4 +339,16 @@ LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context, std::ui
   return demand;
 }
 
+void then_step(LayerDemand& step, const LayerDemand& next) {
+  step.hbm_after = next.hbm_after;
+  step.host_after = next.host_after;
+  step.compressed_after = next.compressed_after;
+  step.demoted += next.demoted;
+  step.promoted += next.promoted;
+  step.promoted_from_compressed += next.promoted_from_compressed;
+  step.compressed_from_hbm += next.compressed_from_hbm;
+  step.recoded_to_compressed += next.recoded_to_compressed;
+  step.recoded_to_full += next.recoded_to_full;
+}
+
 }  // namespace kvtier::serving

@@ -20,6 +20,7 @@
 #include "tests/support/config_fixture.hpp"
 #include "tests/support/disaggregated_runs.hpp"
 #include "tests/support/serving_metrics.hpp"
+#include "tests/support/speculative_runs.hpp"
 
 using kvtier::config::RunSpec;
 using kvtier::serving::ServingEngine;
@@ -28,18 +29,11 @@ using kvtier::test::open_loop;
 using kvtier::test::request_at;
 using kvtier::test::serve;
 
+using kvtier::test::speculative_sets;
+
 namespace {
 
-// `extra` and the sets drafting `drafts` tokens a step accepted with probability `acceptance`.
-std::vector<std::string> speculative_sets(std::uint32_t drafts, double acceptance,
-                                          std::vector<std::string> extra = {}) {
-  extra.insert(extra.end(), {"engine.speculative.draft_tokens=" + std::to_string(drafts),
-                             "engine.speculative.acceptance_rate=" + std::to_string(acceptance),
-                             "engine.speculative.draft_layers=1"});
-  return extra;
-}
-
-// The test run with them.
+// The test run drafting `drafts` tokens a step accepted with probability `acceptance`.
 RunSpec speculating(std::uint32_t drafts, double acceptance, std::vector<std::string> extra = {}) {
   return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(),
                                           speculative_sets(drafts, acceptance, std::move(extra)));
@@ -185,9 +179,6 @@ TEST_CASE("speculative decoding where it is not modelled is refused", "[speculat
     INFO(text);
     CHECK_THAT(text, Catch::Contains("field engine.speculative") && Catch::Contains(why));
   };
-  std::vector<std::string> tiered = kvtier::test::kTieringSets;
-  tiered.push_back("policy.name=tiered");
-  refused(tiered, "with a tier policy (tiered)");
   refused({"pipeline_parallel_degree=2"}, "pipeline_parallel_degree 2");
   refused({"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2",
            "engine.data_parallel_attention=true"},
