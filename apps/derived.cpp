@@ -105,9 +105,10 @@ void split_rows(const config::RunSpec& run, const std::string& prefix, std::vect
   const auto& gpu = run.hardware().node().gpu();
   const double weights_per_gpu =
       hw::weight_bytes_per_gpu(model, model.weight_dtype(), serving::parallelism(run));
+  const double drafter_per_gpu = serving::drafter_weight_bytes_per_gpu(run);
   const double kv_per_token_per_gpu = serving::kv_bytes_per_token_per_gpu(run);
   const double fixed =
-      weights_per_gpu +
+      weights_per_gpu + drafter_per_gpu +
       (run.memory().runtime_reserve_gib() + run.memory().activation_workspace_gib()) * kGiB;
   const double free_for_kv = gpu.memory_capacity_gib() * kGiB - fixed;
   const std::uint32_t stages = serving::pipeline_stages(run);
@@ -119,6 +120,10 @@ void split_rows(const config::RunSpec& run, const std::string& prefix, std::vect
         integer_row(prefix + "layers_of_largest_stage", serving::layers_per_gpu(run), "layers"));
   }
   rows.push_back(number_row(prefix + "weights_per_gpu", weights_per_gpu / kGiB, "GiB", 3));
+  if (drafter_per_gpu > 0.0) {
+    rows.push_back(
+        number_row(prefix + "drafter_weights_per_gpu", drafter_per_gpu / kGiB, "GiB", 3));
+  }
   rows.push_back(number_row(prefix + "kv_bytes_per_token_per_gpu", kv_per_token_per_gpu, "B", 1));
   rows.push_back(number_row(prefix + "memory_left_for_kv_per_gpu", free_for_kv / kGiB, "GiB", 3));
   // In a paged cache the tokens of the whole blocks that fit, as serving/memory_plan sizes it.

@@ -27,10 +27,18 @@ using config::pipeline_stages;
 struct MemoryPlan {
   double capacity_bytes = 0.0;
   double weights_bytes = 0.0;  // this GPU's shard
+  // A speculating engine's drafter (drafter_layers): this GPU's shard of its decoder layers,
+  // which share the model's embedding and LM head. 0 without one.
+  double drafter_weights_bytes = 0.0;
   double workspace_bytes = 0.0;
   double reserve_bytes = 0.0;
   double kv_capacity_bytes = 0.0;
-  double kv_bytes_per_token = 0.0;  // this GPU's share of one token's K and V over all layers
+  // This GPU's share of one token's K and V over all layers, a drafter's included.
+  double kv_bytes_per_token = 0.0;
+  // Of kv_bytes_per_token, the drafter's layers' share (0 without one). A drafter keeps its KV
+  // of the whole context in HBM, in the request's blocks, whatever tier policy places the
+  // model's.
+  double drafter_kv_share = 0.0;
   // Over how many GPUs the engine's requests spread while each request's KV stays on one:
   // the tensor-parallel degree with data-parallel attention (kv_bytes_per_token is then a
   // GPU's average share), else 1. A request's own KV must fit one GPU: kv_bytes_for(tokens) ×
@@ -63,7 +71,12 @@ struct MemoryPlan {
   [[nodiscard]] double peak_kv_bytes_for(std::uint64_t tokens) const;
   // Bytes of one KV block over all layers on this GPU (0 without blocks).
   [[nodiscard]] double block_bytes() const { return block_tokens * kv_bytes_per_token; }
-  // "weights 14.96 GiB + workspace 1.00 GiB + reserve 2.00 GiB = ... of 80.00 GiB".
+  // The drafter's share of kv_bytes_for(tokens).
+  [[nodiscard]] double drafter_kv_bytes_for(std::uint64_t tokens) const {
+    return kv_bytes_for(tokens) * drafter_kv_share;
+  }
+  // "weights 14.96 GiB + workspace 1.00 GiB + reserve 2.00 GiB = ... of 80.00 GiB" (with a
+  // drafter, "weights ... + drafter ... + workspace ...").
   [[nodiscard]] std::string breakdown() const;
 };
 
@@ -75,8 +88,14 @@ struct MemoryPlan {
 // cache, each layer's tokens packed into blocks of their own.
 [[nodiscard]] double in_whole_blocks(double tokens, std::uint32_t block_tokens);
 
+// The decoder layers of the run's drafter (engine.speculative.draft_layers), 0 when it drafts
+// nothing (no engine.speculative, or draft_tokens 0).
+[[nodiscard]] std::uint32_t drafter_layers(const config::RunSpec& run);
+// One GPU's shard of the drafter's weights: that many more decoder layers of the model's shape
+// (of a mixture of experts, experts layers), the embedding and LM head shared with the model.
+[[nodiscard]] double drafter_weight_bytes_per_gpu(const config::RunSpec& run);
 // One token's KV on one GPU, over the layers of its pipeline stage (the stage with the most of
-// them; all layers without stages).
+// them; all layers without stages) and the drafter's.
 [[nodiscard]] double kv_bytes_per_token_per_gpu(const config::RunSpec& run);
 // Throws ConfigError (exit 2) with the breakdown when weights, workspace and reserve alone
 // exceed the GPU's memory: nothing could ever run.

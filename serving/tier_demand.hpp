@@ -49,6 +49,9 @@ struct LayerDemand {
   double unstaged_host = 0.0;
   // Tokens held after the step's moves, the step's own included.
   double hbm_after = 0.0;
+  // Of a step that gives several tokens (then_step), the most T0 held after any of their policy
+  // steps; hbm_after for one.
+  double hbm_after_most = 0.0;
   double host_after = 0.0;
   double compressed_after = 0.0;
   // The step's moves, made after its attention.

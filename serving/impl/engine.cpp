@@ -284,7 +284,9 @@ void ServingEngine::submit_prefilled(std::uint32_t request, sim::Tick arrival,
   prefilled.whole_in_hbm = !receives_into_host_;
   prefilled.whole_in_host = receives_into_host_;
   if (receives_into_host_) {
-    prefilled.tier_host = received_host_bytes(request);  // held from its admission
+    // Held from its admission: the prompt's KV in host memory, its drafter's (if any) in HBM.
+    prefilled.tier_host = received_host_bytes(request);
+    prefilled.tier_hbm = plan_.drafter_kv_bytes_for(prefilled.spec.prompt_tokens);
   }
   arrive(request, arrival);
 }
@@ -384,8 +386,10 @@ double ServingEngine::hbm_reservation(std::uint32_t request) const {
       drafted > 0 ? in_whole_blocks(static_cast<double>(1 + drafted), plan_.block_tokens) *
                         static_cast<double>(layers_per_gpu_)
                   : 0.0;
+  // A drafter's KV of the whole context stays in HBM.
   const double tiered =
-      (placed + writes + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_;
+      (placed + writes + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_ +
+      plan_.peak_kv_bytes_for(spec.prompt_tokens + spec.output_tokens - 1) * plan_.drafter_kv_share;
   // A decode engine's request comes into HBM (whole, or what its policy keeps), where its first
   // step writes one token more (and its drafts) before the placement offloads what it holds off
   // HBM; received into host memory, its first step loads what the policy reads into HBM from
@@ -646,15 +650,18 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     // Received into host memory, its first step loads the T0 of the placement before it, which
     // no earlier step counted; its policy may hold less there after the step (H2O evicts then).
     // A speculating step writes its drafts' KV beside the newest token's before the policy
-    // steps.
+    // steps, then holds each placement its tokens' policy steps leave.
     const double during = demand.hbm + 1.0 + drafted;
-    const double held = request.whole_in_host || drafted > 0.0 ? std::max(during, demand.hbm_after)
-                                                               : demand.hbm_after;
+    const double held = request.whole_in_host || drafted > 0.0
+                            ? std::max(during, demand.hbm_after_most)
+                            : demand.hbm_after;
     hbm.add(layer, in_whole_blocks(held, plan_.block_tokens) * bytes_per_token_layer_);
     host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
     staged = std::max(staged, demand.host + demand.compressed);
   }
-  bytes.hbm = hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_;
+  bytes.hbm =
+      hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_ +
+      plan_.drafter_kv_bytes_for(request.spec.prompt_tokens + request.generated + drafts(request));
   // Received into host memory and not yet placed: its prompt (or its kept tokens) is there.
   bytes.host =
       request.whole_in_host ? std::max(host.busiest(), received_host_bytes(id)) : host.busiest();

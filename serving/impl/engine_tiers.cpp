@@ -101,7 +101,8 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
       host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
     }
-    request.tier_hbm = hbm.busiest();
+    request.tier_hbm = hbm.busiest() + plan_.drafter_kv_bytes_for(request.spec.prompt_tokens +
+                                                                  request.generated + tokens - 1);
     request.tier_host = host.busiest();
   }
   // A prefill that completes a prompt is followed by the policy's placement of it (the start),
@@ -126,7 +127,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       hbm.add(layer, in_whole_blocks(placed.hbm, plan_.block_tokens) * full);
       host.add(layer, host_bytes(placed.host, placed.compressed_held));
     }
-    request.tier_hbm = hbm.busiest();
+    request.tier_hbm = hbm.busiest() + plan_.drafter_kv_bytes_for(request.prefill_target);
     request.tier_host = host.busiest();
   }
   // Attention reads every token it attends (not the T2 of a policy that leaves T2 out), at full
@@ -200,7 +201,9 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
     if (in_host) {
       copies[layer].staged_full += (demand.hbm + demand.host + demand.compressed) * full;
       staged[layer] += demand.host + demand.compressed;
-      loaded.add(layer, in_whole_blocks(demand.hbm + 1.0, plan_.block_tokens) * full);
+      loaded.add(layer, in_whole_blocks(demand.hbm + 1.0 + static_cast<double>(drafts(request)),
+                                        plan_.block_tokens) *
+                            full);
     }
     if (last) {
       continue;
@@ -216,12 +219,16 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
     hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
     host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
   }
+  // A drafter's KV (received in HBM) grows by the tokens the step writes.
+  const double drafter =
+      plan_.drafter_kv_bytes_for(request.spec.prompt_tokens + request.generated + tokens - 1);
   if (last) {
     // It leaves after this step, its prompt where it came and what it loaded in HBM.
-    request.tier_hbm = in_host ? loaded.busiest() : received_kv_bytes(id, request.generated);
+    request.tier_hbm =
+        in_host ? loaded.busiest() + drafter : received_kv_bytes(id, request.generated);
     request.tier_host = in_host ? received_host_bytes(id) : 0.0;
   } else {
-    request.tier_hbm = hbm.busiest();
+    request.tier_hbm = hbm.busiest() + drafter;
     request.tier_host = host.busiest();
   }
   request.whole_in_hbm = false;
@@ -232,8 +239,11 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
 }
 
 double ServingEngine::received_kv_bytes(std::uint32_t request, std::uint64_t extra) const {
-  return receives_kept_only_ ? kept_token_layers(request, extra, true) * bytes_per_token_layer_
-                             : plan_.kv_bytes_for(requests_[request].spec.prompt_tokens + extra);
+  const std::uint64_t tokens = requests_[request].spec.prompt_tokens + extra;
+  // A drafter's KV comes whole.
+  return receives_kept_only_ ? kept_token_layers(request, extra, true) * bytes_per_token_layer_ +
+                                   plan_.drafter_kv_bytes_for(tokens)
+                             : plan_.kv_bytes_for(tokens);
 }
 
 double ServingEngine::received_host_bytes(std::uint32_t id) const {

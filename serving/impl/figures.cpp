@@ -162,7 +162,8 @@ Figures figures_of(const ServingEngine& engine) {
   f.swap_used_peak = engine.swap_used().max();
   f.running_mean = engine.running().time_average();
   const MemoryPlan& plan = engine.memory();
-  f.hbm_peak = plan.weights_bytes + plan.workspace_bytes + plan.reserve_bytes + f.kv_reserved_peak;
+  f.hbm_peak = plan.weights_bytes + plan.drafter_weights_bytes + plan.workspace_bytes +
+               plan.reserve_bytes + f.kv_reserved_peak;
   return f;
 }
 
@@ -278,6 +279,7 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
     // Only with it, as the disaggregation's figures only with disaggregation.
     m.push_back({"speculative_tokens_per_step", speculative_tokens_per_step(totals), 4});
     m.push_back({"speculative_draft_busy_fraction", draft_busy_fraction(totals), 4});
+    m.push_back({"speculative_drafter_weights_gib", plan.drafter_weights_bytes / kGiB, 3});
   }
   const bool spans_nodes = gpus > node.gpus_per_node();
   const double per_node = merged ? mean_engines_per_node(run) : engines_per_node(run);

@@ -101,20 +101,43 @@ double in_whole_blocks(double tokens, std::uint32_t block_tokens) {
 }
 
 std::string MemoryPlan::breakdown() const {
-  return "weights " + gib(weights_bytes) + " + workspace " + gib(workspace_bytes) + " + reserve " +
-         gib(reserve_bytes) + " = " + gib(weights_bytes + workspace_bytes + reserve_bytes) +
-         " of " + gib(capacity_bytes) + " per GPU";
+  return "weights " + gib(weights_bytes) +
+         (drafter_weights_bytes > 0.0 ? " + drafter " + gib(drafter_weights_bytes)
+                                      : std::string()) +
+         " + workspace " + gib(workspace_bytes) + " + reserve " + gib(reserve_bytes) + " = " +
+         gib(weights_bytes + drafter_weights_bytes + workspace_bytes + reserve_bytes) + " of " +
+         gib(capacity_bytes) + " per GPU";
+}
+
+std::uint32_t drafter_layers(const config::RunSpec& run) {
+  const auto& engine = run.engine();
+  return engine.has_speculative() && engine.speculative().draft_tokens() > 0
+             ? engine.speculative().draft_layers()
+             : 0;
+}
+
+double drafter_weight_bytes_per_gpu(const config::RunSpec& run) {
+  const std::uint32_t layers = drafter_layers(run);
+  if (layers == 0) {
+    return 0.0;
+  }
+  const auto& model = run.model();
+  config::ModelSpec with_drafter = model;
+  with_drafter.set_num_hidden_layers(model.num_hidden_layers() + layers);
+  return hw::weight_bytes_per_gpu(with_drafter, model.weight_dtype(), parallelism(run)) -
+         hw::weight_bytes_per_gpu(model, model.weight_dtype(), parallelism(run));
 }
 
 double kv_bytes_per_token_per_gpu(const config::RunSpec& run) {
   const auto& model = run.model();
   const uint32_t tp = run.tensor_parallel_degree();
-  const std::uint32_t stages = pipeline_stages(run);
-  if (stages == 1) {
-    return hw::kv_bytes_per_token_per_gpu(model, tp, attention_split(run));
+  const double per_layer =
+      hw::kv_bytes_per_token_per_layer_per_gpu(model, tp, attention_split(run));
+  const double drafter = per_layer * drafter_layers(run);
+  if (pipeline_stages(run) == 1) {
+    return hw::kv_bytes_per_token_per_gpu(model, tp, attention_split(run)) + drafter;
   }
-  return hw::kv_bytes_per_token_per_layer_per_gpu(model, tp, attention_split(run)) *
-         layers_per_gpu(run);
+  return per_layer * layers_per_gpu(run) + drafter;
 }
 
 MemoryPlan plan_memory(const config::RunSpec& run) {
@@ -124,7 +147,10 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   plan.weights_bytes = hw::weight_bytes_per_gpu(model, model.weight_dtype(), parallelism(run));
   plan.workspace_bytes = run.memory().activation_workspace_gib() * kGiB;
   plan.reserve_bytes = run.memory().runtime_reserve_gib() * kGiB;
+  plan.drafter_weights_bytes = drafter_weight_bytes_per_gpu(run);
   plan.kv_bytes_per_token = kv_bytes_per_token_per_gpu(run);
+  plan.drafter_kv_share = static_cast<double>(drafter_layers(run)) /
+                          static_cast<double>(layers_per_gpu(run) + drafter_layers(run));
   const std::uint32_t stages = pipeline_stages(run);
   plan.requests_spread = requests_spread(run);
   plan.window_tokens = model.has_sliding_window() ? model.sliding_window() : 0;
@@ -155,8 +181,8 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
                           ? "field workload.on_demand_admission.swap.space_gib"
                           : "field memory.prefix_cache_host_gib");
   }
-  plan.kv_capacity_bytes =
-      plan.capacity_bytes - plan.weights_bytes - plan.workspace_bytes - plan.reserve_bytes;
+  plan.kv_capacity_bytes = plan.capacity_bytes - plan.weights_bytes - plan.drafter_weights_bytes -
+                           plan.workspace_bytes - plan.reserve_bytes;
   if (plan.block_tokens > 0 && plan.kv_capacity_bytes > 0.0) {
     plan.kv_capacity_bytes =
         std::floor(plan.kv_capacity_bytes / plan.block_bytes()) * plan.block_bytes();

@@ -289,6 +289,7 @@ LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context, std::ui
     demand.evicted = start.tokens[3] * scale;
     demand.unstaged_host = first ? demand.host : 0.0;
     demand.hbm_after = demand.hbm + 1.0;
+    demand.hbm_after_most = demand.hbm_after;
     demand.host_after = demand.host;
     demand.compressed_after = demand.compressed_held;
     return demand;
@@ -321,6 +322,7 @@ LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context, std::ui
     demand.unstaged_host = before.newly_host - (step == 1 ? start.newly_host : 0U);
   }
   demand.hbm_after = after.tokens[0];
+  demand.hbm_after_most = demand.hbm_after;
   demand.host_after = after.tokens[1];
   demand.compressed_after = after.tokens[2];
   const bool with_start = step == 0;
@@ -341,6 +343,7 @@ LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context, std::ui
 
 void then_step(LayerDemand& step, const LayerDemand& next) {
   step.hbm_after = next.hbm_after;
+  step.hbm_after_most = std::max(step.hbm_after_most, next.hbm_after);
   step.host_after = next.host_after;
   step.compressed_after = next.compressed_after;
   step.demoted += next.demoted;

@@ -13,6 +13,7 @@
 #include "hwmodels/iteration_cost.hpp"
 #include "serving/cluster.hpp"
 #include "serving/engine.hpp"
+#include "serving/memory_plan.hpp"
 #include "serving/workload.hpp"
 #include "sim/tick.hpp"
 #include "tests/support/batch_shapes.hpp"
@@ -254,4 +255,37 @@ TEST_CASE("a speculating request swapped out resumes where it stopped", "[specul
   CHECK(engine.totals().requests_completed == 8);
   CHECK(engine.totals().output_tokens == 8 * 2048);
   CHECK(engine.totals().speculative_tokens == 8 * 2047);
+}
+
+TEST_CASE("a speculating engine holds its drafter's weights and its drafter's KV in HBM",
+          "[speculative]") {
+  // Llama-3.1-8B at TP 1: one decoder layer is q and o (4,096 x 4,096 each), k and v (4,096 x
+  // 1,024 each), the MLP (3 x 4,096 x 14,336) and two norms of 4,096, in 16 bits; its KV a
+  // token is 2 x 8 heads x 128 x 2 bytes. The drafter shares the embedding and the LM head.
+  const double layer_weights =
+      2.0 * (2.0 * 4096 * 4096 + 2.0 * 4096 * 1024 + 3.0 * 4096 * 14336 + 2.0 * 4096);
+  const double layer_kv = 2.0 * 8 * 128 * 2;
+  const RunSpec plain_run = kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run());
+  const kvtier::serving::MemoryPlan plain = kvtier::serving::plan_memory(plain_run);
+  const kvtier::serving::MemoryPlan drafting = kvtier::serving::plan_memory(speculating(3, 0.7));
+  CHECK(plain.drafter_weights_bytes == 0.0);
+  CHECK(drafting.drafter_weights_bytes == Approx(layer_weights).epsilon(1e-12));
+  CHECK(drafting.kv_capacity_bytes ==
+        Approx(plain.kv_capacity_bytes - layer_weights).epsilon(1e-12));
+  CHECK(drafting.kv_bytes_per_token == plain.kv_bytes_per_token + layer_kv);
+  CHECK(drafting.drafter_kv_bytes_for(100) == Approx(100 * layer_kv).epsilon(1e-12));
+  CHECK_THAT(drafting.breakdown(), Catch::Contains("+ drafter 0.41 GiB +"));
+  // Drafting nothing, the baseline of a sweep over draft counts holds no drafter.
+  const kvtier::serving::MemoryPlan none = kvtier::serving::plan_memory(speculating(0, 0.7));
+  CHECK(none.drafter_weights_bytes == 0.0);
+  CHECK(none.kv_bytes_per_token == plain.kv_bytes_per_token);
+  // Reported: the drafter's weights, and the HBM peak with them.
+  const auto metrics = kvtier::test::serving_metrics(speculating(3, 0.7));
+  CHECK(metrics.at("speculative_drafter_weights_gib") ==
+        Approx(layer_weights / (1U << 30U)).margin(5e-4));
+  CHECK(metrics.at("hbm_peak_gib") ==
+        Approx(metrics.at("hbm_weights_gib") + metrics.at("speculative_drafter_weights_gib") +
+               metrics.at("hbm_workspace_gib") + metrics.at("hbm_reserve_gib") +
+               metrics.at("hbm_kv_reserved_peak_gib"))
+            .margin(2e-2));
 }
