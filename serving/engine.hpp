@@ -409,8 +409,8 @@ class ServingEngine {
   // it stages by layer (`staged`, its micro-batch's) and the resident tokens attention reads.
   void place_received(Request& request, std::uint32_t id, std::vector<LayerCopies>& copies,
                       std::vector<double>& staged, double& resident);
-  // Request `id`'s next decode step in target layer `layer`, giving `tokens` tokens: the tier
-  // policy's step for each (then_step); `first` when nothing of it is staged yet.
+  // Request `id`'s next decode step in target layer `layer`, giving `tokens` tokens
+  // (TierDemand::step); `first` when nothing of it is staged yet.
   [[nodiscard]] LayerDemand step_demand(std::uint32_t id, const Request& request,
                                         std::uint32_t layer, std::uint64_t tokens,
                                         bool first) const;
@@ -477,6 +477,9 @@ class ServingEngine {
   std::vector<std::uint32_t> stage_of_layer_;
   // The most layers one GPU holds: the model's, or its largest pipeline stage's.
   std::uint32_t layers_per_gpu_;
+  // Of them, and a drafter's, those whose KV its blocks hold (each a copy of keys and one of
+  // values when a block moves).
+  std::uint32_t kv_layers_per_gpu_;
   double bytes_per_token_layer_ = 0.0;             // full precision, this GPU's share
   double compressed_bytes_per_token_layer_ = 0.0;  // T2
   // This iteration's copies by micro-batch (one without pipeline stages), each by layer.

@@ -49,8 +49,9 @@ struct LayerDemand {
   double unstaged_host = 0.0;
   // Tokens held after the step's moves, the step's own included.
   double hbm_after = 0.0;
-  // Of a step that gives several tokens (then_step), the most T0 held after any of their policy
-  // steps; hbm_after for one.
+  // Of a step that gives several tokens (TierDemand::step), the most T0 held after any of their
+  // policy steps, the tokens whose policy steps are still to come beside it in HBM; hbm_after
+  // for one.
   double hbm_after_most = 0.0;
   double host_after = 0.0;
   double compressed_after = 0.0;
@@ -65,13 +66,6 @@ struct LayerDemand {
   double recoded_to_compressed = 0.0;
   double recoded_to_full = 0.0;
 };
-
-// One decode step that gives several tokens (speculative decoding), `step` then `next`, the
-// policy's step for the following token: what attention reads stays `step`'s (one forward pass
-// read that placement for every token), the moves add up (the policy steps once a token, its
-// moves made one after another: a token moved and moved back within the step crosses twice),
-// and what is held after is `next`'s.
-void then_step(LayerDemand& step, const LayerDemand& next);
 
 // What admission reserves for a request over its whole life, in token-layers (Σ over one GPU's
 // target layers of tokens: all of them, or with pipeline stages those of the stage whose sum is
@@ -149,6 +143,17 @@ class TierDemand {
   // staged yet). The prefill's offloads are what the first step's placement holds off HBM.
   [[nodiscard]] LayerDemand at(std::uint32_t request, std::uint64_t context, std::uint32_t layer,
                                bool first) const;
+  // A decode step that gives `tokens` tokens (speculative decoding), the policy stepping once
+  // for each: what attention reads is at()'s at `context` (one forward pass reads that
+  // placement for every token), the moves add up (made one after another: a token moved and
+  // moved back within the step crosses twice), what is held after is the last token's, and
+  // hbm_after_most the most T0 any of them leaves with the tokens still to be stepped. With
+  // differential prefetch the unstaged T1 tokens are those that entered T1 at any of the
+  // previous step's `previous_tokens` policy steps (no attention read the placements between
+  // them), no more than T1 holds. at() for one token after a step of one.
+  [[nodiscard]] LayerDemand step(std::uint32_t request, std::uint64_t context, std::uint64_t tokens,
+                                 std::uint64_t previous_tokens, std::uint32_t layer,
+                                 bool first) const;
   [[nodiscard]] const RequestPeaks& peaks(std::uint32_t request) const {
     return peaks_.at(request);
   }

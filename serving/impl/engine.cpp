@@ -51,6 +51,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
               : std::nullopt),
       tiers_(tiers),
       layers_per_gpu_(layers_per_gpu(run)),
+      kv_layers_per_gpu_(layers_per_gpu_ + drafter_layers(run)),
       role_(role),
       kv_used_(simulator),
       kv_reserved_(simulator),
@@ -691,7 +692,7 @@ std::uint64_t ServingEngine::swap_copies(double bytes) const {
   // Its HBM KV is whole blocks of one layer each: the blocks of a whole cache (or a prompt being
   // prefilled) in every layer, or each layer's T0 blocks with a tier policy. One copy each for
   // its keys and for its values.
-  const double layer_block_bytes = plan_.block_bytes() / static_cast<double>(layers_per_gpu_);
+  const double layer_block_bytes = plan_.block_bytes() / static_cast<double>(kv_layers_per_gpu_);
   return 2 * static_cast<std::uint64_t>(std::llround(bytes / layer_block_bytes));
 }
 

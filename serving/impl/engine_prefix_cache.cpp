@@ -139,7 +139,7 @@ sim::Tick ServingEngine::time_prefix_copies(sim::Tick duration) {
   // chunks: one copy per chunk, after a kernel gathers a store's blocks and before one scatters a
   // load's, each reading and writing their bytes in HBM.
   const bool chunked = prefix_chunk_blocks_ > 0;
-  const std::uint64_t copies_per_block = 2ULL * layers_per_gpu_;
+  const std::uint64_t copies_per_block = 2ULL * kv_layers_per_gpu_;
   const std::uint64_t load_copies =
       chunked ? prefix_load_chunks_now_ : prefix_loads_now_ * copies_per_block;
   const std::uint64_t store_copies =

@@ -156,21 +156,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
 LayerDemand ServingEngine::step_demand(std::uint32_t id, const Request& request,
                                        std::uint32_t layer, std::uint64_t tokens,
                                        bool first) const {
-  LayerDemand step = tiers_->at(id, attended(request), layer, first);
-  for (std::uint64_t next = 1; next < tokens; ++next) {
-    then_step(step, tiers_->at(id, attended(request, request.generated + next), layer, false));
-  }
-  if (!first && request.last_step_tokens > 1) {
-    // With differential prefetch the T1 tokens without a staged copy are those that entered T1
-    // at any of the previous step's policy steps, not only its last one's (at() counts those):
-    // no attention read the placements between them.
-    for (std::uint64_t back = 1; back < request.last_step_tokens; ++back) {
-      step.unstaged_host +=
-          tiers_->at(id, attended(request, request.generated - back), layer, false).unstaged_host;
-    }
-    step.unstaged_host = std::min(step.unstaged_host, step.host);
-  }
-  return step;
+  return tiers_->step(id, attended(request), tokens, request.last_step_tokens, layer, first);
 }
 
 void ServingEngine::place_received(Request& request, std::uint32_t id,

@@ -124,8 +124,12 @@ double drafter_weight_bytes_per_gpu(const config::RunSpec& run) {
   const auto& model = run.model();
   config::ModelSpec with_drafter = model;
   with_drafter.set_num_hidden_layers(model.num_hidden_layers() + layers);
-  return hw::weight_bytes_per_gpu(with_drafter, model.weight_dtype(), parallelism(run)) -
-         hw::weight_bytes_per_gpu(model, model.weight_dtype(), parallelism(run));
+  // Its layers over the tensor-parallel group, whatever stage holds them: counted on every GPU
+  // (a pipelined prefill pool's, whose engines hold a drafter they never run).
+  hw::Parallelism split = parallelism(run);
+  split.pipeline_stages = 1;
+  return hw::weight_bytes_per_gpu(with_drafter, model.weight_dtype(), split) -
+         hw::weight_bytes_per_gpu(model, model.weight_dtype(), split);
 }
 
 double kv_bytes_per_token_per_gpu(const config::RunSpec& run) {

@@ -102,6 +102,14 @@ class ReportPage {
         chart.values.back().push_back(value(r, name));
       }
     }
+    if (has("speculative_drafter_weights_gib")) {
+      // A speculating run's drafter, which hbm_peak_gib holds beside the model's weights.
+      chart.series.emplace_back("drafter weights");
+      chart.values.emplace_back();
+      for (std::size_t r = 0; r < reports_.size(); ++r) {
+        chart.values.back().push_back(value(r, "speculative_drafter_weights_gib"));
+      }
+    }
     chart.series.emplace_back("free");
     chart.values.emplace_back();
     for (std::size_t r = 0; r < reports_.size(); ++r) {

@@ -341,9 +341,11 @@ LayerDemand TierDemand::at(std::uint32_t request, std::uint64_t context, std::ui
   return demand;
 }
 
+namespace {
+
+// `step` followed by `next`, the policy's step for the token after it (TierDemand::step).
 void then_step(LayerDemand& step, const LayerDemand& next) {
   step.hbm_after = next.hbm_after;
-  step.hbm_after_most = std::max(step.hbm_after_most, next.hbm_after);
   step.host_after = next.host_after;
   step.compressed_after = next.compressed_after;
   step.demoted += next.demoted;
@@ -352,6 +354,27 @@ void then_step(LayerDemand& step, const LayerDemand& next) {
   step.compressed_from_hbm += next.compressed_from_hbm;
   step.recoded_to_compressed += next.recoded_to_compressed;
   step.recoded_to_full += next.recoded_to_full;
+}
+
+}  // namespace
+
+LayerDemand TierDemand::step(std::uint32_t request, std::uint64_t context, std::uint64_t tokens,
+                             std::uint64_t previous_tokens, std::uint32_t layer, bool first) const {
+  LayerDemand step = at(request, context, layer, first);
+  step.hbm_after_most = step.hbm_after + static_cast<double>(tokens - 1);
+  for (std::uint64_t next = 1; next < tokens; ++next) {
+    const LayerDemand later = at(request, context + next, layer, false);
+    then_step(step, later);
+    step.hbm_after_most =
+        std::max(step.hbm_after_most, later.hbm_after + static_cast<double>(tokens - 1 - next));
+  }
+  if (!first && previous_tokens > 1) {
+    for (std::uint64_t back = 1; back < previous_tokens; ++back) {
+      step.unstaged_host += at(request, context - back, layer, false).unstaged_host;
+    }
+    step.unstaged_host = std::min(step.unstaged_host, step.host);
+  }
+  return step;
 }
 
 }  // namespace kvtier::serving

@@ -287,6 +287,21 @@ TEST_CASE("over pipeline stages a block's host-tier copies are its GPU's layers'
   CHECK(static_cast<double>(totals.prefix_copies) == blocks * 2 * 16);
 }
 
+TEST_CASE("a speculating engine's host-tier copies carry its drafter's layer too", "[prefix]") {
+  // The requests above, drafting with a one-layer drafter whose KV sits in the same blocks: a
+  // block moves as a copy of keys and one of values for each of 32 + 1 layers.
+  const RunSpec run =
+      run_with({"workload.prefill_chunk_tokens=4096", "memory.prefix_caching=true",
+                "memory.prefix_cache_host_gib=1", "engine.speculative.draft_tokens=2",
+                "engine.speculative.acceptance_rate=0.5", "engine.speculative.draft_layers=1"});
+  const ServedXyzx served(run);
+  const auto& totals = served.engine.totals();
+  const double block = served.engine.memory().block_bytes();
+  const double blocks = (totals.prefix_store_bytes + totals.prefix_load_bytes) / block;
+  REQUIRE(blocks > 0);
+  CHECK(static_cast<double>(totals.prefix_copies) == blocks * 2 * 33);
+}
+
 TEST_CASE("the host tier's copies in chunks: one call per chunk a load or store touches",
           "[prefix]") {
   // The host-tier test above in chunks of 256 tokens (16 blocks). Each of X, Y and Z stores its

@@ -9,8 +9,10 @@
 #include <utility>
 #include <vector>
 
+#include "configs/pools.hpp"
 #include "configs/schema/run.pb.h"
 #include "hwmodels/iteration_cost.hpp"
+#include "hwmodels/model_shape.hpp"
 #include "serving/cluster.hpp"
 #include "serving/engine.hpp"
 #include "serving/memory_plan.hpp"
@@ -288,4 +290,38 @@ TEST_CASE("a speculating engine holds its drafter's weights and its drafter's KV
                metrics.at("hbm_workspace_gib") + metrics.at("hbm_reserve_gib") +
                metrics.at("hbm_kv_reserved_peak_gib"))
             .margin(2e-2));
+}
+
+TEST_CASE("a drafter's weights are a layer of the model's as the engine splits it",
+          "[speculative]") {
+  // DeepSeek-V3 at TP 8 in FP8: its MTP module is one experts layer (attention, 256 routed
+  // experts and the shared one, the router, two norms), split over the eight GPUs but for what
+  // each keeps whole (the router and latent attention's down-projections).
+  const RunSpec v3 = kvtier::test::load_spec<RunSpec>(
+      kvtier::test::quickstart_run(),
+      speculative_sets(1, 0.875,
+                       {"model.preset=DeepSeek-V3", "hardware.node.preset=hgx-h200-8",
+                        "tensor_parallel_degree=8"}));
+  const auto count = kvtier::hw::count_parameters(v3.model());
+  const double layers = v3.model().num_hidden_layers();
+  const double experts_layers = layers - static_cast<double>(count.dense_mlp_layers);
+  const double latent_per_layer =
+      (static_cast<double>(count.replicated) - experts_layers * static_cast<double>(count.router)) /
+      layers;
+  const double whole = static_cast<double>(count.router) + latent_per_layer;
+  const double layer =
+      static_cast<double>(count.attention_per_layer + count.mlp_per_layer + count.norms_per_layer);
+  const double expected = ((layer - whole) / 8 + whole) * 1.0;  // FP8: a byte a weight
+  CHECK(kvtier::serving::plan_memory(v3).drafter_weights_bytes == Approx(expected).epsilon(1e-9));
+  // A disaggregated cluster's prefill engines hold the drafter too (its KV is sent with the
+  // prompt's), one layer over their tensor-parallel group whatever their pipeline stages.
+  const RunSpec split = kvtier::test::split_run(
+      2, 1,
+      speculative_sets(2, 0.7,
+                       {"cluster.disaggregation.prefill_parallelism.pipeline_parallel_degree=3"}));
+  const kvtier::serving::MemoryPlan decode = kvtier::serving::plan_memory(split);
+  const kvtier::serving::MemoryPlan prefill =
+      kvtier::serving::plan_memory(kvtier::config::prefill_pool_run(split));
+  REQUIRE(decode.drafter_weights_bytes > 0.0);
+  CHECK(prefill.drafter_weights_bytes == Approx(decode.drafter_weights_bytes).epsilon(1e-12));
 }

@@ -216,12 +216,11 @@ TEST_CASE("admission reserves a speculating tiered request's drafts and its draf
 
 TEST_CASE("a decode engine's first speculating step places the KV after each token it gives",
           "[speculative]") {
-  // 2,100 prompt tokens and 7 output tokens on a decode engine, two drafts a step all accepted:
-  // steps attending 2,101 (its KV received whole in HBM, read there) and 2,104, three tokens
+  // 2,048 prompt tokens and 7 output tokens on a decode engine, two drafts a step all accepted:
+  // steps attending 2,049 (its KV received whole in HBM, read there) and 2,052, three tokens
   // each. The first offloads what the placement after its third token holds off HBM; the second
   // stages all of that placement's T1 and T2 (nothing of it staged before, even with
-  // differential prefetch) and makes its three tokens' moves. The request's prompt is longer
-  // than its trace's (2,048), so its steps read the trace's placements 52 generated tokens in.
+  // differential prefetch) and makes its three tokens' moves.
   // Monarch with small pages pages the context out to T2; the tiered policy, its generated
   // tokens unprotected, places each in HBM or T1 as it comes.
   const std::string policy =
@@ -229,7 +228,7 @@ TEST_CASE("a decode engine's first speculating step places the KV after each tok
                "tiered:hbm=0.3,evict=0,delta=1,recent=0,sinks=0,prefetch=differential");
   INFO(policy);
   const RunSpec run = kvtier::test::tiered_split(policy, speculative_sets(2, 1.0));
-  const TieredServed served(run, open_loop({request_at(0, 2100, 7)}));
+  const TieredServed served(run, open_loop({request_at(0, 2048, 7)}));
   const auto& decode = served.cluster.engine(1);
   REQUIRE(decode.totals().requests_completed == 1);
   REQUIRE(decode.totals().speculative_steps == 2);
@@ -242,12 +241,12 @@ TEST_CASE("a decode engine's first speculating step places the KV after each tok
     }
     return placed;
   };
-  const double placed = placed_after(2103);
-  REQUIRE(placed != placed_after(2101));
-  const kvtier::test::StepCopies second = kvtier::test::step_copies(run, served.tiers, 2104);
+  const double placed = placed_after(2051);
+  REQUIRE(placed != placed_after(2049));
+  const kvtier::test::StepCopies second = kvtier::test::step_copies(run, served.tiers, 2052);
   double in = second.in;
   double out = placed + second.out;
-  for (const std::uint64_t context : {2105U, 2106U}) {
+  for (const std::uint64_t context : {2053U, 2054U}) {
     const Moves moves = moves_at(run, served.tiers, context);
     in += moves.in;
     out += moves.out;
@@ -256,7 +255,7 @@ TEST_CASE("a decode engine's first speculating step places the KV after each tok
   CHECK(decode.totals().d2h_bytes == Approx(out).epsilon(1e-12));
   CHECK(decode.totals().h2d_bytes == Approx(in).epsilon(1e-12));
   // With 4 output tokens its first step there gives its last three: it leaves unplaced.
-  const TieredServed short_lived(run, open_loop({request_at(0, 2100, 4)}));
+  const TieredServed short_lived(run, open_loop({request_at(0, 2048, 4)}));
   const auto& last = short_lived.cluster.engine(1).totals();
   REQUIRE(last.requests_completed == 1);
   REQUIRE(last.speculative_steps == 1);
@@ -385,4 +384,30 @@ TEST_CASE("a drafter's KV crosses the kv_link whole and waits in HBM", "[specula
   const auto& decode = landed.cluster.engine(1);
   REQUIRE(decode.totals().requests_completed == 1);
   CHECK(decode.kv_used().max() == Approx(2100.0 * full).epsilon(1e-12));
+}
+
+TEST_CASE("a step of several tokens counts the most T0 any of its policy steps leaves",
+          "[speculative]") {
+  // Monarch with small pages pages tokens out and back in. After a step's j-th policy step of
+  // four, T0 holds that placement and the 3 - j tokens whose policy steps are still to come; what
+  // the step reads is the placement before it, what it holds after is its last token's.
+  const RunSpec run = tiered_run("monarch:attend=all,compression=int8,window=18,max_hot=25,page=5");
+  const TierDemand tiers(run, run.policy(), open_loop({request_at(0, 512, 64)}));
+  for (std::uint64_t context = 513; context + 4 <= 512 + 64; ++context) {
+    for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+      const LayerDemand step = tiers.step(0, context, 4, 4, layer, false);
+      double most = 0.0;
+      for (std::uint64_t j = 0; j < 4; ++j) {
+        most = std::max(
+            most, tiers.at(0, context + j, layer, false).hbm_after + static_cast<double>(3 - j));
+      }
+      CHECK(step.hbm_after_most == most);
+      CHECK(step.hbm_after == tiers.at(0, context + 3, layer, false).hbm_after);
+      CHECK(step.hbm == tiers.at(0, context, layer, false).hbm);
+    }
+  }
+  // A step of one token after one of one is at()'s.
+  const LayerDemand one = tiers.step(0, 530, 1, 1, 0, false);
+  CHECK(one.hbm_after_most == one.hbm_after);
+  CHECK(one.unstaged_host == tiers.at(0, 530, 0, false).unstaged_host);
 }
