@@ -66,6 +66,12 @@
 
 namespace kvtier::serving {
 
+// Speculative decoding: the chance that a step's `draft`-th draft (from 0) is accepted given
+// those before it were (engine.speculative's acceptance_by_position, or acceptance_rate with
+// its decay).
+[[nodiscard]] double draft_acceptance(const config::SpeculativeDecoding& speculative,
+                                      std::uint32_t draft);
+
 struct ServingTotals {
   std::uint64_t requests_completed = 0;
   // A prefill engine's requests handed to a decode engine after their first token; the prompt

@@ -385,6 +385,20 @@ void check_speculative(const RunSpec& run, const std::string& path, Problems& pr
     return;
   }
   const std::string field = at(path, "engine.speculative");
+  const auto& speculative = run.engine().speculative();
+  const bool by_position = speculative.acceptance_by_position_size() > 0;
+  if (speculative.has_acceptance_rate() == by_position) {
+    problems.push_back({at(path, "engine.speculative.acceptance_rate"),
+                        by_position ? "acceptance_rate and acceptance_by_position both given: "
+                                      "give one"
+                                    : "missing required field 'acceptance_rate' (or "
+                                      "acceptance_by_position)"});
+  }
+  if (by_position && speculative.has_acceptance_decay()) {
+    problems.push_back({at(path, "engine.speculative.acceptance_decay"),
+                        "acceptance_decay applies to acceptance_rate, not to "
+                        "acceptance_by_position (whose entries give each position's rate)"});
+  }
   if (run.pipeline_parallel_degree() > 1) {
     problems.push_back({field, "speculative decoding with pipeline_parallel_degree " +
                                    std::to_string(run.pipeline_parallel_degree()) +

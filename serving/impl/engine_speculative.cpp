@@ -20,6 +20,20 @@ constexpr std::uint64_t kSpeculationStream = 0x5bec0de5;
 
 }  // namespace
 
+double draft_acceptance(const config::SpeculativeDecoding& speculative, std::uint32_t draft) {
+  const auto& by_position = speculative.acceptance_by_position();
+  if (!by_position.empty()) {
+    return by_position[std::min<int>(static_cast<int>(draft), by_position.size() - 1)];
+  }
+  const double decay = speculative.has_acceptance_decay() ? speculative.acceptance_decay() : 1.0;
+  // A multiplication a draft, in order, so that a rate is the same bits however it is asked for.
+  double rate = speculative.acceptance_rate();
+  for (std::uint32_t earlier = 0; earlier < draft; ++earlier) {
+    rate *= decay;
+  }
+  return rate;
+}
+
 void ServingEngine::start_speculating(const config::RunSpec& run) {
   // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
   // here.
@@ -51,13 +65,11 @@ std::uint64_t ServingEngine::step_tokens(std::uint32_t id, const Request& reques
   }
   sim::RandomStream draws(run_.seed(),
                           kSpeculationStream ^ ((std::uint64_t{id} << 32) | request.generated));
-  const double decay =
-      speculative_->has_acceptance_decay() ? speculative_->acceptance_decay() : 1.0;
-  double rate = speculative_->acceptance_rate();
   std::uint64_t accepted = 0;
-  while (accepted < drafted && draws.uniform_01() < rate) {
+  while (accepted < drafted &&
+         draws.uniform_01() <
+             draft_acceptance(*speculative_, static_cast<std::uint32_t>(accepted))) {
     ++accepted;
-    rate *= decay;
   }
   return accepted + 1;
 }

@@ -317,26 +317,30 @@ double draft_busy_fraction(const ServingTotals& totals) {
 
 std::string speculative_note(const config::SpeculativeDecoding& speculative,
                              const ServingTotals& totals) {
-  const double alpha = speculative.acceptance_rate();
-  const double decay = speculative.has_acceptance_decay() ? speculative.acceptance_decay() : 1.0;
   // The mean of the drafts accepted in a row and one more: Σ over j ≤ k of the chance that the
-  // first j drafts are all accepted, the i-th (from 0) at α · decay^i.
+  // first j drafts are all accepted.
   double expected = 1.0;
   double all_accepted = 1.0;
-  double rate = alpha;
   for (std::uint32_t draft = 0; draft < speculative.draft_tokens(); ++draft) {
-    all_accepted *= rate;
+    all_accepted *= draft_acceptance(speculative, draft);
     expected += all_accepted;
-    rate *= decay;
+  }
+  std::string rates;
+  if (speculative.acceptance_by_position_size() > 0) {
+    for (const double rate : speculative.acceptance_by_position()) {
+      rates += (rates.empty() ? "" : ", ") + format_fixed(rate, 3);
+    }
+    rates = "with probabilities " + rates + " by position";
+  } else {
+    rates = "with probability " + format_fixed(speculative.acceptance_rate(), 3) +
+            (speculative.has_acceptance_decay()
+                 ? " (each later one times " + format_fixed(speculative.acceptance_decay(), 3) + ")"
+                 : std::string());
   }
   return "speculative decoding (engine.speculative): " +
          std::to_string(speculative.draft_tokens()) + " draft tokens a step, each of " +
          std::to_string(speculative.draft_layers()) +
-         " layer(s) of the model's shape and its LM head, accepted with probability " +
-         format_fixed(alpha, 3) +
-         (speculative.has_acceptance_decay()
-              ? " (each later one times " + format_fixed(decay, 3) + ")"
-              : std::string()) +
+         " layer(s) of the model's shape and its LM head, accepted " + rates +
          " in a row: " + format_fixed(speculative_tokens_per_step(totals), 3) + " tokens a step (" +
          format_fixed(expected, 3) + " expected; fewer drafts near a request's end), the drafter " +
          format_fixed(100.0 * draft_busy_fraction(totals), 1) + "% of the GPU time";

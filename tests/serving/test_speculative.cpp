@@ -16,6 +16,7 @@
 #include "serving/cluster.hpp"
 #include "serving/engine.hpp"
 #include "serving/memory_plan.hpp"
+#include "serving/simulation.hpp"
 #include "serving/workload.hpp"
 #include "sim/tick.hpp"
 #include "tests/support/batch_shapes.hpp"
@@ -134,6 +135,55 @@ TEST_CASE("later drafts are accepted less when acceptance decays", "[speculative
   CHECK(undecayed->cluster->engine(0).totals().speculative_steps ==
         plain->cluster->engine(0).totals().speculative_steps);
   CHECK(undecayed->cluster->engine(0).e2e().max() == plain->cluster->engine(0).e2e().max());
+}
+
+TEST_CASE("measured acceptance by position gives each draft its own rate", "[speculative]") {
+  // Three drafts, the first always accepted and the second never: every step gives two tokens,
+  // 12 in six steps. A list shorter than the drafts gives later ones its last entry: with [1]
+  // every draft is accepted, four tokens a step.
+  const auto by_position = [](const std::string& list) {
+    std::vector<std::string> sets = {"engine.speculative.draft_tokens=3",
+                                     "engine.speculative.draft_layers=1",
+                                     "engine.speculative.acceptance_by_position=" + list};
+    return kvtier::test::load_spec<RunSpec>(kvtier::test::quickstart_run(), sets);
+  };
+  const auto two = serve(by_position("1,0"), open_loop({request_at(0, 512, 13)}));
+  CHECK(two->cluster->engine(0).totals().speculative_steps == 6);
+  CHECK(two->cluster->engine(0).totals().speculative_tokens == 12);
+  const auto all = serve(by_position("1"), open_loop({request_at(0, 512, 13)}));
+  CHECK(all->cluster->engine(0).totals().speculative_steps == 3);
+  // The rates a draft is accepted with, and the tokens a step the note expects from them.
+  const RunSpec run = by_position("0.8,0.5");
+  const auto& speculative = run.engine().speculative();
+  CHECK(kvtier::serving::draft_acceptance(speculative, 0) == 0.8);
+  CHECK(kvtier::serving::draft_acceptance(speculative, 1) == 0.5);
+  CHECK(kvtier::serving::draft_acceptance(speculative, 2) == 0.5);
+  const RunSpec decaying = speculating(3, 0.8, {"engine.speculative.acceptance_decay=0.5"});
+  CHECK(kvtier::serving::draft_acceptance(decaying.engine().speculative(), 2) == 0.8 * 0.5 * 0.5);
+  const auto note = kvtier::serving::simulate(run).notes;
+  CHECK_THAT(kvtier::test::joined(note),
+             Catch::Contains("accepted with probabilities 0.800, 0.500 by position in a row") &&
+                 Catch::Contains(" (2.400 expected;"));
+}
+
+TEST_CASE("acceptance is given one way", "[speculative]") {
+  const auto problems = [](std::vector<std::string> sets) {
+    sets.insert(sets.begin(),
+                {"engine.speculative.draft_tokens=2", "engine.speculative.draft_layers=1"});
+    return kvtier::test::joined(
+        kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run(), sets));
+  };
+  CHECK_THAT(problems({}), Catch::Contains("engine.speculative.acceptance_rate") &&
+                               Catch::Contains("missing required field 'acceptance_rate'"));
+  CHECK_THAT(problems({"engine.speculative.acceptance_rate=0.7",
+                       "engine.speculative.acceptance_by_position=0.8,0.6"}),
+             Catch::Contains("both given"));
+  CHECK_THAT(problems({"engine.speculative.acceptance_by_position=0.8,0.6",
+                       "engine.speculative.acceptance_decay=0.9"}),
+             Catch::Contains("engine.speculative.acceptance_decay"));
+  CHECK_THAT(problems({"engine.speculative.acceptance_by_position=0.8,1.5"}),
+             Catch::Contains("acceptance_by_position[1]") && Catch::Contains("out of range"));
+  CHECK(problems({"engine.speculative.acceptance_by_position=0.8,0.6"}).empty());
 }
 
 TEST_CASE("a step's drafts take the token budget", "[speculative]") {
