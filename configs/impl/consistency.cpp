@@ -378,6 +378,9 @@ void check_swap_space(const RunSpec& run, const std::string& path, Problems& pro
   }
 }
 
+// engine.speculative.draft_tokens' (max_value) in run.proto: the positions a step's drafts take.
+constexpr int kMaxDraftPositions = 16;
+
 // Speculative decoding is modelled for engines whose decode steps are whole-batch forward passes:
 // not for pipeline stages' micro-batches or data-parallel attention's per-GPU requests.
 void check_speculative(const RunSpec& run, const std::string& path, Problems& problems) {
@@ -393,6 +396,12 @@ void check_speculative(const RunSpec& run, const std::string& path, Problems& pr
                                       "give one"
                                     : "missing required field 'acceptance_rate' (or "
                                       "acceptance_by_position)"});
+  }
+  if (speculative.acceptance_by_position_size() > kMaxDraftPositions) {
+    problems.push_back({at(path, "engine.speculative.acceptance_by_position"),
+                        std::to_string(speculative.acceptance_by_position_size()) +
+                            " entries: at most " + std::to_string(kMaxDraftPositions) +
+                            ", one for each draft a step may make"});
   }
   if (by_position && speculative.has_acceptance_decay()) {
     problems.push_back({at(path, "engine.speculative.acceptance_decay"),

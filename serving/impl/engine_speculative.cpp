@@ -41,6 +41,15 @@ void ServingEngine::start_speculating(const config::RunSpec& run) {
     throw ConfigError("speculative decoding with " + what + " is not modelled",
                       "field engine.speculative");
   };
+  const config::SpeculativeDecoding& speculative = run.engine().speculative();
+  const bool by_position = speculative.acceptance_by_position_size() > 0;
+  if (speculative.has_acceptance_rate() == by_position ||
+      (by_position && speculative.has_acceptance_decay())) {
+    throw ConfigError(
+        "speculative decoding needs exactly one of acceptance_rate and acceptance_by_position, "
+        "acceptance_decay only with the rate",
+        "field engine.speculative.acceptance_rate");
+  }
   if (pipeline_stages(run) > 1) {
     refuse("pipeline_parallel_degree " + std::to_string(pipeline_stages(run)));
   }

@@ -327,8 +327,8 @@ std::string speculative_note(const config::SpeculativeDecoding& speculative,
   }
   std::string rates;
   if (speculative.acceptance_by_position_size() > 0) {
-    for (const double rate : speculative.acceptance_by_position()) {
-      rates += (rates.empty() ? "" : ", ") + format_fixed(rate, 3);
+    for (std::uint32_t draft = 0; draft < speculative.draft_tokens(); ++draft) {
+      rates += (rates.empty() ? "" : ", ") + format_fixed(draft_acceptance(speculative, draft), 3);
     }
     rates = "with probabilities " + rates + " by position";
   } else {

@@ -162,8 +162,17 @@ TEST_CASE("measured acceptance by position gives each draft its own rate", "[spe
   CHECK(kvtier::serving::draft_acceptance(decaying.engine().speculative(), 2) == 0.8 * 0.5 * 0.5);
   const auto note = kvtier::serving::simulate(run).notes;
   CHECK_THAT(kvtier::test::joined(note),
-             Catch::Contains("accepted with probabilities 0.800, 0.500 by position in a row") &&
+             Catch::Contains("accepted with probabilities 0.800, 0.500, 0.500 by position in a "
+                             "row") &&
                  Catch::Contains(" (2.400 expected;"));
+  // Entries past the drafts a step makes are unused: one list serves every draft count.
+  const auto longer = serve(by_position("1,0,1,1"), open_loop({request_at(0, 512, 13)}));
+  CHECK(longer->cluster->engine(0).totals().speculative_steps == 6);
+  // A run built in code is held to the one way too.
+  RunSpec neither = run;
+  neither.mutable_engine()->mutable_speculative()->clear_acceptance_by_position();
+  CHECK_THROWS_WITH(serve(neither, open_loop({request_at(0, 512, 13)})),
+                    Catch::Contains("exactly one of acceptance_rate and acceptance_by_position"));
 }
 
 TEST_CASE("acceptance is given one way", "[speculative]") {
@@ -175,9 +184,17 @@ TEST_CASE("acceptance is given one way", "[speculative]") {
   };
   CHECK_THAT(problems({}), Catch::Contains("engine.speculative.acceptance_rate") &&
                                Catch::Contains("missing required field 'acceptance_rate'"));
-  CHECK_THAT(problems({"engine.speculative.acceptance_rate=0.7",
-                       "engine.speculative.acceptance_by_position=0.8,0.6"}),
-             Catch::Contains("both given"));
+  CHECK_THAT(problems({"engine.speculative.acceptance_decay=0.9"}),
+             Catch::Contains("missing required field 'acceptance_rate'"));
+  CHECK_THAT(
+      problems({"engine.speculative.acceptance_rate=0.7",
+                "engine.speculative.acceptance_by_position=0.8,0.6"}),
+      Catch::Contains("engine.speculative.acceptance_rate") && Catch::Contains("both given"));
+  std::string seventeen = "engine.speculative.acceptance_by_position=1";
+  for (int entry = 1; entry < 17; ++entry) {
+    seventeen += ",1";
+  }
+  CHECK_THAT(problems({seventeen}), Catch::Contains("17 entries: at most 16"));
   CHECK_THAT(problems({"engine.speculative.acceptance_by_position=0.8,0.6",
                        "engine.speculative.acceptance_decay=0.9"}),
              Catch::Contains("engine.speculative.acceptance_decay"));
