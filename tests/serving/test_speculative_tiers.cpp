@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -31,25 +30,6 @@ using kvtier::test::TieredServed;
 using kvtier::test::TokenLayerBytes;
 
 namespace {
-
-// Request 0's copies at the policy step whose attention reads `context` tokens, over every
-// layer: its promotions (in) and offloads (out).
-struct Moves {
-  double in = 0.0;
-  double out = 0.0;
-};
-
-Moves moves_at(const RunSpec& run, const TierDemand& tiers, std::uint64_t context) {
-  const TokenLayerBytes bytes = kvtier::test::token_layer_bytes(run, tiers);
-  Moves moves;
-  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
-    const LayerDemand step = tiers.at(0, context, layer, false);
-    moves.in += (step.promoted - step.promoted_from_compressed) * bytes.full +
-                step.promoted_from_compressed * bytes.compressed;
-    moves.out += step.demoted * bytes.full + step.compressed_from_hbm * bytes.compressed;
-  }
-  return moves;
-}
 
 // What the prefill's placement offloads: what request 0's first step (attending `context`
 // tokens) finds off HBM.
@@ -90,7 +70,7 @@ TEST_CASE("under a tier policy a speculating step stages once and makes every to
       staged += step.host * bytes.full + step.compressed * bytes.compressed;
     }
     ((context - 513) % 4 == 0 ? in : skipped_reads) += staged;
-    const Moves moves = moves_at(run, served.tiers, context);
+    const kvtier::test::StepCopies moves = kvtier::test::step_moves(run, served.tiers, context);
     in += moves.in;
     out += moves.out;
   }
@@ -132,7 +112,7 @@ TEST_CASE("with differential prefetch a step copies in what entered T1 over the 
   double carried = 0.0;        // entered T1 at the previous step's policy steps before its last
   double demoted_later = 0.0;  // demoted at the policy steps after a step's first
   for (std::uint64_t context = 513; context < 551; ++context) {
-    const Moves moves = moves_at(run, served.tiers, context);
+    const kvtier::test::StepCopies moves = kvtier::test::step_moves(run, served.tiers, context);
     in += moves.in;
     out += moves.out;
     for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
@@ -247,7 +227,7 @@ TEST_CASE("a decode engine's first speculating step places the KV after each tok
   double in = second.in;
   double out = placed + second.out;
   for (const std::uint64_t context : {2053U, 2054U}) {
-    const Moves moves = moves_at(run, served.tiers, context);
+    const kvtier::test::StepCopies moves = kvtier::test::step_moves(run, served.tiers, context);
     in += moves.in;
     out += moves.out;
   }

@@ -97,16 +97,27 @@ struct StepCopies {
   double out = 0.0;
 };
 
+// Of those, the policy step's moves alone: its promotions (in) and its offloads (out).
+inline StepCopies step_moves(const config::RunSpec& run, const serving::TierDemand& tiers,
+                             std::uint64_t context) {
+  const TokenLayerBytes bytes = token_layer_bytes(run, tiers);
+  StepCopies moves;
+  for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
+    const serving::LayerDemand step = tiers.at(0, context, layer, true);
+    moves.in += (step.promoted - step.promoted_from_compressed) * bytes.full +
+                step.promoted_from_compressed * bytes.compressed;
+    moves.out += step.demoted * bytes.full + step.compressed_from_hbm * bytes.compressed;
+  }
+  return moves;
+}
+
 inline StepCopies step_copies(const config::RunSpec& run, const serving::TierDemand& tiers,
                               std::uint64_t context) {
   const TokenLayerBytes bytes = token_layer_bytes(run, tiers);
-  StepCopies copies;
+  StepCopies copies = step_moves(run, tiers, context);
   for (std::uint32_t layer = 0; layer < run.model().num_hidden_layers(); ++layer) {
     const serving::LayerDemand step = tiers.at(0, context, layer, true);
-    copies.in += step.host * bytes.full + step.compressed * bytes.compressed +
-                 (step.promoted - step.promoted_from_compressed) * bytes.full +
-                 step.promoted_from_compressed * bytes.compressed;
-    copies.out += step.demoted * bytes.full + step.compressed_from_hbm * bytes.compressed;
+    copies.in += step.host * bytes.full + step.compressed * bytes.compressed;
   }
   return copies;
 }
