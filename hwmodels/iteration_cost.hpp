@@ -31,8 +31,8 @@ struct BatchShape {
   // Σ over decoding requests of the KV tokens their attention reads (window-capped).
   std::uint64_t decode_context_tokens = 0;
   // Speculative decoding: draft tokens verified beside the decoding requests' newest tokens,
-  // each attending its request's KV (read once a request) as the newest does. Not costed with
-  // data-parallel attention or pipeline micro-batches, which the engine refuses with drafts.
+  // each attending its request's KV (read once a request) as the newest does. Not costed in
+  // pipeline micro-batches, which the engine refuses with drafts.
   std::uint64_t decode_draft_tokens = 0;
   std::vector<PrefillChunk> prefill;
   // Tokens whose logits are computed: decode tokens (drafts too) plus prompts finishing this
@@ -118,10 +118,14 @@ class IterationCostModel {
   // Data-parallel attention: every GPU its own requests', the layer waiting for the slowest.
   void add_data_parallel_attention(const BatchShape& batch, Accumulator& layer) const;
   // The tokens each GPU attends with data-parallel attention: ceil(D / TP) decoding requests'
-  // on the busiest, the prefill chunks dealt out in turn.
+  // on the busiest, with the mean request's drafts, the prefill chunks dealt out in turn.
   [[nodiscard]] std::vector<std::vector<PrefillChunk>> chunks_per_gpu(
       const BatchShape& batch) const;
-  [[nodiscard]] double busiest_decode_tokens(const BatchShape& batch) const;
+  struct BusiestDecodes {
+    double requests = 0.0;
+    double queries = 0.0;  // their newest tokens and drafts
+  };
+  [[nodiscard]] BusiestDecodes busiest_decodes(const BatchShape& batch) const;
   void add_head(const BatchShape& batch, Accumulator& total) const;
   // A mixture of experts' MLP over `tokens` tokens (the router, the routed experts, their sum),
   // every expert sliced over the GPUs, or whole on one of them; the GPU routes and sums `own`
@@ -132,7 +136,7 @@ class IterationCostModel {
   // decoding tokens as DeepEP's low-latency kernels send them (a copy per pick on another GPU),
   // prefill tokens as its normal kernels do (a copy per other GPU they reach).
   struct OwnTokens {
-    double decode = 0.0;   // the busiest GPU's decoding tokens
+    double decode = 0.0;   // the busiest GPU's decoding tokens, drafts included
     double prefill = 0.0;  // its prefill chunks' tokens
   };
   void add_expert_all_to_all(const BatchShape& batch, const OwnTokens& own,

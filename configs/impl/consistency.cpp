@@ -381,8 +381,9 @@ void check_swap_space(const RunSpec& run, const std::string& path, Problems& pro
 // engine.speculative.draft_tokens' (max_value) in run.proto: the positions a step's drafts take.
 constexpr int kMaxDraftPositions = 16;
 
-// Speculative decoding is modelled for engines whose decode steps are whole-batch forward passes:
-// not for pipeline stages' micro-batches or data-parallel attention's per-GPU requests.
+// Speculative decoding is modelled for engines whose decode steps are whole-batch forward passes
+// (data-parallel attention's GPUs each verifying their own requests' drafts), not for pipeline
+// stages' micro-batches.
 void check_speculative(const RunSpec& run, const std::string& path, Problems& problems) {
   if (!run.engine().has_speculative()) {
     return;
@@ -412,10 +413,6 @@ void check_speculative(const RunSpec& run, const std::string& path, Problems& pr
     problems.push_back({field, "speculative decoding with pipeline_parallel_degree " +
                                    std::to_string(run.pipeline_parallel_degree()) +
                                    " is not modelled"});
-  }
-  if (run.engine().data_parallel_attention()) {
-    problems.push_back(
-        {field, "speculative decoding with engine.data_parallel_attention is not modelled"});
   }
 }
 

@@ -294,7 +294,7 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
   if (mlp == Mlp::kExperts && split_ == AttentionSplit::kRequests &&
       parallelism_.experts == ExpertSplit::kWhole) {
     // Each GPU keeps its own tokens through the MLP: nothing gathered, nothing to all-reduce.
-    OwnTokens own{busiest_decode_tokens(batch), 0.0};
+    OwnTokens own{busiest_decodes(batch).queries, 0.0};
     for (const auto& chunks : chunks_per_gpu(batch)) {
       own.prefill = std::max(own.prefill, chunk_tokens(chunks));
     }
@@ -328,19 +328,25 @@ std::vector<std::vector<PrefillChunk>> IterationCostModel::chunks_per_gpu(
   return chunks;
 }
 
-double IterationCostModel::busiest_decode_tokens(const BatchShape& batch) const {
-  const std::uint64_t busiest = (batch.decode_tokens + tp_ - 1) / tp_;  // whole requests
-  return static_cast<double>(busiest);
+IterationCostModel::BusiestDecodes IterationCostModel::busiest_decodes(
+    const BatchShape& batch) const {
+  const std::uint64_t whole_requests = (batch.decode_tokens + tp_ - 1) / tp_;
+  const auto requests = static_cast<double>(whole_requests);
+  if (batch.decode_draft_tokens == 0) {
+    return {requests, requests};
+  }
+  const auto decode = static_cast<double>(batch.decode_tokens);
+  return {requests, requests * (decode + static_cast<double>(batch.decode_draft_tokens)) / decode};
 }
 
 void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
                                                      Accumulator& layer) const {
   // The decoding requests spread as evenly as whole requests go: the busiest GPU attends
-  // ceil(D / TP) of them, with their share of the context (taken as the mean request's); the
-  // prefill chunks dealt out in turn. GPUs past the chunks have the least work, so the first
-  // max(chunks, 1) hold the slowest.
+  // ceil(D / TP) of them, with their share of the context and of the drafts verified (taken as
+  // the mean request's); the prefill chunks dealt out in turn. GPUs past the chunks have the
+  // least work, so the first max(chunks, 1) hold the slowest.
   const std::vector<std::vector<PrefillChunk>> chunks = chunks_per_gpu(batch);
-  const double decode = busiest_decode_tokens(batch);
+  const auto [decode, queries] = busiest_decodes(batch);
   const double context = batch.decode_tokens > 0
                              ? static_cast<double>(batch.decode_context_tokens) * decode /
                                    static_cast<double>(batch.decode_tokens)
@@ -349,12 +355,12 @@ void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
   Accumulator slowest;
   sim::Tick slowest_time = sim::Tick::ps(-1);
   for (std::size_t gpu = 0; gpu < distinct; ++gpu) {
-    const double tokens = decode + chunk_tokens(chunks[gpu]);
+    const double tokens = queries + chunk_tokens(chunks[gpu]);
     Accumulator own;
     const LayerOps ops{*this, own, tokens, 1.0};
     const double hidden = model_.hidden_size();
     ops.elementwise(tokens * hidden, tokens * hidden);  // input RMSNorm
-    add_latent_attention(decode, decode, context, chunks[gpu], ops);
+    add_latent_attention(decode, queries, context, chunks[gpu], ops);
     const sim::Tick time = own.gemm + own.attention + own.elementwise;
     if (time > slowest_time) {
       slowest = own;
@@ -465,7 +471,8 @@ void IterationCostModel::add_expert_all_to_all(const BatchShape& batch, const Ow
   const double experts = moe.num_experts();
   const double picks = std::min<double>(moe.experts_per_token(), experts);
   const double on_gpu = experts_on_busiest_gpu(model_, parallelism_);
-  const double decode = static_cast<double>(batch.decode_tokens);
+  // Drafts verified go as their request's newest token does.
+  const auto decode = static_cast<double>(batch.decode_tokens + batch.decode_draft_tokens);
   const double prefill = batch_tokens(batch) - decode;
   const double others = (gpus - 1.0) / gpus;  // of what reaches a GPU, what other GPUs send
   // Decoding (low-latency kernels): a copy for each pick on another GPU, k·(1 − m/E) a token;

@@ -53,9 +53,6 @@ void ServingEngine::start_speculating(const config::RunSpec& run) {
   if (pipeline_stages(run) > 1) {
     refuse("pipeline_parallel_degree " + std::to_string(pipeline_stages(run)));
   }
-  if (attention_split(run) == hw::AttentionSplit::kRequests) {
-    refuse("engine.data_parallel_attention");
-  }
   speculative_ = run.engine().speculative();
 }
 

@@ -216,6 +216,32 @@ TEST_CASE("data-parallel attention: each GPU attends its own requests with every
       Catch::Contains("data-parallel attention is modelled for latent attention"));
 }
 
+TEST_CASE("with data-parallel attention a GPU verifies its own requests' drafts",
+          "[iteration_cost]") {
+  // 16 requests verifying three drafts each against 64 requests of the same context decoding a
+  // token each: on eight GPUs the busiest attends 2 requests' 8 queries or 8 requests' 8, the
+  // same FLOPs and the same tokens through the MLP, its experts reached in the same
+  // all-to-alls; only the latents read differ, 2 contexts' against 8.
+  const DeepSeekOnH200 setup;
+  const kvtier::hw::ExpertSplit experts =
+      GENERATE(kvtier::hw::ExpertSplit::kSliced, kvtier::hw::ExpertSplit::kWhole);
+  INFO((experts == kvtier::hw::ExpertSplit::kWhole ? "whole experts" : "sliced experts"));
+  const kvtier::hw::Parallelism parallelism{8, kvtier::hw::AttentionSplit::kRequests, experts};
+  const IterationCostModel costs(setup.model, setup.gpu, &setup.nvlink, parallelism);
+  constexpr std::uint64_t kContext = 3000;
+  BatchShape verify = decode(16, kContext);
+  verify.decode_draft_tokens = 48;
+  verify.logits_tokens = 64;
+  const auto drafted = costs.cost(verify);
+  const auto apart = costs.cost(decode(64, kContext));
+  CHECK(drafted.flops == Approx(apart.flops).epsilon(1e-12));
+  CHECK(drafted.interconnect_bytes == Approx(apart.interconnect_bytes).epsilon(1e-12));
+  CHECK(drafted.all_reduce == apart.all_reduce);
+  CHECK(apart.hbm_bytes - drafted.hbm_bytes ==
+        Approx(6.0 * kContext * setup.layers * 576 * 2).epsilon(1e-9));
+  CHECK(drafted.total < apart.total);
+}
+
 TEST_CASE("with data-parallel attention a GPU keeps only its own requests' latents", "[serving]") {
   const auto run = [](const std::vector<std::string>& sets) {
     return kvtier::test::serving_metrics(

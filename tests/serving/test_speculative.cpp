@@ -250,13 +250,47 @@ TEST_CASE("speculative decoding where it is not modelled is refused", "[speculat
     CHECK_THAT(text, Catch::Contains("field engine.speculative") && Catch::Contains(why));
   };
   refused({"pipeline_parallel_degree=2"}, "pipeline_parallel_degree 2");
-  refused({"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2",
-           "engine.data_parallel_attention=true"},
-          "engine.data_parallel_attention");
   // A draft count out of range is refused by its bounds.
   CHECK_FALSE(
       kvtier::test::problems<RunSpec>(kvtier::test::quickstart_run(), speculative_sets(17, 0.8))
           .empty());
+}
+
+TEST_CASE("with data-parallel attention each GPU verifies its own requests' drafts",
+          "[speculative]") {
+  // DeepSeek-V2-Lite over two GPUs, attention split by requests: a 256-token prompt and 13
+  // output tokens, three drafts a step all accepted. Its steps cost the drafter's passes and the
+  // verifying passes as the engine's cost model gives them, one GPU attending the request. The
+  // config is accepted (load_spec checks it as `kvtier sim` does).
+  const RunSpec run = speculating(3, 1.0,
+                                  {"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2",
+                                   "engine.data_parallel_attention=true"});
+  const auto served = serve(run, open_loop({request_at(0, 256, 13)}));
+  const ServingEngine& engine = served->cluster->engine(0);
+  REQUIRE(engine.totals().requests_completed == 1);
+  CHECK(engine.totals().iterations == 1 + 3);
+  CHECK(engine.totals().speculative_tokens == 12);
+  const auto pass = [&](std::uint64_t context) {
+    const kvtier::hw::IterationCost cost =
+        engine.cost_model().cost(kvtier::test::decode(1, context));
+    return cost.layer + cost.head;  // the drafter: one layer
+  };
+  CHECK(engine.totals().draft_busy == pass(257) + pass(258) + pass(259) + pass(261) + pass(262) +
+                                          pass(263) + pass(265) + pass(266) + pass(267));
+  const auto verify = [&](std::uint64_t context) {
+    kvtier::hw::BatchShape step = kvtier::test::decode(1, context);
+    step.decode_draft_tokens = 3;
+    step.logits_tokens += 3;
+    return engine.cost_model().cost(step).total;
+  };
+  CHECK(engine.totals().busy == engine.cost_model().cost(kvtier::test::prefill(256, 0)).total +
+                                    verify(257) + verify(261) + verify(265) +
+                                    engine.totals().draft_busy);
+  // Each GPU holds the drafter's attention whole, as it does the model's.
+  const RunSpec by_heads =
+      speculating(3, 1.0, {"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2"});
+  CHECK(kvtier::serving::plan_memory(run).drafter_weights_bytes >
+        kvtier::serving::plan_memory(by_heads).drafter_weights_bytes);
 }
 
 TEST_CASE("in a disaggregated cluster the decode engines speculate", "[speculative]") {
