@@ -332,7 +332,7 @@ IterationCostModel::BusiestDecodes IterationCostModel::busiest_decodes(
     const BatchShape& batch) const {
   const std::uint64_t whole_requests = (batch.decode_tokens + tp_ - 1) / tp_;
   const auto requests = static_cast<double>(whole_requests);
-  if (batch.decode_draft_tokens == 0) {
+  if (batch.decode_draft_tokens == 0 || batch.decode_tokens == 0) {  // drafts go with requests
     return {requests, requests};
   }
   const auto decode = static_cast<double>(batch.decode_tokens);

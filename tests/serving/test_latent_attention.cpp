@@ -240,6 +240,12 @@ TEST_CASE("with data-parallel attention a GPU verifies its own requests' drafts"
   CHECK(apart.hbm_bytes - drafted.hbm_bytes ==
         Approx(6.0 * kContext * setup.layers * 576 * 2).epsilon(1e-9));
   CHECK(drafted.total < apart.total);
+  // 9 and 16 requests drafting three each: the busiest GPU verifies 2 requests' 8 queries in
+  // both (the mean request's drafts with its whole requests, not ceil((D + drafts) / TP)).
+  BatchShape nine = decode(9, kContext);
+  nine.decode_draft_tokens = 27;
+  nine.logits_tokens = 36;
+  CHECK(costs.cost(nine).layer_attention == drafted.layer_attention);
 }
 
 TEST_CASE("with data-parallel attention a GPU keeps only its own requests' latents", "[serving]") {
