@@ -19,12 +19,16 @@ namespace kvtier::config {
 
 // One `--set PATH=VALUE`: PATH is dotted field names with [i] for repeated entries; a field
 // whose name ends in its unit may be named without it (`gpu.memory_capacity=80GiB`), and then
-// the value must carry a unit.
+// the value must carry a unit. The value kRemoveField (`PATH=~`, YAML's null) removes the field
+// instead: a value, a whole list or a sub-message; under a sub-message that is not there it
+// does nothing.
 struct Override {
   std::string path;
   std::string value;
   std::string argument;  // as written, for diagnostics
 };
+
+inline constexpr std::string_view kRemoveField = "~";
 
 [[nodiscard]] Override parse_override(std::string_view argument);
 

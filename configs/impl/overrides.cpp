@@ -314,6 +314,7 @@ Override parse_override(std::string_view argument) {
 void apply_override(pb::Message& root, const Override& override_, LocationMap& locations) {
   const std::vector<Segment> segments = split_path(override_);
   const std::string where = "--set " + override_.argument;
+  const bool removing = override_.value == kRemoveField;
   pb::Message* message = &root;
   std::string canonical;
   std::string parent_canonical;
@@ -342,7 +343,16 @@ void apply_override(pb::Message& root, const Override& override_, LocationMap& l
                               std::to_string(size) + " appends one)",
                           where + ", field " + override_.path);
       }
+      if (removing && i + 1 == segments.size()) {
+        throw ConfigError("'" + std::string(kRemoveField) + "' removes a whole field; name '" +
+                              field->name() + "' without the [" + std::to_string(segment.index) +
+                              "]",
+                          where + ", field " + override_.path);
+      }
       if (segment.index == size) {
+        if (removing) {
+          return;  // nothing there to remove from
+        }
         Setter(override_, field, exact).append(*message);
       }
       name += "[" + std::to_string(segment.index) + "]";
@@ -360,10 +370,23 @@ void apply_override(pb::Message& root, const Override& override_, LocationMap& l
             "'" + field->name() + "' is a list; name an entry, e.g. " + field->name() + "[0]",
             where + ", field " + override_.path);
       }
+      if (removing && !field->is_repeated() && !reflection->HasField(*message, field)) {
+        return;  // not there: nothing under it to remove, and nothing made to hold it
+      }
       message = field->is_repeated()
                     ? reflection->MutableRepeatedMessage(message, field, segment.index)
                     : reflection->MutableMessage(message, field);
       continue;
+    }
+    if (removing) {
+      if (field->name() == "preset") {
+        // Its values were expanded into the message already where a sweep's base is resolved,
+        // and not yet where a file is loaded: removing the name would mean two things.
+        throw ConfigError("a preset cannot be removed; name another preset instead",
+                          where + ", field " + override_.path);
+      }
+      reflection->ClearField(message, field);
+      break;  // its position: this --set, which a "missing field" names
     }
     const Setter setter(override_, field, exact);
     if (field->is_repeated() && segment.index < 0) {

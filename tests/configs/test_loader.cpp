@@ -86,6 +86,44 @@ TEST_CASE("an override appends to a list at index == size and rejects indices pa
              Catch::Contains("past the end of 'compute'"));
 }
 
+TEST_CASE("an override of ~ removes a field: a value, a list or a sub-message", "[loader]") {
+  const std::vector<std::string> by_rate = {"engine.speculative.draft_tokens=2",
+                                            "engine.speculative.acceptance_rate=0.7",
+                                            "engine.speculative.draft_layers=1"};
+  // A value removed and the other form of it given: the run is valid (one form, not both).
+  std::vector<std::string> switched = by_rate;
+  switched.insert(switched.end(), {"engine.speculative.acceptance_rate=~",
+                                   "engine.speculative.acceptance_by_position=0.9,0.5"});
+  const RunSpec by_position = load_spec<RunSpec>(quickstart_run(), switched);
+  CHECK_FALSE(by_position.engine().speculative().has_acceptance_rate());
+  CHECK(by_position.engine().speculative().acceptance_by_position_size() == 2);
+  // A list removed, and back again.
+  switched.insert(switched.end(), {"engine.speculative.acceptance_by_position=~",
+                                   "engine.speculative.acceptance_rate=0.6"});
+  const RunSpec back = load_spec<RunSpec>(quickstart_run(), switched);
+  CHECK(back.engine().speculative().acceptance_by_position_size() == 0);
+  CHECK(back.engine().speculative().acceptance_rate() == 0.6);
+  // A sub-message removed whole.
+  std::vector<std::string> none = by_rate;
+  none.emplace_back("engine.speculative=~");
+  CHECK_FALSE(load_spec<RunSpec>(quickstart_run(), none).engine().has_speculative());
+  // Under a sub-message that is not there: nothing removed and nothing made.
+  const RunSpec plain = load_spec<RunSpec>(quickstart_run(), {"engine.speculative.draft_tokens=~"});
+  CHECK_FALSE(plain.engine().has_speculative());
+  CHECK_FALSE(load_spec<RunSpec>(quickstart_run(), {"cluster.disaggregation.kv_link.name=~"})
+                  .has_cluster());
+  // A field the config needs, removed, is missing as if never written; so is a preset's value.
+  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"tensor_parallel_degree=~"})),
+             Catch::Contains("--set tensor_parallel_degree=~, field tensor_parallel_degree"));
+  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"model.hidden_size=~"})),
+             Catch::Contains("model.hidden_size"));
+  // Not an entry of a list, and not a preset's name.
+  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"hardware.node.gpu.compute[0]=~"})),
+             Catch::Contains("removes a whole field") && Catch::Contains("without the [0]"));
+  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"model.preset=~"})),
+             Catch::Contains("a preset cannot be removed"));
+}
+
 TEST_CASE("bad overrides say what is wrong and name the override", "[loader]") {
   const auto check = [](const std::string& set, const std::string& expected) {
     const std::string all = joined(problems<RunSpec>(quickstart_run(), {set}));

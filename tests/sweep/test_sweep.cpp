@@ -199,6 +199,33 @@ TEST_CASE("sweep: ZIP points take the i-th value of every axis, whose lengths mu
       Catch::Contains("ZIP sweeps need axes of equal length"));
 }
 
+TEST_CASE("sweep: a ZIP's values of ~ remove a field, so points can switch between forms",
+          "[sweep]") {
+  // Acceptance given as one rate at the first point, by position at the second: each point
+  // removes the form it does not use.
+  const auto speculating = [](const std::string& axes) {
+    std::string text = spec_text(axes, "ZIP");
+    const std::string engine = "engine { iteration_overhead_us: 1000 }";
+    text.replace(text.find(engine), engine.size(),
+                 "engine { iteration_overhead_us: 1000 speculative { draft_tokens: 2 "
+                 "acceptance_rate: 0.7 draft_layers: 1 } }");
+    return text;
+  };
+  const Sweep sweep =
+      load(speculating(axis("engine.speculative.acceptance_rate", {"0.8", "~"}) +
+                       axis("engine.speculative.acceptance_by_position", {"~", "0.9,0.6"})));
+  const auto rate = kvtier::sweep::point_run(sweep, 0, kvtier::test::loader());
+  CHECK(rate.engine().speculative().acceptance_rate() == 0.8);
+  CHECK(rate.engine().speculative().acceptance_by_position_size() == 0);
+  const auto by_position = kvtier::sweep::point_run(sweep, 1, kvtier::test::loader());
+  CHECK_FALSE(by_position.engine().speculative().has_acceptance_rate());
+  CHECK(by_position.engine().speculative().acceptance_by_position_size() == 2);
+  // A point left with neither form is refused before the sweep runs.
+  CHECK_THAT(joined(problems(speculating(axis("engine.speculative.acceptance_rate", {"0.8", "~"}) +
+                                         axis("seed", {"1", "2"})))),
+             Catch::Contains("ZIP point 1") && Catch::Contains("acceptance_rate"));
+}
+
 TEST_CASE("sweep: a sweep is refused before it runs when an axis value or a policy is wrong",
           "[sweep]") {
   CHECK_THAT(joined(problems(spec_text(axis("seed", {"1"}) + axis("seed", {"2"})))),
