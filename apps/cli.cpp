@@ -130,7 +130,7 @@ void add_set_option(po::options_description& options) {
   options.add_options()("set", po::value<std::vector<std::string>>()->composing(),
                         "override a field: PATH=VALUE, units allowed (e.g. "
                         "model.kv_dtype=FP8_E4M3, hardware.node.gpu.memory_capacity=40GiB); "
-                        "PATH=~ removes the field; repeatable");
+                        "'PATH=~' (quoted) removes the field; repeatable");
 }
 
 Format format_from(const po::variables_map& values, bool offers_html) {

@@ -21,7 +21,8 @@ namespace kvtier::config {
 // whose name ends in its unit may be named without it (`gpu.memory_capacity=80GiB`), and then
 // the value must carry a unit. The value kRemoveField (`PATH=~`, YAML's null) removes the field
 // instead: a value, a whole list or a sub-message; under a sub-message that is not there it
-// does nothing.
+// does nothing. Not a list's entry, a preset's name or anything under a message naming a
+// preset (expanded again at a sweep's points, its values would come back).
 struct Override {
   std::string path;
   std::string value;

@@ -316,10 +316,24 @@ void apply_override(pb::Message& root, const Override& override_, LocationMap& l
   const std::string where = "--set " + override_.argument;
   const bool removing = override_.value == kRemoveField;
   pb::Message* message = &root;
+  // A preset's values are expanded into its message before these overrides where a file is
+  // loaded, and again at each sweep point that names another preset: a value removed from
+  // under it could come back, so nothing under a preset is removed.
+  const auto refuse_under_preset = [&](const pb::Message& holder, const std::string& at) {
+    const pb::FieldDescriptor* preset = holder.GetDescriptor()->FindFieldByName("preset");
+    if (removing && preset != nullptr && holder.GetReflection()->HasField(holder, preset)) {
+      throw ConfigError("nothing under a preset can be removed (" + join_path(at, "preset") +
+                            " names one); write that part without " + "the preset instead",
+                        where + ", field " + override_.path);
+    }
+  };
   std::string canonical;
   std::string parent_canonical;
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& segment = segments[i];
+    if (i + 1 < segments.size() || segment.name != "preset") {  // a preset's own: below
+      refuse_under_preset(*message, canonical);
+    }
     const pb::Descriptor* type = message->GetDescriptor();
     bool exact = false;
     const pb::FieldDescriptor* field = find_field(type, segment.name, exact);

@@ -112,16 +112,34 @@ TEST_CASE("an override of ~ removes a field: a value, a list or a sub-message", 
   CHECK_FALSE(plain.engine().has_speculative());
   CHECK_FALSE(load_spec<RunSpec>(quickstart_run(), {"cluster.disaggregation.kv_link.name=~"})
                   .has_cluster());
-  // A field the config needs, removed, is missing as if never written; so is a preset's value.
+  // Through an entry of a list; under an entry past its end nothing is removed or appended.
+  const RunSpec untuned = load_spec<RunSpec>(
+      quickstart_run(),
+      {"compare[0].name=tiered", "compare[0].param[0].name=hbm", "compare[0].param[0].number=0.5",
+       "compare[1].name=h2o", "compare[1].param[0].name=budget", "compare[1].param[0].integer=512",
+       "compare[0].param=~", "tiering.synthetic_pattern=reasoning",
+       "tiering.prefetch_lookahead_layers=1", "tiering.host_allocation=PINNED",
+       "tiering.copy_method=COPY_ENGINES"});
+  REQUIRE(untuned.compare_size() == 2);
+  CHECK(untuned.compare(0).param_size() == 0);
+  CHECK(untuned.compare(1).param_size() == 1);
+  CHECK(load_spec<RunSpec>(quickstart_run(), {"compare[0].name=~"}).compare_size() == 0);
+  // Only ~ itself removes: a value that starts with it is a value.
+  CHECK(load_spec<RunSpec>(quickstart_run(), {"name=~quickstart"}).name() == "~quickstart");
+  // A field the config needs, removed, is missing as if never written, named by the --set.
   CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"tensor_parallel_degree=~"})),
              Catch::Contains("--set tensor_parallel_degree=~, field tensor_parallel_degree"));
-  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"model.hidden_size=~"})),
-             Catch::Contains("model.hidden_size"));
-  // Not an entry of a list, and not a preset's name.
-  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"hardware.node.gpu.compute[0]=~"})),
+  // Not one entry of a list, not a preset's name, and nothing a preset's values fill (they
+  // would come back wherever the preset is expanded again, as at a sweep's points).
+  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"compare[0]=~"})),
              Catch::Contains("removes a whole field") && Catch::Contains("without the [0]"));
   CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"model.preset=~"})),
              Catch::Contains("a preset cannot be removed"));
+  CHECK_THAT(joined(problems<RunSpec>(quickstart_run(), {"model.sliding_window=~"})),
+             Catch::Contains("nothing under a preset can be removed (model.preset names one)"));
+  CHECK_THAT(
+      joined(problems<RunSpec>(quickstart_run(), {"hardware.node.gpu.compute[0].dense_tflops=~"})),
+      Catch::Contains("(hardware.node.preset names one)"));
 }
 
 TEST_CASE("bad overrides say what is wrong and name the override", "[loader]") {

@@ -220,6 +220,12 @@ TEST_CASE("sweep: a ZIP's values of ~ remove a field, so points can switch betwe
   const auto by_position = kvtier::sweep::point_run(sweep, 1, kvtier::test::loader());
   CHECK_FALSE(by_position.engine().speculative().has_acceptance_rate());
   CHECK(by_position.engine().speculative().acceptance_by_position_size() == 2);
+  // An axis setting a field under one that another axis removes is refused: their order would
+  // decide.
+  CHECK_THAT(joined(problems(speculating(axis("engine.speculative", {"~", "~"}) +
+                                         axis("engine.speculative.draft_tokens", {"1", "2"})))),
+             Catch::Contains("axis[0].values") &&
+                 Catch::Contains("axis[1] sets engine.speculative.draft_tokens under it"));
   // A point left with neither form is refused before the sweep runs.
   CHECK_THAT(joined(problems(speculating(axis("engine.speculative.acceptance_rate", {"0.8", "~"}) +
                                          axis("seed", {"1", "2"})))),
