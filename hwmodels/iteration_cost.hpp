@@ -117,10 +117,12 @@ class IterationCostModel {
                             const std::vector<PrefillChunk>& chunks, const LayerOps& ops) const;
   // Data-parallel attention: every GPU its own requests', the layer waiting for the slowest.
   void add_data_parallel_attention(const BatchShape& batch, Accumulator& layer) const;
-  // The tokens each GPU attends with data-parallel attention: ceil(D / TP) decoding requests'
-  // on the busiest, with the mean request's drafts, the prefill chunks dealt out in turn.
+  // The prefill chunks each GPU attends with data-parallel attention: dealt out in turn.
   [[nodiscard]] std::vector<std::vector<PrefillChunk>> chunks_per_gpu(
       const BatchShape& batch) const;
+  // The decoding requests of the busiest GPU with data-parallel attention, ceil(D / TP) whole
+  // ones, and the query tokens they verify: their newest and the mean request's drafts (which
+  // requests draft how many is not in a BatchShape).
   struct BusiestDecodes {
     double requests = 0.0;
     double queries = 0.0;  // their newest tokens and drafts

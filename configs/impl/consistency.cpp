@@ -2,6 +2,7 @@
 
 #include <google/protobuf/descriptor.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -576,8 +577,34 @@ void check_policy(const PolicySpec& policy, const std::string& path, Problems& p
   }
 }
 
+// Axes whose paths meet: the same path twice, or a field one axis removes (~) at some point
+// and another sets a field under, where which wins would be the axes' order.
+void check_axis_paths(const SweepSpec& sweep, const std::string& path, Problems& problems) {
+  const auto axis_at = [](int a) { return "axis[" + std::to_string(a) + "]"; };
+  for (int a = 0; a < sweep.axis_size(); ++a) {
+    const std::string& mine = sweep.axis(a).path();
+    const bool removes = std::find(sweep.axis(a).values().begin(), sweep.axis(a).values().end(),
+                                   kRemoveField) != sweep.axis(a).values().end();
+    for (int b = 0; b < sweep.axis_size(); ++b) {
+      const std::string& other = sweep.axis(b).path();
+      if (b < a && other == mine) {
+        problems.push_back(
+            {at(path, axis_at(a) + ".path"),
+             "axis path " + mine + " is also swept by " + axis_at(b) + ": one axis per path"});
+      }
+      if (b != a && removes && other.size() > mine.size() && other.starts_with(mine) &&
+          (other[mine.size()] == '.' || other[mine.size()] == '[')) {
+        std::string why = "axis path " + mine + " is removed (~) at some points and ";
+        why += axis_at(b) + " sets " + other + " under it: remove only fields no other axis sets";
+        problems.push_back({at(path, axis_at(a) + ".values"), std::move(why)});
+      }
+    }
+  }
+}
+
 void check_sweep(const SweepSpec& sweep, const std::string& path, const ConfigLoader& loader,
                  const LocationMap& locations, Problems& problems) {
+  check_axis_paths(sweep, path, problems);
   if (sweep.mode() == ZIP) {
     for (int i = 1; i < sweep.axis_size(); ++i) {
       if (sweep.axis(i).values_size() != sweep.axis(0).values_size()) {

@@ -321,9 +321,9 @@ void apply_override(pb::Message& root, const Override& override_, LocationMap& l
   // under it could come back, so nothing under a preset is removed.
   const auto refuse_under_preset = [&](const pb::Message& holder, const std::string& at) {
     const pb::FieldDescriptor* preset = holder.GetDescriptor()->FindFieldByName("preset");
-    if (removing && preset != nullptr && holder.GetReflection()->HasField(holder, preset)) {
+    if (preset != nullptr && holder.GetReflection()->HasField(holder, preset)) {
       throw ConfigError("nothing under a preset can be removed (" + join_path(at, "preset") +
-                            " names one); write that part without " + "the preset instead",
+                            " names one); write that part without the preset instead",
                         where + ", field " + override_.path);
     }
   };
@@ -331,7 +331,8 @@ void apply_override(pb::Message& root, const Override& override_, LocationMap& l
   std::string parent_canonical;
   for (size_t i = 0; i < segments.size(); ++i) {
     const Segment& segment = segments[i];
-    if (i + 1 < segments.size() || segment.name != "preset") {  // a preset's own: below
+    // Removing a preset's name itself has its own refusal, below.
+    if (removing && (i + 1 < segments.size() || segment.name != "preset")) {
       refuse_under_preset(*message, canonical);
     }
     const pb::Descriptor* type = message->GetDescriptor();

@@ -332,7 +332,8 @@ IterationCostModel::BusiestDecodes IterationCostModel::busiest_decodes(
     const BatchShape& batch) const {
   const std::uint64_t whole_requests = (batch.decode_tokens + tp_ - 1) / tp_;
   const auto requests = static_cast<double>(whole_requests);
-  if (batch.decode_draft_tokens == 0 || batch.decode_tokens == 0) {  // drafts go with requests
+  // No drafts, or no requests to spread them over (and no 0 / 0).
+  if (batch.decode_draft_tokens == 0 || batch.decode_tokens == 0) {
     return {requests, requests};
   }
   const auto decode = static_cast<double>(batch.decode_tokens);

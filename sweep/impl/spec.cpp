@@ -131,11 +131,6 @@ std::string axis_column(const std::string& path) {
   return path == "point" || path == "policy" || path == "error" ? path + "_axis" : path;
 }
 
-bool removes_field(const config::SweepAxis& axis) {
-  return std::find(axis.values().begin(), axis.values().end(), config::kRemoveField) !=
-         axis.values().end();
-}
-
 std::string error_text(const Error& error) {
   constexpr std::string_view kPrefix = "kvtier: error: ";
   std::string text;
@@ -224,22 +219,6 @@ Sweep load_sweep_text(std::string_view text, const std::string& file_name,
   }
   for (int a = 0; a < spec.axis_size(); ++a) {
     const config::SweepAxis& axis = spec.axis(a);
-    for (int b = 0; b < spec.axis_size(); ++b) {
-      if (b < a && spec.axis(b).path() == axis.path()) {
-        problems.push_back({axis_path(a) + ".path", "axis path " + axis.path() +
-                                                        " is also swept by " + axis_path(b) +
-                                                        ": one axis per path"});
-      }
-      // A field removed by one axis and set under by another: which wins would be their order.
-      const std::string& under = spec.axis(b).path();
-      if (b != a && removes_field(axis) && under.size() > axis.path().size() &&
-          under.starts_with(axis.path()) &&
-          (under[axis.path().size()] == '.' || under[axis.path().size()] == '[')) {
-        problems.push_back({axis_path(a) + ".values",
-                            "axis path " + axis.path() + " is removed (~) at some points and " +
-                                axis_path(b) + " sets " + under + " under it"});
-      }
-    }
     if (axis.path() != kPolicyAxis) {
       continue;
     }

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "configs/schema/run.pb.h"
@@ -246,6 +247,32 @@ TEST_CASE("with data-parallel attention a GPU verifies its own requests' drafts"
   nine.decode_draft_tokens = 27;
   nine.logits_tokens = 36;
   CHECK(costs.cost(nine).layer_attention == drafted.layer_attention);
+}
+
+TEST_CASE("drafts cost data-parallel attention arithmetic that heads split do not",
+          "[iteration_cost]") {
+  // 450 requests at 3,072 tokens of context on eight GPUs, with and without a draft each
+  // (docs/SIMULATION.md, "Speculative decoding"). Split by heads a GPU scores 16 heads over the
+  // whole latent, bound by reading it, and a draft adds little; split by requests it scores all
+  // 128 for its own 57 requests, and a draft adds most of a token's arithmetic.
+  const DeepSeekOnH200 setup;
+  const auto added = [&](kvtier::hw::AttentionSplit split) {
+    const IterationCostModel costs = setup.at_tp8(split);
+    BatchShape batch = decode(450, 3072);
+    const auto plain = costs.cost(batch);
+    batch.decode_draft_tokens = 450;
+    batch.logits_tokens += 450;
+    const auto drafted = costs.cost(batch);
+    return std::pair{static_cast<double>(drafted.attention.picoseconds()) /
+                         static_cast<double>(plain.attention.picoseconds()),
+                     static_cast<double>(drafted.total.picoseconds()) /
+                         static_cast<double>(plain.total.picoseconds())};
+  };
+  const auto [heads_attention, heads_pass] = added(kvtier::hw::AttentionSplit::kHeads);
+  const auto [requests_attention, requests_pass] = added(kvtier::hw::AttentionSplit::kRequests);
+  CHECK(heads_attention < 1.02);
+  CHECK(requests_attention > 1.6);
+  CHECK(requests_pass > heads_pass + 0.05);
 }
 
 TEST_CASE("with data-parallel attention a GPU keeps only its own requests' latents", "[serving]") {
