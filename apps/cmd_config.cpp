@@ -6,6 +6,8 @@
 #include "common/text_output.hpp"
 #include "configs/parse.hpp"
 #include "configs/schema/run.pb.h"
+#include "configs/schema/sweep.pb.h"
+#include "sweep/sweep.hpp"
 
 namespace kvtier::app {
 namespace {
@@ -46,11 +48,16 @@ int check(const Arguments& args, Context& context) {
     kind = "run";
   }
   auto message = config::new_config_message(kind);
-  const config::LocationMap locations =
-      context.loader.load_text(text, path, *message, overrides_from(values));
-  // What `sim` and `plan` refuse before they run, config check refuses too.
+  const std::vector<config::Override> overrides = overrides_from(values);
+  const config::LocationMap locations = context.loader.load_text(text, path, *message, overrides);
+  // What `sim`, `plan` and `sweep` refuse before they run, config check refuses too.
   if (const auto* run = dynamic_cast<const config::RunSpec*>(message.get())) {
     check_run_policies(*run, locations);
+  }
+  if (dynamic_cast<const config::SweepSpec*>(message.get()) != nullptr) {
+    // A policy axis and the base's policies belong to replay/, above configs/: sweep/ checks
+    // them, with the point count.
+    (void)sweep::load_sweep_text(text, path, context.loader, overrides);
   }
   const std::vector<Row> derived = derived_rows(*message);
   if (format == Format::kJson) {

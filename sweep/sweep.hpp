@@ -45,8 +45,8 @@ struct Sweep {
 // Loads and validates a SweepSpec (`overrides` apply to the SweepSpec: base.seed=2). Beyond
 // config::validate, checks what configs/ cannot: every policy string of a `policy` axis (its
 // syntax and parameters against the policy registry, and the base run with it), the policies
-// the base names, that no two axes set the same path, and that the spec has at most
-// kMaxSweepPoints points. InvalidConfig listing every problem.
+// the base names, and that the spec has at most kMaxSweepPoints points. InvalidConfig listing
+// every problem.
 [[nodiscard]] Sweep load_sweep(const std::string& path, const config::ConfigLoader& loader,
                                std::span<const config::Override> overrides = {});
 [[nodiscard]] Sweep load_sweep_text(std::string_view text, const std::string& file_name,

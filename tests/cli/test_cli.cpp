@@ -225,6 +225,14 @@ TEST_CASE("config check: each class of bad config gives its message and exit 2",
               write_file("latin1.textproto", kRun + "# caf\xe9 (Latin-1)\n").string())
               .exit_code == 0);
   }
+  SECTION("a policy axis sweep would refuse") {
+    // configs/ leaves a sweep's policy strings to sweep/, which config check asks too.
+    const std::string sweep = std::string("config check '") + kvtier::test::source_dir() +
+                              "/configs/sweeps/kimi-k2-one-node.textproto'";
+    CHECK(run(sweep).exit_code == 0);
+    expect_config_error(run(sweep + " --set 'axis[2].values[1]=tiered:hbmm=0.5'"),
+                        "policy axis value 'tiered:hbmm=0.5'");
+  }
   SECTION("a policy sim would refuse") {
     const std::string tiered =
         std::string("config check '") + kvtier::test::source_dir() +
