@@ -415,6 +415,9 @@ class ServingEngine {
   // it stages by layer (`staged`, its micro-batch's) and the resident tokens attention reads.
   void place_received(Request& request, std::uint32_t id, std::vector<LayerCopies>& copies,
                       std::vector<double>& staged, double& resident);
+  // A drafter's KV, held whole in HBM, once a step giving `tokens` tokens has written them (0
+  // without a drafter).
+  [[nodiscard]] double drafter_kv_after_step(const Request& request, std::uint64_t tokens) const;
   // Request `id`'s next decode step in target layer `layer`, giving `tokens` tokens
   // (TierDemand::step); `first` when nothing of it is staged yet.
   [[nodiscard]] LayerDemand step_demand(std::uint32_t id, const Request& request,

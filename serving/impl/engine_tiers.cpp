@@ -101,8 +101,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
       host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
     }
-    request.tier_hbm = hbm.busiest() + plan_.drafter_kv_bytes_for(request.spec.prompt_tokens +
-                                                                  request.generated + tokens - 1);
+    request.tier_hbm = hbm.busiest() + drafter_kv_after_step(request, tokens);
     request.tier_host = host.busiest();
   }
   // A prefill that completes a prompt is followed by the policy's placement of it (the start),
@@ -151,6 +150,10 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     most_staged = std::max(most_staged, *std::max_element(staged[m].begin(), staged[m].end()));
   }
   tier_staging_bytes_ = most_staged * staged_layers_ * full;
+}
+
+double ServingEngine::drafter_kv_after_step(const Request& request, std::uint64_t tokens) const {
+  return plan_.drafter_kv_bytes_for(request.spec.prompt_tokens + request.generated + tokens - 1);
 }
 
 LayerDemand ServingEngine::step_demand(std::uint32_t id, const Request& request,
@@ -206,8 +209,7 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
     host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
   }
   // A drafter's KV (received in HBM) grows by the tokens the step writes.
-  const double drafter =
-      plan_.drafter_kv_bytes_for(request.spec.prompt_tokens + request.generated + tokens - 1);
+  const double drafter = drafter_kv_after_step(request, tokens);
   if (last) {
     // It leaves after this step, its prompt where it came and what it loaded in HBM.
     request.tier_hbm =
