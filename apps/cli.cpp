@@ -643,4 +643,21 @@ std::filesystem::path find_tokenizer(const std::filesystem::path& model) {
   return found.front();
 }
 
+int report_failure(const std::exception_ptr& failure) {
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& error) {
+    for (const std::string& line : error.lines()) {
+      std::cerr << line << "\n";
+    }
+    return static_cast<int>(error.exit_code());
+  } catch (const po::error& error) {
+    std::cerr << format_error_line(error.what(), "see --help") << "\n";
+    return static_cast<int>(ExitCode::kUsageOrConfig);
+  } catch (const std::exception& error) {
+    std::cerr << format_error_line(error.what(), "") << "\n";
+    return static_cast<int>(ExitCode::kRuntimeFailure);
+  }
+}
+
 }  // namespace kvtier::app

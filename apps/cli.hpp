@@ -4,6 +4,7 @@
 
 #include <boost/program_options.hpp>
 
+#include <exception>
 #include <filesystem>
 #include <initializer_list>
 
@@ -54,6 +55,10 @@ void add_set_option(boost::program_options::options_description& options);
                                  bool offers_html = false);
 [[nodiscard]] std::vector<config::Override> overrides_from(
     const boost::program_options::variables_map& values);
+
+// Prints what a command's failure says on standard error ("kvtier: error: ..." lines) and
+// returns the exit code it ends with.
+int report_failure(const std::exception_ptr& failure);
 
 int run_presets(const Arguments& args, Context& context);
 int run_config(const Arguments& args, Context& context);

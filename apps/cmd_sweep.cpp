@@ -251,8 +251,7 @@ void report_summary(const SweepCommand& command, const sweep::RunSummary& summar
 
 // Under an MPI job every rank gets here with the same arguments. Whatever fails, on any rank, is
 // reported once, by rank 0, and every rank ends with its exit code (sweep/mpi.hpp).
-int run_sweep_mpi(const Arguments& args, Context& context) {
-  sweep::MpiJob job;
+int sweep_on_ranks(const sweep::MpiJob& job, const Arguments& args, Context& context) {
   std::ostream discard(nullptr);  // --help is printed by rank 0 alone
   Context quiet{discard, context.presets, context.loader};
   std::optional<SweepCommand> command;
@@ -279,6 +278,20 @@ int run_sweep_mpi(const Arguments& args, Context& context) {
       *command, summary,
       " on " + std::to_string(job.size()) + " MPI process" + (job.size() > 1 ? "es" : ""), context);
   return 0;
+}
+
+int run_sweep_mpi(const Arguments& args, Context& context) {
+  sweep::MpiJob job;
+  try {
+    return sweep_on_ranks(job, args, context);
+  } catch (...) {
+    if (job.rank() != 0) {
+      throw;
+    }
+    // Reported before the job ends (MPI_Finalize): the other ranks may end as soon as this one
+    // has finalized, and the launcher then stops this one, before it could print.
+    return report_failure(std::current_exception());
+  }
 }
 
 }  // namespace

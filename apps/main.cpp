@@ -98,16 +98,7 @@ int main(int argc, char** argv) {
       return static_cast<int>(ExitCode::kRuntimeFailure);
     }
     return code;
-  } catch (const kvtier::Error& error) {
-    for (const std::string& line : error.lines()) {
-      std::cerr << line << "\n";
-    }
-    return static_cast<int>(error.exit_code());
-  } catch (const po::error& error) {
-    std::cerr << kvtier::format_error_line(error.what(), "see --help") << "\n";
-    return static_cast<int>(ExitCode::kUsageOrConfig);
-  } catch (const std::exception& error) {
-    std::cerr << kvtier::format_error_line(error.what(), "") << "\n";
-    return static_cast<int>(ExitCode::kRuntimeFailure);
+  } catch (...) {
+    return kvtier::app::report_failure(std::current_exception());
   }
 }
