@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "apps/report.hpp"
@@ -46,6 +47,13 @@ void model_rows(const config::ModelSpec& model, std::vector<Row>& rows) {
   rows.push_back(number_row("kv_bytes_per_token", hw::kv_bytes_per_token(model), "B", 1));
   rows.push_back(
       number_row("kv_bytes_per_token_per_layer", hw::kv_bytes_per_token_per_layer(model), "B", 1));
+  if (model.has_sliding_window()) {
+    // What a token of context past the window still takes: its KV in the global layers.
+    const std::uint32_t global = hw::global_attention_layers(model, model.num_hidden_layers());
+    rows.push_back(integer_row("global_attention_layers", global, ""));
+    rows.push_back(number_row("kv_bytes_per_token_past_window",
+                              hw::kv_bytes_per_token_per_layer(model) * global, "B", 1));
+  }
   rows.push_back(
       number_row("linear_flops_per_token", hw::linear_flops_per_token(model), "FLOP", 0));
   rows.push_back(number_row("attention_flops_per_context_token",

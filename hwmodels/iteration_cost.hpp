@@ -30,6 +30,10 @@ struct BatchShape {
   std::uint64_t decode_tokens = 0;  // one per decoding request
   // Σ over decoding requests of the KV tokens their attention reads (window-capped).
   std::uint64_t decode_context_tokens = 0;
+  // With hybrid attention (model.sliding_window_pattern): the same in the layers that attend
+  // globally, Σ of the requests' whole contexts (decode_context_tokens being the windowed
+  // layers'). Unused otherwise.
+  std::uint64_t decode_global_context_tokens = 0;
   // Speculative decoding: draft tokens verified beside the decoding requests' newest tokens,
   // each attending its request's KV (read once a request) as the newest does. Not costed in
   // pipeline micro-batches, which the engine refuses with drafts.
@@ -56,11 +60,11 @@ struct IterationCost {
   sim::Tick elementwise;  // norms, RoPE, activation, embedding
   sim::Tick all_reduce;   // tensor-parallel all-reduces on the GPU interconnect
   // One decoder layer and what follows them (embedding, final norm, LM head). Every layer costs
-  // the same but for a mixture of experts' first dense layers, where `layer` is their mean:
-  // total == layer × layers + head within a picosecond per layer. The tier-aware engine
-  // pipelines prefetches against the layers.
+  // the same but for a mixture of experts' first dense layers and hybrid attention's global
+  // layers, where `layer` is their mean: total == layer × layers + head within a picosecond per
+  // layer. The tier-aware engine pipelines prefetches against the layers.
   sim::Tick layer;
-  sim::Tick layer_attention;  // the attention part of `layer`
+  sim::Tick layer_attention;  // the attention part of `layer` (the layers' mean, as `layer`)
   sim::Tick head;
   // Of the totals below, the head's share (a pipeline stage without the LM head leaves it out).
   sim::Tick head_gemm;
@@ -108,7 +112,8 @@ class IterationCostModel {
   struct Accumulator;
   struct LayerOps;
   enum class Mlp { kDense, kExperts };
-  void add_layer(const BatchShape& batch, Mlp mlp, Accumulator& layer) const;
+  // `global`: a layer of a hybrid-attention model that attends the whole context.
+  void add_layer(const BatchShape& batch, Mlp mlp, bool global, Accumulator& layer) const;
   // Multi-head latent attention after the input norm, on the GPUs `ops` splits it over:
   // `decode` requests' `queries` tokens (their newest, and any drafts) attend over their
   // `context` cached latents with the up-projections absorbed into the query and the output,

@@ -49,6 +49,16 @@ struct Parallelism {
 [[nodiscard]] config::ModelSpec pipeline_stage_model(const config::ModelSpec& model,
                                                      uint32_t stages, uint32_t stage);
 
+// Whether layer `layer` (from 0) attends the whole context: every layer without a sliding
+// window, none with one alone, every sliding_window_pattern-th with hybrid attention.
+[[nodiscard]] bool attends_globally(const config::ModelSpec& model, uint32_t layer);
+// How many of the first `layers` layers attend the whole context.
+[[nodiscard]] uint32_t global_attention_layers(const config::ModelSpec& model, uint32_t layers);
+// Whether the model mixes sliding-window and global layers (model.sliding_window_pattern).
+[[nodiscard]] inline bool has_hybrid_attention(const config::ModelSpec& model) {
+  return model.has_sliding_window() && model.has_sliding_window_pattern();
+}
+
 struct ParameterCount {
   uint64_t embedding = 0;  // token embedding table
   // q, k, v, o projections (+ biases, + q/k norms); with latent attention, its down and up
@@ -174,7 +184,7 @@ struct KvVectors {
 // with latent attention, as decoding computes it: every head over the cached latent.
 [[nodiscard]] double attention_flops_per_context_token(const config::ModelSpec& model);
 // Total FLOPs for one token attending to `context_tokens` earlier tokens (capped by the
-// sliding window where the model has one).
+// sliding window in the layers that attend within one).
 [[nodiscard]] double flops_per_token(const config::ModelSpec& model, uint64_t context_tokens);
 
 }  // namespace kvtier::hw

@@ -403,8 +403,12 @@ class ServingEngine {
   void complete(std::uint32_t id);
   [[nodiscard]] std::uint64_t attended(const Request& request) const;
   // The tokens a decode step attends once `generated` tokens are out (the first from the
-  // prefill), its own included.
+  // prefill), its own included: in the layers that attend within a sliding window, the window's.
   [[nodiscard]] std::uint64_t attended(const Request& request, std::uint64_t generated) const;
+  // Adds a decoding request's context to `batch`, `extra` tokens past what its step attends (a
+  // draft pass's drafts before it): in the windowed layers and, with hybrid attention, in the
+  // global ones.
+  void add_decode_context(const Request& request, std::uint64_t extra, hw::BatchShape& batch) const;
   [[nodiscard]] double kv_in_use() const;
   [[nodiscard]] double full_kv_in_use() const;
   [[nodiscard]] double host_kv_in_use() const;

@@ -44,7 +44,13 @@ struct MemoryPlan {
   // GPU's average share), else 1. A request's own KV must fit one GPU: kv_bytes_for(tokens) ×
   // this.
   std::uint32_t requests_spread = 1;
-  std::uint64_t window_tokens = 0;  // sliding window (0: none): KV a request holds is capped
+  // Sliding window (0: none): the KV a request holds in the layers that attend within it is
+  // capped.
+  std::uint64_t window_tokens = 0;
+  // With hybrid attention (model.sliding_window_pattern), the share of kv_bytes_per_token in
+  // layers that attend globally, which hold the whole context (a drafter's layers taken as the
+  // model's mix); 0 otherwise.
+  double global_layer_share = 0.0;
   // Tokens per KV block (memory.kv_block_tokens; 0: counted a token at a time). The KV capacity
   // is then a whole number of blocks.
   std::uint32_t block_tokens = 0;
@@ -57,15 +63,22 @@ struct MemoryPlan {
   // aside beside the T1/T2 KV; 0 without it.
   double prefix_host_bytes = 0.0;
 
-  // The tokens of a context of `tokens` whose KV a request holds (the window's, if any).
+  // The tokens of a context of `tokens` whose KV a request holds in a layer that attends
+  // within the window (the window's, if any; every layer without hybrid attention).
   [[nodiscard]] std::uint64_t held_tokens(std::uint64_t tokens) const;
-  // The token places of KV memory a request with `tokens` tokens of context occupies: its held
-  // tokens, or with blocks the blocks they fall in (a window's first and last partly used).
+  // The most it holds in any layer: every token in a global layer of hybrid attention.
+  [[nodiscard]] std::uint64_t most_held_tokens(std::uint64_t tokens) const {
+    return global_layer_share > 0.0 ? tokens : held_tokens(tokens);
+  }
+  // The token places of KV memory a request with `tokens` tokens of context occupies in such a
+  // layer: its held tokens, or with blocks the blocks they fall in (a window's first and last
+  // partly used).
   [[nodiscard]] std::uint64_t allocated_tokens(std::uint64_t tokens) const;
-  // The most token places a request occupies while its context grows to `tokens` (with a
+  // The most token places a request occupies there while its context grows to `tokens` (with a
   // window and blocks the window's span of blocks varies with its start).
   [[nodiscard]] std::uint64_t peak_allocated_tokens(std::uint64_t tokens) const;
-  // KV bytes a request with `tokens` tokens of context occupies on this GPU (allocated_tokens).
+  // KV bytes a request with `tokens` tokens of context occupies on this GPU (allocated_tokens,
+  // and with hybrid attention in the global layers' share every token's blocks).
   [[nodiscard]] double kv_bytes_for(std::uint64_t tokens) const;
   // The most KV bytes it occupies while its context grows to `tokens` (peak_allocated_tokens).
   [[nodiscard]] double peak_kv_bytes_for(std::uint64_t tokens) const;
@@ -78,6 +91,11 @@ struct MemoryPlan {
   // "weights 14.96 GiB + workspace 1.00 GiB + reserve 2.00 GiB = ... of 80.00 GiB" (with a
   // drafter, "weights ... + drafter ... + workspace ...").
   [[nodiscard]] std::string breakdown() const;
+
+ private:
+  // Hybrid attention: the layers' mean token places, `windowed` in the windowed layers and
+  // every token's blocks in the global ones.
+  [[nodiscard]] double mixed_places(std::uint64_t windowed, std::uint64_t tokens) const;
 };
 
 // memory.kv_block_tokens, or 0 when the run counts KV a token at a time.

@@ -112,11 +112,19 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
   }
   // head_dim × num_attention_heads need not be hidden_size: transformers' Llama, Mistral and
   // Qwen configs all take an explicit head_dim (Mistral-NeMo: 32 × 128 against 5120, Qwen3).
+  const bool has_qk_norm = model.architecture() == QWEN3 || model.architecture() == GEMMA3;
   if (model.has_qk_norm() && model.architecture() != ARCHITECTURE_UNSPECIFIED &&
-      model.qk_norm() != (model.architecture() == QWEN3)) {
-    problems.push_back({at(path, "qk_norm"),
-                        model.qk_norm() ? "qk_norm is only supported by the QWEN3 architecture"
-                                        : "QWEN3 models have qk_norm: true"});
+      model.qk_norm() != has_qk_norm) {
+    problems.push_back(
+        {at(path, "qk_norm"),
+         model.qk_norm() ? "qk_norm is only supported by the QWEN3 and GEMMA3 "
+                           "architectures"
+                         : Architecture_Name(model.architecture()) + " models have qk_norm: true"});
+  }
+  if (model.has_sliding_window_pattern() && !model.has_sliding_window()) {
+    problems.push_back({at(path, "sliding_window_pattern"),
+                        "sliding_window_pattern " + std::to_string(model.sliding_window_pattern()) +
+                            " needs the sliding_window its other layers attend within"});
   }
   if (model.has_sliding_window() && model.has_max_position_embeddings() &&
       model.sliding_window() > model.max_position_embeddings()) {
@@ -544,7 +552,32 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
   check_prefill_pool(run, path, problems);
 }
 
+// Hybrid attention: the windowed layers drop what leaves the window while the global ones keep
+// every token, which a tier policy's replay (one placement for all layers) does not describe;
+// a pipeline stage's share of the global layers depends on where it starts.
+void check_hybrid_attention(const RunSpec& run, const std::string& path, Problems& problems) {
+  const ModelSpec& model = run.model();
+  if (!model.has_sliding_window() || !model.has_sliding_window_pattern()) {
+    return;
+  }
+  const std::string hybrid = "hybrid attention (model " + model.name() +
+                             " has sliding_window_pattern " +
+                             std::to_string(model.sliding_window_pattern()) + ")";
+  if (const std::optional<std::string> policy = first_tier_policy(run)) {
+    problems.push_back({at(path, run.policy().name() == *policy ? "policy.name" : "compare"),
+                        "policy '" + *policy + "' is not modelled with " + hybrid +
+                            ": simulate the full cache (policy full)"});
+  }
+  if (run.has_pipeline_parallel_degree() && run.pipeline_parallel_degree() > 1) {
+    problems.push_back(
+        {at(path, "pipeline_parallel_degree"), "pipeline_parallel_degree " +
+                                                   std::to_string(run.pipeline_parallel_degree()) +
+                                                   " is not modelled with " + hybrid});
+  }
+}
+
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {
+  check_hybrid_attention(run, path, problems);
   check_pipeline(run, path, first_tier_policy(run) && run.tiering().has_host_recode(), problems);
   check_cluster(run, path, problems);
   check_tiering(run, path, problems);

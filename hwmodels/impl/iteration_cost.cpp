@@ -197,10 +197,12 @@ struct ChunkReach {
   double keys_read = 0.0;
 };
 
-ChunkReach chunk_reach(const config::ModelSpec& model, const PrefillChunk& chunk) {
+// `global`: in a layer of a hybrid-attention model that attends the whole context.
+ChunkReach chunk_reach(const config::ModelSpec& model, const PrefillChunk& chunk,
+                       bool global = false) {
   const double n = static_cast<double>(chunk.tokens);
   const double before = static_cast<double>(chunk.context_before);
-  if (!model.has_sliding_window()) {
+  if (!model.has_sliding_window() || global) {
     return {n * (before + (n + 1.0) / 2.0), before + n};
   }
   const auto window = static_cast<double>(model.sliding_window());
@@ -231,7 +233,8 @@ double attended_by_queries(double context, double decode, double queries) {
 
 }  // namespace
 
-void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator& layer) const {
+void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, bool global,
+                                   Accumulator& layer) const {
   using Split = LayerOps::Split;
   const double tp = tp_;
   const double tokens = batch_tokens(batch);
@@ -269,7 +272,8 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
     const double heads = model_.num_attention_heads() / tp;
     const double kv_per_token = kv_bytes_per_token_per_layer_ / kv_shards(model_, tp_, split_);
     if (batch.decode_tokens > 0) {
-      const double context = static_cast<double>(batch.decode_context_tokens);
+      const double context = static_cast<double>(global ? batch.decode_global_context_tokens
+                                                        : batch.decode_context_tokens);
       const double decode = static_cast<double>(batch.decode_tokens);
       const double queries = static_cast<double>(batch.decode_tokens + batch.decode_draft_tokens);
       ops.attention(
@@ -278,7 +282,7 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, Accumulator
     }
     for (const auto& chunk : batch.prefill) {
       const double n = static_cast<double>(chunk.tokens);
-      const ChunkReach reach = chunk_reach(model_, chunk);
+      const ChunkReach reach = chunk_reach(model_, chunk, global);
       ops.attention(4.0 * heads * model_.head_dim() * reach.attended,
                     reach.keys_read * kv_per_token + n * kv_per_token + 2.0 * n * q_width / tp * a);
     }
@@ -529,16 +533,30 @@ IterationCost IterationCostModel::cost(const BatchShape& batch) const {
   const auto layers = static_cast<std::int64_t>(model_.num_hidden_layers());
   const std::int64_t dense_layers =
       model_.has_moe() ? std::min<std::int64_t>(model_.moe().first_dense_layers(), layers) : layers;
+  // With hybrid attention, of each kind of MLP's layers those that attend globally.
+  const bool hybrid = has_hybrid_attention(model_);
+  const auto global_among = [&](std::int64_t first_layers) -> std::int64_t {
+    return hybrid ? global_attention_layers(model_, static_cast<std::uint32_t>(first_layers)) : 0;
+  };
+  const std::int64_t dense_global = global_among(dense_layers);
+  const std::int64_t experts_global = global_among(layers) - dense_global;
+  struct Kind {
+    Mlp mlp;
+    bool global;
+    std::int64_t count;
+  };
+  const Kind kinds[] = {{Mlp::kDense, false, dense_layers - dense_global},
+                        {Mlp::kDense, true, dense_global},
+                        {Mlp::kExperts, false, layers - dense_layers - experts_global},
+                        {Mlp::kExperts, true, experts_global}};
   Accumulator all_layers;
   Accumulator layer;
-  if (dense_layers > 0) {
-    add_layer(batch, Mlp::kDense, layer);
-    all_layers.add_times(layer, dense_layers);
-  }
-  if (dense_layers < layers) {
-    layer = Accumulator{};
-    add_layer(batch, Mlp::kExperts, layer);
-    all_layers.add_times(layer, layers - dense_layers);
+  for (const Kind& kind : kinds) {
+    if (kind.count > 0) {
+      layer = Accumulator{};
+      add_layer(batch, kind.mlp, kind.global, layer);
+      all_layers.add_times(layer, kind.count);
+    }
   }
   Accumulator head;
   add_head(batch, head);
@@ -551,7 +569,9 @@ IterationCost IterationCostModel::cost(const BatchShape& batch) const {
   const sim::Tick layers_time =
       all_layers.gemm + all_layers.attention + all_layers.elementwise + all_layers.all_reduce;
   cost.layer = sim::Tick::ps(layers_time.picoseconds() / layers);
-  cost.layer_attention = layer.attention;  // the same in every layer
+  // The same in every layer, or with hybrid attention the layers' mean.
+  cost.layer_attention =
+      hybrid ? sim::Tick::ps(all_layers.attention.picoseconds() / layers) : layer.attention;
   cost.head = head.gemm + head.attention + head.elementwise;
   cost.head_gemm = head.gemm;
   cost.head_flops = head.flops;

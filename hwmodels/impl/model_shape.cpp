@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <numbers>
+#include <string>
 
 #include "common/errors.hpp"
 #include "configs/dtype.hpp"
@@ -500,8 +501,46 @@ double flops_per_token(const config::ModelSpec& model, uint64_t context_tokens) 
   if (model.has_sliding_window()) {
     attended = std::min<uint64_t>(attended, model.sliding_window());
   }
+  if (has_hybrid_attention(model)) {
+    // The layers' mean: the global ones attend the whole context.
+    const uint32_t layers = model.num_hidden_layers();
+    const uint32_t global = global_attention_layers(model, layers);
+    const double per_layer =
+        (static_cast<double>(global) * static_cast<double>(context_tokens) +
+         static_cast<double>(layers - global) * static_cast<double>(attended)) /
+        layers;
+    return linear_flops_per_token(model) + attention_flops_per_context_token(model) * per_layer;
+  }
   return linear_flops_per_token(model) +
          attention_flops_per_context_token(model) * static_cast<double>(attended);
+}
+
+namespace {
+
+// The loader holds the pattern to at least 2; a model built in code too.
+uint32_t checked_pattern(const config::ModelSpec& model) {
+  if (model.sliding_window_pattern() < 2) {
+    throw ConfigError("sliding_window_pattern " + std::to_string(model.sliding_window_pattern()) +
+                          " of model " + model.name() + " must be at least 2",
+                      "field model.sliding_window_pattern");
+  }
+  return model.sliding_window_pattern();
+}
+
+}  // namespace
+
+bool attends_globally(const config::ModelSpec& model, uint32_t layer) {
+  if (!model.has_sliding_window()) {
+    return true;
+  }
+  return model.has_sliding_window_pattern() && (layer + 1) % checked_pattern(model) == 0;
+}
+
+uint32_t global_attention_layers(const config::ModelSpec& model, uint32_t layers) {
+  if (!model.has_sliding_window()) {
+    return layers;
+  }
+  return model.has_sliding_window_pattern() ? layers / checked_pattern(model) : 0;
 }
 
 }  // namespace kvtier::hw

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
+#include "common/errors.hpp"
 #include "configs/dtype.hpp"
 #include "hwmodels/collectives.hpp"
 
@@ -12,15 +14,20 @@ std::vector<BatchShape> split_into_micro_batches(const BatchShape& batch, std::u
   std::vector<BatchShape> micro(parts);
   std::vector<std::uint64_t> load(parts, 0);
   std::uint64_t context_left = batch.decode_context_tokens;
+  std::uint64_t global_left = batch.decode_global_context_tokens;
+  // Micro-batch m's share of a context sum, the last taking what is left.
+  const auto share = [&](std::uint64_t sum, std::uint64_t left, std::uint32_t m) {
+    return m + 1 == parts             ? left
+           : batch.decode_tokens == 0 ? 0
+                                      : sum * micro[m].decode_tokens / batch.decode_tokens;
+  };
   for (std::uint32_t m = 0; m < parts; ++m) {
     BatchShape& part = micro[m];
     part.decode_tokens = micro_batch_decodes(batch.decode_tokens, parts, m);
-    part.decode_context_tokens =
-        m + 1 == parts ? context_left
-        : batch.decode_tokens == 0
-            ? 0
-            : batch.decode_context_tokens * part.decode_tokens / batch.decode_tokens;
+    part.decode_context_tokens = share(batch.decode_context_tokens, context_left, m);
     context_left -= part.decode_context_tokens;
+    part.decode_global_context_tokens = share(batch.decode_global_context_tokens, global_left, m);
+    global_left -= part.decode_global_context_tokens;
     part.logits_tokens = part.decode_tokens;
     load[m] = part.decode_tokens;
   }
@@ -76,6 +83,14 @@ PipelineCostModel::PipelineCostModel(const config::ModelSpec& model, const confi
     kinds_.push_back({IterationCostModel(model, gpu, links, parallelism), 1, true,
                       model.num_hidden_layers(), 0});
     return;
+  }
+  if (has_hybrid_attention(model)) {
+    // A stage's share of the global layers depends on where it starts, which a stage's model
+    // (pipeline_stage_model) does not say.
+    throw ConfigError("pipeline stages are not modelled with hybrid attention (model " +
+                          model.name() + " has sliding_window_pattern " +
+                          std::to_string(model.sliding_window_pattern()) + ")",
+                      "field pipeline_parallel_degree");
   }
   if (links.gpu_link != nullptr) {
     gpu_link_ = *links.gpu_link;

@@ -24,6 +24,18 @@ void check_engine_spec(const config::ModelSpec& spec, const std::string& where) 
                         "but whose engine does not run (field mla)",
                     where);
   }
+  if (spec.has_sliding_window_pattern()) {
+    throw DataError("model '" + spec.name() +
+                        "' has hybrid attention, which kvtier simulates (kvtier sim) but whose "
+                        "engine does not run (field sliding_window_pattern)",
+                    where);
+  }
+  if (spec.architecture() == config::GEMMA3) {
+    throw DataError("model '" + spec.name() +
+                        "' is a Gemma 3, which kvtier simulates (kvtier sim) but whose engine does "
+                        "not run (field architecture)",
+                    where);
+  }
   require_positive(spec.has_num_hidden_layers(), spec.num_hidden_layers(), "num_hidden_layers");
   require_positive(spec.has_hidden_size(), spec.hidden_size(), "hidden_size");
   require_positive(spec.has_num_attention_heads(), spec.num_attention_heads(),

@@ -358,14 +358,6 @@ void ServingEngine::wake() {
   }
 }
 
-std::uint64_t ServingEngine::attended(const Request& request) const {
-  return attended(request, request.generated);
-}
-
-std::uint64_t ServingEngine::attended(const Request& request, std::uint64_t generated) const {
-  return plan_.held_tokens(request.spec.prompt_tokens + generated);
-}
-
 double ServingEngine::hbm_reservation(std::uint32_t request) const {
   const RequestSpec& spec = requests_[request].spec;
   if (tiers_ == nullptr) {
@@ -466,7 +458,7 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
     const Request& request = requests_[id];
     if (!prefilling(request) && !request.receiving) {
       decoding_now_.push_back(id);
-      batch.decode_context_tokens += attended(request);
+      add_decode_context(request, 0, batch);
       batch.decode_draft_tokens += drafts(request);
     }
   }
@@ -589,7 +581,7 @@ void ServingEngine::admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShap
   // Swapped in while decoding: it decodes on at once.
   decoding_now_.push_back(id);
   ++batch.decode_tokens;
-  batch.decode_context_tokens += attended(request);
+  add_decode_context(request, 0, batch);
   const std::uint64_t drafted = drafts(request);
   batch.decode_draft_tokens += drafted;
   budget -= std::min<std::uint64_t>(budget, 1 + drafted);
@@ -718,7 +710,7 @@ void ServingEngine::preempt(std::uint32_t id) {
   } else {
     // Recomputed: its KV is dropped, and its next prefill covers the prompt and every token
     // generated so far, the newest included, whose prefill then produces the next token.
-    totals_.preempted_kv_tokens += plan_.held_tokens(cached_tokens(request));
+    totals_.preempted_kv_tokens += plan_.most_held_tokens(cached_tokens(request));
     if (!prefilling(request)) {
       request.prefill_target = request.spec.prompt_tokens + request.generated;
     }

@@ -93,7 +93,7 @@ sim::Tick ServingEngine::draft_passes(hw::IterationCost& cost) {
       const Request& request = requests_[id];
       if (drafts(request) > pass) {
         ++step.decode_tokens;
-        step.decode_context_tokens += attended(request) + pass;
+        add_decode_context(request, pass, step);
       }
     }
     if (step.decode_tokens == 0) {

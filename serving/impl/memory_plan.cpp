@@ -77,11 +77,25 @@ std::uint64_t MemoryPlan::peak_allocated_tokens(std::uint64_t tokens) const {
   return (q + (straddles ? 2 : 1)) * block;
 }
 
+double MemoryPlan::mixed_places(std::uint64_t windowed, std::uint64_t tokens) const {
+  const std::uint64_t whole =
+      block_tokens == 0 ? tokens : (tokens + block_tokens - 1) / block_tokens * block_tokens;
+  return global_layer_share * static_cast<double>(whole) +
+         (1.0 - global_layer_share) * static_cast<double>(windowed);
+}
+
 double MemoryPlan::kv_bytes_for(std::uint64_t tokens) const {
+  if (global_layer_share > 0.0) {
+    return mixed_places(allocated_tokens(tokens), tokens) * kv_bytes_per_token;
+  }
   return static_cast<double>(allocated_tokens(tokens)) * kv_bytes_per_token;
 }
 
 double MemoryPlan::peak_kv_bytes_for(std::uint64_t tokens) const {
+  if (global_layer_share > 0.0) {
+    // The global layers' blocks only grow.
+    return mixed_places(peak_allocated_tokens(tokens), tokens) * kv_bytes_per_token;
+  }
   return static_cast<double>(peak_allocated_tokens(tokens)) * kv_bytes_per_token;
 }
 
@@ -158,6 +172,11 @@ MemoryPlan plan_memory(const config::RunSpec& run) {
   const std::uint32_t stages = pipeline_stages(run);
   plan.requests_spread = requests_spread(run);
   plan.window_tokens = model.has_sliding_window() ? model.sliding_window() : 0;
+  if (hw::has_hybrid_attention(model)) {
+    plan.global_layer_share =
+        static_cast<double>(hw::global_attention_layers(model, model.num_hidden_layers())) /
+        model.num_hidden_layers();
+  }
   const auto& node = run.hardware().node();
   // Every GPU's T1/T2 holds what its HBM would (its share of the KV heads, or with latent
   // attention its own copy of the latents), so each GPU gets its share of the DDR

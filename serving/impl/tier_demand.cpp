@@ -48,6 +48,13 @@ TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& pol
           hw::pipeline_stage_of_layers(run.model().num_hidden_layers(), pipeline_stages(run))),
       largest_stage_layers_(layers_per_gpu(run)),
       block_tokens_(kv_block_tokens(run)) {
+  // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
+  // here.
+  if (hw::has_hybrid_attention(run.model())) {
+    throw ConfigError("policy '" + policy.name() +
+                          "' is not modelled with hybrid attention (model.sliding_window_pattern)",
+                      "field policy.name");
+  }
   // Past a sliding window a serving engine drops the oldest KV rather than tiering it, and the
   // window caps what attention reads, so a trace step's placement no longer describes the cache.
   if (run.model().has_sliding_window()) {

@@ -86,7 +86,7 @@ TEST_CASE("kvtier --version and --help", "[cli]") {
 TEST_CASE("presets list prints a table or JSON, filtered by kind", "[cli]") {
   const Result all = run("presets list");
   CHECK(all.exit_code == 0);
-  CHECK(count_lines(all.out) == 55);  // header + 54 presets
+  CHECK(count_lines(all.out) == 56);  // header + 55 presets
   const Result gpus = run("presets list --kind gpu");
   CHECK(count_lines(gpus.out) == 13);
   CHECK_THAT(gpus.out, Catch::Contains("H200") && !Catch::Contains("Llama"));
@@ -120,6 +120,11 @@ TEST_CASE("presets show resolves values and derives quantities", "[cli]") {
   REQUIRE(row != std::string::npos);
   const std::string line = deepseek.out.substr(row + 1, deepseek.out.find('\n', row + 1) - row - 1);
   CHECK_THAT(line, Catch::EndsWith(" 583483392"));
+  // Gemma 3 27B: 10 of its 62 layers attend globally, 8,192 bytes of KV a layer and token.
+  const Result gemma = run("presets show Gemma-3-27B --format json");
+  CHECK(gemma.exit_code == 0);
+  CHECK_THAT(gemma.out, Catch::Contains("\"global_attention_layers\": 10") &&
+                            Catch::Contains("\"kv_bytes_per_token_past_window\": 81920"));
   // Split by requests, a GPU keeps the attention weights whole and 1/8 of the latents.
   const Result split =
       run("config check configs/examples/deepseek-v3-attention.textproto --set "

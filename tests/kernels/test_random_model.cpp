@@ -109,4 +109,14 @@ TEST_CASE("a random model of an engine-incompatible spec is refused", "[kernels]
   latent.mutable_mla()->set_v_head_dim(8);
   CHECK_THROWS_WITH(kk::random_model(latent),
                     Catch::Contains("multi-head latent attention") && Catch::Contains("field mla"));
+  // So are hybrid attention and Gemma 3.
+  kvtier::config::ModelSpec hybrid = kk::testing::small_spec(kvtier::config::MISTRAL);
+  hybrid.set_sliding_window(4);
+  hybrid.set_sliding_window_pattern(2);
+  CHECK_THROWS_WITH(kk::random_model(hybrid), Catch::Contains("has hybrid attention") &&
+                                                  Catch::Contains("field sliding_window_pattern"));
+  kvtier::config::ModelSpec gemma = kk::testing::small_spec(kvtier::config::QWEN3);
+  gemma.set_architecture(kvtier::config::GEMMA3);
+  CHECK_THROWS_WITH(kk::random_model(gemma),
+                    Catch::Contains("is a Gemma 3") && Catch::Contains("field architecture"));
 }
