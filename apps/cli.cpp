@@ -644,18 +644,23 @@ std::filesystem::path find_tokenizer(const std::filesystem::path& model) {
 }
 
 int report_failure(const std::exception_ptr& failure) {
+  // Each line in one write: another process's output (an MPI launcher's) cannot split it.
+  const auto print = [](const std::string& line) { std::cerr << line + "\n"; };
   try {
     std::rethrow_exception(failure);
   } catch (const Error& error) {
     for (const std::string& line : error.lines()) {
-      std::cerr << line << "\n";
+      print(line);
     }
     return static_cast<int>(error.exit_code());
   } catch (const po::error& error) {
-    std::cerr << format_error_line(error.what(), "see --help") << "\n";
+    print(format_error_line(error.what(), "see --help"));
     return static_cast<int>(ExitCode::kUsageOrConfig);
   } catch (const std::exception& error) {
-    std::cerr << format_error_line(error.what(), "") << "\n";
+    print(format_error_line(error.what(), ""));
+    return static_cast<int>(ExitCode::kRuntimeFailure);
+  } catch (...) {
+    print(format_error_line("unknown error", ""));
     return static_cast<int>(ExitCode::kRuntimeFailure);
   }
 }

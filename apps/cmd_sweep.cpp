@@ -282,16 +282,18 @@ int sweep_on_ranks(const sweep::MpiJob& job, const Arguments& args, Context& con
 
 int run_sweep_mpi(const Arguments& args, Context& context) {
   sweep::MpiJob job;
+  int code = 0;
   try {
-    return sweep_on_ranks(job, args, context);
+    code = sweep_on_ranks(job, args, context);
   } catch (...) {
     if (job.rank() != 0) {
-      throw;
+      throw;  // a worker's own failure: the launcher stops the job
     }
-    // Reported before the job ends (MPI_Finalize): the other ranks may end as soon as this one
-    // has finalized, and the launcher then stops this one, before it could print.
-    return report_failure(std::current_exception());
+    code = report_failure(std::current_exception());
   }
+  // No rank ends before rank 0's report is out: once one has, the launcher may stop the others.
+  job.barrier();
+  return code;
 }
 
 }  // namespace

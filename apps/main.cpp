@@ -1,8 +1,6 @@
 // The kvtier command line: dispatches to subcommands and turns every error into one line on
 // stderr with the documented exit code (2 usage/config, 3 bad data, 1 other failures).
 
-#include <boost/program_options.hpp>
-
 #include <iostream>
 #include <map>
 
@@ -12,7 +10,6 @@
 
 namespace {
 
-namespace po = boost::program_options;
 using kvtier::ExitCode;
 
 struct Command {

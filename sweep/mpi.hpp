@@ -48,6 +48,10 @@ class MpiJob {
   // until it has none left; returns the exit code the job ends with (rank 0 reports why).
   [[nodiscard]] int work(const Sweep& sweep, const config::ConfigLoader& loader,
                          const RunOptions& options) const;
+  // Collective: returns once every rank has called it. Rank 0 reports a failure before it, so
+  // that no rank ends (and has the launcher stop the others) before the report is out:
+  // MPI_Finalize need not wait for every rank.
+  void barrier() const;
 
  private:
   int rank_ = 0;

@@ -32,4 +32,6 @@ int MpiJob::work(const Sweep& /*sweep*/, const config::ConfigLoader& /*loader*/,
   return 0;
 }
 
+void MpiJob::barrier() const {}
+
 }  // namespace kvtier::sweep

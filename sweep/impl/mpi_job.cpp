@@ -328,6 +328,10 @@ MpiJob::~MpiJob() {
   MPI_Finalize();
 }
 
+void MpiJob::barrier() const {
+  MPI_Barrier(world());
+}
+
 int MpiJob::agree(const std::string& spec_hash, const std::exception_ptr& failure) const {
   const std::string mine = failure ? "E" + encode_failure(failure_of(failure)) : "H" + spec_hash;
   int length = static_cast<int>(mine.size());
