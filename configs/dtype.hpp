@@ -7,7 +7,8 @@
 
 namespace kvtier::config {
 
-// Bytes per element; INT4 is half a byte. Throws std::invalid_argument for DTYPE_UNSPECIFIED.
+// Bytes per element; INT4 is half a byte, MXFP4 17/32 with its scales. Throws
+// std::invalid_argument for DTYPE_UNSPECIFIED.
 [[nodiscard]] double dtype_bytes(DType dtype);
 [[nodiscard]] bool is_floating_point(DType dtype);
 // The schema's enum name ("BF16").

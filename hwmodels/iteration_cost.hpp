@@ -165,7 +165,8 @@ class IterationCostModel {
   std::uint32_t tp_;
   AttentionSplit split_;
   Parallelism parallelism_;
-  double weight_bytes_;  // per weight
+  double weight_bytes_;         // per weight
+  double expert_weight_bytes_;  // per weight of the routed experts (moe.expert_weight_dtype)
   // The format of attention and of the activations between GEMMs: the activation dtype, but
   // BF16 when the GEMMs run in FP8.
   config::DType between_gemms_;

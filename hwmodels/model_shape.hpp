@@ -89,8 +89,9 @@ struct ParameterCount {
 [[nodiscard]] ParameterCount count_parameters(const config::ModelSpec& model);
 
 // Weight bytes when the weights are stored as `dtype` (norm vectors included; they are < 0.01%
-// of any preset model). Quantised checkpoints (FP8, INT8, INT4: AWQ, GPTQ, FP8 and DeepSeek-V3's
-// own) keep the embedding and the LM head in 16 bits, as vLLM and SGLang load them.
+// of any preset model), the routed experts as moe.expert_weight_dtype where the model gives one.
+// Quantised checkpoints (FP8, INT8, INT4: AWQ, GPTQ, FP8 and DeepSeek-V3's own) keep the
+// embedding and the LM head in 16 bits, as vLLM and SGLang load them.
 [[nodiscard]] double weight_bytes(const config::ModelSpec& model, config::DType dtype);
 // Bytes per weight of the embedding and the LM head: `dtype`'s, at least 2.
 [[nodiscard]] double embedding_bytes_per_weight(config::DType dtype);

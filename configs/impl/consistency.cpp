@@ -126,6 +126,14 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
                         "sliding_window_pattern " + std::to_string(model.sliding_window_pattern()) +
                             " needs the sliding_window its other layers attend within"});
   }
+  if (model.has_sliding_window_pattern() && model.has_num_hidden_layers() &&
+      model.sliding_window_pattern() > model.num_hidden_layers()) {
+    problems.push_back({at(path, "sliding_window_pattern"),
+                        "sliding_window_pattern " + std::to_string(model.sliding_window_pattern()) +
+                            " exceeds the " + std::to_string(model.num_hidden_layers()) +
+                            " layers: none would attend globally (drop it for a window in every "
+                            "layer)"});
+  }
   if (model.has_sliding_window() && model.has_max_position_embeddings() &&
       model.sliding_window() > model.max_position_embeddings()) {
     problems.push_back(
@@ -137,6 +145,16 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
     problems.push_back({at(path, "activation_dtype"),
                         "INT4 activations are not supported; use INT4 weights with a BF16/FP16 "
                         "activation_dtype (weight-only quantisation)"});
+  }
+  // MXFP4 is modelled as a storage format of weights, their GEMMs running in activation_dtype.
+  for (const auto& [dtype, field] :
+       {std::pair{model.activation_dtype(), "activation_dtype"}, {model.kv_dtype(), "kv_dtype"}}) {
+    if (dtype == MXFP4) {
+      problems.push_back({at(path, field), std::string("MXFP4 is modelled as a weight format only "
+                                                       "(weight_dtype, moe.expert_weight_dtype), "
+                                                       "not as ") +
+                                               field});
+    }
   }
   if (model.activation_dtype() != DTYPE_UNSPECIFIED && model.weight_dtype() != DTYPE_UNSPECIFIED &&
       dtype_bytes(model.weight_dtype()) < dtype_bytes(model.activation_dtype()) &&
@@ -553,8 +571,7 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
 }
 
 // Hybrid attention: the windowed layers drop what leaves the window while the global ones keep
-// every token, which a tier policy's replay (one placement for all layers) does not describe;
-// a pipeline stage's share of the global layers depends on where it starts.
+// every token, which a tier policy's replay (one placement for all layers) does not describe.
 void check_hybrid_attention(const RunSpec& run, const std::string& path, Problems& problems) {
   const ModelSpec& model = run.model();
   if (!model.has_sliding_window() || !model.has_sliding_window_pattern()) {
@@ -568,12 +585,7 @@ void check_hybrid_attention(const RunSpec& run, const std::string& path, Problem
                         "policy '" + *policy + "' is not modelled with " + hybrid +
                             ": simulate the full cache (policy full)"});
   }
-  if (run.has_pipeline_parallel_degree() && run.pipeline_parallel_degree() > 1) {
-    problems.push_back(
-        {at(path, "pipeline_parallel_degree"), "pipeline_parallel_degree " +
-                                                   std::to_string(run.pipeline_parallel_degree()) +
-                                                   " is not modelled with " + hybrid});
-  }
+  // Pipeline stages: check_pipeline, which checks a prefill pool's too.
 }
 
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {

@@ -108,8 +108,20 @@ void check_group_across_nodes(const RunSpec& run, const std::string& path, Probl
 // without host recodes.
 void check_pipeline(const RunSpec& run, const std::string& path, bool host_recodes,
                     Problems& problems) {
-  if (!run.has_pipeline_parallel_degree() || run.pipeline_parallel_degree() <= 1 ||
-      !run.has_tensor_parallel_degree()) {
+  if (!run.has_pipeline_parallel_degree() || run.pipeline_parallel_degree() <= 1) {
+    return;
+  }
+  // A stage's share of hybrid attention's global layers depends on where it starts.
+  const ModelSpec& hybrid = run.model();
+  if (hybrid.has_sliding_window() && hybrid.has_sliding_window_pattern()) {
+    problems.push_back({at(path, "pipeline_parallel_degree"),
+                        "pipeline_parallel_degree " +
+                            std::to_string(run.pipeline_parallel_degree()) +
+                            " is not modelled with hybrid attention (model " + hybrid.name() +
+                            " has sliding_window_pattern " +
+                            std::to_string(hybrid.sliding_window_pattern()) + ")"});
+  }
+  if (!run.has_tensor_parallel_degree()) {
     return;
   }
   const std::string field = at(path, "pipeline_parallel_degree");

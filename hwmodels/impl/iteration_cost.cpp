@@ -78,6 +78,10 @@ IterationCostModel::IterationCostModel(const config::ModelSpec& model, const con
       split_(parallelism.attention),
       parallelism_(parallelism),
       weight_bytes_(config::dtype_bytes(model.weight_dtype())),
+      expert_weight_bytes_(model.has_moe() &&
+                                   model.moe().expert_weight_dtype() != config::DTYPE_UNSPECIFIED
+                               ? config::dtype_bytes(model.moe().expert_weight_dtype())
+                               : weight_bytes_),
       between_gemms_(between_gemms(model.activation_dtype())),
       activation_bytes_(config::dtype_bytes(between_gemms_)),
       kv_bytes_per_token_per_layer_(kv_bytes_per_token_per_layer(model)),
@@ -452,10 +456,10 @@ void IterationCostModel::add_experts(double tokens, double own, Accumulator& lay
   const auto grouped = [&](double in, double out, bool split_columns) {
     const double weights = reached * in * out / slices;
     const double activations = split_columns ? in + out / slices : in / slices + out;
-    layer.add(
-        gpu_, OpKind::kGemm,
-        OpCost{2.0 * rows * in * out / slices, weights * weight_bytes_ + rows * activations * a},
-        math);
+    layer.add(gpu_, OpKind::kGemm,
+              OpCost{2.0 * rows * in * out / slices,
+                     weights * expert_weight_bytes_ + rows * activations * a},
+              math);
   };
   grouped(hidden, 2 * width, true);  // the experts' gate and up projections
   layer.add(gpu_, OpKind::kElementwise, OpCost{0.0, 3.0 * rows * width / slices * a},

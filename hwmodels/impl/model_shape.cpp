@@ -280,7 +280,19 @@ double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
       static_cast<double>(replicated - whole_tables) + static_cast<double>(routed_on_gpu) +
       kv_head_copies;
   const double tables = static_cast<double>(split_tables) / tp + static_cast<double>(whole_tables);
-  return layers_and_norms * config::dtype_bytes(dtype) + tables * embedding_bytes_per_weight(dtype);
+  const double bytes =
+      layers_and_norms * config::dtype_bytes(dtype) + tables * embedding_bytes_per_weight(dtype);
+  if (!model.has_moe() || model.moe().expert_weight_dtype() == config::DTYPE_UNSPECIFIED) {
+    return bytes;
+  }
+  // The routed experts this GPU keeps (whole, or its slice of each) in their own format.
+  const uint64_t expert_layers = layers - std::min(count.dense_mlp_layers, layers);
+  const double experts_on_gpu =
+      routed > 0
+          ? static_cast<double>(routed_on_gpu)
+          : static_cast<double>(expert_layers * model.moe().num_experts() * count.expert) / tp;
+  return bytes + experts_on_gpu * (config::dtype_bytes(model.moe().expert_weight_dtype()) -
+                                   config::dtype_bytes(dtype));
 }
 
 uint32_t experts_on_busiest_gpu(const config::ModelSpec& model, const Parallelism& parallelism) {

@@ -26,7 +26,7 @@ TEST_CASE("every built-in preset loads, validates and is named after its file", 
       ++loaded;
     }
   }
-  CHECK(loaded == 55);
+  CHECK(loaded == 56);
 }
 
 TEST_CASE("the preset catalogue holds the documented hardware and models", "[presets]") {
@@ -48,7 +48,7 @@ TEST_CASE("the preset catalogue holds the documented hardware and models", "[pre
                                                "InfiniBand-NDR"});
   CHECK(names("node") == std::set<std::string>{"workstation-rtx5080", "hgx-h100-8", "hgx-h200-8",
                                                "dgx-a100-8", "gh200"});
-  CHECK(names("model").size() == 24);
+  CHECK(names("model").size() == 25);
   CHECK(names("model").count("Llama-3.1-405B") == 1);
   CHECK(names("model").count("Mixtral-8x7B-v0.1") == 1);
   CHECK(names("model").count("Qwen3-30B-A3B") == 1);
@@ -57,6 +57,7 @@ TEST_CASE("the preset catalogue holds the documented hardware and models", "[pre
   CHECK(names("model").count("Qwen3-235B-A22B") == 1);
   CHECK(names("model").count("Kimi-K2-Instruct-0905") == 1);
   CHECK(names("model").count("Gemma-3-27B") == 1);
+  CHECK(names("model").count("gpt-oss-120b") == 1);
 }
 
 TEST_CASE("preset lookup is exact first, then case-insensitive", "[presets]") {
@@ -95,8 +96,9 @@ TEST_CASE("parameter counts match the published ones within 1% and KV bytes exac
       {"Qwen3-8B", {8.19e9, 144}},
       // The model card's 405B; 126 layers of 8 KV heads of 128.
       {"Llama-3.1-405B", {405e9, 504}},
-      // The Gemma 3 report's 1,416M embedding + 25,600M other parameters (arXiv:2503.19786,
-      // Table 1); 62 layers of 16 KV heads of 128 (what a token takes while in the window).
+      // The Gemma 3 report's 1,416M embedding (with, it seems, the image projector's 6.2M) +
+      // 25,600M other parameters (arXiv:2503.19786, Table 1); 62 layers of 16 KV heads of 128
+      // (what a token takes while in the window).
       {"Gemma-3-27B", {27.016e9, 496}},
   };
   for (const auto& [name, figures] : published) {

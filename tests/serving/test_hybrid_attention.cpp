@@ -158,6 +158,18 @@ TEST_CASE("a hybrid model's first dense layers and experts layers each count the
       kvtier::hw::IterationCostModel(global, gpu, nullptr, 1).cost(whole).attention;
   // Attention does not depend on the MLP: three layers of each kind.
   CHECK(mixed == in_window / 2 + everything / 2);
+  // Half of each kind of MLP's layers attend globally (layer 1 of the dense 0-1, layers 3 and 5
+  // of the experts 2-5), so every figure is the mean of the two uniform models'; counting the
+  // dense global layer among the experts' would not be.
+  const auto cost = [&](const ModelSpec& spec, const kvtier::hw::BatchShape& shape) {
+    return kvtier::hw::IterationCostModel(spec, gpu, nullptr, 1).cost(shape);
+  };
+  const kvtier::hw::IterationCost h = cost(hybrid, batch);
+  const kvtier::hw::IterationCost w = cost(model, batch);
+  const kvtier::hw::IterationCost g = cost(global, whole);
+  CHECK(h.flops == Approx((w.flops + g.flops) / 2).epsilon(1e-12));
+  CHECK(h.hbm_bytes == Approx((w.hbm_bytes + g.hbm_bytes) / 2).epsilon(1e-12));
+  CHECK(h.gemm == w.gemm);
 }
 
 TEST_CASE("hybrid attention is refused where it is not modelled", "[config]") {
@@ -194,6 +206,18 @@ TEST_CASE("hybrid attention is refused where it is not modelled", "[config]") {
   refused({"model.sliding_window=1000", "model.sliding_window_pattern=1"},
           "value 1 is out of range", "model.sliding_window_pattern");
   refused({"model.architecture=GEMMA3"}, "GEMMA3 models have qk_norm: true", "model.qk_norm");
+  refused({"model.sliding_window=1000", "model.sliding_window_pattern=33"},
+          "sliding_window_pattern 33 exceeds the 32 layers: none would attend globally",
+          "model.sliding_window_pattern");
+  // A disaggregated prefill pool's stages too.
+  refused(with({"cluster.engines=3", "cluster.routing=ROUND_ROBIN",
+                "cluster.disaggregation.prefill_engines=1",
+                "cluster.disaggregation.decode_routing=ROUND_ROBIN",
+                "cluster.disaggregation.kv_link.preset=InfiniBand-NDR",
+                "cluster.disaggregation.prefill_parallelism.tensor_parallel_degree=2",
+                "cluster.disaggregation.prefill_parallelism.pipeline_parallel_degree=2"}),
+          "pipeline_parallel_degree 2 is not modelled with hybrid attention",
+          "cluster.disaggregation.prefill_parallelism.pipeline_parallel_degree");
   // Prefix caching stays refused with any window.
   refused(with({"memory.kv_block_tokens=16", "memory.prefix_caching=true"}),
           "prefix caching is not modelled with a sliding window", "memory.prefix_caching");
@@ -218,6 +242,11 @@ TEST_CASE(
   CHECK(reservation("110") == 0.5 * 1024 + 0.5 * 1024);     // 1,009 tokens: 64 blocks either way
   CHECK(reservation("2000") == 0.5 * 1024 + 0.5 * 2912);    // 2,899 tokens: 182 blocks globally
   CHECK(reservation("10000") == 0.5 * 1024 + 0.5 * 10912);  // 10,899 tokens: 682 blocks
+  // Gemma 3 27B: 10 of its 62 layers global (not 1 in 6).
+  CHECK(engine_reservation_tokens({"model.preset=Gemma-3-27B",
+                                   "workload.closed_loop.prompt_tokens.fixed_tokens=4000",
+                                   "workload.closed_loop.output_tokens.fixed_tokens=1001"}) ==
+        Approx(10.0 / 62 * 5000 + 52.0 / 62 * 1024).epsilon(1e-12));
   // Without blocks: the window's tokens and every token.
   CHECK(engine_reservation_tokens({"model.sliding_window=1000", "model.sliding_window_pattern=4",
                                    "workload.closed_loop.prompt_tokens.fixed_tokens=900",
@@ -287,4 +316,30 @@ TEST_CASE("a hybrid model's tier demand is refused when built in code", "[servin
   const kvtier::serving::Workload workload = kvtier::serving::make_workload(run.workload(), 1);
   CHECK_THROWS_WITH(kvtier::serving::TierDemand(run, tiered, workload),
                     Catch::Contains("is not modelled with hybrid attention"));
+}
+
+TEST_CASE("a hybrid model's drafter reads the whole context in its global layers", "[serving]") {
+  // One request of 3,000 + 64 tokens drafting 2 a step: the drafter's passes read 1,000 tokens
+  // in the windowed layers and the whole context in the global ones, more than a model with the
+  // window in every layer reads and less than one without a window.
+  const auto draft_busy = [](const std::vector<std::string>& window) {
+    std::vector<std::string> sets = {"workload.closed_loop.concurrency=1",
+                                     "workload.closed_loop.num_requests=1",
+                                     "workload.closed_loop.prompt_tokens.fixed_tokens=3000",
+                                     "workload.prefill_chunk_tokens=4096",
+                                     "engine.speculative.draft_tokens=2",
+                                     "engine.speculative.draft_layers=1",
+                                     "engine.speculative.acceptance_rate=0.5"};
+    sets.insert(sets.end(), window.begin(), window.end());
+    const RunSpec run = run_with(sets);
+    kvtier::sim::Simulator simulator;
+    kvtier::serving::ServingEngine engine(
+        simulator, run, kvtier::serving::make_workload(run.workload(), run.seed()));
+    engine.start();
+    simulator.run();
+    return engine.totals().draft_busy;
+  };
+  const Tick hybrid = draft_busy({"model.sliding_window=1000", "model.sliding_window_pattern=2"});
+  CHECK(draft_busy({"model.sliding_window=1000"}) < hybrid);
+  CHECK(hybrid < draft_busy({}));
 }
