@@ -39,10 +39,15 @@ void model_rows(const config::ModelSpec& model, std::vector<Row>& rows) {
   }
   rows.push_back(integer_row("parameters_lm_head", count.lm_head, ""));
   rows.push_back(number_row("weight_bytes", hw::weight_bytes(model, model.weight_dtype()), "B", 0));
+  // Every weight in each format, the routed experts too.
+  config::ModelSpec uniform = model;
+  if (uniform.has_moe()) {
+    uniform.mutable_moe()->set_expert_weight_dtype(config::DTYPE_UNSPECIFIED);
+  }
   for (const config::DType dtype :
        {config::FP32, config::BF16, config::FP8_E4M3, config::INT8, config::INT4}) {
     rows.push_back(number_row("weight_gib_" + std::string(config::dtype_name(dtype)),
-                              hw::weight_bytes(model, dtype) / kGiB, "GiB", 3));
+                              hw::weight_bytes(uniform, dtype) / kGiB, "GiB", 3));
   }
   rows.push_back(number_row("kv_bytes_per_token", hw::kv_bytes_per_token(model), "B", 1));
   rows.push_back(

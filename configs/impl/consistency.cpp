@@ -156,9 +156,16 @@ void check_model(const ModelSpec& model, const std::string& path, Problems& prob
                                                field});
     }
   }
-  if (model.activation_dtype() != DTYPE_UNSPECIFIED && model.weight_dtype() != DTYPE_UNSPECIFIED &&
-      dtype_bytes(model.weight_dtype()) < dtype_bytes(model.activation_dtype()) &&
-      is_floating_point(model.weight_dtype()) && !is_floating_point(model.activation_dtype())) {
+  const DType experts = model.moe().expert_weight_dtype();
+  const bool float_experts = experts != DTYPE_UNSPECIFIED && is_floating_point(experts) &&
+                             model.activation_dtype() != DTYPE_UNSPECIFIED &&
+                             dtype_bytes(experts) < dtype_bytes(model.activation_dtype());
+  if (model.activation_dtype() != DTYPE_UNSPECIFIED &&
+      ((model.weight_dtype() != DTYPE_UNSPECIFIED &&
+        dtype_bytes(model.weight_dtype()) < dtype_bytes(model.activation_dtype()) &&
+        is_floating_point(model.weight_dtype())) ||
+       float_experts) &&
+      !is_floating_point(model.activation_dtype())) {
     problems.push_back({at(path, "activation_dtype"),
                         "integer activations with floating-point weights are not a deployable "
                         "combination"});

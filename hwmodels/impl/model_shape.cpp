@@ -288,7 +288,7 @@ double weight_bytes_per_gpu(const config::ModelSpec& model, config::DType dtype,
   // The routed experts this GPU keeps (whole, or its slice of each) in their own format.
   const uint64_t expert_layers = layers - std::min(count.dense_mlp_layers, layers);
   const double experts_on_gpu =
-      routed > 0
+      parallelism.experts == ExpertSplit::kWhole
           ? static_cast<double>(routed_on_gpu)
           : static_cast<double>(expert_layers * model.moe().num_experts() * count.expert) / tp;
   return bytes + experts_on_gpu * (config::dtype_bytes(model.moe().expert_weight_dtype()) -

@@ -50,13 +50,20 @@ TEST_CASE("routed experts in their own format take its bytes on every GPU, slice
   CHECK(kvtier::hw::weight_bytes(mxfp4, mxfp4.weight_dtype()) ==
         Approx(kvtier::hw::weight_bytes(bf16, bf16.weight_dtype()) - routed * saved_per_weight)
             .epsilon(1e-12));
-  // Sliced over 4 GPUs: a quarter of each; whole over 4: the busiest GPU's 32 of 128.
+  // 100 experts over 8 GPUs: sliced, an eighth of each; whole, the busiest GPU's 13.
+  ModelSpec bf16_100 = bf16;
+  bf16_100.mutable_moe()->set_num_experts(100);
+  ModelSpec mxfp4_100 = mxfp4;
+  mxfp4_100.mutable_moe()->set_num_experts(100);
+  const double expert_layers = bf16.num_hidden_layers();
   for (const ExpertSplit split : {ExpertSplit::kSliced, ExpertSplit::kWhole}) {
-    const Parallelism four{4, AttentionSplit::kHeads, split};
+    const Parallelism eight{8, AttentionSplit::kHeads, split};
+    const double experts_on_gpu = split == ExpertSplit::kWhole ? 13.0 : 100.0 / 8;
     INFO((split == ExpertSplit::kWhole ? "whole" : "sliced"));
-    CHECK(kvtier::hw::weight_bytes_per_gpu(mxfp4, mxfp4.weight_dtype(), four) ==
-          Approx(kvtier::hw::weight_bytes_per_gpu(bf16, bf16.weight_dtype(), four) -
-                 routed / 4 * saved_per_weight)
+    CHECK(kvtier::hw::weight_bytes_per_gpu(mxfp4_100, mxfp4.weight_dtype(), eight) ==
+          Approx(kvtier::hw::weight_bytes_per_gpu(bf16_100, bf16.weight_dtype(), eight) -
+                 expert_layers * experts_on_gpu * static_cast<double>(count.expert) *
+                     saved_per_weight)
               .epsilon(1e-12));
   }
   // Given as the weights' own format, nothing changes.
@@ -98,6 +105,10 @@ TEST_CASE("MXFP4 is a weight format only", "[config]") {
   CHECK_THAT(problems({"model.kv_dtype=MXFP4"}),
              Catch::Contains("not as kv_dtype") && Catch::Contains("field model.kv_dtype"));
   CHECK(problems({"model.weight_dtype=MXFP4"}).empty());
+  // Integer activations with floating-point experts are refused as with such weights.
+  CHECK_THAT(problems({"model.weight_dtype=INT8", "model.activation_dtype=INT8",
+                       "model.kv_dtype=INT8", "model.moe.expert_weight_dtype=MXFP4"}),
+             Catch::Contains("integer activations with floating-point weights"));
 }
 
 TEST_CASE("gpt-oss-120b matches its model card's parameters and checkpoint size", "[presets]") {

@@ -159,8 +159,8 @@ TEST_CASE("a hybrid model's first dense layers and experts layers each count the
   // Attention does not depend on the MLP: three layers of each kind.
   CHECK(mixed == in_window / 2 + everything / 2);
   // Half of each kind of MLP's layers attend globally (layer 1 of the dense 0-1, layers 3 and 5
-  // of the experts 2-5), so every figure is the mean of the two uniform models'; counting the
-  // dense global layer among the experts' would not be.
+  // of the experts 2-5), so every figure is the mean of the two uniform models'. (Which kind of
+  // layer a global one is does not show in the totals: attention does not depend on the MLP.)
   const auto cost = [&](const ModelSpec& spec, const kvtier::hw::BatchShape& shape) {
     return kvtier::hw::IterationCostModel(spec, gpu, nullptr, 1).cost(shape);
   };

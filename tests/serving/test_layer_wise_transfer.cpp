@@ -192,6 +192,30 @@ TEST_CASE("a prompt of two chunks sends the first chunk's KV at once, the second
   CHECK(cluster.kv_transfers().busy == earlier + layer * 32);
 }
 
+TEST_CASE("with hybrid attention the last chunk's windowed layers send at most the window",
+          "[disaggregation][layer-wise]") {
+  // 1,024 tokens in two chunks of 512 with every second layer windowed at 100 tokens: the prompt
+  // holds half of its layers' 1,024 tokens and half of 100 (562 token places); the last chunk
+  // writes 512 tokens in the global layers and the window's 100 in the others (306), the rest
+  // (256) goes at once. The link outpaces the layers: only the last layer's copy is left when
+  // the prefill ends.
+  const RunSpec run =
+      split_run(2, 1, {kLayerWise, "model.sliding_window=100", "model.sliding_window_pattern=2"});
+  const auto served = serve(run, open_loop({request_at(0, 1024, 8)}));
+  const Cluster& cluster = *served->cluster;
+  const auto& prefill = cluster.engine(0);
+  REQUIRE(prefill.iteration_time().count() == 2);
+  const double per_token = prefill.memory().kv_bytes_per_token;
+  REQUIRE(prefill.memory().kv_bytes_for(1024) == 562 * per_token);
+  const Tick earlier = kv_link_copies(run, 256 * per_token);
+  const Tick layer = kv_link_copies(run, 306 * per_token / 32);
+  REQUIRE(prefill.iteration_time().max() / 32 > layer);
+  REQUIRE(earlier + layer * 32 < prefill.iteration_time().max() / 2);
+  CHECK(cluster.kv_transfers().layer_wise == 1);
+  CHECK(cluster.kv_transfers().handoff.max() == layer);
+  CHECK(cluster.kv_transfers().busy == earlier + layer * 32);
+}
+
 TEST_CASE("two prompts prefilled together take turns a layer at a time",
           "[disaggregation][layer-wise]") {
   // One iteration prefills both; the decode engine's GPUs receive one copy at a time, each
