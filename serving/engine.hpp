@@ -23,7 +23,9 @@
 // evicted of the placement in force before its policy step, the T1/T2 tokens of every layer are
 // prefetched, and the step's moves (promotions, offloads) follow, timed as tier_timing.hpp
 // describes; admission reserves the request's peak T0 KV plus its staging share in HBM and its
-// peak T1 + T2 in host memory. The step's T1 <-> T2 recodes take the host's threads
+// peak T1 + T2 in host memory. The policy places the tiered layers' tokens (tiered_layers: with
+// hybrid attention the global layers; the windowed layers keep their window in HBM, as a
+// drafter keeps its KV). The step's T1 <-> T2 recodes take the host's threads
 // (tiering.host_recode): after the iteration, before the next one (STEP_PATH), or beside the
 // next iteration, the one after it waiting for them (OVERLAPPED).
 //
@@ -242,7 +244,8 @@ class ServingEngine {
   [[nodiscard]] double hbm_reservation(std::uint32_t request) const;
   // A decode engine's: the bytes of a request's prompt KV its busiest GPU receives, `extra`
   // tokens past it in each layer, in whole blocks: the prompt's, or with send_kept_only those
-  // its tier policy keeps before the request's first step.
+  // its tier policy keeps before the request's first step beside the untiered KV (a drafter's,
+  // hybrid attention's windowed layers'), sent whole.
   [[nodiscard]] double received_kv_bytes(std::uint32_t request, std::uint64_t extra = 0) const;
   [[nodiscard]] double host_reservation(std::uint32_t request) const;
   // Sampled series (null unless the run asks for outputs.timeseries_interval_us).
@@ -287,8 +290,9 @@ class ServingEngine {
     // With a tier policy, a decode engine's request whose KV came (or comes) whole over the
     // kv_link into HBM, not yet placed by its first decode step (place_received).
     bool whole_in_hbm = false;
-    // Or, received into host memory (cluster.disaggregation.receive_into_host_memory), its KV
-    // there whole, not yet placed by its first decode step.
+    // Or, received into host memory (cluster.disaggregation.receive_into_host_memory), its
+    // tiered layers' KV there whole (the untiered in HBM), not yet placed by its first decode
+    // step.
     bool whole_in_host = false;
     // Swapped out: its HBM KV copied to the swap space (its T1/T2, `tier_host`, are there too),
     // and the copies that moved it.
@@ -351,10 +355,11 @@ class ServingEngine {
            compressed_token_layers * compressed_bytes_per_token_layer_;
   }
   // A request received into host memory: its prompt's KV there at full precision, whole or (with
-  // send_kept_only) the tokens its policy keeps.
+  // send_kept_only) the tokens its policy keeps, in the tiered layers (the untiered KV is
+  // received into HBM).
   [[nodiscard]] double received_host_bytes(std::uint32_t id) const;
   // Token-layers of the prompt's tokens a received request's policy keeps before its first step
-  // (with send_kept_only, what was sent), `extra` tokens past them in each layer, on this
+  // (with send_kept_only, what was sent), `extra` tokens past them in each tiered layer, on this
   // engine's busiest GPU; in whole blocks of each layer when `in_blocks`.
   [[nodiscard]] double kept_token_layers(std::uint32_t id, std::uint64_t extra,
                                          bool in_blocks) const;
@@ -405,6 +410,9 @@ class ServingEngine {
   // The tokens a decode step attends once `generated` tokens are out (the first from the
   // prefill), its own included: in the layers that attend within a sliding window, the window's.
   [[nodiscard]] std::uint64_t attended(const Request& request, std::uint64_t generated) const;
+  // What a decode step attends in the tiered layers (tiered_layers_), its own token included:
+  // with hybrid attention the whole context, else attended().
+  [[nodiscard]] std::uint64_t tiered_context(const Request& request, std::uint64_t generated) const;
   // Adds a decoding request's context to `batch`, `extra` tokens past what its step attends (a
   // draft pass's drafts before it): in the windowed layers and, with hybrid attention, in the
   // global ones.
@@ -412,18 +420,19 @@ class ServingEngine {
   [[nodiscard]] double kv_in_use() const;
   [[nodiscard]] double full_kv_in_use() const;
   [[nodiscard]] double host_kv_in_use() const;
-  // Sets the decode context of `batch` and fills micro_copies_ from the decoding requests'
-  // tier demand and the placement of prompts this iteration completes (tiered runs only).
+  // Sets the decode context of `batch` (with hybrid attention, the global layers') and fills
+  // micro_copies_ from the decoding requests' tier demand and the placement of prompts this
+  // iteration completes (tiered runs only).
   void plan_tier_traffic(hw::BatchShape& batch);
   // A received request's first step: its copies (into `copies`, its micro-batch's), the tokens
   // it stages by layer (`staged`, its micro-batch's) and the resident tokens attention reads.
   void place_received(Request& request, std::uint32_t id, std::vector<LayerCopies>& copies,
                       std::vector<double>& staged, double& resident);
-  // A drafter's KV, held whole in HBM, once a step giving `tokens` tokens has written them (0
-  // without a drafter).
-  [[nodiscard]] double drafter_kv_after_step(const Request& request, std::uint64_t tokens) const;
-  // Request `id`'s next decode step in target layer `layer`, giving `tokens` tokens
-  // (TierDemand::step); `first` when nothing of it is staged yet.
+  // The KV a tier policy leaves in HBM (MemoryPlan::untiered_kv_bytes_for: a drafter's, hybrid
+  // attention's windowed layers') once a step giving `tokens` tokens has written them.
+  [[nodiscard]] double untiered_kv_after_step(const Request& request, std::uint64_t tokens) const;
+  // Request `id`'s next decode step in tiered layer `layer` (an index into tiered_layers_),
+  // giving `tokens` tokens (TierDemand::step); `first` when nothing of it is staged yet.
   [[nodiscard]] LayerDemand step_demand(std::uint32_t id, const Request& request,
                                         std::uint32_t layer, std::uint64_t tokens,
                                         bool first) const;
@@ -443,6 +452,9 @@ class ServingEngine {
   [[nodiscard]] sim::Tick time_stage_copies(const hw::IterationCost& compute,
                                             std::span<const LayerCopies> layers,
                                             CopyTimes& times) const;
+  // The tier policy's settings of `run`: copy rates, tiered layers, bytes of a token-layer,
+  // how it receives KV and recodes it (serving/impl/engine_tiers.cpp).
+  void start_tiering(const config::RunSpec& run);
   // Speculative decoding (serving/impl/engine_speculative.cpp). Takes `run`'s, or throws a
   // ConfigError where it is not modelled.
   void start_speculating(const config::RunSpec& run);
@@ -483,11 +495,16 @@ class ServingEngine {
   bool receives_kept_only_ = false;
   CopyRates copy_rates_;
   std::uint32_t lookahead_ = 1;
-  // Layers whose staging the buffer holds at once: the one computing and those ahead, no more
-  // than a GPU holds (as the live cache's transient regions).
+  // Tiered layers whose staging the buffer holds at once: of the one computing and those ahead,
+  // the most a GPU holds (as the live cache's transient regions).
   std::uint32_t staged_layers_ = 2;
-  // Each layer's pipeline stage (all 0 without stages): a GPU holds its stage's layers' KV.
-  std::vector<std::uint32_t> stage_of_layer_;
+  // The model's layers a tier policy places (tiered_layers: all, or with hybrid attention the
+  // global ones), by their index among them (TierDemand's target layers), and each one's
+  // pipeline stage (all 0 without stages): a GPU holds its stage's layers' KV.
+  std::vector<std::uint32_t> tiered_layers_;
+  std::vector<std::uint32_t> stage_of_tiered_layer_;
+  // The most of them one GPU holds.
+  std::uint32_t tiered_layers_per_gpu_ = 0;
   // The most layers one GPU holds: the model's, or its largest pipeline stage's.
   std::uint32_t layers_per_gpu_;
   // Of them, and a drafter's, those whose KV its blocks hold (each a copy of keys and one of

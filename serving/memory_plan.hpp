@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/errors.hpp"
 #include "configs/pools.hpp"
@@ -82,11 +83,28 @@ struct MemoryPlan {
   [[nodiscard]] double kv_bytes_for(std::uint64_t tokens) const;
   // The most KV bytes it occupies while its context grows to `tokens` (peak_allocated_tokens).
   [[nodiscard]] double peak_kv_bytes_for(std::uint64_t tokens) const;
+  // The most kv_bytes_for(t) for t from `fewest` to `most` tokens: what a speculating step that
+  // writes `most` tokens' KV and keeps at least `fewest` may hold after it (with a window and
+  // blocks, the window's span of blocks may be larger at fewer tokens).
+  [[nodiscard]] double most_kv_bytes_for(std::uint64_t fewest, std::uint64_t most) const;
   // Bytes of one KV block over all layers on this GPU (0 without blocks).
   [[nodiscard]] double block_bytes() const { return block_tokens * kv_bytes_per_token; }
   // The drafter's share of kv_bytes_for(tokens).
   [[nodiscard]] double drafter_kv_bytes_for(std::uint64_t tokens) const {
     return kv_bytes_for(tokens) * drafter_kv_share;
+  }
+  // Of kv_bytes_for(tokens), what a tier policy leaves in HBM: the drafter's layers' and, with
+  // hybrid attention, the model's windowed layers' (the policy places the global layers' tokens,
+  // tiered_layers).
+  [[nodiscard]] double untiered_kv_bytes_for(std::uint64_t tokens) const {
+    return drafter_kv_bytes_for(tokens) + windowed_model_kv_bytes(allocated_tokens(tokens));
+  }
+  // The most of it for t from `fewest` to `most` tokens (most_kv_bytes_for's).
+  [[nodiscard]] double most_untiered_kv_bytes_for(std::uint64_t fewest, std::uint64_t most) const;
+  // The most of it while the context grows to `tokens` (peak_kv_bytes_for's).
+  [[nodiscard]] double peak_untiered_kv_bytes_for(std::uint64_t tokens) const {
+    return peak_kv_bytes_for(tokens) * drafter_kv_share +
+           windowed_model_kv_bytes(peak_allocated_tokens(tokens));
   }
   // "weights 14.96 GiB + workspace 1.00 GiB + reserve 2.00 GiB = ... of 80.00 GiB" (with a
   // drafter, "weights ... + drafter ... + workspace ...").
@@ -96,6 +114,9 @@ struct MemoryPlan {
   // Hybrid attention: the layers' mean token places, `windowed` in the windowed layers and
   // every token's blocks in the global ones.
   [[nodiscard]] double mixed_places(std::uint64_t windowed, std::uint64_t tokens) const;
+  // Hybrid attention: `places` token places in each of the model's windowed layers (not the
+  // drafter's), in bytes; 0 without hybrid attention.
+  [[nodiscard]] double windowed_model_kv_bytes(std::uint64_t places) const;
 };
 
 // memory.kv_block_tokens, or 0 when the run counts KV a token at a time.
@@ -124,6 +145,11 @@ struct MemoryPlan {
   return run.engine().data_parallel_attention() ? hw::AttentionSplit::kRequests
                                                 : hw::AttentionSplit::kHeads;
 }
+
+// The model's layers whose tokens a tier policy places (TierDemand's target layers), in order:
+// with hybrid attention the global ones, whose KV grows with the context (the windowed layers
+// keep their window in HBM, MemoryPlan::untiered_kv_bytes_for); else every layer.
+[[nodiscard]] std::vector<std::uint32_t> tiered_layers(const config::RunSpec& run);
 
 // The most decoder layers one GPU holds: the model's, or its largest pipeline stage's.
 [[nodiscard]] inline std::uint32_t layers_per_gpu(const config::RunSpec& run) {

@@ -2,6 +2,10 @@
 // A tier policy's demand for every request of a run: the policy replayed over the run's traces
 // (or over a synthetic trace when the run names none), projected onto the simulated model.
 //
+// The target layers are the run's tiered layers (tiered_layers, memory_plan.hpp): every layer of
+// the simulated model, or with hybrid attention its global layers (the windowed layers keep
+// their window in HBM, outside the policy), in order.
+//
 // Projection (DESIGN.md §2): target layer l reads source layer round(l·(Ls−1)/(Lt−1)); token
 // positions map 1:1, so a decode step that attends c tokens reads the trace step whose row has
 // c entries (t = c − prompt − 1). A request whose prompt is shorter than its trace's reads the
@@ -10,7 +14,8 @@
 // the steps past the trace then read a synthetic trace's replay, and the report gives their
 // share. Requests are assigned to traces uniformly at random from the run's seed (stream
 // kTraceAssignment), in request order. On a sliding-window model a request attending past the
-// window is a ConfigError (the window drops tokens that a trace's placement still holds).
+// window is a ConfigError (the window drops tokens that a trace's placement still holds),
+// unless the window is hybrid attention's, which the tiered layers do not attend within.
 //
 // Step semantics are the live cache's (kernels/live.hpp, docs/LIVE.md): decode step t stages
 // for attention the placement in force before its policy step (the previous step's, or the

@@ -577,26 +577,7 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
   check_prefill_pool(run, path, problems);
 }
 
-// Hybrid attention: the windowed layers drop what leaves the window while the global ones keep
-// every token, which a tier policy's replay (one placement for all layers) does not describe.
-void check_hybrid_attention(const RunSpec& run, const std::string& path, Problems& problems) {
-  const ModelSpec& model = run.model();
-  if (!model.has_sliding_window() || !model.has_sliding_window_pattern()) {
-    return;
-  }
-  const std::string hybrid = "hybrid attention (model " + model.name() +
-                             " has sliding_window_pattern " +
-                             std::to_string(model.sliding_window_pattern()) + ")";
-  if (const std::optional<std::string> policy = first_tier_policy(run)) {
-    problems.push_back({at(path, run.policy().name() == *policy ? "policy.name" : "compare"),
-                        "policy '" + *policy + "' is not modelled with " + hybrid +
-                            ": simulate the full cache (policy full)"});
-  }
-  // Pipeline stages: check_pipeline, which checks a prefill pool's too.
-}
-
 void check_run(const RunSpec& run, const std::string& path, Problems& problems) {
-  check_hybrid_attention(run, path, problems);
   check_pipeline(run, path, first_tier_policy(run) && run.tiering().has_host_recode(), problems);
   check_cluster(run, path, problems);
   check_tiering(run, path, problems);

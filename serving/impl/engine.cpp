@@ -133,37 +133,7 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
                       "field memory.prefix_cache_host_gib");
   }
   if (tiers_ != nullptr) {
-    copy_rates_ = measure_copy_rates(run);
-    lookahead_ = run.tiering().prefetch_lookahead_layers();
-    const std::uint32_t layers = run.model().num_hidden_layers();
-    staged_layers_ = std::min(lookahead_ + 1, layers_per_gpu_);
-    stage_of_layer_ = hw::pipeline_stage_of_layers(layers, pipeline_stages(run));
-    const std::uint32_t shards =
-        hw::kv_shards(run.model(), run.tensor_parallel_degree(), attention_split(run));
-    bytes_per_token_layer_ = hw::kv_bytes_per_token_per_layer_per_gpu(
-        run.model(), run.tensor_parallel_degree(), attention_split(run));
-    // One token in one layer on this GPU (its share of the KV vectors) in the policy's T2
-    // format: codes and the scale of each vector.
-    const hw::KvVectors vectors = hw::kv_vectors_per_token_per_layer(run.model());
-    compressed_bytes_per_token_layer_ = tiers_->compressed_format().vectors_bytes(
-        static_cast<double>(vectors.count) / shards, static_cast<double>(vectors.width));
-    micro_copies_.assign(pipeline_stages(run), std::vector<LayerCopies>(layers));
-    const bool decode = role_ == EngineRole::kDecode && run.cluster().has_disaggregation();
-    receives_into_host_ = decode && run.cluster().disaggregation().receive_into_host_memory();
-    receives_kept_only_ = decode && run.cluster().disaggregation().send_kept_only();
-    if (run.tiering().has_host_recode()) {
-      // configs/impl/consistency.cpp requires the host's rates with it.
-      const config::KvRecodeRates& rates = run.hardware().node().host().kv_recode();
-      // Every GPU of the group on this host (a group across nodes has a host in each): its
-      // share of the KV heads, or its copy of a latent or of its KV head.
-      const double gpus_here =
-          std::min(run.tensor_parallel_degree(), run.hardware().node().gpus_per_node());
-      const double values = static_cast<double>(vectors.values()) * gpus_here / shards;
-      recode_timing_ = run.tiering().host_recode().timing();
-      recode_ns_to_compressed_ = values * rates.to_compressed_ns_per_value();
-      recode_ns_to_full_ = values * rates.to_full_ns_per_value();
-      recode_values_per_token_layer_ = values;
-    }
+    start_tiering(run);
   }
   const auto max_positions = run.model().max_position_embeddings();
   for (size_t i = 0; i < workload_.requests.size(); ++i) {
@@ -285,9 +255,10 @@ void ServingEngine::submit_prefilled(std::uint32_t request, sim::Tick arrival,
   prefilled.whole_in_hbm = !receives_into_host_;
   prefilled.whole_in_host = receives_into_host_;
   if (receives_into_host_) {
-    // Held from its admission: the prompt's KV in host memory, its drafter's (if any) in HBM.
+    // Held from its admission: the tiered layers' KV of the prompt in host memory, the untiered
+    // (a drafter's, hybrid attention's windowed layers') in HBM.
     prefilled.tier_host = received_host_bytes(request);
-    prefilled.tier_hbm = plan_.drafter_kv_bytes_for(prefilled.spec.prompt_tokens);
+    prefilled.tier_hbm = plan_.untiered_kv_bytes_for(prefilled.spec.prompt_tokens);
   }
   arrive(request, arrival);
 }
@@ -377,12 +348,13 @@ double ServingEngine::hbm_reservation(std::uint32_t request) const {
   const std::uint64_t drafted = speculative_ ? speculative_->draft_tokens() : 0;
   const double writes =
       drafted > 0 ? in_whole_blocks(static_cast<double>(1 + drafted), plan_.block_tokens) *
-                        static_cast<double>(layers_per_gpu_)
+                        static_cast<double>(tiered_layers_per_gpu_)
                   : 0.0;
-  // A drafter's KV of the whole context stays in HBM.
+  // A drafter's KV of the whole context, and hybrid attention's windowed layers' window, stay in
+  // HBM.
   const double tiered =
       (placed + writes + peaks.staged_tokens * staged_layers_) * bytes_per_token_layer_ +
-      plan_.peak_kv_bytes_for(spec.prompt_tokens + spec.output_tokens - 1) * plan_.drafter_kv_share;
+      plan_.peak_untiered_kv_bytes_for(spec.prompt_tokens + spec.output_tokens - 1);
   // A decode engine's request comes into HBM (whole, or what its policy keeps), where its first
   // step writes one token more (and its drafts) before the placement offloads what it holds off
   // HBM; received into host memory, its first step loads what the policy reads into HBM from
@@ -599,9 +571,9 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     const std::uint64_t prefilled = request.prefilled + chunk_tokens;
     bytes.hbm = plan_.kv_bytes_for(prefilled);
     if (tiers_ != nullptr && request.generated + 1 < request.spec.output_tokens) {
-      const std::uint64_t context = attended(request, request.generated + 1);
-      StageSums host(stage_of_layer_);
-      for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
+      const std::uint64_t context = tiered_context(request, request.generated + 1);
+      StageSums host(stage_of_tiered_layer_);
+      for (std::uint32_t layer = 0; layer < stage_of_tiered_layer_.size(); ++layer) {
         const LayerDemand placed = tiers_->at(id, context, layer, true);
         host.add(layer, host_bytes(placed.host, placed.compressed_held));
       }
@@ -611,18 +583,26 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     return bytes;
   }
   if (tiers_ == nullptr || request.whole_in_hbm) {
-    // The step writes the KV of the newest token (and of the drafts it verifies). A decode
-    // engine's request received whole (or on its way) is placed by its first step, which reads
-    // it all in HBM: its host share counts from its admission on, as a prefill's does (none when
-    // that step is its last).
+    // The step writes the KV of the newest token (and of the drafts it verifies), and keeps that
+    // of the drafts accepted: the most of either. A decode engine's request received whole (or
+    // on its way) is placed by its first step, which reads it all in HBM: its host share counts
+    // from its admission on, as a prefill's does (none when that step is its last).
     const std::uint64_t written = request.generated + drafts(request);
-    bytes.hbm = (tiers_ != nullptr ? received_kv_bytes(id, written)
-                                   : plan_.kv_bytes_for(request.spec.prompt_tokens + written)) -
-                cached_blocks_held(request);
+    double most = 0.0;
+    if (tiers_ != nullptr) {
+      most = received_kv_bytes(id, written);
+      for (std::uint64_t kept = request.generated; kept < written; ++kept) {
+        most = std::max(most, received_kv_bytes(id, kept));
+      }
+    } else {
+      most = plan_.most_kv_bytes_for(request.spec.prompt_tokens + request.generated,
+                                     request.spec.prompt_tokens + written);
+    }
+    bytes.hbm = most - cached_blocks_held(request);
     const std::uint64_t tokens = tiers_ != nullptr ? step_tokens(id, request) : 1;
     if (tiers_ != nullptr && request.generated + tokens < request.spec.output_tokens) {
-      StageSums host(stage_of_layer_);
-      for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
+      StageSums host(stage_of_tiered_layer_);
+      for (std::uint32_t layer = 0; layer < stage_of_tiered_layer_.size(); ++layer) {
         const LayerDemand demand = step_demand(id, request, layer, tokens, true);
         host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
       }
@@ -636,9 +616,9 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
   const std::uint64_t tokens = step_tokens(id, request);
   const auto drafted = static_cast<double>(drafts(request));
   double staged = 0.0;
-  StageSums hbm(stage_of_layer_);
-  StageSums host(stage_of_layer_);
-  for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
+  StageSums hbm(stage_of_tiered_layer_);
+  StageSums host(stage_of_tiered_layer_);
+  for (std::uint32_t layer = 0; layer < stage_of_tiered_layer_.size(); ++layer) {
     const LayerDemand demand = step_demand(id, request, layer, tokens, first);
     // Received into host memory, its first step loads the T0 of the placement before it, which
     // no earlier step counted; its policy may hold less there after the step (H2O evicts then).
@@ -652,9 +632,10 @@ ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
     host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
     staged = std::max(staged, demand.host + demand.compressed);
   }
-  bytes.hbm =
-      hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_ +
-      plan_.drafter_kv_bytes_for(request.spec.prompt_tokens + request.generated + drafts(request));
+  bytes.hbm = hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_ +
+              plan_.most_untiered_kv_bytes_for(
+                  request.spec.prompt_tokens + request.generated,
+                  request.spec.prompt_tokens + request.generated + drafts(request));
   // Received into host memory and not yet placed: its prompt (or its kept tokens) is there.
   bytes.host =
       request.whole_in_host ? std::max(host.busiest(), received_host_bytes(id)) : host.busiest();

@@ -16,6 +16,11 @@ std::uint64_t ServingEngine::attended(const Request& request, std::uint64_t gene
   return plan_.held_tokens(request.spec.prompt_tokens + generated);
 }
 
+std::uint64_t ServingEngine::tiered_context(const Request& request, std::uint64_t generated) const {
+  return hw::has_hybrid_attention(run_.model()) ? request.spec.prompt_tokens + generated
+                                                : attended(request, generated);
+}
+
 void ServingEngine::add_decode_context(const Request& request, std::uint64_t extra,
                                        hw::BatchShape& batch) const {
   batch.decode_context_tokens += attended(request) + extra;

@@ -1,6 +1,6 @@
-// The serving engine under a tier policy: each iteration's copies between HBM and the host's
-// tiers, the placement of prompts and received KV (what a decode engine receives and holds of
-// it), and the host's recodes.
+// The serving engine under a tier policy: its settings (the tiered layers and their bytes), each
+// iteration's copies between HBM and the host's tiers, the placement of prompts and received KV
+// (what a decode engine receives and holds of it), and the host's recodes.
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +9,57 @@
 #include "serving/engine.hpp"
 
 namespace kvtier::serving {
+
+void ServingEngine::start_tiering(const config::RunSpec& run) {
+  copy_rates_ = measure_copy_rates(run);
+  lookahead_ = run.tiering().prefetch_lookahead_layers();
+  const std::uint32_t layers = run.model().num_hidden_layers();
+  tiered_layers_ = tiered_layers(run);
+  const std::vector<std::uint32_t> stage_of_layer =
+      hw::pipeline_stage_of_layers(layers, pipeline_stages(run));
+  // The most tiered layers of one stage, in all and among lookahead + 1 in a row.
+  std::vector<std::uint32_t> per_stage(pipeline_stages(run), 0);
+  staged_layers_ = 0;
+  for (std::size_t i = 0; i < tiered_layers_.size(); ++i) {
+    const std::uint32_t stage = stage_of_layer[tiered_layers_[i]];
+    stage_of_tiered_layer_.push_back(stage);
+    tiered_layers_per_gpu_ = std::max(tiered_layers_per_gpu_, ++per_stage[stage]);
+    std::uint32_t in_span = 0;
+    for (std::size_t j = i;
+         j < tiered_layers_.size() && tiered_layers_[j] <= tiered_layers_[i] + lookahead_ &&
+         stage_of_layer[tiered_layers_[j]] == stage;
+         ++j) {
+      ++in_span;
+    }
+    staged_layers_ = std::max(staged_layers_, in_span);
+  }
+  const std::uint32_t shards =
+      hw::kv_shards(run.model(), run.tensor_parallel_degree(), attention_split(run));
+  bytes_per_token_layer_ = hw::kv_bytes_per_token_per_layer_per_gpu(
+      run.model(), run.tensor_parallel_degree(), attention_split(run));
+  // One token in one layer on this GPU (its share of the KV vectors) in the policy's T2
+  // format: codes and the scale of each vector.
+  const hw::KvVectors vectors = hw::kv_vectors_per_token_per_layer(run.model());
+  compressed_bytes_per_token_layer_ = tiers_->compressed_format().vectors_bytes(
+      static_cast<double>(vectors.count) / shards, static_cast<double>(vectors.width));
+  micro_copies_.assign(pipeline_stages(run), std::vector<LayerCopies>(layers));
+  const bool decode = role_ == EngineRole::kDecode && run.cluster().has_disaggregation();
+  receives_into_host_ = decode && run.cluster().disaggregation().receive_into_host_memory();
+  receives_kept_only_ = decode && run.cluster().disaggregation().send_kept_only();
+  if (run.tiering().has_host_recode()) {
+    // configs/impl/consistency.cpp requires the host's rates with it.
+    const config::KvRecodeRates& rates = run.hardware().node().host().kv_recode();
+    // Every GPU of the group on this host (a group across nodes has a host in each): its
+    // share of the KV heads, or its copy of a latent or of its KV head.
+    const double gpus_here =
+        std::min(run.tensor_parallel_degree(), run.hardware().node().gpus_per_node());
+    const double values = static_cast<double>(vectors.values()) * gpus_here / shards;
+    recode_timing_ = run.tiering().host_recode().timing();
+    recode_ns_to_compressed_ = values * rates.to_compressed_ns_per_value();
+    recode_ns_to_full_ = values * rates.to_full_ns_per_value();
+    recode_values_per_token_layer_ = values;
+  }
+}
 
 sim::Tick ServingEngine::time_host_recodes(sim::Tick duration) {
   if (!recode_timing_) {
@@ -41,7 +92,8 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   for (std::vector<LayerCopies>& copies : micro_copies_) {
     std::fill(copies.begin(), copies.end(), LayerCopies{});
   }
-  const auto layers = static_cast<std::uint32_t>(stage_of_layer_.size());
+  const auto layers = static_cast<std::uint32_t>(micro_copies_.front().size());
+  const auto tiered = static_cast<std::uint32_t>(tiered_layers_.size());
   const auto parts = static_cast<std::uint32_t>(micro_copies_.size());
   const bool differential = tiers_->differential_prefetch();
   const double full = bytes_per_token_layer_;
@@ -72,10 +124,11 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       continue;
     }
     const std::uint64_t tokens = step_tokens(id, request);
-    StageSums hbm(stage_of_layer_);
-    StageSums host(stage_of_layer_);
-    for (std::uint32_t layer = 0; layer < layers; ++layer) {
-      const LayerDemand demand = step_demand(id, request, layer, tokens, first);
+    StageSums hbm(stage_of_tiered_layer_);
+    StageSums host(stage_of_tiered_layer_);
+    for (std::uint32_t t = 0; t < tiered; ++t) {
+      const LayerDemand demand = step_demand(id, request, t, tokens, first);
+      const std::uint32_t layer = tiered_layers_[t];
       LayerCopies& copies = micro[layer];
       // As the live cache steps (kernels/live.hpp): attention stages the placement in force
       // before the step's policy step — its T1 tokens (all of them, or with differential
@@ -98,10 +151,10 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       dequantised[part][layer] += demand.compressed + demand.promoted_from_compressed;
       // The tokens attention reads and the step's own.
       resident += demand.hbm + demand.host + demand.compressed + 1.0;
-      hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
-      host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
+      hbm.add(t, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
+      host.add(t, host_bytes(demand.host_after, demand.compressed_after));
     }
-    request.tier_hbm = hbm.busiest() + drafter_kv_after_step(request, tokens);
+    request.tier_hbm = hbm.busiest() + untiered_kv_after_step(request, tokens);
     request.tier_host = host.busiest();
   }
   // A prefill that completes a prompt is followed by the policy's placement of it (the start),
@@ -115,23 +168,30 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
         request.generated + 1 >= request.spec.output_tokens) {
       continue;
     }
-    const std::uint64_t context = attended(request, request.generated + 1);
+    const std::uint64_t context = tiered_context(request, request.generated + 1);
     std::vector<LayerCopies>& micro = micro_copies_[chunk.micro_batch];
-    StageSums hbm(stage_of_layer_);
-    StageSums host(stage_of_layer_);
-    for (std::uint32_t layer = 0; layer < layers; ++layer) {
-      const LayerDemand placed = tiers_->at(chunk.request, context, layer, true);
-      micro[layer].offloaded_full += placed.host * full;
-      micro[layer].offloaded_compressed += placed.compressed_held * compressed;
-      hbm.add(layer, in_whole_blocks(placed.hbm, plan_.block_tokens) * full);
-      host.add(layer, host_bytes(placed.host, placed.compressed_held));
+    StageSums hbm(stage_of_tiered_layer_);
+    StageSums host(stage_of_tiered_layer_);
+    for (std::uint32_t t = 0; t < tiered; ++t) {
+      const LayerDemand placed = tiers_->at(chunk.request, context, t, true);
+      LayerCopies& copies = micro[tiered_layers_[t]];
+      copies.offloaded_full += placed.host * full;
+      copies.offloaded_compressed += placed.compressed_held * compressed;
+      hbm.add(t, in_whole_blocks(placed.hbm, plan_.block_tokens) * full);
+      host.add(t, host_bytes(placed.host, placed.compressed_held));
     }
-    request.tier_hbm = hbm.busiest() + plan_.drafter_kv_bytes_for(request.prefill_target);
+    request.tier_hbm = hbm.busiest() + plan_.untiered_kv_bytes_for(request.prefill_target);
     request.tier_host = host.busiest();
   }
-  // Attention reads every token it attends (not the T2 of a policy that leaves T2 out), at full
-  // precision once staged.
-  batch.decode_context_tokens = static_cast<std::uint64_t>(std::llround(resident / layers));
+  // Attention reads every token it attends in the tiered layers (not the T2 of a policy that
+  // leaves T2 out), at full precision once staged: with hybrid attention the global layers'
+  // context, the windowed layers reading their window in HBM as add_decode_context counted it.
+  const auto context = static_cast<std::uint64_t>(std::llround(resident / tiered));
+  if (hw::has_hybrid_attention(run_.model())) {
+    batch.decode_global_context_tokens = context;
+  } else {
+    batch.decode_context_tokens = context;
+  }
   // The model of copy engines: they only copy, so T2 tokens are dequantised in HBM afterwards
   // (the live cache dequantises with kernels even in its copy-engine mode, so no live run
   // checks this). SM kernels dequantise as they copy.
@@ -152,14 +212,15 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   tier_staging_bytes_ = most_staged * staged_layers_ * full;
 }
 
-double ServingEngine::drafter_kv_after_step(const Request& request, std::uint64_t tokens) const {
-  return plan_.drafter_kv_bytes_for(request.spec.prompt_tokens + request.generated + tokens - 1);
+double ServingEngine::untiered_kv_after_step(const Request& request, std::uint64_t tokens) const {
+  return plan_.untiered_kv_bytes_for(request.spec.prompt_tokens + request.generated + tokens - 1);
 }
 
 LayerDemand ServingEngine::step_demand(std::uint32_t id, const Request& request,
                                        std::uint32_t layer, std::uint64_t tokens,
                                        bool first) const {
-  return tiers_->step(id, attended(request), tokens, request.last_step_tokens, layer, first);
+  return tiers_->step(id, tiered_context(request, request.generated), tokens,
+                      request.last_step_tokens, layer, first);
 }
 
 void ServingEngine::place_received(Request& request, std::uint32_t id,
@@ -177,22 +238,26 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
   // keeps before the layer computes, T0 ones into its blocks and T1 and T2 ones staged. After
   // the step its promotions are copied in and nothing out, since the host holds every token
   // already; the host's threads recode its T2 tokens.
+  //
+  // Either way the untiered KV (a drafter's, hybrid attention's windowed layers') came into HBM
+  // and stays there.
   const bool in_host = request.whole_in_host;
   const std::uint64_t tokens = step_tokens(id, request);
   const bool last = request.generated + tokens >= request.spec.output_tokens;
   const double full = bytes_per_token_layer_;
-  StageSums loaded(stage_of_layer_);  // in host memory: the T0 its first step loads
-  StageSums hbm(stage_of_layer_);
-  StageSums host(stage_of_layer_);
-  for (std::uint32_t layer = 0; layer < copies.size(); ++layer) {
-    const LayerDemand demand = step_demand(id, request, layer, tokens, true);
+  StageSums loaded(stage_of_tiered_layer_);  // in host memory: the T0 its first step loads
+  StageSums hbm(stage_of_tiered_layer_);
+  StageSums host(stage_of_tiered_layer_);
+  for (std::uint32_t t = 0; t < tiered_layers_.size(); ++t) {
+    const LayerDemand demand = step_demand(id, request, t, tokens, true);
+    const std::uint32_t layer = tiered_layers_[t];
     resident += demand.hbm + demand.host + demand.compressed + 1.0;
     if (in_host) {
       copies[layer].staged_full += (demand.hbm + demand.host + demand.compressed) * full;
       staged[layer] += demand.host + demand.compressed;
-      loaded.add(layer, in_whole_blocks(demand.hbm + 1.0 + static_cast<double>(drafts(request)),
-                                        plan_.block_tokens) *
-                            full);
+      loaded.add(t, in_whole_blocks(demand.hbm + 1.0 + static_cast<double>(drafts(request)),
+                                    plan_.block_tokens) *
+                        full);
     }
     if (last) {
       continue;
@@ -205,18 +270,18 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
       copies[layer].offloaded_compressed +=
           demand.compressed_after * compressed_bytes_per_token_layer_;
     }
-    hbm.add(layer, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
-    host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
+    hbm.add(t, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
+    host.add(t, host_bytes(demand.host_after, demand.compressed_after));
   }
-  // A drafter's KV (received in HBM) grows by the tokens the step writes.
-  const double drafter = drafter_kv_after_step(request, tokens);
+  // The untiered KV (received in HBM) grows by the tokens the step writes.
+  const double untiered = untiered_kv_after_step(request, tokens);
   if (last) {
     // It leaves after this step, its prompt where it came and what it loaded in HBM.
     request.tier_hbm =
-        in_host ? loaded.busiest() + drafter : received_kv_bytes(id, request.generated);
+        in_host ? loaded.busiest() + untiered : received_kv_bytes(id, request.generated);
     request.tier_host = in_host ? received_host_bytes(id) : 0.0;
   } else {
-    request.tier_hbm = hbm.busiest() + drafter;
+    request.tier_hbm = hbm.busiest() + untiered;
     request.tier_host = host.busiest();
   }
   request.whole_in_hbm = false;
@@ -228,24 +293,25 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
 
 double ServingEngine::received_kv_bytes(std::uint32_t request, std::uint64_t extra) const {
   const std::uint64_t tokens = requests_[request].spec.prompt_tokens + extra;
-  // A drafter's KV comes whole.
+  // The untiered KV comes whole.
   return receives_kept_only_ ? kept_token_layers(request, extra, true) * bytes_per_token_layer_ +
-                                   plan_.drafter_kv_bytes_for(tokens)
+                                   plan_.untiered_kv_bytes_for(tokens)
                              : plan_.kv_bytes_for(tokens);
 }
 
 double ServingEngine::received_host_bytes(std::uint32_t id) const {
   const double tokens =
-      receives_kept_only_ ? kept_token_layers(id, 0, false)
-                          : static_cast<double>(requests_[id].spec.prompt_tokens) * layers_per_gpu_;
+      receives_kept_only_
+          ? kept_token_layers(id, 0, false)
+          : static_cast<double>(requests_[id].spec.prompt_tokens) * tiered_layers_per_gpu_;
   return host_bytes(tokens, 0.0);
 }
 
 double ServingEngine::kept_token_layers(std::uint32_t id, std::uint64_t extra,
                                         bool in_blocks) const {
   const std::uint64_t context = requests_[id].spec.prompt_tokens + 1;
-  StageSums kept(stage_of_layer_);
-  for (std::uint32_t layer = 0; layer < stage_of_layer_.size(); ++layer) {
+  StageSums kept(stage_of_tiered_layer_);
+  for (std::uint32_t layer = 0; layer < stage_of_tiered_layer_.size(); ++layer) {
     // The placement before the first step: what it holds in any tier, read or not.
     const LayerDemand start = tiers_->at(id, context, layer, true);
     const double tokens =

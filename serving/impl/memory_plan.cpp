@@ -99,6 +99,41 @@ double MemoryPlan::peak_kv_bytes_for(std::uint64_t tokens) const {
   return static_cast<double>(peak_allocated_tokens(tokens)) * kv_bytes_per_token;
 }
 
+double MemoryPlan::most_kv_bytes_for(std::uint64_t fewest, std::uint64_t most) const {
+  double bytes = kv_bytes_for(most);
+  for (std::uint64_t tokens = fewest; tokens < most; ++tokens) {
+    bytes = std::max(bytes, kv_bytes_for(tokens));
+  }
+  return bytes;
+}
+
+double MemoryPlan::most_untiered_kv_bytes_for(std::uint64_t fewest, std::uint64_t most) const {
+  double bytes = untiered_kv_bytes_for(most);
+  for (std::uint64_t tokens = fewest; tokens < most; ++tokens) {
+    bytes = std::max(bytes, untiered_kv_bytes_for(tokens));
+  }
+  return bytes;
+}
+
+double MemoryPlan::windowed_model_kv_bytes(std::uint64_t places) const {
+  if (global_layer_share == 0.0) {
+    return 0.0;
+  }
+  return static_cast<double>(places) * kv_bytes_per_token * (1.0 - drafter_kv_share) *
+         (1.0 - global_layer_share);
+}
+
+std::vector<std::uint32_t> tiered_layers(const config::RunSpec& run) {
+  const config::ModelSpec& model = run.model();
+  std::vector<std::uint32_t> layers;
+  for (std::uint32_t layer = 0; layer < model.num_hidden_layers(); ++layer) {
+    if (!hw::has_hybrid_attention(model) || hw::attends_globally(model, layer)) {
+      layers.push_back(layer);
+    }
+  }
+  return layers;
+}
+
 std::uint32_t kv_block_tokens(const config::RunSpec& run) {
   return run.memory().has_kv_block_tokens() ? run.memory().kv_block_tokens() : 0;
 }

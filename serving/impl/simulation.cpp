@@ -13,6 +13,7 @@
 #include "common/text_output.hpp"
 #include "configs/pools.hpp"
 #include "hwmodels/link_math.hpp"
+#include "hwmodels/model_shape.hpp"
 #include "replay/parameters.hpp"
 #include "serving/cluster.hpp"
 #include "serving/engine.hpp"
@@ -262,6 +263,14 @@ SimulationReport simulate_policy(const config::RunSpec& run, DemandMemo* memo, b
       report.notes.push_back(format_fixed(100.0 * tiers->synthetic_tail_fraction(), 1) +
                              "% of decode steps ran past their trace and follow a synthetic "
                              "extension");
+    }
+    if (hw::has_hybrid_attention(run.model())) {
+      const std::uint32_t layers = run.model().num_hidden_layers();
+      const std::uint32_t global = hw::global_attention_layers(run.model(), layers);
+      report.notes.push_back("hybrid attention: the policy places the " + std::to_string(global) +
+                             " global layers' tokens (its attention mass kept is theirs); the " +
+                             std::to_string(layers - global) + " windowed layers keep their " +
+                             std::to_string(run.model().sliding_window()) + "-token window in HBM");
     }
     if (tiers->differential_prefetch()) {
       report.notes.emplace_back(

@@ -38,26 +38,41 @@ bool differential(const std::string& canonical) {
   return false;
 }
 
+// The pipeline stage of each of the run's tiered layers (tiered_layers).
+std::vector<std::uint32_t> tiered_stages(const config::RunSpec& run) {
+  const std::vector<std::uint32_t> stage_of_layer =
+      hw::pipeline_stage_of_layers(run.model().num_hidden_layers(), pipeline_stages(run));
+  std::vector<std::uint32_t> stages;
+  for (const std::uint32_t layer : tiered_layers(run)) {
+    stages.push_back(stage_of_layer[layer]);
+  }
+  return stages;
+}
+
+// The most tiered layers a stage holds.
+std::uint32_t largest_stage(const std::vector<std::uint32_t>& stage_of_layer) {
+  std::vector<std::uint32_t> layers(stage_of_layer.empty() ? 1 : stage_of_layer.back() + 1, 0);
+  for (const std::uint32_t stage : stage_of_layer) {
+    ++layers[stage];
+  }
+  return *std::max_element(layers.begin(), layers.end());
+}
+
 }  // namespace
 
 TierDemand::~TierDemand() = default;
 
 TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& policy,
                        const Workload& workload, DemandMemo* memo)
-    : stage_of_layer_(
-          hw::pipeline_stage_of_layers(run.model().num_hidden_layers(), pipeline_stages(run))),
-      largest_stage_layers_(layers_per_gpu(run)),
+    : stage_of_layer_(tiered_stages(run)),
+      largest_stage_layers_(largest_stage(stage_of_layer_)),
       block_tokens_(kv_block_tokens(run)) {
-  // Checked with the config (configs/impl/consistency.cpp); a run built in code is held to it
-  // here.
-  if (hw::has_hybrid_attention(run.model())) {
-    throw ConfigError("policy '" + policy.name() +
-                          "' is not modelled with hybrid attention (model.sliding_window_pattern)",
-                      "field policy.name");
-  }
+  const bool hybrid = hw::has_hybrid_attention(run.model());
   // Past a sliding window a serving engine drops the oldest KV rather than tiering it, and the
   // window caps what attention reads, so a trace step's placement no longer describes the cache.
-  if (run.model().has_sliding_window()) {
+  // With hybrid attention the policy places the global layers' tokens only, which attend the
+  // whole context.
+  if (run.model().has_sliding_window() && !hybrid) {
     for (std::size_t i = 0; i < workload.requests.size(); ++i) {
       const std::uint64_t context = last_context(workload.requests[i]);
       if (context > run.model().sliding_window()) {
@@ -73,7 +88,7 @@ TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& pol
   DemandMemo& shared = memo != nullptr ? *memo : local;
   const std::string policy_key = policy.SerializeAsString();
   const config::TieringSpec& tiering = run.tiering();
-  const std::uint32_t target_layers = run.model().num_hidden_layers();
+  const auto target_layers = static_cast<std::uint32_t>(stage_of_layer_.size());
   std::uint64_t longest = 1;
   std::uint64_t shortest_prompt = UINT64_MAX;
   for (const RequestSpec& request : workload.requests) {
@@ -85,6 +100,11 @@ TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& pol
   auto add_synthetic = [&](std::uint64_t prompt) {
     config::ModelSpec shape = run.model();
     shape.set_num_hidden_layers(std::min(target_layers, kSyntheticLayers));
+    if (hybrid) {
+      // It stands in for the global layers' attention.
+      shape.clear_sliding_window();
+      shape.clear_sliding_window_pattern();
+    }
     const std::uint64_t steps = std::max<std::uint64_t>(longest - prompt, 1);
     const config::SyntheticAttention params =
         traces::synthetic_preset(tiering.synthetic_pattern(), run.seed());

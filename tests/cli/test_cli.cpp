@@ -86,7 +86,7 @@ TEST_CASE("kvtier --version and --help", "[cli]") {
 TEST_CASE("presets list prints a table or JSON, filtered by kind", "[cli]") {
   const Result all = run("presets list");
   CHECK(all.exit_code == 0);
-  CHECK(count_lines(all.out) == 57);  // header + 56 presets
+  CHECK(count_lines(all.out) == 58);  // header + 57 presets
   const Result gpus = run("presets list --kind gpu");
   CHECK(count_lines(gpus.out) == 13);
   CHECK_THAT(gpus.out, Catch::Contains("H200") && !Catch::Contains("Llama"));

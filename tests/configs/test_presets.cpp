@@ -26,7 +26,7 @@ TEST_CASE("every built-in preset loads, validates and is named after its file", 
       ++loaded;
     }
   }
-  CHECK(loaded == 56);
+  CHECK(loaded == 57);
 }
 
 TEST_CASE("the preset catalogue holds the documented hardware and models", "[presets]") {
@@ -48,7 +48,7 @@ TEST_CASE("the preset catalogue holds the documented hardware and models", "[pre
                                                "InfiniBand-NDR"});
   CHECK(names("node") == std::set<std::string>{"workstation-rtx5080", "hgx-h100-8", "hgx-h200-8",
                                                "dgx-a100-8", "gh200"});
-  CHECK(names("model").size() == 25);
+  CHECK(names("model").size() == 26);
   CHECK(names("model").count("Llama-3.1-405B") == 1);
   CHECK(names("model").count("Mixtral-8x7B-v0.1") == 1);
   CHECK(names("model").count("Qwen3-30B-A3B") == 1);
@@ -58,6 +58,7 @@ TEST_CASE("the preset catalogue holds the documented hardware and models", "[pre
   CHECK(names("model").count("Kimi-K2-Instruct-0905") == 1);
   CHECK(names("model").count("Gemma-3-27B") == 1);
   CHECK(names("model").count("gpt-oss-120b") == 1);
+  CHECK(names("model").count("gpt-oss-20b") == 1);
 }
 
 TEST_CASE("preset lookup is exact first, then case-insensitive", "[presets]") {

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -111,17 +112,31 @@ TEST_CASE("MXFP4 is a weight format only", "[config]") {
              Catch::Contains("integer activations with floating-point weights"));
 }
 
-TEST_CASE("gpt-oss-120b matches its model card's parameters and checkpoint size", "[presets]") {
-  const ModelSpec model = preset<ModelSpec>("model", "gpt-oss-120b");
-  const auto count = kvtier::hw::count_parameters(model);
-  // arXiv:2508.10925, Table 1: 116.83B in all, 5.13B active (without the embedding lookup),
-  // a 60.8 GiB checkpoint; its biases and sinks (40M) are not counted.
-  CHECK(std::abs(static_cast<double>(count.total) - 116.83e9) / 116.83e9 < 0.001);
-  const double active = static_cast<double>(count.active - count.embedding);
-  CHECK(std::abs(active - 5.13e9) / 5.13e9 < 0.01);
-  const double gib = kvtier::hw::weight_bytes(model, model.weight_dtype()) / (1024.0 * 1024 * 1024);
-  CHECK(std::abs(gib - 60.8) / 60.8 < 0.005);
-  // Every other layer global: 18 of 36, 2,048 bytes of KV a layer and token.
-  CHECK(kvtier::hw::global_attention_layers(model, 36) == 18);
-  CHECK(kvtier::hw::kv_bytes_per_token_per_layer(model) == 2048);
+TEST_CASE("gpt-oss-120b and gpt-oss-20b match their model card's parameters and checkpoint sizes",
+          "[presets]") {
+  // arXiv:2508.10925, Table 1: parameters in all and active (without the embedding lookup), the
+  // checkpoint's GiB; their biases and sinks (40M and 7M) are not counted. Every other layer
+  // global, 2,048 bytes of KV a layer and token.
+  struct Card {
+    std::string name;
+    double parameters;
+    double active;
+    double gib;
+    std::uint32_t layers;
+  };
+  for (const Card& card : {Card{"gpt-oss-120b", 116.83e9, 5.13e9, 60.8, 36},
+                           Card{"gpt-oss-20b", 20.91e9, 3.61e9, 12.8, 24}}) {
+    INFO(card.name);
+    const ModelSpec model = preset<ModelSpec>("model", card.name.c_str());
+    const auto count = kvtier::hw::count_parameters(model);
+    CHECK(std::abs(static_cast<double>(count.total) - card.parameters) / card.parameters < 0.001);
+    const double active = static_cast<double>(count.active - count.embedding);
+    CHECK(std::abs(active - card.active) / card.active < 0.01);
+    const double gib =
+        kvtier::hw::weight_bytes(model, model.weight_dtype()) / (1024.0 * 1024 * 1024);
+    CHECK(std::abs(gib - card.gib) / card.gib < 0.005);
+    CHECK(model.num_hidden_layers() == card.layers);
+    CHECK(kvtier::hw::global_attention_layers(model, card.layers) == card.layers / 2);
+    CHECK(kvtier::hw::kv_bytes_per_token_per_layer(model) == 2048);
+  }
 }

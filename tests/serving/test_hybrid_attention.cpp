@@ -14,7 +14,6 @@
 #include "hwmodels/model_shape.hpp"
 #include "serving/engine.hpp"
 #include "serving/memory_plan.hpp"
-#include "serving/tier_demand.hpp"
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
 #include "tests/support/config_fixture.hpp"
@@ -194,12 +193,6 @@ TEST_CASE("hybrid attention is refused where it is not modelled", "[config]") {
   refused({"model.sliding_window_pattern=6"},
           "sliding_window_pattern 6 needs the sliding_window its other layers attend within",
           "model.sliding_window_pattern");
-  refused(with({"policy.name=tiered", "tiering.synthetic_pattern=reasoning"}),
-          "policy 'tiered' is not modelled with hybrid attention (model Llama-3.1-8B has "
-          "sliding_window_pattern 6)",
-          "policy.name");
-  refused(with({"compare[0].name=h2o", "tiering.synthetic_pattern=reasoning"}),
-          "policy 'h2o' is not modelled with hybrid attention", "compare");
   refused(with({"tensor_parallel_degree=2", "pipeline_parallel_degree=2"}),
           "pipeline_parallel_degree 2 is not modelled with hybrid attention",
           "pipeline_parallel_degree");
@@ -309,13 +302,24 @@ TEST_CASE("hybrid attention admits more requests than global attention and fewer
   CHECK(windowed == 32);  // every request in flight
 }
 
-TEST_CASE("a hybrid model's tier demand is refused when built in code", "[serving]") {
-  const RunSpec run = run_with({"model.sliding_window=1000", "model.sliding_window_pattern=2"});
-  kvtier::config::PolicySpec tiered;
-  tiered.set_name("tiered");
-  const kvtier::serving::Workload workload = kvtier::serving::make_workload(run.workload(), 1);
-  CHECK_THROWS_WITH(kvtier::serving::TierDemand(run, tiered, workload),
-                    Catch::Contains("is not modelled with hybrid attention"));
+TEST_CASE("a hybrid model's preempted request drops every token its global layers hold",
+          "[serving]") {
+  // Two requests of 3,000 + 2,000 tokens on 18.5 GiB of HBM (4,444 tokens of KV over all layers,
+  // as in test_engine.cpp), half the layers global, a 1,000-token window in the others: a
+  // decode step with g tokens out writes 0.5 x (3,000 + g) + 0.5 x 1,000 = 2,000 + g / 2 tokens'
+  // worth a request. Both fit through g = 444; at g = 445 the second is preempted, holding the
+  // prompt and 443 generated tokens in its global layers: 3,443 tokens to recompute (the
+  // window's 1,000 in the others).
+  const auto values = kvtier::test::serving_metrics(
+      run_with({"hardware.node.gpu.memory_capacity=18.5GiB", "workload.closed_loop.concurrency=2",
+                "workload.closed_loop.num_requests=2",
+                "workload.closed_loop.prompt_tokens.fixed_tokens=3000",
+                "workload.closed_loop.output_tokens.fixed_tokens=2000",
+                "workload.prefill_chunk_tokens=8192", "workload.on_demand_admission.watermark=0.01",
+                "model.sliding_window=1000", "model.sliding_window_pattern=2"}));
+  CHECK(values.at("preemptions") == 1);
+  CHECK(values.at("preempted_kv_tokens") == 3443);
+  CHECK(values.at("requests_completed") == 2);
 }
 
 TEST_CASE("a hybrid model's drafter reads the whole context in its global layers", "[serving]") {
