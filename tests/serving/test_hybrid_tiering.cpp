@@ -16,6 +16,7 @@
 #include "serving/tier_demand.hpp"
 #include "serving/workload.hpp"
 #include "sim/simulator.hpp"
+#include "sim/tick.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
 #include "tests/support/disaggregated_runs.hpp"
@@ -24,6 +25,7 @@
 
 using kvtier::config::RunSpec;
 using kvtier::serving::TierDemand;
+using kvtier::sim::Tick;
 using kvtier::test::open_loop;
 using kvtier::test::request_at;
 using kvtier::test::tiered_run;
@@ -110,6 +112,10 @@ TEST_CASE(
   CHECK(mixed.totals().h2d_bytes == plain.totals().h2d_bytes);
   CHECK(mixed.totals().d2h_bytes == plain.totals().d2h_bytes);
   CHECK(mixed.host_kv_used().max() == plain.host_kv_used().max());
+  // The copies go to layers 1 and 3, each free to start with the windowed layer before it (one
+  // layer of lookahead), which hides them; the two-layer model's layer 0 waits for its own.
+  CHECK(plain.totals().prefetch_stall > Tick::zero());
+  CHECK(mixed.totals().prefetch_stall == Tick::zero());
   // Its reservation: the two-layer model's, beside the windowed layers' window (2 layers × 256
   // tokens × 4 KiB), with the staging of one layer at a time rather than two (layers 1 and 3
   // are never within one layer of lookahead of each other).
