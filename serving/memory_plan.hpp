@@ -87,6 +87,9 @@ struct MemoryPlan {
   // writes `most` tokens' KV and keeps at least `fewest` may hold after it (with a window and
   // blocks, the window's span of blocks may be larger at fewer tokens).
   [[nodiscard]] double most_kv_bytes_for(std::uint64_t fewest, std::uint64_t most) const;
+  // The mean token places over the layers of `tokens` tokens just written, counted a token at a
+  // time: with hybrid attention, the windowed layers hold at most the window of them.
+  [[nodiscard]] double written_places(double tokens) const;
   // Bytes of one KV block over all layers on this GPU (0 without blocks).
   [[nodiscard]] double block_bytes() const { return block_tokens * kv_bytes_per_token; }
   // The drafter's share of kv_bytes_for(tokens).
@@ -117,6 +120,9 @@ struct MemoryPlan {
   // Hybrid attention: `places` token places in each of the model's windowed layers (not the
   // drafter's), in bytes; 0 without hybrid attention.
   [[nodiscard]] double windowed_model_kv_bytes(std::uint64_t places) const;
+  // The most of (this->*bytes)(t) for t from `fewest` to `most`.
+  [[nodiscard]] double most_over(std::uint64_t fewest, std::uint64_t most,
+                                 double (MemoryPlan::*bytes)(std::uint64_t) const) const;
 };
 
 // memory.kv_block_tokens, or 0 when the run counts KV a token at a time.
@@ -150,6 +156,11 @@ struct MemoryPlan {
 // with hybrid attention the global ones, whose KV grows with the context (the windowed layers
 // keep their window in HBM, MemoryPlan::untiered_kv_bytes_for); else every layer.
 [[nodiscard]] std::vector<std::uint32_t> tiered_layers(const config::RunSpec& run);
+// The pipeline stage of each of them (all 0 without stages).
+[[nodiscard]] std::vector<std::uint32_t> tiered_layer_stages(const config::RunSpec& run);
+// The most of them one stage holds, given each one's stage.
+[[nodiscard]] std::uint32_t most_tiered_layers_of_a_stage(
+    const std::vector<std::uint32_t>& stage_of_tiered_layer);
 
 // The most decoder layers one GPU holds: the model's, or its largest pipeline stage's.
 [[nodiscard]] inline std::uint32_t layers_per_gpu(const config::RunSpec& run) {

@@ -225,14 +225,9 @@ void Cluster::send(std::uint32_t request) {
   // Layer by layer, the last chunk's tokens are taken as all sent at full precision: with
   // send_kept_only the most of what is kept that can wait for that iteration. With hybrid
   // attention the windowed layers hold at most the window of them.
-  const auto last_tokens = static_cast<double>(handoff.last_tokens);
-  const double last_places =
-      memory.global_layer_share > 0.0
-          ? memory.global_layer_share * last_tokens +
-                (1.0 - memory.global_layer_share) *
-                    std::min(last_tokens, static_cast<double>(memory.window_tokens))
-          : last_tokens;
-  const double last = std::min(handoff.bytes, last_places * memory.kv_bytes_per_token);
+  const double last =
+      std::min(handoff.bytes, memory.written_places(static_cast<double>(handoff.last_tokens)) *
+                                  memory.kv_bytes_per_token);
   const double spread = memory.requests_spread;
   const KvHandoff::Timing timing = handoff_->layer_wise(
       (handoff.bytes - last) * spread, last * spread, start, handoff.computing, handoff.prefilled);

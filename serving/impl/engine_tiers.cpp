@@ -15,19 +15,15 @@ void ServingEngine::start_tiering(const config::RunSpec& run) {
   lookahead_ = run.tiering().prefetch_lookahead_layers();
   const std::uint32_t layers = run.model().num_hidden_layers();
   tiered_layers_ = tiered_layers(run);
-  const std::vector<std::uint32_t> stage_of_layer =
-      hw::pipeline_stage_of_layers(layers, pipeline_stages(run));
-  // The most tiered layers of one stage, in all and among lookahead + 1 in a row.
-  std::vector<std::uint32_t> per_stage(pipeline_stages(run), 0);
+  stage_of_tiered_layer_ = tiered_layer_stages(run);
+  tiered_layers_per_gpu_ = most_tiered_layers_of_a_stage(stage_of_tiered_layer_);
+  // The most tiered layers of one stage among lookahead + 1 in a row.
   staged_layers_ = 0;
   for (std::size_t i = 0; i < tiered_layers_.size(); ++i) {
-    const std::uint32_t stage = stage_of_layer[tiered_layers_[i]];
-    stage_of_tiered_layer_.push_back(stage);
-    tiered_layers_per_gpu_ = std::max(tiered_layers_per_gpu_, ++per_stage[stage]);
     std::uint32_t in_span = 0;
     for (std::size_t j = i;
          j < tiered_layers_.size() && tiered_layers_[j] <= tiered_layers_[i] + lookahead_ &&
-         stage_of_layer[tiered_layers_[j]] == stage;
+         stage_of_tiered_layer_[j] == stage_of_tiered_layer_[i];
          ++j) {
       ++in_span;
     }

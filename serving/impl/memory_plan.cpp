@@ -99,20 +99,29 @@ double MemoryPlan::peak_kv_bytes_for(std::uint64_t tokens) const {
   return static_cast<double>(peak_allocated_tokens(tokens)) * kv_bytes_per_token;
 }
 
-double MemoryPlan::most_kv_bytes_for(std::uint64_t fewest, std::uint64_t most) const {
-  double bytes = kv_bytes_for(most);
+double MemoryPlan::most_over(std::uint64_t fewest, std::uint64_t most,
+                             double (MemoryPlan::*bytes)(std::uint64_t) const) const {
+  double held = (this->*bytes)(most);
   for (std::uint64_t tokens = fewest; tokens < most; ++tokens) {
-    bytes = std::max(bytes, kv_bytes_for(tokens));
+    held = std::max(held, (this->*bytes)(tokens));
   }
-  return bytes;
+  return held;
+}
+
+double MemoryPlan::most_kv_bytes_for(std::uint64_t fewest, std::uint64_t most) const {
+  return most_over(fewest, most, &MemoryPlan::kv_bytes_for);
 }
 
 double MemoryPlan::most_untiered_kv_bytes_for(std::uint64_t fewest, std::uint64_t most) const {
-  double bytes = untiered_kv_bytes_for(most);
-  for (std::uint64_t tokens = fewest; tokens < most; ++tokens) {
-    bytes = std::max(bytes, untiered_kv_bytes_for(tokens));
+  return most_over(fewest, most, &MemoryPlan::untiered_kv_bytes_for);
+}
+
+double MemoryPlan::written_places(double tokens) const {
+  if (global_layer_share == 0.0) {
+    return tokens;
   }
-  return bytes;
+  return global_layer_share * tokens +
+         (1.0 - global_layer_share) * std::min(tokens, static_cast<double>(window_tokens));
 }
 
 double MemoryPlan::windowed_model_kv_bytes(std::uint64_t places) const {
@@ -132,6 +141,26 @@ std::vector<std::uint32_t> tiered_layers(const config::RunSpec& run) {
     }
   }
   return layers;
+}
+
+std::vector<std::uint32_t> tiered_layer_stages(const config::RunSpec& run) {
+  const std::vector<std::uint32_t> stage_of_layer =
+      hw::pipeline_stage_of_layers(run.model().num_hidden_layers(), pipeline_stages(run));
+  std::vector<std::uint32_t> stages;
+  for (const std::uint32_t layer : tiered_layers(run)) {
+    stages.push_back(stage_of_layer[layer]);
+  }
+  return stages;
+}
+
+std::uint32_t most_tiered_layers_of_a_stage(
+    const std::vector<std::uint32_t>& stage_of_tiered_layer) {
+  std::vector<std::uint32_t> layers(
+      stage_of_tiered_layer.empty() ? 1 : stage_of_tiered_layer.back() + 1, 0);
+  for (const std::uint32_t stage : stage_of_tiered_layer) {
+    ++layers[stage];
+  }
+  return *std::max_element(layers.begin(), layers.end());
 }
 
 std::uint32_t kv_block_tokens(const config::RunSpec& run) {

@@ -38,34 +38,14 @@ bool differential(const std::string& canonical) {
   return false;
 }
 
-// The pipeline stage of each of the run's tiered layers (tiered_layers).
-std::vector<std::uint32_t> tiered_stages(const config::RunSpec& run) {
-  const std::vector<std::uint32_t> stage_of_layer =
-      hw::pipeline_stage_of_layers(run.model().num_hidden_layers(), pipeline_stages(run));
-  std::vector<std::uint32_t> stages;
-  for (const std::uint32_t layer : tiered_layers(run)) {
-    stages.push_back(stage_of_layer[layer]);
-  }
-  return stages;
-}
-
-// The most tiered layers a stage holds.
-std::uint32_t largest_stage(const std::vector<std::uint32_t>& stage_of_layer) {
-  std::vector<std::uint32_t> layers(stage_of_layer.empty() ? 1 : stage_of_layer.back() + 1, 0);
-  for (const std::uint32_t stage : stage_of_layer) {
-    ++layers[stage];
-  }
-  return *std::max_element(layers.begin(), layers.end());
-}
-
 }  // namespace
 
 TierDemand::~TierDemand() = default;
 
 TierDemand::TierDemand(const config::RunSpec& run, const config::PolicySpec& policy,
                        const Workload& workload, DemandMemo* memo)
-    : stage_of_layer_(tiered_stages(run)),
-      largest_stage_layers_(largest_stage(stage_of_layer_)),
+    : stage_of_layer_(tiered_layer_stages(run)),
+      largest_stage_layers_(most_tiered_layers_of_a_stage(stage_of_layer_)),
       block_tokens_(kv_block_tokens(run)) {
   const bool hybrid = hw::has_hybrid_attention(run.model());
   // Past a sliding window a serving engine drops the oldest KV rather than tiering it, and the
