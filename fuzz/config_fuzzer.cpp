@@ -618,6 +618,16 @@ void write_seeds(const fs::path& folder) {
                  kOverridesSeparator + std::string(kShrink) +
                  "engine.data_parallel_attention=true\n"
                  "workload.prefill_chunk_tokens=100\n");
+  // Requests dispatched to GPUs, each with its own queue and KV memory, admitted on demand.
+  write_seed(folder, "run-small-data-parallel-dispatch", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/deepseek-v3-attention.textproto") +
+                 kOverridesSeparator + std::string(kShrink) +
+                 "engine.data_parallel_attention=true\n"
+                 "engine.data_parallel_dispatch=LEAST_OUTSTANDING\n"
+                 "compare=~\n"
+                 "workload.on_demand_admission.watermark=0.01\n"
+                 "workload.prefill_chunk_tokens=100\n");
   // Experts whole over the GPUs, their tokens sent in all-to-alls, a stated imbalance.
   write_seed(folder, "run-small-expert-parallel", Target::kConfig,
              std::string(1, kind_byte("run")) +

@@ -17,12 +17,25 @@ namespace kvtier::hw {
 
 // A chunk whose micro-batch the caller leaves to split_into_micro_batches.
 inline constexpr std::uint32_t kAnyMicroBatch = UINT32_MAX;
+// A chunk that data-parallel attention deals to a GPU in turn (no request dispatched to one).
+inline constexpr std::uint32_t kAnyGpu = UINT32_MAX;
 
 struct PrefillChunk {
   std::uint64_t tokens = 0;          // prompt tokens processed in this iteration
   std::uint64_t context_before = 0;  // tokens of the same request already in the KV cache
   // With pipeline stages, the micro-batch the engine put it in (kAnyMicroBatch: not chosen).
   std::uint32_t micro_batch = kAnyMicroBatch;
+  // With data-parallel attention, the GPU its request was dispatched to (kAnyGpu: dealt out in
+  // turn).
+  std::uint32_t gpu = kAnyGpu;
+};
+
+// With data-parallel attention, one GPU's own decoding requests (BatchShape's fields of the
+// same names, over them).
+struct GpuDecodes {
+  std::uint64_t decode_tokens = 0;
+  std::uint64_t decode_context_tokens = 0;
+  std::uint64_t decode_draft_tokens = 0;
 };
 
 // What one iteration processes (the same on every GPU of the TP group).
@@ -42,6 +55,11 @@ struct BatchShape {
   // Tokens whose logits are computed: decode tokens (drafts too) plus prompts finishing this
   // iteration.
   std::uint64_t logits_tokens = 0;
+  // With data-parallel attention and requests dispatched to GPUs (engine.data_parallel_dispatch):
+  // each GPU's decoding requests, one entry a GPU of the group (their sums the fields above);
+  // then each prefill chunk names its GPU too. Empty: the decoding requests are taken as spread
+  // evenly, each GPU ceil(D / TP) of the mean request, and the chunks dealt out in turn.
+  std::vector<GpuDecodes> decodes_by_gpu;
 
   // Every token it processes: the decode tokens (drafts too) and the prefill chunks'.
   [[nodiscard]] std::uint64_t tokens() const {
@@ -127,7 +145,8 @@ class IterationCostModel {
       const BatchShape& batch) const;
   // The decoding requests of the busiest GPU with data-parallel attention, ceil(D / TP) whole
   // ones, and the query tokens they verify: their newest and the mean request's drafts (which
-  // requests draft how many is not in a BatchShape).
+  // requests draft how many is not in a BatchShape). With decodes_by_gpu, the most requests and
+  // the most query tokens of a GPU.
   struct BusiestDecodes {
     double requests = 0.0;
     double queries = 0.0;  // their newest tokens and drafts

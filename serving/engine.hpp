@@ -56,6 +56,7 @@
 #include "hwmodels/iteration_cost.hpp"
 #include "hwmodels/pipeline_cost.hpp"
 #include "serving/arrivals.hpp"
+#include "serving/data_parallel_dispatch.hpp"
 #include "serving/does_not_fit.hpp"
 #include "serving/memory_plan.hpp"
 #include "serving/prefix_cache.hpp"
@@ -211,6 +212,11 @@ class ServingEngine {
   [[nodiscard]] std::uint64_t held_cached_blocks(std::uint32_t request) const {
     return requests_[request].cache_held;
   }
+  // With engine.data_parallel_dispatch, the GPU a request that has arrived was dispatched to (0
+  // without it).
+  [[nodiscard]] std::uint32_t dispatched_gpu(std::uint32_t request) const {
+    return requests_[request].gpu;
+  }
 
   [[nodiscard]] const ServingTotals& totals() const noexcept { return totals_; }
   [[nodiscard]] const MemoryPlan& memory() const noexcept { return plan_; }
@@ -304,6 +310,8 @@ class ServingEngine {
     // content another request cached first: that one and those after it stay its own.
     std::uint64_t cache_held = 0;
     bool caching = true;
+    // With engine.data_parallel_dispatch, the GPU it was dispatched to on arrival.
+    std::uint32_t gpu = 0;
   };
   // The cached blocks a request starting a prefill would take: how many, how many of them are
   // cached in HBM but no running request holds them, and how many come from the host tier
@@ -347,6 +355,25 @@ class ServingEngine {
   void add_chunk(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch);
   // Admission with whole-request reservations, or on demand (then preempting first).
   void admit_reserving(std::uint64_t budget, hw::BatchShape& batch);
+  // One admission pass over the waiting queue: the place of the request it considers, and
+  // whether a request was held back for want of HBM or host memory.
+  struct AdmissionPass {
+    std::size_t next = 0;
+    bool held_by_hbm = false;
+    bool held_by_host = false;
+  };
+  // The request the pass considers next: the head, or with dispatch the first from pass.next on
+  // whose GPU is not held back; none once the budget, the batch or the queue is spent.
+  [[nodiscard]] std::optional<std::uint32_t> next_waiting(AdmissionPass& pass,
+                                                          std::uint64_t budget) const;
+  // `head` does not fit: counted, and whether the pass goes on (with dispatch, past it, its
+  // GPU held back).
+  bool hold_back(AdmissionPass& pass, const Request& head, bool hbm_short, bool host_short);
+  // Takes the request the pass considers out of the queue (its queue wait ends at its first
+  // admission).
+  void take_from_queue(const AdmissionPass& pass);
+  // Adds the pass's holds to the totals: an iteration counts once.
+  void end_pass(const AdmissionPass& pass);
   void admit_on_demand(std::uint64_t budget, hw::BatchShape& batch);
   [[nodiscard]] Footprint footprint(std::uint32_t id, std::uint64_t chunk_tokens) const;
   // Host bytes of T1 token-layers at full precision and T2 ones in the policy's format.
@@ -363,7 +390,26 @@ class ServingEngine {
   // engine's busiest GPU; in whole blocks of each layer when `in_blocks`.
   [[nodiscard]] double kept_token_layers(std::uint32_t id, std::uint64_t extra,
                                          bool in_blocks) const;
-  [[nodiscard]] Footprint planned_footprint() const;
+  // Every running request's (and a prefill engine's handed-off ones'); with `hbm_by_gpu`, set
+  // to each dispatched GPU's HBM share of it too.
+  [[nodiscard]] Footprint planned_footprint(std::vector<double>* hbm_by_gpu = nullptr) const;
+  // The running request to preempt while the iteration's KV `need` (by dispatched GPU,
+  // `hbm_by_gpu`) does not fit: the one admitted last (on the first GPU short of memory), but
+  // never a request alone (on its GPU) or one whose KV is on its way or not yet placed.
+  [[nodiscard]] std::optional<std::uint32_t> preemption_victim(
+      const Footprint& need, const std::vector<double>& hbm_by_gpu) const;
+  // Data-parallel dispatch (serving/impl/engine_dispatch.cpp): takes `run`'s, or throws a
+  // ConfigError where it is not modelled.
+  void start_dispatching(const config::RunSpec& run);
+  // The most tokens a request's next prefill chunk may take this iteration: chunk_cap_, or its
+  // GPU's prefill room left.
+  [[nodiscard]] std::uint64_t chunk_room(const Request& request) const;
+  // Whether an admission pass skips a waiting request: its dispatched GPU is held back, or it
+  // starts a prefill chunk and its GPU's prefill budget is spent.
+  [[nodiscard]] bool admission_held(const Request& request) const {
+    return dispatch_ && (dispatch_->held(request.gpu) ||
+                         (prefilling(request) && dispatch_->prefill_room(request.gpu) == 0));
+  }
   // Prefix caching (none without it or once a prefill has begun; at most all but the last
   // token's blocks, which the prefill computes to give the next token; a decode engine's
   // request received prefilled: every full block of its prompt).
@@ -416,7 +462,12 @@ class ServingEngine {
   // Adds a decoding request's context to `batch`, `extra` tokens past what its step attends (a
   // draft pass's drafts before it): in the windowed layers and, with hybrid attention, in the
   // global ones.
+  // Dispatched, it counts as one of its GPU's decoding requests too.
   void add_decode_context(const Request& request, std::uint64_t extra, hw::BatchShape& batch) const;
+  // Adds `drafted` draft tokens of a decoding request to `batch` (and to its GPU's).
+  static void add_drafts(const Request& request, std::uint64_t drafted, hw::BatchShape& batch);
+  // A batch's per-GPU decodes, one entry a dispatched GPU (none without dispatch).
+  void prepare_gpu_decodes(hw::BatchShape& batch) const;
   [[nodiscard]] double kv_in_use() const;
   [[nodiscard]] double full_kv_in_use() const;
   [[nodiscard]] double host_kv_in_use() const;
@@ -483,6 +534,8 @@ class ServingEngine {
   // data-parallel size), so that the GPUs prefill different requests side by side.
   std::uint64_t chunk_cap_;
   std::uint32_t max_batch_;
+  // engine.data_parallel_dispatch (empty without it).
+  std::optional<DataParallelDispatch> dispatch_;
   sim::Tick iteration_overhead_;
   // workload.on_demand_admission's watermark; absent: whole-request reservations.
   std::optional<double> on_demand_watermark_;

@@ -196,6 +196,40 @@ void check_pipeline(const RunSpec& run, const std::string& path, bool host_recod
   }
 }
 
+void check_data_parallel_dispatch(const RunSpec& run, const std::string& path, bool tiered,
+                                  Problems& problems) {
+  const EngineSpec& engine = run.engine();
+  if (engine.data_parallel_dispatch() == ROUTING_UNSPECIFIED) {
+    return;
+  }
+  const std::string field = at(path, "engine.data_parallel_dispatch");
+  const std::string named =
+      "data_parallel_dispatch " + Routing_Name(engine.data_parallel_dispatch());
+  if (!engine.data_parallel_attention()) {
+    problems.push_back(
+        {field, named + " dispatches requests to the GPUs of data-parallel attention: set "
+                        "engine.data_parallel_attention"});
+  }
+  if (engine.data_parallel_dispatch() != ROUND_ROBIN &&
+      engine.data_parallel_dispatch() != LEAST_OUTSTANDING) {
+    problems.push_back({field, named + " weighs cached prefixes, which data-parallel attention "
+                                       "does not cache: choose ROUND_ROBIN or LEAST_OUTSTANDING"});
+  }
+  // Each GPU's copies would cross its own PCIe link for its own requests: the tier timing
+  // models the mean GPU's.
+  if (tiered) {
+    problems.push_back({field, named + " with a tier policy is not modelled"});
+  }
+  if (run.cluster().has_disaggregation()) {
+    problems.push_back({field, named + " in a disaggregated cluster is not modelled"});
+  }
+  // A swapped request's KV crosses its own GPU's PCIe link, not the mean GPU's share.
+  if (run.workload().on_demand_admission().has_swap()) {
+    problems.push_back({field, named + " with preemption by swapping "
+                                       "(workload.on_demand_admission.swap) is not modelled"});
+  }
+}
+
 void check_tensor_split(const RunSpec& run, const std::string& path, Problems& problems) {
   const ModelSpec& model = run.model();
   const NodeSpec& node = run.hardware().node();

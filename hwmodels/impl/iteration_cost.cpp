@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "common/errors.hpp"
 #include "configs/dtype.hpp"
@@ -303,8 +305,24 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, bool global
       parallelism_.experts == ExpertSplit::kWhole) {
     // Each GPU keeps its own tokens through the MLP: nothing gathered, nothing to all-reduce.
     OwnTokens own{busiest_decodes(batch).queries, 0.0};
-    for (const auto& chunks : chunks_per_gpu(batch)) {
-      own.prefill = std::max(own.prefill, chunk_tokens(chunks));
+    const std::vector<std::vector<PrefillChunk>> chunks = chunks_per_gpu(batch);
+    if (batch.decodes_by_gpu.empty()) {
+      // The busiest GPU's decodes beside the most chunk tokens one GPU has.
+      for (const auto& own_chunks : chunks) {
+        own.prefill = std::max(own.prefill, chunk_tokens(own_chunks));
+      }
+    } else {
+      // Dispatched: the GPU with the most tokens of its own, decoding and prefilling.
+      own = OwnTokens{};
+      for (std::size_t gpu = 0; gpu < chunks.size(); ++gpu) {
+        const GpuDecodes& decodes = batch.decodes_by_gpu[gpu];
+        const OwnTokens mine{
+            static_cast<double>(decodes.decode_tokens + decodes.decode_draft_tokens),
+            chunk_tokens(chunks[gpu])};
+        if (mine.decode + mine.prefill > own.decode + own.prefill) {
+          own = mine;
+        }
+      }
     }
     const double own_tokens = own.decode + own.prefill;
     const LayerOps mine{*this, layer, own_tokens, 1.0};
@@ -331,13 +349,28 @@ std::vector<std::vector<PrefillChunk>> IterationCostModel::chunks_per_gpu(
     const BatchShape& batch) const {
   std::vector<std::vector<PrefillChunk>> chunks(tp_);
   for (std::size_t i = 0; i < batch.prefill.size(); ++i) {
-    chunks[i % tp_].push_back(batch.prefill[i]);
+    const std::uint32_t gpu = batch.prefill[i].gpu;
+    if (gpu != kAnyGpu && gpu >= tp_) {
+      throw std::invalid_argument("a prefill chunk's GPU " + std::to_string(gpu) +
+                                  " is not one of the group's " + std::to_string(tp_));
+    }
+    chunks[gpu == kAnyGpu ? i % tp_ : gpu].push_back(batch.prefill[i]);
   }
   return chunks;
 }
 
 IterationCostModel::BusiestDecodes IterationCostModel::busiest_decodes(
     const BatchShape& batch) const {
+  if (!batch.decodes_by_gpu.empty()) {
+    // Their own requests and drafts; no GPU's (and no 0 / 0) when none decodes.
+    BusiestDecodes most;
+    for (const GpuDecodes& gpu : batch.decodes_by_gpu) {
+      const auto queries = static_cast<double>(gpu.decode_tokens + gpu.decode_draft_tokens);
+      most.requests = std::max(most.requests, static_cast<double>(gpu.decode_tokens));
+      most.queries = std::max(most.queries, queries);
+    }
+    return most;
+  }
   const std::uint64_t whole_requests = (batch.decode_tokens + tp_ - 1) / tp_;
   const auto requests = static_cast<double>(whole_requests);
   // No drafts, or no requests to spread them over (and no 0 / 0).
@@ -350,20 +383,41 @@ IterationCostModel::BusiestDecodes IterationCostModel::busiest_decodes(
 
 void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
                                                      Accumulator& layer) const {
-  // The decoding requests spread as evenly as whole requests go: the busiest GPU attends
-  // ceil(D / TP) of them, with their share of the context and of the drafts verified (taken as
-  // the mean request's); the prefill chunks dealt out in turn. GPUs past the chunks have the
-  // least work, so the first max(chunks, 1) hold the slowest.
   const std::vector<std::vector<PrefillChunk>> chunks = chunks_per_gpu(batch);
-  const auto [decode, queries] = busiest_decodes(batch);
-  const double context = batch.decode_tokens > 0
-                             ? static_cast<double>(batch.decode_context_tokens) * decode /
-                                   static_cast<double>(batch.decode_tokens)
-                             : 0.0;
-  const std::size_t distinct = std::clamp<std::size_t>(batch.prefill.size(), 1, tp_);
+  // Each GPU's decoding requests, the query tokens they verify and the context they attend.
+  struct Decodes {
+    double requests = 0.0;
+    double queries = 0.0;
+    double context = 0.0;
+  };
+  std::vector<Decodes> decodes;
+  if (!batch.decodes_by_gpu.empty()) {
+    // Dispatched: each GPU's own requests and chunks, as they are.
+    for (const GpuDecodes& gpu : batch.decodes_by_gpu) {
+      decodes.push_back({static_cast<double>(gpu.decode_tokens),
+                         static_cast<double>(gpu.decode_tokens + gpu.decode_draft_tokens),
+                         static_cast<double>(gpu.decode_context_tokens)});
+    }
+  } else {
+    // The decoding requests spread as evenly as whole requests go: the busiest GPU attends
+    // ceil(D / TP) of them, with their share of the context and of the drafts verified (taken
+    // as the mean request's); the prefill chunks dealt out in turn (or to their GPUs). With
+    // chunks dealt out, GPUs past them have the least work, so the first max(chunks, 1) hold
+    // the slowest.
+    const auto [requests, queries] = busiest_decodes(batch);
+    const double context = batch.decode_tokens > 0
+                               ? static_cast<double>(batch.decode_context_tokens) * requests /
+                                     static_cast<double>(batch.decode_tokens)
+                               : 0.0;
+    const bool placed = std::any_of(batch.prefill.begin(), batch.prefill.end(),
+                                    [](const PrefillChunk& chunk) { return chunk.gpu != kAnyGpu; });
+    decodes.assign(placed ? tp_ : std::clamp<std::size_t>(batch.prefill.size(), 1, tp_),
+                   Decodes{requests, queries, context});
+  }
   Accumulator slowest;
   sim::Tick slowest_time = sim::Tick::ps(-1);
-  for (std::size_t gpu = 0; gpu < distinct; ++gpu) {
+  for (std::size_t gpu = 0; gpu < decodes.size(); ++gpu) {
+    const auto [decode, queries, context] = decodes[gpu];
     const double tokens = queries + chunk_tokens(chunks[gpu]);
     Accumulator own;
     const LayerOps ops{*this, own, tokens, 1.0};
@@ -534,6 +588,12 @@ void IterationCostModel::add_head(const BatchShape& batch, Accumulator& total) c
 }
 
 IterationCost IterationCostModel::cost(const BatchShape& batch) const {
+  if (!batch.decodes_by_gpu.empty() &&
+      (split_ != AttentionSplit::kRequests || batch.decodes_by_gpu.size() != tp_)) {
+    throw std::invalid_argument("decodes of " + std::to_string(batch.decodes_by_gpu.size()) +
+                                " GPUs need data-parallel attention over a group of as many (" +
+                                std::to_string(tp_) + ")");
+  }
   const auto layers = static_cast<std::int64_t>(model_.num_hidden_layers());
   const std::int64_t dense_layers =
       model_.has_moe() ? std::min<std::int64_t>(model_.moe().first_dense_layers(), layers) : layers;

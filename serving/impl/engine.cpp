@@ -135,6 +135,10 @@ ServingEngine::ServingEngine(sim::Simulator& simulator, const config::RunSpec& r
   if (tiers_ != nullptr) {
     start_tiering(run);
   }
+  // After swapping and prefix caching are set up: it refuses both.
+  if (run.engine().data_parallel_dispatch() != config::ROUTING_UNSPECIFIED) {
+    start_dispatching(run);
+  }
   const auto max_positions = run.model().max_position_embeddings();
   for (size_t i = 0; i < workload_.requests.size(); ++i) {
     const RequestSpec& spec = workload_.requests[i];
@@ -307,6 +311,9 @@ std::uint64_t ServingEngine::active_blocks() const {
 void ServingEngine::arrive(std::uint32_t request, sim::Tick arrival) {
   requests_[request].arrival = arrival;
   requests_[request].arrived = true;
+  if (dispatch_) {
+    requests_[request].gpu = dispatch_->dispatch();
+  }
   waiting_.push_back(request);
   totals_.max_waiting = std::max<std::uint64_t>(totals_.max_waiting, waiting_.size());
   wake();
@@ -425,13 +432,17 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
   decoding_now_.clear();
   prefilling_now_.clear();
   batch = hw::BatchShape{};
+  prepare_gpu_decodes(batch);
+  if (dispatch_) {
+    dispatch_->plan_iteration();
+  }
   std::uint64_t budget = prefill_budget_;
   for (const std::uint32_t id : running_) {
     const Request& request = requests_[id];
     if (!prefilling(request) && !request.receiving) {
       decoding_now_.push_back(id);
       add_decode_context(request, 0, batch);
-      batch.decode_draft_tokens += drafts(request);
+      add_drafts(request, drafts(request), batch);
     }
   }
   batch.decode_tokens = decoding_now_.size();
@@ -459,7 +470,14 @@ std::uint64_t ServingEngine::plan_running(hw::BatchShape& batch) {
 
 void ServingEngine::add_chunk(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
   const Request& request = requests_[id];
-  std::uint64_t tokens = std::min({budget, chunk_cap_, request.prefill_target - request.prefilled});
+  std::uint64_t tokens =
+      std::min({budget, chunk_room(request), request.prefill_target - request.prefilled});
+  if (dispatch_) {
+    if (tokens == 0) {
+      return;  // its GPU's prefill budget is spent
+    }
+    dispatch_->take_prefill(request.gpu, tokens);
+  }
   std::uint32_t micro_batch = 0;
   if (!micro_room_.empty()) {
     // Within the first micro-batch with room (a request is in one micro-batch of a round).
@@ -475,312 +493,11 @@ void ServingEngine::add_chunk(std::uint32_t id, std::uint64_t& budget, hw::Batch
   budget -= tokens;
   prefilling_now_.push_back(PlannedChunk{id, tokens, micro_batch});
   batch.prefill.push_back(hw::PrefillChunk{tokens, request.prefilled,
-                                           micro_room_.empty() ? hw::kAnyMicroBatch : micro_batch});
+                                           micro_room_.empty() ? hw::kAnyMicroBatch : micro_batch,
+                                           dispatch_ ? request.gpu : hw::kAnyGpu});
   if (request.prefilled + tokens == request.prefill_target) {
     ++batch.logits_tokens;
   }
-}
-
-void ServingEngine::admit_reserving(std::uint64_t budget, hw::BatchShape& batch) {
-  if (prefix_cache_) {
-    kv_reserved_bytes_ = shared_reservations();
-  }
-  while (budget > 0 && !waiting_.empty() && running_.size() < max_batch_) {
-    Request& head = requests_[waiting_.front()];
-    // With prefix caching its whole life but the cached blocks it takes, some of which it takes
-    // out of the free memory.
-    const PrefixHits hits = prefix_hits(waiting_.front());
-    const double kv = hbm_reservation(waiting_.front()) -
-                      static_cast<double>(hits.shared()) * plan_.block_bytes();
-    const double host = host_reservation(waiting_.front());
-    const bool hbm_short = kv_reserved_bytes_ + kv > plan_.kv_capacity_bytes;
-    const bool host_short = host_reserved_bytes_ + host > plan_.host_kv_capacity_bytes;
-    if (hbm_short || host_short) {
-      totals_.admissions_held_by_hbm += hbm_short ? 1 : 0;
-      totals_.admissions_held_by_host += host_short ? 1 : 0;
-      break;  // first come, first served: later requests wait behind the head
-    }
-    const std::uint32_t id = waiting_.front();
-    waiting_.pop_front();
-    head.kv_reserved = kv;
-    head.host_reserved = host;
-    kv_reserved_bytes_ += kv;
-    host_reserved_bytes_ += host;
-    if (!head.admitted_once) {
-      head.admitted_once = true;
-      head.admitted = simulator_.now();
-      queue_wait_.record(head.admitted - head.arrival);
-    }
-    take_prefix_hits(id, hits);
-    admit(id, budget, batch);
-  }
-}
-
-double ServingEngine::shared_reservations() const {
-  double bytes = cached_blocks_in_use();
-  for (const auto* held : {&running_, &handed_off_}) {
-    for (const std::uint32_t id : *held) {
-      bytes += hbm_reservation(id) - cached_blocks_held(requests_[id]);
-    }
-  }
-  return bytes;
-}
-
-void ServingEngine::admit(std::uint32_t id, std::uint64_t& budget, hw::BatchShape& batch) {
-  Request& request = requests_[id];
-  running_.push_back(id);
-  if (request.remote) {
-    // Its blocks are its now; its KV comes from its prefill engine before it decodes.
-    request.remote = false;
-    request.receiving = true;
-    hooks_.kv_wanted(id);
-    return;
-  }
-  if (request.swapped) {
-    // Its T0 copied back; its T1/T2 return to the tiers' host memory.
-    swap_in_bytes_now_ += request.swapped_bytes;
-    swap_in_copies_now_ += request.swap_copies;
-    swap_used_bytes_ -= request.swapped_bytes + request.tier_host;
-    request.swapped = false;
-    request.swapped_bytes = 0.0;
-    swap_used_.set(swap_used_bytes_);
-    host_used_.set(host_kv_in_use());
-  }
-  if (prefilling(request)) {
-    add_chunk(id, budget, batch);
-    return;
-  }
-  // Swapped in while decoding: it decodes on at once.
-  decoding_now_.push_back(id);
-  ++batch.decode_tokens;
-  add_decode_context(request, 0, batch);
-  const std::uint64_t drafted = drafts(request);
-  batch.decode_draft_tokens += drafted;
-  budget -= std::min<std::uint64_t>(budget, 1 + drafted);
-}
-
-ServingEngine::Footprint ServingEngine::footprint(std::uint32_t id,
-                                                  std::uint64_t chunk_tokens) const {
-  const Request& request = requests_[id];
-  Footprint bytes;
-  if (prefilling(request)) {
-    // A prompt sits whole in HBM while it is prefilled; the chunk that completes it is
-    // followed by the policy's placement, which puts part of it in host memory. That host
-    // share is counted from the first chunk on, so that host memory holds back an admission
-    // rather than preempting a request once its prompt is placed.
-    const std::uint64_t prefilled = request.prefilled + chunk_tokens;
-    bytes.hbm = plan_.kv_bytes_for(prefilled);
-    if (tiers_ != nullptr && request.generated + 1 < request.spec.output_tokens) {
-      const std::uint64_t context = tiered_context(request, request.generated + 1);
-      StageSums host(stage_of_tiered_layer_);
-      for (std::uint32_t layer = 0; layer < stage_of_tiered_layer_.size(); ++layer) {
-        const LayerDemand placed = tiers_->at(id, context, layer, true);
-        host.add(layer, host_bytes(placed.host, placed.compressed_held));
-      }
-      bytes.host = host.busiest();
-    }
-    bytes.hbm -= cached_blocks_held(request);
-    return bytes;
-  }
-  if (tiers_ == nullptr || request.whole_in_hbm) {
-    // The step writes the KV of the newest token (and of the drafts it verifies), and keeps that
-    // of the drafts accepted: the most of either. A decode engine's request received whole (or
-    // on its way) is placed by its first step, which reads it all in HBM: its host share counts
-    // from its admission on, as a prefill's does (none when that step is its last).
-    const std::uint64_t written = request.generated + drafts(request);
-    double most = 0.0;
-    if (tiers_ != nullptr) {
-      most = received_kv_bytes(id, written);
-      for (std::uint64_t kept = request.generated; kept < written; ++kept) {
-        most = std::max(most, received_kv_bytes(id, kept));
-      }
-    } else {
-      most = plan_.most_kv_bytes_for(request.spec.prompt_tokens + request.generated,
-                                     request.spec.prompt_tokens + written);
-    }
-    bytes.hbm = most - cached_blocks_held(request);
-    const std::uint64_t tokens = tiers_ != nullptr ? step_tokens(id, request) : 1;
-    if (tiers_ != nullptr && request.generated + tokens < request.spec.output_tokens) {
-      StageSums host(stage_of_tiered_layer_);
-      for (std::uint32_t layer = 0; layer < stage_of_tiered_layer_.size(); ++layer) {
-        const LayerDemand demand = step_demand(id, request, layer, tokens, true);
-        host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
-      }
-      bytes.host = host.busiest();
-    }
-    return bytes;
-  }
-  // As the step leaves it (what kv_in_use() counts), with its share of the staging buffer:
-  // its largest layer's T1 + T2 for each layer staged at once.
-  const bool first = request.generated == request.first_decode;
-  const std::uint64_t tokens = step_tokens(id, request);
-  const auto drafted = static_cast<double>(drafts(request));
-  double staged = 0.0;
-  StageSums hbm(stage_of_tiered_layer_);
-  StageSums host(stage_of_tiered_layer_);
-  for (std::uint32_t layer = 0; layer < stage_of_tiered_layer_.size(); ++layer) {
-    const LayerDemand demand = step_demand(id, request, layer, tokens, first);
-    // Received into host memory, its first step loads the T0 of the placement before it, which
-    // no earlier step counted; its policy may hold less there after the step (H2O evicts then).
-    // A speculating step writes its drafts' KV beside the newest token's before the policy
-    // steps, then holds each placement its tokens' policy steps leave.
-    const double during = demand.hbm + 1.0 + drafted;
-    const double held = request.whole_in_host || drafted > 0.0
-                            ? std::max(during, demand.hbm_after_most)
-                            : demand.hbm_after;
-    hbm.add(layer, in_whole_blocks(held, plan_.block_tokens) * bytes_per_token_layer_);
-    host.add(layer, host_bytes(demand.host_after, demand.compressed_after));
-    staged = std::max(staged, demand.host + demand.compressed);
-  }
-  bytes.hbm = hbm.busiest() + staged * staged_layers_ * bytes_per_token_layer_ +
-              plan_.most_untiered_kv_bytes_for(
-                  request.spec.prompt_tokens + request.generated,
-                  request.spec.prompt_tokens + request.generated + drafts(request));
-  // Received into host memory and not yet placed: its prompt (or its kept tokens) is there.
-  bytes.host =
-      request.whole_in_host ? std::max(host.busiest(), received_host_bytes(id)) : host.busiest();
-  return bytes;
-}
-
-ServingEngine::Footprint ServingEngine::planned_footprint() const {
-  Footprint total;
-  const auto add = [&total](const Footprint& bytes) {
-    total.hbm += bytes.hbm;
-    total.host += bytes.host;
-  };
-  for (const std::uint32_t id : running_) {
-    const auto chunk = std::find_if(prefilling_now_.begin(), prefilling_now_.end(),
-                                    [id](const PlannedChunk& c) { return c.request == id; });
-    add(footprint(id, chunk != prefilling_now_.end() ? chunk->tokens : 0));
-  }
-  for (const std::uint32_t id : handed_off_) {
-    const Request& request = requests_[id];
-    total.hbm += plan_.kv_bytes_for(cached_tokens(request)) - cached_blocks_held(request);
-  }
-  total.hbm += cached_blocks_in_use();
-  return total;
-}
-
-std::uint64_t ServingEngine::swap_copies(double bytes) const {
-  // Its HBM KV is whole blocks of one layer each: the blocks of a whole cache (or a prompt being
-  // prefilled) in every layer, or each layer's T0 blocks with a tier policy. One copy each for
-  // its keys and for its values.
-  const double layer_block_bytes = plan_.block_bytes() / static_cast<double>(kv_layers_per_gpu_);
-  return 2 * static_cast<std::uint64_t>(std::llround(bytes / layer_block_bytes));
-}
-
-void ServingEngine::preempt(std::uint32_t id) {
-  Request& request = requests_[id];
-  ++totals_.preemptions;
-  const double bytes = hbm_kv_bytes(id);
-  if (swapping_ && swap_used_bytes_ + bytes + request.tier_host <= plan_.swap_space_bytes) {
-    // Its HBM KV is copied out before this iteration's forward pass, and with a tier policy its
-    // T1/T2, already in host memory, pass to the swap space (no copy). It resumes where it
-    // stopped, nothing of it staged.
-    ++totals_.swapped_preemptions;
-    request.swapped = true;
-    request.swapped_bytes = bytes;
-    request.swap_copies = swap_copies(bytes);
-    swap_used_bytes_ += bytes + request.tier_host;
-    swap_out_bytes_now_ += bytes;
-    swap_out_copies_now_ += request.swap_copies;
-    swap_used_.set(swap_used_bytes_);
-    if (!prefilling(request)) {
-      request.first_decode = request.generated;
-    }
-  } else {
-    // Recomputed: its KV is dropped, and its next prefill covers the prompt and every token
-    // generated so far, the newest included, whose prefill then produces the next token.
-    totals_.preempted_kv_tokens += plan_.most_held_tokens(cached_tokens(request));
-    if (!prefilling(request)) {
-      request.prefill_target = request.spec.prompt_tokens + request.generated;
-    }
-    request.prefilled = 0;
-    request.tier_hbm = 0.0;
-    request.tier_host = 0.0;
-    request.whole_in_hbm = false;  // its prefill places it
-    request.whole_in_host = false;
-    if (prefix_cache_) {
-      release_cached_blocks(id);
-    }
-  }
-  running_.erase(std::find(running_.begin(), running_.end(), id));
-  waiting_.push_front(id);
-  totals_.max_waiting = std::max<std::uint64_t>(totals_.max_waiting, waiting_.size());
-  // Its KV is gone from now on.
-  kv_used_.set(kv_in_use());
-  full_kv_.set(full_kv_in_use());
-  host_used_.set(host_kv_in_use());
-}
-
-void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch) {
-  // As vLLM's scheduler: while the iteration's KV does not fit, the request admitted last is
-  // preempted. A request alone always fits: its whole life does, and so does its longest
-  // recompute (both checked at construction).
-  Footprint need = planned_footprint();
-  bool preempted = false;
-  // A decode engine's request whose KV is on the way is not preempted: it takes no more memory
-  // until it decodes, and its transfer is under way.
-  // Nor is one received into host memory and not yet placed: it holds no HBM, and a recompute
-  // would throw its prompt's copy away.
-  const auto last_preemptible = [this] {
-    return std::find_if(running_.rbegin(), running_.rend(), [this](std::uint32_t id) {
-      return !requests_[id].receiving && !requests_[id].whole_in_host;
-    });
-  };
-  // A prefill engine's requests handed off hold memory too: beside them, one request alone may
-  // not fit, and waits for their release.
-  while ((running_.size() > 1 || !handed_off_.empty()) && last_preemptible() != running_.rend() &&
-         (need.hbm > plan_.kv_capacity_bytes || need.host > plan_.host_kv_capacity_bytes)) {
-    preempt(*last_preemptible());
-    preempted = true;
-    budget = plan_running(batch);
-    need = planned_footprint();
-  }
-  const double hbm_room = plan_.kv_capacity_bytes * (1.0 - *on_demand_watermark_);
-  while (!preempted && budget > 0 && !waiting_.empty() && running_.size() < max_batch_) {
-    const std::uint32_t id = waiting_.front();
-    Request& head = requests_[id];
-    // With prefix caching its prefill starts after the cached blocks it takes; those it takes
-    // out of the free memory count with its first chunk.
-    const PrefixHits hits = prefix_hits(id);
-    Footprint first_chunk;
-    if (head.remote) {
-      // Its prompt's KV arrives whole, less the cached blocks it shares.
-      first_chunk = footprint(id, 0);
-      first_chunk.hbm -= static_cast<double>(hits.shared()) * plan_.block_bytes();
-    } else if (hits.blocks > 0) {
-      const std::uint64_t start = hits.blocks * plan_.block_tokens;
-      first_chunk.hbm =
-          plan_.kv_bytes_for(start + std::min({budget, chunk_cap_, head.prefill_target - start})) -
-          static_cast<double>(hits.shared()) * plan_.block_bytes();
-    } else {
-      first_chunk =
-          footprint(id, std::min({budget, chunk_cap_, head.prefill_target - head.prefilled}));
-    }
-    // Alone, a request always fits (its whole life does); the watermark does not hold it back.
-    const bool alone = running_.empty() && handed_off_.empty();
-    const bool hbm_short = !alone && need.hbm + first_chunk.hbm > hbm_room;
-    const bool host_short = need.host + first_chunk.host > plan_.host_kv_capacity_bytes;
-    if (hbm_short || host_short) {
-      totals_.admissions_held_by_hbm += hbm_short ? 1 : 0;
-      totals_.admissions_held_by_host += host_short ? 1 : 0;
-      break;
-    }
-    waiting_.pop_front();
-    if (!head.admitted_once) {
-      head.admitted_once = true;
-      head.admitted = simulator_.now();
-      queue_wait_.record(head.admitted - head.arrival);
-    }
-    need.hbm += first_chunk.hbm;
-    need.host += first_chunk.host;
-    take_prefix_hits(id, hits);
-    admit(id, budget, batch);
-  }
-  // What this iteration holds at its end: the running requests' KV as planned.
-  kv_reserved_bytes_ = need.hbm;
-  host_reserved_bytes_ = need.host;
 }
 
 void ServingEngine::try_start_iteration() {
@@ -944,6 +661,11 @@ void ServingEngine::complete(std::uint32_t id) {
   e2e_.record(now - request.arrival);
   kv_reserved_bytes_ -= request.kv_reserved;
   host_reserved_bytes_ -= request.host_reserved;
+  if (dispatch_) {
+    dispatch_->stopped_running(request.gpu);
+    dispatch_->release(request.gpu, request.kv_reserved);
+    dispatch_->completed(request.gpu);
+  }
   if (prefix_cache_) {
     release_cached_blocks(id);
   }

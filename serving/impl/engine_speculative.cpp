@@ -89,6 +89,7 @@ sim::Tick ServingEngine::draft_passes(hw::IterationCost& cost) {
   sim::Tick drafting = sim::Tick::zero();
   for (std::uint32_t pass = 0; pass < speculative_->draft_tokens(); ++pass) {
     hw::BatchShape step;
+    prepare_gpu_decodes(step);
     for (const std::uint32_t id : decoding_now_) {
       const Request& request = requests_[id];
       if (drafts(request) > pass) {
