@@ -36,6 +36,8 @@ struct GpuDecodes {
   std::uint64_t decode_tokens = 0;
   std::uint64_t decode_context_tokens = 0;
   std::uint64_t decode_draft_tokens = 0;
+  // The query tokens they verify: their newest and their drafts.
+  [[nodiscard]] std::uint64_t queries() const { return decode_tokens + decode_draft_tokens; }
 };
 
 // What one iteration processes (the same on every GPU of the TP group).
@@ -145,8 +147,8 @@ class IterationCostModel {
       const BatchShape& batch) const;
   // The decoding requests of the busiest GPU with data-parallel attention, ceil(D / TP) whole
   // ones, and the query tokens they verify: their newest and the mean request's drafts (which
-  // requests draft how many is not in a BatchShape). With decodes_by_gpu, the most requests and
-  // the most query tokens of a GPU.
+  // requests draft how many is not in a BatchShape). For the even spread: without
+  // decodes_by_gpu.
   struct BusiestDecodes {
     double requests = 0.0;
     double queries = 0.0;  // their newest tokens and drafts

@@ -537,8 +537,7 @@ void check_cluster(const RunSpec& run, const std::string& path, Problems& proble
                             " leaves no decode engine of cluster.engines " +
                             std::to_string(cluster.engines())});
   }
-  if (split.decode_routing() != ROUTING_UNSPECIFIED && split.decode_routing() != ROUND_ROBIN &&
-      split.decode_routing() != LEAST_OUTSTANDING) {
+  if (split.decode_routing() != ROUTING_UNSPECIFIED && !weighs_load_only(split.decode_routing())) {
     problems.push_back({at(path, "cluster.disaggregation.decode_routing"),
                         "decode_routing " + Routing_Name(split.decode_routing()) +
                             " weighs cached prefixes, which a decode engine does not look up: "

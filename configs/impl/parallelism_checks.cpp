@@ -210,8 +210,7 @@ void check_data_parallel_dispatch(const RunSpec& run, const std::string& path, b
         {field, named + " dispatches requests to the GPUs of data-parallel attention: set "
                         "engine.data_parallel_attention"});
   }
-  if (engine.data_parallel_dispatch() != ROUND_ROBIN &&
-      engine.data_parallel_dispatch() != LEAST_OUTSTANDING) {
+  if (!weighs_load_only(engine.data_parallel_dispatch())) {
     problems.push_back({field, named + " weighs cached prefixes, which data-parallel attention "
                                        "does not cache: choose ROUND_ROBIN or LEAST_OUTSTANDING"});
   }

@@ -18,6 +18,12 @@ inline std::string at(const std::string& prefix, const std::string& field) {
   return join_path(prefix, field);
 }
 
+// Whether a routing weighs load alone (ROUND_ROBIN, LEAST_OUTSTANDING), not cached prefixes:
+// what a decode engine's router and data-parallel dispatch may use.
+inline bool weighs_load_only(Routing routing) {
+  return routing == ROUND_ROBIN || routing == LEAST_OUTSTANDING;
+}
+
 // The problems of `run`'s pipeline stages, each at its field under `path`; `host_recodes`: the
 // run's tier policy recodes on the host (tiering.host_recode), which stages do not model.
 void check_pipeline(const RunSpec& run, const std::string& path, bool host_recodes,

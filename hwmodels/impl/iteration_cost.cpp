@@ -304,21 +304,19 @@ void IterationCostModel::add_layer(const BatchShape& batch, Mlp mlp, bool global
   if (mlp == Mlp::kExperts && split_ == AttentionSplit::kRequests &&
       parallelism_.experts == ExpertSplit::kWhole) {
     // Each GPU keeps its own tokens through the MLP: nothing gathered, nothing to all-reduce.
-    OwnTokens own{busiest_decodes(batch).queries, 0.0};
+    OwnTokens own;
     const std::vector<std::vector<PrefillChunk>> chunks = chunks_per_gpu(batch);
     if (batch.decodes_by_gpu.empty()) {
       // The busiest GPU's decodes beside the most chunk tokens one GPU has.
+      own.decode = busiest_decodes(batch).queries;
       for (const auto& own_chunks : chunks) {
         own.prefill = std::max(own.prefill, chunk_tokens(own_chunks));
       }
     } else {
       // Dispatched: the GPU with the most tokens of its own, decoding and prefilling.
-      own = OwnTokens{};
       for (std::size_t gpu = 0; gpu < chunks.size(); ++gpu) {
-        const GpuDecodes& decodes = batch.decodes_by_gpu[gpu];
-        const OwnTokens mine{
-            static_cast<double>(decodes.decode_tokens + decodes.decode_draft_tokens),
-            chunk_tokens(chunks[gpu])};
+        const OwnTokens mine{static_cast<double>(batch.decodes_by_gpu[gpu].queries()),
+                             chunk_tokens(chunks[gpu])};
         if (mine.decode + mine.prefill > own.decode + own.prefill) {
           own = mine;
         }
@@ -361,16 +359,6 @@ std::vector<std::vector<PrefillChunk>> IterationCostModel::chunks_per_gpu(
 
 IterationCostModel::BusiestDecodes IterationCostModel::busiest_decodes(
     const BatchShape& batch) const {
-  if (!batch.decodes_by_gpu.empty()) {
-    // Their own requests and drafts; no GPU's (and no 0 / 0) when none decodes.
-    BusiestDecodes most;
-    for (const GpuDecodes& gpu : batch.decodes_by_gpu) {
-      const auto queries = static_cast<double>(gpu.decode_tokens + gpu.decode_draft_tokens);
-      most.requests = std::max(most.requests, static_cast<double>(gpu.decode_tokens));
-      most.queries = std::max(most.queries, queries);
-    }
-    return most;
-  }
   const std::uint64_t whole_requests = (batch.decode_tokens + tp_ - 1) / tp_;
   const auto requests = static_cast<double>(whole_requests);
   // No drafts, or no requests to spread them over (and no 0 / 0).
@@ -394,8 +382,7 @@ void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
   if (!batch.decodes_by_gpu.empty()) {
     // Dispatched: each GPU's own requests and chunks, as they are.
     for (const GpuDecodes& gpu : batch.decodes_by_gpu) {
-      decodes.push_back({static_cast<double>(gpu.decode_tokens),
-                         static_cast<double>(gpu.decode_tokens + gpu.decode_draft_tokens),
+      decodes.push_back({static_cast<double>(gpu.decode_tokens), static_cast<double>(gpu.queries()),
                          static_cast<double>(gpu.decode_context_tokens)});
     }
   } else {
