@@ -628,6 +628,14 @@ void write_seeds(const fs::path& folder) {
                  "compare=~\n"
                  "workload.on_demand_admission.watermark=0.01\n"
                  "workload.prefill_chunk_tokens=100\n");
+  // Dispatched requests under the example's tier policy: each GPU's own copies.
+  write_seed(folder, "run-small-data-parallel-dispatch-tiered", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/deepseek-v3-attention.textproto") +
+                 kOverridesSeparator + std::string(kShrink) +
+                 "engine.data_parallel_attention=true\n"
+                 "engine.data_parallel_dispatch=ROUND_ROBIN\n"
+                 "workload.prefill_chunk_tokens=100\n");
   // Experts whole over the GPUs, their tokens sent in all-to-alls, a stated imbalance.
   write_seed(folder, "run-small-expert-parallel", Target::kConfig,
              std::string(1, kind_byte("run")) +

@@ -471,9 +471,9 @@ class ServingEngine {
   [[nodiscard]] double kv_in_use() const;
   [[nodiscard]] double full_kv_in_use() const;
   [[nodiscard]] double host_kv_in_use() const;
-  // Sets the decode context of `batch` (with hybrid attention, the global layers') and fills
-  // micro_copies_ from the decoding requests' tier demand and the placement of prompts this
-  // iteration completes (tiered runs only).
+  // Sets the decode context of `batch` (with hybrid attention, the global layers'; dispatched,
+  // each GPU's too) and fills copies_by_part_ from the decoding requests' tier demand and the
+  // placement of prompts this iteration completes (tiered runs only).
   void plan_tier_traffic(hw::BatchShape& batch);
   // A received request's first step: its copies (into `copies`, its micro-batch's), the tokens
   // it stages by layer (`staged`, its micro-batch's) and the resident tokens attention reads.
@@ -498,10 +498,10 @@ class ServingEngine {
     sim::Tick prefetch_stall;
     sim::Tick copy_wait;
   };
-  // One stage's layers on one micro-batch with their copies (with one stage, the iteration):
-  // how long they take; adds their copies' times to `times`.
+  // One stage's layers on one micro-batch with their copies (with one stage, the iteration;
+  // dispatched, each GPU's copies): how long they take; adds their copies' times to `times`.
   [[nodiscard]] sim::Tick time_stage_copies(const hw::IterationCost& compute,
-                                            std::span<const LayerCopies> layers,
+                                            std::span<const std::span<const LayerCopies>> gpus,
                                             CopyTimes& times) const;
   // The tier policy's settings of `run`: copy rates, tiered layers, bytes of a token-layer,
   // how it receives KV and recodes it (serving/impl/engine_tiers.cpp).
@@ -565,8 +565,12 @@ class ServingEngine {
   std::uint32_t kv_layers_per_gpu_;
   double bytes_per_token_layer_ = 0.0;             // full precision, this GPU's share
   double compressed_bytes_per_token_layer_ = 0.0;  // T2
-  // This iteration's copies by micro-batch (one without pipeline stages), each by layer.
-  std::vector<std::vector<LayerCopies>> micro_copies_;
+  // This iteration's copies by part, each by layer: by micro-batch (one without pipeline
+  // stages), or dispatched by GPU (data-parallel dispatch refuses stages).
+  std::vector<std::vector<LayerCopies>> copies_by_part_;
+  // What a part copies of a token-layer against bytes_per_token_layer_: dispatched, a GPU
+  // copies its own requests' whole latents; else 1.
+  double copy_scale_ = 1.0;
   double tier_staging_bytes_ = 0.0;  // the staging buffer of this iteration's prefetches
   // This iteration's recodes, in token-layers, from plan_tier_traffic.
   double recoded_to_compressed_ = 0.0;

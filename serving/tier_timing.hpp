@@ -6,7 +6,10 @@
 // on every GPU of the node together on its topology (hwmodels/topology.hpp): GPUs behind one
 // PCIe switch share its uplink, pageable host memory pays the link's pageable factor. T1/T2
 // live on each GPU's own socket. The two directions are probed separately (offloads are rare
-// beside prefetches), so duplex interference between them is not counted.
+// beside prefetches), so duplex interference between them is not counted. With data-parallel
+// dispatch the GPUs copy different amounts; each still copies at that rate (a GPU that copies
+// less does not leave its share of a switch's uplink to the others), so the busiest GPU's
+// copies are timed as if every GPU copied as long as it does.
 //
 // Pipeline: layer l's attention reads its T0 tokens plus its T1 (and T2) tokens staged by an
 // H2D copy. Copies run in layer order on the H2D copy engine; the copy of layer l may start
@@ -92,6 +95,17 @@ struct PipelineTiming {
 
 [[nodiscard]] PipelineTiming time_pipeline(sim::Tick layer_compute,
                                            std::span<const LayerCopies> layers,
+                                           std::uint32_t lookahead, const CopyRates& rates);
+// With data-parallel dispatch each GPU copies its own requests' KV over its own link, on its
+// own copy engines: `gpus` holds each GPU's copies of the same layers (std::invalid_argument
+// otherwise, or with none). A GPU starts layer l once every GPU has finished layer l − 1 (they
+// meet at each layer's MLP) and its own copy of layer l has arrived; the layer ends when the
+// slowest GPU ends it. Every GPU computes a layer in `layer_compute`, the slowest GPU's (the
+// cost model gives one layer time), so a GPU whose copy arrives last is charged the busiest
+// GPU's attention: conservative. `stall` is the time the layers waited beyond their compute;
+// the busy times are the GPUs' sums. One GPU's copies time as time_pipeline above.
+[[nodiscard]] PipelineTiming time_pipeline(sim::Tick layer_compute,
+                                           std::span<const std::span<const LayerCopies>> gpus,
                                            std::uint32_t lookahead, const CopyRates& rates);
 
 // How long one iteration's host recodes of `token_layers` take on the host's threads, from the

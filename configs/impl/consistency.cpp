@@ -584,7 +584,7 @@ void check_run(const RunSpec& run, const std::string& path, Problems& problems) 
   check_prefix_caching(run, path, problems);
   check_speculative(run, path, problems);
   check_tensor_split(run, path, problems);
-  check_data_parallel_dispatch(run, path, first_tier_policy(run).has_value(), problems);
+  check_data_parallel_dispatch(run, path, problems);
   const ModelSpec& model = run.model();
   const NodeSpec& node = run.hardware().node();
   if (model.activation_dtype() != DTYPE_UNSPECIFIED && node.gpu().compute_size() > 0) {

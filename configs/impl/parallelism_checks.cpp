@@ -196,8 +196,7 @@ void check_pipeline(const RunSpec& run, const std::string& path, bool host_recod
   }
 }
 
-void check_data_parallel_dispatch(const RunSpec& run, const std::string& path, bool tiered,
-                                  Problems& problems) {
+void check_data_parallel_dispatch(const RunSpec& run, const std::string& path, Problems& problems) {
   const EngineSpec& engine = run.engine();
   if (engine.data_parallel_dispatch() == ROUTING_UNSPECIFIED) {
     return;
@@ -213,11 +212,6 @@ void check_data_parallel_dispatch(const RunSpec& run, const std::string& path, b
   if (!weighs_load_only(engine.data_parallel_dispatch())) {
     problems.push_back({field, named + " weighs cached prefixes, which data-parallel attention "
                                        "does not cache: choose ROUND_ROBIN or LEAST_OUTSTANDING"});
-  }
-  // Each GPU's copies would cross its own PCIe link for its own requests: the tier timing
-  // models the mean GPU's.
-  if (tiered) {
-    problems.push_back({field, named + " with a tier policy is not modelled"});
   }
   if (run.cluster().has_disaggregation()) {
     problems.push_back({field, named + " in a disaggregated cluster is not modelled"});

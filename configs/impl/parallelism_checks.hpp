@@ -33,9 +33,8 @@ void check_pipeline(const RunSpec& run, const std::string& path, bool host_recod
 void check_tensor_split(const RunSpec& run, const std::string& path,
                         std::vector<Problem>& problems);
 // The problems of engine.data_parallel_dispatch: it needs data-parallel attention, a routing
-// that weighs no prefix, and neither a tier policy (`tiered`), a disaggregated cluster nor
-// preemption by swapping.
-void check_data_parallel_dispatch(const RunSpec& run, const std::string& path, bool tiered,
+// that weighs no prefix, and neither a disaggregated cluster nor preemption by swapping.
+void check_data_parallel_dispatch(const RunSpec& run, const std::string& path,
                                   std::vector<Problem>& problems);
 
 // The problems of the prefill pool's split that the run's own split has not, each at the

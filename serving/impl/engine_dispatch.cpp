@@ -22,9 +22,6 @@ void ServingEngine::start_dispatching(const config::RunSpec& run) {
   if (routing != config::ROUND_ROBIN && routing != config::LEAST_OUTSTANDING) {
     refuse("is not a dispatch: choose ROUND_ROBIN or LEAST_OUTSTANDING");
   }
-  if (tiers_ != nullptr) {
-    refuse("with a tier policy is not modelled");
-  }
   if (role_ != EngineRole::kPrefillAndDecode) {
     refuse("in a disaggregated cluster is not modelled");
   }

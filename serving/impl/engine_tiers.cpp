@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+#include <span>
 #include <vector>
 
 #include "serving/engine.hpp"
@@ -38,7 +40,12 @@ void ServingEngine::start_tiering(const config::RunSpec& run) {
   const hw::KvVectors vectors = hw::kv_vectors_per_token_per_layer(run.model());
   compressed_bytes_per_token_layer_ = tiers_->compressed_format().vectors_bytes(
       static_cast<double>(vectors.count) / shards, static_cast<double>(vectors.width));
-  micro_copies_.assign(pipeline_stages(run), std::vector<LayerCopies>(layers));
+  // Dispatched, each GPU copies its own requests' KV: whole latents (this GPU's share times the
+  // GPUs sharing it, as the mean GPU holds 1/TP of each request's).
+  const bool dispatched = run.engine().data_parallel_dispatch() != config::ROUTING_UNSPECIFIED;
+  copies_by_part_.assign(dispatched ? run.tensor_parallel_degree() : pipeline_stages(run),
+                         std::vector<LayerCopies>(layers));
+  copy_scale_ = dispatched ? static_cast<double>(shards) : 1.0;
   const bool decode = role_ == EngineRole::kDecode && run.cluster().has_disaggregation();
   receives_into_host_ = decode && run.cluster().disaggregation().receive_into_host_memory();
   receives_kept_only_ = decode && run.cluster().disaggregation().send_kept_only();
@@ -85,38 +92,45 @@ sim::Tick ServingEngine::time_host_recodes(sim::Tick duration) {
 }
 
 void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
-  for (std::vector<LayerCopies>& copies : micro_copies_) {
+  for (std::vector<LayerCopies>& copies : copies_by_part_) {
     std::fill(copies.begin(), copies.end(), LayerCopies{});
   }
-  const auto layers = static_cast<std::uint32_t>(micro_copies_.front().size());
+  const auto layers = static_cast<std::uint32_t>(copies_by_part_.front().size());
   const auto tiered = static_cast<std::uint32_t>(tiered_layers_.size());
-  const auto parts = static_cast<std::uint32_t>(micro_copies_.size());
+  const auto parts = static_cast<std::uint32_t>(copies_by_part_.size());
   const bool differential = tiers_->differential_prefetch();
+  // A token-layer in HBM and host memory, as the mean GPU holds it; as a part's GPU copies it.
   const double full = bytes_per_token_layer_;
-  const double compressed = compressed_bytes_per_token_layer_;
-  // By micro-batch, then layer: T1 + T2 tokens staged, and T2 tokens dequantised in HBM.
+  const double copied_full = full * copy_scale_;
+  const double copied_compressed = compressed_bytes_per_token_layer_ * copy_scale_;
+  // By part (micro-batch, or dispatched GPU), then layer: T1 + T2 tokens staged, and T2 tokens
+  // dequantised in HBM. The tokens attention reads, by dispatched GPU (else one sum, in the
+  // order of the requests).
   std::vector<std::vector<double>> staged(parts, std::vector<double>(layers, 0.0));
   std::vector<std::vector<double>> dequantised(parts, std::vector<double>(layers, 0.0));
-  double resident = 0.0;
+  std::vector<double> resident(dispatch_ ? parts : 1, 0.0);
   recoded_to_compressed_ = 0.0;
   recoded_to_full_ = 0.0;
   // With pipeline stages the decodes are dealt out to the micro-batches in order, as many to
-  // each as the cost model deals it (hw::micro_batch_decodes).
+  // each as the cost model deals it (hw::micro_batch_decodes); dispatched, each is its GPU's.
   const std::uint64_t decodes = decoding_now_.size();
-  std::uint32_t part = 0;
+  std::uint32_t micro_batch = 0;
   std::uint64_t left_in_part = hw::micro_batch_decodes(decodes, parts, 0);
   for (const std::uint32_t id : decoding_now_) {
-    while (left_in_part == 0 && part + 1 < parts) {
-      left_in_part = hw::micro_batch_decodes(decodes, parts, ++part);
+    while (left_in_part == 0 && micro_batch + 1 < parts) {
+      left_in_part = hw::micro_batch_decodes(decodes, parts, ++micro_batch);
     }
     --left_in_part;
-    std::vector<LayerCopies>& micro = micro_copies_[part];
     Request& request = requests_[id];
+    const std::uint32_t part = dispatch_ ? request.gpu : micro_batch;
+    std::vector<LayerCopies>& micro = copies_by_part_[part];
+    double& reads = resident[dispatch_ ? part : 0];
     request.tier_hbm = 0.0;
     request.tier_host = 0.0;
     const bool first = request.generated == request.first_decode;
     if (request.whole_in_hbm || request.whole_in_host) {
-      place_received(request, id, micro, staged[part], resident);
+      // Disaggregation is refused with dispatch: the copies are the mean GPU's.
+      place_received(request, id, micro, staged[part], reads);
       continue;
     }
     const std::uint64_t tokens = step_tokens(id, request);
@@ -135,18 +149,18 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       // host memory: no bus, but the host's threads (time_host_recodes). A step that gives
       // several tokens (speculative decoding) stages once and makes the moves of each
       // (step_demand).
-      copies.staged_full += (differential ? demand.unstaged_host : demand.host) * full;
-      copies.staged_compressed += demand.compressed * compressed;
-      copies.promoted_full += (demand.promoted - demand.promoted_from_compressed) * full;
-      copies.promoted_compressed += demand.promoted_from_compressed * compressed;
-      copies.offloaded_full += demand.demoted * full;
-      copies.offloaded_compressed += demand.compressed_from_hbm * compressed;
+      copies.staged_full += (differential ? demand.unstaged_host : demand.host) * copied_full;
+      copies.staged_compressed += demand.compressed * copied_compressed;
+      copies.promoted_full += (demand.promoted - demand.promoted_from_compressed) * copied_full;
+      copies.promoted_compressed += demand.promoted_from_compressed * copied_compressed;
+      copies.offloaded_full += demand.demoted * copied_full;
+      copies.offloaded_compressed += demand.compressed_from_hbm * copied_compressed;
       recoded_to_compressed_ += demand.recoded_to_compressed;
       recoded_to_full_ += demand.recoded_to_full;
       staged[part][layer] += demand.host + demand.compressed;
       dequantised[part][layer] += demand.compressed + demand.promoted_from_compressed;
       // The tokens attention reads and the step's own.
-      resident += demand.hbm + demand.host + demand.compressed + 1.0;
+      reads += demand.hbm + demand.host + demand.compressed + 1.0;
       hbm.add(t, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
       host.add(t, host_bytes(demand.host_after, demand.compressed_after));
     }
@@ -156,8 +170,8 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   // A prefill that completes a prompt is followed by the policy's placement of it (the start),
   // as the request's first decode step reads it: what that placement holds off HBM is
   // offloaded, T1 tokens at full precision and T2 ones as their compressed bytes (evicted ones
-  // are dropped), by the micro-batch the chunk is in. A request that decodes nothing is not
-  // placed.
+  // are dropped), by the micro-batch the chunk is in (dispatched, by its GPU). A request that
+  // decodes nothing is not placed.
   for (const PlannedChunk& chunk : prefilling_now_) {
     Request& request = requests_[chunk.request];
     if (request.prefilled + chunk.tokens < request.prefill_target ||
@@ -165,14 +179,14 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
       continue;
     }
     const std::uint64_t context = tiered_context(request, request.generated + 1);
-    std::vector<LayerCopies>& micro = micro_copies_[chunk.micro_batch];
+    std::vector<LayerCopies>& micro = copies_by_part_[dispatch_ ? request.gpu : chunk.micro_batch];
     StageSums hbm(stage_of_tiered_layer_);
     StageSums host(stage_of_tiered_layer_);
     for (std::uint32_t t = 0; t < tiered; ++t) {
       const LayerDemand placed = tiers_->at(chunk.request, context, t, true);
       LayerCopies& copies = micro[tiered_layers_[t]];
-      copies.offloaded_full += placed.host * full;
-      copies.offloaded_compressed += placed.compressed_held * compressed;
+      copies.offloaded_full += placed.host * copied_full;
+      copies.offloaded_compressed += placed.compressed_held * copied_compressed;
       hbm.add(t, in_whole_blocks(placed.hbm, plan_.block_tokens) * full);
       host.add(t, host_bytes(placed.host, placed.compressed_held));
     }
@@ -182,30 +196,40 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   // Attention reads every token it attends in the tiered layers (not the T2 of a policy that
   // leaves T2 out), at full precision once staged: with hybrid attention the global layers'
   // context, the windowed layers reading their window in HBM as add_decode_context counted it.
-  const auto context = static_cast<std::uint64_t>(std::llround(resident / tiered));
+  // Dispatched, each GPU reads its own requests' (data-parallel attention is modelled for
+  // latent attention only, which has no windowed layers).
+  const double all_resident = std::accumulate(resident.begin(), resident.end(), 0.0);
+  const auto context = static_cast<std::uint64_t>(std::llround(all_resident / tiered));
   if (hw::has_hybrid_attention(run_.model())) {
     batch.decode_global_context_tokens = context;
   } else {
     batch.decode_context_tokens = context;
   }
+  for (std::size_t gpu = 0; gpu < batch.decodes_by_gpu.size(); ++gpu) {
+    batch.decodes_by_gpu[gpu].decode_context_tokens =
+        static_cast<std::uint64_t>(std::llround(resident[gpu] / tiered));
+  }
   // The model of copy engines: they only copy, so T2 tokens are dequantised in HBM afterwards
   // (the live cache dequantises with kernels even in its copy-engine mode, so no live run
   // checks this). SM kernels dequantise as they copy.
   const hw::GpuModel& gpu = cost_model_.gpu();
-  double most_staged = 0.0;
+  double staging_tokens = 0.0;
   for (std::uint32_t m = 0; m < parts; ++m) {
     for (std::uint32_t layer = 0; layer < layers && copy_rates_.method != config::SM_KERNELS;
          ++layer) {
       if (dequantised[m][layer] > 0.0) {
-        micro_copies_[m][layer].extra_compute = gpu.op_time(
-            hw::OpKind::kElementwise, hw::OpCost{0.0, dequantised[m][layer] * (compressed + full)},
-            run_.model().activation_dtype());
+        copies_by_part_[m][layer].extra_compute =
+            gpu.op_time(hw::OpKind::kElementwise,
+                        hw::OpCost{0.0, dequantised[m][layer] * (copied_compressed + copied_full)},
+                        run_.model().activation_dtype());
       }
     }
     // A stage computes its micro-batches in turn: the buffer holds one's staging at a time.
-    most_staged = std::max(most_staged, *std::max_element(staged[m].begin(), staged[m].end()));
+    // Dispatched GPUs each have their own buffer (the mean GPU's share of them all).
+    const double most = *std::max_element(staged[m].begin(), staged[m].end());
+    staging_tokens = dispatch_ ? staging_tokens + most : std::max(staging_tokens, most);
   }
-  tier_staging_bytes_ = most_staged * staged_layers_ * full;
+  tier_staging_bytes_ = staging_tokens * staged_layers_ * full;
 }
 
 double ServingEngine::untiered_kv_after_step(const Request& request, std::uint64_t tokens) const {
@@ -318,9 +342,9 @@ double ServingEngine::kept_token_layers(std::uint32_t id, std::uint64_t extra,
 }
 
 sim::Tick ServingEngine::time_stage_copies(const hw::IterationCost& compute,
-                                           std::span<const LayerCopies> layers,
+                                           std::span<const std::span<const LayerCopies>> gpus,
                                            CopyTimes& times) const {
-  const PipelineTiming timing = time_pipeline(compute.layer, layers, lookahead_, copy_rates_);
+  const PipelineTiming timing = time_pipeline(compute.layer, gpus, lookahead_, copy_rates_);
   const sim::Tick computed = timing.layers_end + compute.head;
   const sim::Tick duration = std::max(computed, timing.end) + timing.trailing;
   times.prefetch_stall += timing.stall;
@@ -332,38 +356,45 @@ sim::Tick ServingEngine::time_stage_copies(const hw::IterationCost& compute,
 
 sim::Tick ServingEngine::time_tier_copies(const hw::BatchShape& batch, hw::IterationCost& cost) {
   CopyTimes times;
-  const auto stages = static_cast<std::int64_t>(micro_copies_.size());
+  const auto stages = static_cast<std::int64_t>(pipeline_stages(run_));
   sim::Tick duration;
   if (stages == 1) {
     cost = cost_model_.cost(batch);
     // The drafter's passes come before the verifying pass and its copies, which do not start
     // during them.
     const sim::Tick drafting = speculative_ ? draft_passes(cost) : sim::Tick::zero();
-    duration = time_stage_copies(cost, micro_copies_.front(), times) + drafting;
+    // One part, or dispatched each GPU's copies.
+    const std::vector<std::span<const LayerCopies>> gpus(copies_by_part_.begin(),
+                                                         copies_by_part_.end());
+    duration = time_stage_copies(cost, gpus, times) + drafting;
   } else {
     // Each stage copies its own layers' KV over its own GPUs' links, one micro-batch after
     // another, as it computes them.
     cost = cost_model_.cost(batch, [&](const hw::StageWork& work) {
-      const std::span<const LayerCopies> copies(micro_copies_[work.micro_batch]);
-      return time_stage_copies(*work.compute, copies.subspan(work.first_layer, work.layers), times);
+      const std::span<const LayerCopies> copies(copies_by_part_[work.micro_batch]);
+      const std::span<const LayerCopies> stage[] = {copies.subspan(work.first_layer, work.layers)};
+      return time_stage_copies(*work.compute, stage, times);
     });
     duration = cost.total;
   }
-  // Per GPU: every GPU is in one stage, so the mean stage's share.
+  // Per GPU: every GPU is in one stage, so the mean stage's share. Dispatched GPUs all wait as
+  // the layers do, each busy copying its own (the mean of the parts).
+  const auto parts = static_cast<std::int64_t>(copies_by_part_.size());
   totals_.prefetch_stall += times.prefetch_stall / stages;
   totals_.copy_wait += times.copy_wait / stages;
-  totals_.h2d_busy += times.h2d_busy / stages;
-  totals_.d2h_busy += times.d2h_busy / stages;
-  const double share = 1.0 / static_cast<double>(stages);
-  for (const std::vector<LayerCopies>& micro : micro_copies_) {
+  totals_.h2d_busy += times.h2d_busy / parts;
+  totals_.d2h_busy += times.d2h_busy / parts;
+  const double share = 1.0 / static_cast<double>(parts);
+  for (const std::vector<LayerCopies>& micro : copies_by_part_) {
     for (const LayerCopies& copies : micro) {
       totals_.h2d_bytes += copies.h2d_bytes() * share;
       totals_.d2h_bytes += copies.d2h_bytes() * share;
     }
   }
+  // The recodes are counted as the mean GPU holds its token-layers, over every stage's.
   totals_.host_recode_bytes += (recoded_to_compressed_ * bytes_per_token_layer_ +
                                 recoded_to_full_ * compressed_bytes_per_token_layer_) *
-                               share;
+                               (1.0 / static_cast<double>(stages));
   return duration;
 }
 

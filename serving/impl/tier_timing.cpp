@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "hwmodels/link_math.hpp"
@@ -45,33 +47,46 @@ sim::Tick kernels_time(double full, double compressed, const CopyRates& rates, b
                       copy_time(compressed, rates.t2_d2h_bytes_per_s, rates.t2_d2h_setup);
 }
 
-// Copies and compute take turns on the SMs: each layer's staging, then the layer; after the last
-// layer the offloads of every layer, then the promotions, in batches (as the live cache moves
-// them). Every kind is a kernel of its own, with its own setup.
-PipelineTiming time_turns(sim::Tick layer_compute, std::span<const LayerCopies> layers,
+// Copies and compute take turns on each GPU's SMs: each layer's staging, then the layer, which
+// ends on the slowest GPU; after the last layer each GPU's offloads of every layer, then its
+// promotions, in batches (as the live cache moves them). Every kind is a kernel of its own, with
+// its own setup.
+PipelineTiming time_turns(sim::Tick layer_compute,
+                          std::span<const std::span<const LayerCopies>> gpus,
                           const CopyRates& rates) {
   PipelineTiming timing;
   sim::Tick now;
-  LayerCopies moved;  // the iteration's promotions and offloads, all layers together
-  for (const LayerCopies& copies : layers) {
-    const sim::Tick h2d =
-        kernels_time(copies.staged_full, copies.staged_compressed, rates, /*to_gpu=*/true);
-    timing.h2d_busy += h2d;
-    timing.stall += h2d;
-    now += h2d + layer_compute + copies.extra_compute;
-    moved.promoted_full += copies.promoted_full;
-    moved.promoted_compressed += copies.promoted_compressed;
-    moved.offloaded_full += copies.offloaded_full;
-    moved.offloaded_compressed += copies.offloaded_compressed;
+  // Each GPU's promotions and offloads of the iteration, all layers together.
+  std::vector<LayerCopies> moved(gpus.size());
+  for (std::size_t layer = 0; layer < gpus.front().size(); ++layer) {
+    sim::Tick slowest;  // a GPU's staging and compute of the layer
+    sim::Tick most_extra;
+    for (std::size_t gpu = 0; gpu < gpus.size(); ++gpu) {
+      const LayerCopies& copies = gpus[gpu][layer];
+      const sim::Tick h2d =
+          kernels_time(copies.staged_full, copies.staged_compressed, rates, /*to_gpu=*/true);
+      timing.h2d_busy += h2d;
+      slowest = std::max(slowest, h2d + layer_compute + copies.extra_compute);
+      most_extra = std::max(most_extra, copies.extra_compute);
+      moved[gpu].promoted_full += copies.promoted_full;
+      moved[gpu].promoted_compressed += copies.promoted_compressed;
+      moved[gpu].offloaded_full += copies.offloaded_full;
+      moved[gpu].offloaded_compressed += copies.offloaded_compressed;
+    }
+    timing.stall += slowest - layer_compute - most_extra;
+    now += slowest;
   }
   timing.layers_end = now;
   timing.end = now;
-  timing.d2h_busy =
-      kernels_time(moved.offloaded_full, moved.offloaded_compressed, rates, /*to_gpu=*/false);
-  const sim::Tick promotions =
-      kernels_time(moved.promoted_full, moved.promoted_compressed, rates, /*to_gpu=*/true);
-  timing.h2d_busy += promotions;
-  timing.trailing = timing.d2h_busy + promotions;
+  for (const LayerCopies& batches : moved) {
+    const sim::Tick offloads =
+        kernels_time(batches.offloaded_full, batches.offloaded_compressed, rates, false);
+    const sim::Tick promotions =
+        kernels_time(batches.promoted_full, batches.promoted_compressed, rates, true);
+    timing.d2h_busy += offloads;
+    timing.h2d_busy += promotions;
+    timing.trailing = std::max(timing.trailing, offloads + promotions);
+  }
   return timing;
 }
 
@@ -132,37 +147,65 @@ sim::Tick swap_time(double bytes, std::uint64_t copies, double bytes_per_s, sim:
 
 PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopies> layers,
                              std::uint32_t lookahead, const CopyRates& rates) {
+  const std::span<const LayerCopies> one_gpu[] = {layers};
+  return time_pipeline(layer_compute, one_gpu, lookahead, rates);
+}
+
+PipelineTiming time_pipeline(sim::Tick layer_compute,
+                             std::span<const std::span<const LayerCopies>> gpus,
+                             std::uint32_t lookahead, const CopyRates& rates) {
+  if (gpus.empty()) {
+    throw std::invalid_argument("a copy pipeline needs at least one GPU's copies");
+  }
+  const std::size_t layers = gpus.front().size();
+  for (const std::span<const LayerCopies> own : gpus) {
+    if (own.size() != layers) {
+      throw std::invalid_argument("GPUs' copies over " + std::to_string(own.size()) + " and " +
+                                  std::to_string(layers) + " layers: each GPU copies each layer");
+    }
+  }
   if (rates.method == config::SM_KERNELS) {
-    return time_turns(layer_compute, layers, rates);
+    return time_turns(layer_compute, gpus, rates);
   }
   PipelineTiming timing;
-  std::vector<sim::Tick> starts(layers.size());
-  sim::Tick copy_free;     // when the H2D engine is next idle
-  sim::Tick previous_end;  // when the previous layer finished
-  sim::Tick d2h;
-  for (std::size_t layer = 0; layer < layers.size(); ++layer) {
-    const LayerCopies& copies = layers[layer];
-    // The staging slot for this layer frees when layer − lookahead starts; synchronous copies
-    // (lookahead 0) wait for the previous layer to finish.
-    const sim::Tick slot = lookahead == 0       ? previous_end
-                           : layer >= lookahead ? starts[layer - lookahead]
-                                                : sim::Tick::zero();
-    const sim::Tick h2d = copy_time(copies.h2d_bytes(), rates.h2d_bytes_per_s, rates.h2d_setup);
-    const sim::Tick copy_start = std::max(copy_free, slot);
-    const sim::Tick arrived = h2d > sim::Tick::zero() ? copy_start + h2d : sim::Tick::zero();
-    if (h2d > sim::Tick::zero()) {
-      copy_free = arrived;
-      timing.h2d_busy += h2d;
+  // By GPU: when each layer started, when its H2D engine is next idle, its offloads' time.
+  std::vector<std::vector<sim::Tick>> starts(gpus.size(), std::vector<sim::Tick>(layers));
+  std::vector<sim::Tick> copy_free(gpus.size());
+  std::vector<sim::Tick> d2h(gpus.size());
+  sim::Tick previous_end;  // when the previous layer finished on every GPU
+  for (std::size_t layer = 0; layer < layers; ++layer) {
+    sim::Tick end;
+    sim::Tick most_extra;
+    for (std::size_t gpu = 0; gpu < gpus.size(); ++gpu) {
+      const LayerCopies& copies = gpus[gpu][layer];
+      // The staging slot for this layer frees when layer − lookahead starts; synchronous copies
+      // (lookahead 0) wait for the previous layer to finish.
+      const sim::Tick slot = lookahead == 0       ? previous_end
+                             : layer >= lookahead ? starts[gpu][layer - lookahead]
+                                                  : sim::Tick::zero();
+      const sim::Tick h2d = copy_time(copies.h2d_bytes(), rates.h2d_bytes_per_s, rates.h2d_setup);
+      const sim::Tick copy_start = std::max(copy_free[gpu], slot);
+      const sim::Tick arrived = h2d > sim::Tick::zero() ? copy_start + h2d : sim::Tick::zero();
+      if (h2d > sim::Tick::zero()) {
+        copy_free[gpu] = arrived;
+        timing.h2d_busy += h2d;
+      }
+      // A GPU starts the layer once every GPU has finished the previous one (data-parallel
+      // attention's GPUs meet at each layer's MLP) and its own copy has arrived.
+      starts[gpu][layer] = std::max(previous_end, arrived);
+      end = std::max(end, starts[gpu][layer] + layer_compute + copies.extra_compute);
+      most_extra = std::max(most_extra, copies.extra_compute);
+      const sim::Tick offload =
+          copy_time(copies.d2h_bytes(), rates.d2h_bytes_per_s, rates.d2h_setup);
+      d2h[gpu] += offload;
+      timing.d2h_busy += offload;
     }
-    starts[layer] = std::max(previous_end, arrived);
-    timing.stall += starts[layer] - previous_end;
-    previous_end = starts[layer] + layer_compute + copies.extra_compute;
-    const sim::Tick offload = copy_time(copies.d2h_bytes(), rates.d2h_bytes_per_s, rates.d2h_setup);
-    d2h += offload;
-    timing.d2h_busy += offload;
+    // What the layer waited for copies beyond its own compute.
+    timing.stall += end - previous_end - layer_compute - most_extra;
+    previous_end = end;
   }
   timing.layers_end = previous_end;
-  timing.end = std::max(previous_end, d2h);
+  timing.end = std::max(previous_end, *std::max_element(d2h.begin(), d2h.end()));
   return timing;
 }
 

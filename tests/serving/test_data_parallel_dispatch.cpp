@@ -16,7 +16,6 @@
 #include "tests/support/batch_shapes.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
-#include "tests/support/tiered_runs.hpp"
 
 using kvtier::config::RunSpec;
 using kvtier::hw::BatchShape;
@@ -350,11 +349,6 @@ TEST_CASE("data-parallel dispatch refuses what it does not model", "[config]") {
                  Catch::Contains("field engine.data_parallel_dispatch"));
   const std::vector<std::string> dp = {"model.preset=DeepSeek-V2-Lite", "tensor_parallel_degree=2",
                                        "engine.data_parallel_attention=true"};
-  std::vector<std::string> tiered = kvtier::test::kTieringSets;
-  tiered.insert(tiered.end(), dp.begin(), dp.end());
-  tiered.insert(tiered.end(),
-                {"policy.name=tiered", "engine.data_parallel_dispatch=LEAST_OUTSTANDING"});
-  CHECK_THAT(lines(tiered), Catch::Contains("with a tier policy is not modelled"));
   std::vector<std::string> kv_aware = dp;
   kv_aware.insert(kv_aware.end(), {"engine.data_parallel_dispatch=KV_AWARE", "policy.name=full",
                                    "compare=~", "tiering=~"});
