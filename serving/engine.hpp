@@ -230,6 +230,12 @@ class ServingEngine {
     return iteration_time_;
   }
   [[nodiscard]] const sim::TimeWeightedGauge& kv_used() const noexcept { return kv_used_; }
+  // With engine.data_parallel_dispatch, the most KV one GPU has held (its own requests' whole
+  // latents and its staging buffer, in bytes on that GPU, against MemoryPlan::kv_capacity_bytes);
+  // absent without it. kv_used() is the mean GPU's.
+  [[nodiscard]] std::optional<double> busiest_gpu_kv_peak() const {
+    return dispatch_ ? std::optional<double>(busiest_gpu_kv_peak_) : std::nullopt;
+  }
   [[nodiscard]] const sim::TimeWeightedGauge& kv_reserved() const noexcept { return kv_reserved_; }
   [[nodiscard]] const sim::TimeWeightedGauge& running() const noexcept { return running_gauge_; }
   // What the running requests' KV would take with the whole cache in HBM, and the host memory
@@ -469,6 +475,8 @@ class ServingEngine {
   // A batch's per-GPU decodes, one entry a dispatched GPU (none without dispatch).
   void prepare_gpu_decodes(hw::BatchShape& batch) const;
   [[nodiscard]] double kv_in_use() const;
+  // Sets kv_used_ to kv_in_use() and, dispatched, raises the busiest GPU's peak.
+  void record_kv_used();
   [[nodiscard]] double full_kv_in_use() const;
   [[nodiscard]] double host_kv_in_use() const;
   // Sets the decode context of `batch` (with hybrid attention, the global layers'; dispatched,
@@ -572,6 +580,8 @@ class ServingEngine {
   // copies its own requests' whole latents; else 1.
   double copy_scale_ = 1.0;
   double tier_staging_bytes_ = 0.0;  // the staging buffer of this iteration's prefetches
+  // Dispatched, each GPU's staging buffer (mean-GPU bytes, as tier_staging_bytes_, their sum).
+  std::vector<double> staging_by_gpu_;
   // This iteration's recodes, in token-layers, from plan_tier_traffic.
   double recoded_to_compressed_ = 0.0;
   double recoded_to_full_ = 0.0;
@@ -636,6 +646,7 @@ class ServingEngine {
   sim::LatencyDistribution queue_wait_;
   sim::LatencyDistribution iteration_time_;
   sim::TimeWeightedGauge kv_used_;
+  double busiest_gpu_kv_peak_ = 0.0;
   sim::TimeWeightedGauge kv_reserved_;
   sim::TimeWeightedGauge running_gauge_;
   sim::TimeWeightedGauge full_kv_;

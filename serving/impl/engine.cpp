@@ -278,7 +278,7 @@ void ServingEngine::release(std::uint32_t request) {
   if (prefix_cache_) {
     release_cached_blocks(request);
   }
-  kv_used_.set(kv_in_use());
+  record_kv_used();
   full_kv_.set(full_kv_in_use());
   wake();  // what waited for its memory may be admitted
 }
@@ -393,6 +393,23 @@ double ServingEngine::kv_in_use() const {
     bytes += hbm_kv_bytes(id);
   }
   return bytes;
+}
+
+void ServingEngine::record_kv_used() {
+  kv_used_.set(kv_in_use());
+  if (!dispatch_) {
+    return;
+  }
+  // Each GPU's requests as kv_in_use() counts them, its own staging buffer; on the GPU, a
+  // request's latents are whole (the mean GPU holds 1/TP of them).
+  std::vector<double> by_gpu = staging_by_gpu_;
+  by_gpu.resize(dispatch_->gpus(), 0.0);
+  for (const std::uint32_t id : running_) {
+    by_gpu[requests_[id].gpu] += hbm_kv_bytes(id);
+  }
+  const double busiest = *std::max_element(by_gpu.begin(), by_gpu.end());
+  busiest_gpu_kv_peak_ =
+      std::max(busiest_gpu_kv_peak_, busiest * static_cast<double>(dispatch_->gpus()));
 }
 
 double ServingEngine::hbm_kv_bytes(std::uint32_t id) const {
@@ -520,7 +537,7 @@ void ServingEngine::try_start_iteration() {
     iteration_in_flight_ = false;
     // A decode engine may have admitted requests whose KV is on its way: their blocks (or, in
     // host memory, their prompts) are taken now, though no iteration runs to count them.
-    kv_used_.set(kv_in_use());
+    record_kv_used();
     full_kv_.set(full_kv_in_use());
     host_used_.set(host_kv_in_use());
     if (prefix_host_) {
@@ -645,7 +662,7 @@ void ServingEngine::finish_iteration() {
   for (const std::uint32_t id : handed) {
     hand_off(id);
   }
-  kv_used_.set(kv_in_use());
+  record_kv_used();
   full_kv_.set(full_kv_in_use());
   host_used_.set(host_kv_in_use());
   try_start_iteration();

@@ -294,7 +294,7 @@ void ServingEngine::preempt(std::uint32_t id) {
   waiting_.push_front(id);
   totals_.max_waiting = std::max<std::uint64_t>(totals_.max_waiting, waiting_.size());
   // Its KV is gone from now on.
-  kv_used_.set(kv_in_use());
+  record_kv_used();
   full_kv_.set(full_kv_in_use());
   host_used_.set(host_kv_in_use());
 }

@@ -214,6 +214,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
   // checks this). SM kernels dequantise as they copy.
   const hw::GpuModel& gpu = cost_model_.gpu();
   double staging_tokens = 0.0;
+  staging_by_gpu_.assign(dispatch_ ? parts : 0, 0.0);
   for (std::uint32_t m = 0; m < parts; ++m) {
     for (std::uint32_t layer = 0; layer < layers && copy_rates_.method != config::SM_KERNELS;
          ++layer) {
@@ -228,6 +229,9 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     // Dispatched GPUs each have their own buffer (the mean GPU's share of them all).
     const double most = *std::max_element(staged[m].begin(), staged[m].end());
     staging_tokens = dispatch_ ? staging_tokens + most : std::max(staging_tokens, most);
+    if (dispatch_) {
+      staging_by_gpu_[m] = most * staged_layers_ * full;
+    }
   }
   tier_staging_bytes_ = staging_tokens * staged_layers_ * full;
 }

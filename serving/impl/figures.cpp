@@ -154,6 +154,7 @@ Figures figures_of(const ServingEngine& engine) {
   f.iteration = engine.iteration_time();
   f.kv_used_peak = engine.kv_used().max();
   f.kv_used_mean = engine.kv_used().time_average();
+  f.busiest_gpu_kv_peak = engine.busiest_gpu_kv_peak();
   f.kv_reserved_peak = engine.kv_reserved().max();
   f.full_kv_peak = engine.full_kv().max();
   f.full_kv_mean = engine.full_kv().time_average();
@@ -182,6 +183,10 @@ Figures figures_of(const Cluster& cluster) {
     merged.queue_wait.merge(f.queue_wait);
     merged.iteration.merge(f.iteration);
     merged.kv_used_peak = std::max(merged.kv_used_peak, f.kv_used_peak);
+    if (f.busiest_gpu_kv_peak) {
+      merged.busiest_gpu_kv_peak =
+          std::max(merged.busiest_gpu_kv_peak.value_or(0.0), *f.busiest_gpu_kv_peak);
+    }
     merged.kv_reserved_peak = std::max(merged.kv_reserved_peak, f.kv_reserved_peak);
     merged.full_kv_peak = std::max(merged.full_kv_peak, f.full_kv_peak);
     merged.host_used_peak = std::max(merged.host_used_peak, f.host_used_peak);
@@ -240,6 +245,10 @@ std::vector<Metric> engine_metrics(const Figures& f, const ServingEngine& engine
   m.push_back({"hbm_kv_capacity_gib", plan.kv_capacity_bytes / kGiB, 2});
   m.push_back({"hbm_kv_used_peak_gib", f.kv_used_peak / kGiB, 3});
   m.push_back({"hbm_kv_used_mean_gib", f.kv_used_mean / kGiB, 3});
+  if (f.busiest_gpu_kv_peak) {
+    // Dispatched, the figures above are the mean GPU's; this one is the GPU that held most.
+    m.push_back({"hbm_kv_used_peak_busiest_gpu_gib", *f.busiest_gpu_kv_peak / kGiB, 3});
+  }
   m.push_back({"hbm_kv_reserved_peak_gib", f.kv_reserved_peak / kGiB, 3});
   m.push_back({"hbm_peak_gib", f.hbm_peak / kGiB, 3});
   m.push_back({"kv_bytes_per_token_per_gpu", plan.kv_bytes_per_token, 1});

@@ -3,6 +3,7 @@
 // cluster's merged (totals summed, peaks the highest engine's, time averages the engines' mean,
 // latencies over every request), and the metrics made of them.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,8 @@ struct Figures {
   sim::LatencyDistribution iteration;
   double kv_used_peak = 0.0;
   double kv_used_mean = 0.0;
+  // With data-parallel dispatch, the most KV one GPU held (ServingEngine::busiest_gpu_kv_peak).
+  std::optional<double> busiest_gpu_kv_peak;
   double kv_reserved_peak = 0.0;
   double full_kv_peak = 0.0;
   double full_kv_mean = 0.0;

@@ -16,6 +16,7 @@
 #include "tests/support/batch_shapes.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
+#include "tests/support/serving_metrics.hpp"
 
 using kvtier::config::RunSpec;
 using kvtier::hw::BatchShape;
@@ -258,6 +259,38 @@ TEST_CASE("long requests dispatched to one GPU slow every layer", "[serving]") {
       request_at(0.0, 100, 64)};
   CHECK(serve(lite_run("ROUND_ROBIN", budget), paired)->engine->tpot().percentile(100) <
         turns->engine->tpot().percentile(100));
+}
+
+TEST_CASE("the busiest GPU's KV peak is reported beside the mean GPU's", "[serving]") {
+  // Long and short prompts in turn: dispatched in turn, GPU 0 holds both long ones, 96% of all
+  // the KV, where the mean GPU holds half of it.
+  const std::vector<kvtier::serving::RequestSpec> requests = {
+      request_at(0.0, 4000, 64), request_at(0.0, 100, 64), request_at(0.0, 4000, 64),
+      request_at(0.0, 100, 64)};
+  const std::vector<std::string> budget = {"workload.prefill_chunk_tokens=16384"};
+  const auto even = serve(lite_run("", budget), requests);
+  CHECK_FALSE(even->engine->busiest_gpu_kv_peak().has_value());
+  const auto turns = serve(lite_run("ROUND_ROBIN", budget), requests);
+  const double mean = turns->engine->kv_used().max();
+  const auto plan = kvtier::serving::plan_memory(lite_run("ROUND_ROBIN"));
+  // Counted between iterations, the peak is before the last, which ends every request: GPU 0
+  // holds two requests of 4,062 tokens, GPU 1 two of 162; the mean GPU half of the four
+  // (kv_bytes_for gives a GPU's 1/TP).
+  CHECK(mean == Approx(2.0 * (plan.kv_bytes_for(4062) + plan.kv_bytes_for(162))).epsilon(1e-9));
+  REQUIRE(turns->engine->busiest_gpu_kv_peak().has_value());
+  CHECK(*turns->engine->busiest_gpu_kv_peak() ==
+        Approx(2.0 * 2.0 * plan.kv_bytes_for(4062)).epsilon(1e-9));
+  // Identical requests spread evenly: the busiest GPU holds what the mean GPU does.
+  std::vector<kvtier::serving::RequestSpec> identical(8, request_at(0.0, 500, 40));
+  const auto spread = serve(lite_run("ROUND_ROBIN", budget), identical);
+  REQUIRE(spread->engine->busiest_gpu_kv_peak().has_value());
+  CHECK(*spread->engine->busiest_gpu_kv_peak() ==
+        Approx(spread->engine->kv_used().max()).epsilon(1e-12));
+  // In the report, only when dispatched.
+  const auto reported = kvtier::test::serving_metrics(lite_run("ROUND_ROBIN"));
+  CHECK(reported.at("hbm_kv_used_peak_busiest_gpu_gib") >=
+        reported.at("hbm_kv_used_peak_gib") - 1e-3);
+  CHECK(kvtier::test::serving_metrics(lite_run("")).count("hbm_kv_used_peak_busiest_gpu_gib") == 0);
 }
 
 TEST_CASE("a GPU drafts for its own requests", "[serving]") {

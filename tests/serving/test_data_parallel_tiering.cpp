@@ -171,6 +171,9 @@ TEST_CASE("identical requests dispatched in turn under a tier policy run as the 
       CHECK(mine.host_recode_bytes == Approx(theirs.host_recode_bytes).epsilon(1e-12));
       CHECK(engine.kv_used().max() ==
             Approx(even.cluster.engine(0).kv_used().max()).epsilon(1e-12));
+      // Each GPU holds what the mean GPU does, its staging buffer too.
+      CHECK(engine.busiest_gpu_kv_peak().value_or(0.0) ==
+            Approx(engine.kv_used().max()).epsilon(1e-12));
       CHECK(engine.e2e().percentile(100) == even.cluster.engine(0).e2e().percentile(100));
     }
   }
@@ -193,6 +196,9 @@ TEST_CASE("requests dispatched to one GPU wait for its copies", "[tiers][serving
   CHECK(mine.h2d_bytes == Approx(theirs.h2d_bytes).epsilon(1e-12));
   CHECK(mine.prefetch_stall > theirs.prefetch_stall);
   CHECK(mine.busy > theirs.busy);
+  // At the peak GPU 1 holds nothing: GPU 0 holds all the KV, its staging buffer too.
+  CHECK(turns.cluster.engine(0).busiest_gpu_kv_peak().value_or(0.0) ==
+        Approx(2.0 * turns.cluster.engine(0).kv_used().max()).epsilon(1e-12));
   // Long, long, short: in turn, each GPU one long one, and the copies as even as the spread's.
   const std::vector<kvtier::serving::RequestSpec> paired = {
       request_at(0.0, 100, 600), request_at(0.0, 100, 600), request_at(0.0, 100, 2)};
