@@ -8,10 +8,12 @@
 
 #include "configs/schema/run.pb.h"
 #include "serving/engine.hpp"
+#include "serving/memory_plan.hpp"
 #include "serving/tier_timing.hpp"
 #include "tests/support/cluster_fixture.hpp"
 #include "tests/support/config_fixture.hpp"
 #include "tests/support/disaggregated_runs.hpp"
+#include "tests/support/speculative_runs.hpp"
 #include "tests/support/tiered_runs.hpp"
 
 using kvtier::config::RunSpec;
@@ -143,21 +145,32 @@ TEST_CASE("identical requests dispatched in turn under a tier policy run as the 
   // iteration. Tiered keeps the prompt in HBM and re-tiers the generated tokens every 32 steps,
   // some into T2; with eviction, each GPU's attention reads only what its requests keep.
   // Monarch's placement offloads most of each prompt as it completes, by the prompt's GPU.
-  // Each GPU's staging buffer is its own.
+  // Each GPU's staging buffer is its own. The same with copies by SM kernels, and with two
+  // drafts a step, both always accepted (so that every request steps alike).
   std::vector<kvtier::serving::RequestSpec> requests(8, request_at(0.0, 200, 300));
+  const std::string tiered = "tiered:hbm=0.3,evict=0.3,compress=0.2,delta=32";
   const std::vector<std::string> budget = {"workload.prefill_chunk_tokens=4096"};
-  for (const std::string policy :
-       {"tiered:hbm=0.3,evict=0.3,compress=0.2,delta=32",
-        "monarch:attend=all,compression=int8,window=18,max_hot=25,page=5"}) {
-    const TieredServed even(lite_tiered(policy, "", budget), open_loop(requests));
+  struct Variant {
+    std::string policy;
+    std::vector<std::string> sets;
+    bool drafts = false;
+  };
+  const std::vector<Variant> variants = {
+      {tiered, budget},
+      {"monarch:attend=all,compression=int8,window=18,max_hot=25,page=5", budget},
+      {tiered, {"workload.prefill_chunk_tokens=4096", "tiering.copy_method=SM_KERNELS"}},
+      {tiered, kvtier::test::speculative_sets(2, 1.0, budget), true}};
+  for (const auto& [policy, sets, drafts] : variants) {
+    const TieredServed even(lite_tiered(policy, "", sets), open_loop(requests));
     const auto& theirs = even.cluster.engine(0).totals();
     REQUIRE(theirs.h2d_bytes > 0.0);
     REQUIRE(theirs.d2h_bytes > 0.0);
     REQUIRE(theirs.prefetch_stall > Tick::zero());
     REQUIRE((theirs.host_recode_bytes > 0.0) == policy.starts_with("tiered"));
+    REQUIRE((theirs.speculative_tokens > 0) == drafts);
     for (const std::string dispatch : {"ROUND_ROBIN", "LEAST_OUTSTANDING"}) {
-      INFO(policy << " " << dispatch);
-      const TieredServed dispatched(lite_tiered(policy, dispatch, budget), open_loop(requests));
+      INFO(policy << " " << sets.back() << " " << dispatch);
+      const TieredServed dispatched(lite_tiered(policy, dispatch, sets), open_loop(requests));
       const ServingEngine& engine = dispatched.cluster.engine(0);
       const auto& mine = engine.totals();
       CHECK(mine.iterations == theirs.iterations);
@@ -169,6 +182,8 @@ TEST_CASE("identical requests dispatched in turn under a tier policy run as the 
       CHECK(mine.d2h_busy == theirs.d2h_busy);
       CHECK(mine.prefetch_stall == theirs.prefetch_stall);
       CHECK(mine.host_recode_bytes == Approx(theirs.host_recode_bytes).epsilon(1e-12));
+      CHECK(mine.speculative_tokens == theirs.speculative_tokens);
+      CHECK(mine.draft_busy == theirs.draft_busy);
       CHECK(engine.kv_used().max() ==
             Approx(even.cluster.engine(0).kv_used().max()).epsilon(1e-12));
       // Each GPU holds what the mean GPU does, its staging buffer too.
@@ -204,6 +219,30 @@ TEST_CASE("requests dispatched to one GPU wait for its copies", "[tiers][serving
       request_at(0.0, 100, 600), request_at(0.0, 100, 600), request_at(0.0, 100, 2)};
   const TieredServed apart(lite_tiered(policy, "ROUND_ROBIN"), open_loop(paired));
   CHECK(apart.cluster.engine(0).totals().prefetch_stall < mine.prefetch_stall);
+}
+
+TEST_CASE("on demand under a tier policy, the GPU out of its own KV memory preempts",
+          "[tiers][serving]") {
+  // Two requests on GPU 0 grow to about 54% of its KV each in HBM (a tenth of their older
+  // generated tokens in host memory); GPU 1's two stay small. Pooled, nothing is preempted;
+  // dispatched, GPU 0 preempts.
+  // 18.3 GiB GPUs: 0.13 GiB of KV each, about 4,500 tokens.
+  const std::vector<std::string> on_demand = {"workload.on_demand_admission.watermark=0.01",
+                                              "hardware.node.gpu.memory_capacity_gib=18.3"};
+  const std::string policy = "tiered:hbm=0.9,evict=0";
+  const RunSpec probe = lite_tiered(policy, "", on_demand);
+  const auto plan = kvtier::serving::plan_memory(probe);
+  const auto grown = static_cast<std::uint64_t>(
+      0.6 * plan.kv_capacity_bytes / (plan.kv_bytes_per_token * probe.tensor_parallel_degree()));
+  const std::vector<kvtier::serving::RequestSpec> requests = {
+      request_at(0.0, 100, grown), request_at(0.0, 100, 64), request_at(0.0, 100, grown),
+      request_at(0.0, 100, 64)};
+  const TieredServed pooled(probe, open_loop(requests));
+  CHECK(pooled.cluster.engine(0).totals().preemptions == 0);
+  const TieredServed own(lite_tiered(policy, "ROUND_ROBIN", on_demand), open_loop(requests));
+  CHECK(own.cluster.engine(0).totals().preemptions > 0);
+  CHECK(own.cluster.engine(0).totals().requests_completed == 4);
+  CHECK(own.cluster.engine(0).busiest_gpu_kv_peak().value_or(0.0) <= plan.kv_capacity_bytes);
 }
 
 TEST_CASE("a tier policy with data-parallel dispatch is accepted", "[config][tiers]") {
