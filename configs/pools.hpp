@@ -21,8 +21,9 @@ namespace kvtier::config {
 [[nodiscard]] double engines_per_node(const RunSpec& run);
 
 // The run as a prefill engine of it is split: each field of
-// cluster.disaggregation.prefill_parallelism in place of the run's field of that name. The run
-// itself when it sets none.
+// cluster.disaggregation.prefill_parallelism in place of the run's field of that name (a pool
+// whose attention is split by heads dispatches nothing: engine.data_parallel_dispatch cleared).
+// The run itself when it sets none.
 [[nodiscard]] RunSpec prefill_pool_run(const RunSpec& run);
 
 // Whether the prefill engines are split otherwise than the decode engines.

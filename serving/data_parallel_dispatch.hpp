@@ -1,10 +1,13 @@
 #pragma once
 // Data-parallel attention's GPUs as SGLang runs them (engine.data_parallel_dispatch): each
 // arriving request is dispatched to one GPU, which attends it, keeps its KV and admits it from
-// its own queue. What each GPU holds is its own: its requests (running, and running or waiting),
+// its own queue. What each GPU holds is its own: its requests (running, and running or waiting;
+// a prefill engine's also those it has prefilled, until their KV has left for a decode engine),
 // its share of the batch and of the prefill budget, its reserved KV; an admission pass holds
 // back a GPU whose next request does not fit, and that GPU's later requests with it, while the
-// other GPUs' requests go ahead (first come, first served on each GPU).
+// other GPUs' requests go ahead (first come, first served on each GPU). In a disaggregated
+// cluster each engine dispatches the requests it is given: a prefill engine on arrival, a
+// decode engine when its prefill has ended.
 //
 // KV bytes here are the engine's: per GPU as the mean GPU holds them (MemoryPlan's, 1/TP of a
 // request's latents), so a GPU's own KV memory is the plan's capacity / TP of them.
@@ -26,7 +29,8 @@ class DataParallelDispatch {
 
   [[nodiscard]] std::uint32_t gpus() const noexcept { return gpus_; }
   // The GPU an arriving request goes to: in turn, or the one holding the fewest requests (ties
-  // to the lowest index). It holds the request until completed().
+  // to the lowest index). It holds the request until completed() (a prefill engine's, until
+  // its KV has left).
   std::uint32_t dispatch();
   void completed(std::uint32_t gpu);
 
@@ -34,6 +38,17 @@ class DataParallelDispatch {
   void started_running(std::uint32_t gpu) { ++running_[gpu]; }
   void stopped_running(std::uint32_t gpu) { --running_[gpu]; }
   [[nodiscard]] std::uint32_t running(std::uint32_t gpu) const { return running_[gpu]; }
+  // A prefill engine's request prefilled on `gpu`: no longer running there, its KV held there
+  // until a decode engine has pulled it (released()).
+  void handed_off(std::uint32_t gpu) {
+    --running_[gpu];
+    ++handed_off_[gpu];
+  }
+  void released(std::uint32_t gpu) { --handed_off_[gpu]; }
+  // The requests whose KV a GPU holds: running, or handed off and not yet released.
+  [[nodiscard]] std::uint32_t holding(std::uint32_t gpu) const {
+    return running_[gpu] + handed_off_[gpu];
+  }
   [[nodiscard]] bool batch_full(std::uint32_t gpu) const { return running_[gpu] >= max_batch_; }
 
   // A new iteration's plan: every GPU's prefill budget whole again.
@@ -55,11 +70,11 @@ class DataParallelDispatch {
     return bytes * static_cast<double>(gpus_) > capacity;
   }
   // What a GPU's admitted requests reserve (whole-request reservations); zero again once it
-  // runs nothing, so that no rounding is left over.
+  // holds nothing, so that no rounding is left over.
   [[nodiscard]] double reserved(std::uint32_t gpu) const { return reserved_[gpu]; }
   void reserve(std::uint32_t gpu, double bytes) { reserved_[gpu] += bytes; }
   void release(std::uint32_t gpu, double bytes) {
-    reserved_[gpu] = running_[gpu] == 0 ? 0.0 : reserved_[gpu] - bytes;
+    reserved_[gpu] = holding(gpu) == 0 ? 0.0 : reserved_[gpu] - bytes;
   }
 
  private:
@@ -70,6 +85,7 @@ class DataParallelDispatch {
   std::uint64_t next_ = 0;
   std::vector<std::uint32_t> outstanding_;
   std::vector<std::uint32_t> running_;
+  std::vector<std::uint32_t> handed_off_;
   std::vector<std::uint64_t> prefill_room_;
   std::vector<bool> held_;
   std::vector<double> reserved_;

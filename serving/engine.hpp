@@ -214,6 +214,7 @@ class ServingEngine {
   }
   // With engine.data_parallel_dispatch, the GPU a request that has arrived was dispatched to (0
   // without it).
+  [[nodiscard]] bool dispatches() const noexcept { return dispatch_.has_value(); }
   [[nodiscard]] std::uint32_t dispatched_gpu(std::uint32_t request) const {
     return requests_[request].gpu;
   }

@@ -213,9 +213,6 @@ void check_data_parallel_dispatch(const RunSpec& run, const std::string& path, P
     problems.push_back({field, named + " weighs cached prefixes, which data-parallel attention "
                                        "does not cache: choose ROUND_ROBIN or LEAST_OUTSTANDING"});
   }
-  if (run.cluster().has_disaggregation()) {
-    problems.push_back({field, named + " in a disaggregated cluster is not modelled"});
-  }
   // A swapped request's KV crosses its own GPU's PCIe link, not the mean GPU's share.
   if (run.workload().on_demand_admission().has_swap()) {
     problems.push_back({field, named + " with preemption by swapping "

@@ -66,6 +66,10 @@ RunSpec prefill_pool_run(const RunSpec& run) {
   }
   if (split.has_data_parallel_attention()) {
     pool.mutable_engine()->set_data_parallel_attention(split.data_parallel_attention());
+    // Attention split by heads has no GPU of its own to dispatch a request to.
+    if (!split.data_parallel_attention()) {
+      pool.mutable_engine()->clear_data_parallel_dispatch();
+    }
   }
   if (split.has_expert_parallel()) {
     pool.mutable_engine()->set_expert_parallel(split.expert_parallel());

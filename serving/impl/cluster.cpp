@@ -1,6 +1,8 @@
 #include "serving/cluster.hpp"
 
 #include <algorithm>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -62,6 +64,22 @@ std::size_t lane_for(const std::vector<sim::Tick>& lanes, const std::vector<std:
     }
   }
   return chosen;
+}
+
+// With data-parallel dispatch, the lane of the GPU `engine` dispatched `request` to: one lane a
+// GPU (KvHandoff's lanes with data-parallel attention).
+std::optional<std::size_t> dispatched_lane(const ServingEngine& engine, std::uint32_t request,
+                                           std::size_t lanes) {
+  if (!engine.dispatches()) {
+    return std::nullopt;
+  }
+  const std::size_t gpu = engine.dispatched_gpu(request);
+  if (gpu >= lanes) {
+    throw std::logic_error("request " + std::to_string(request) + " dispatched to GPU " +
+                           std::to_string(gpu) + " of an engine with " + std::to_string(lanes) +
+                           " transfer lanes");
+  }
+  return gpu;
 }
 
 // A prefill engine, built from the prefill pool's run; where that pool is split otherwise than
@@ -215,13 +233,19 @@ void Cluster::send(std::uint32_t request) {
   const MemoryPlan& memory = engines_[handoff.decode_engine]->memory();
   // With data-parallel attention the prompt's KV is whole on one GPU of a side, which sends or
   // receives it over its own link: the transfer starts when a sending and a receiving lane are
-  // both free (lane_for).
+  // both free (lane_for); dispatched, the lane of the GPU its engine dispatched it to.
   const std::size_t decode = handoff.decode_engine - prefill_engines_;
   std::vector<sim::Tick>& senders = sending_free_[handoff.prefill_engine];
   std::vector<sim::Tick>& receivers = receiving_free_[decode];
+  const std::optional<std::size_t> sending_gpu =
+      dispatched_lane(*engines_[handoff.prefill_engine], request, senders.size());
+  const std::optional<std::size_t> receiving_gpu =
+      dispatched_lane(*engines_[handoff.decode_engine], request, receivers.size());
   const sim::Tick now = simulator_.now();
-  const sim::Tick start = std::max({now, *std::min_element(senders.begin(), senders.end()),
-                                    *std::min_element(receivers.begin(), receivers.end())});
+  const sim::Tick start = std::max(
+      {now, sending_gpu ? senders[*sending_gpu] : *std::min_element(senders.begin(), senders.end()),
+       receiving_gpu ? receivers[*receiving_gpu]
+                     : *std::min_element(receivers.begin(), receivers.end())});
   // Layer by layer, the last chunk's tokens are taken as all sent at full precision: with
   // send_kept_only the most of what is kept that can wait for that iteration. With hybrid
   // attention the windowed layers hold at most the window of them.
@@ -236,8 +260,10 @@ void Cluster::send(std::uint32_t request) {
     simulator_.schedule_at(handoff.prefilled, [this, request] { send(request); });
     return;
   }
-  const std::size_t sender = lane_for(senders, sending_layered_[handoff.prefill_engine], start);
-  const std::size_t receiver = lane_for(receivers, receiving_layered_[decode], start);
+  const std::size_t sender =
+      sending_gpu.value_or(lane_for(senders, sending_layered_[handoff.prefill_engine], start));
+  const std::size_t receiver =
+      receiving_gpu.value_or(lane_for(receivers, receiving_layered_[decode], start));
   ++transfers_.count;
   transfers_.bytes += handoff.bytes;
   transfers_.busy += timing.earlier;

@@ -23,6 +23,7 @@ DataParallelDispatch::DataParallelDispatch(config::Routing routing, std::uint32_
       prefill_tokens_(prefill_tokens_per_gpu),
       outstanding_(gpus, 0),
       running_(gpus, 0),
+      handed_off_(gpus, 0),
       prefill_room_(gpus, prefill_tokens_),
       held_(gpus, false),
       reserved_(gpus, 0.0) {

@@ -275,6 +275,12 @@ void ServingEngine::release(std::uint32_t request) {
   }
   handed_off_.erase(held);
   kv_reserved_bytes_ -= requests_[request].kv_reserved;
+  if (dispatch_) {
+    const Request& left = requests_[request];
+    dispatch_->released(left.gpu);
+    dispatch_->release(left.gpu, left.kv_reserved);
+    dispatch_->completed(left.gpu);
+  }
   if (prefix_cache_) {
     release_cached_blocks(request);
   }
@@ -404,8 +410,11 @@ void ServingEngine::record_kv_used() {
   // request's latents are whole (the mean GPU holds 1/TP of them).
   std::vector<double> by_gpu = staging_by_gpu_;
   by_gpu.resize(dispatch_->gpus(), 0.0);
-  for (const std::uint32_t id : running_) {
-    by_gpu[requests_[id].gpu] += hbm_kv_bytes(id);
+  // A prefill engine's handed-off requests hold their prompts' KV on their GPUs until released.
+  for (const auto* held : {&running_, &handed_off_}) {
+    for (const std::uint32_t id : *held) {
+      by_gpu[requests_[id].gpu] += hbm_kv_bytes(id);
+    }
   }
   const double busiest = *std::max_element(by_gpu.begin(), by_gpu.end());
   busiest_gpu_kv_peak_ =
@@ -701,6 +710,9 @@ void ServingEngine::hand_off(std::uint32_t id) {
   const Request& request = requests_[id];
   running_.erase(std::find(running_.begin(), running_.end(), id));
   handed_off_.push_back(id);
+  if (dispatch_) {
+    dispatch_->handed_off(request.gpu);
+  }
   ++totals_.requests_handed_off;
   totals_.prompt_tokens += request.spec.prompt_tokens;
   ++totals_.output_tokens;

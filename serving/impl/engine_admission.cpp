@@ -238,7 +238,11 @@ ServingEngine::Footprint ServingEngine::planned_footprint(std::vector<double>* h
   }
   for (const std::uint32_t id : handed_off_) {
     const Request& request = requests_[id];
-    total.hbm += plan_.kv_bytes_for(cached_tokens(request)) - cached_blocks_held(request);
+    const double held = plan_.kv_bytes_for(cached_tokens(request)) - cached_blocks_held(request);
+    total.hbm += held;
+    if (hbm_by_gpu != nullptr && dispatch_) {
+      (*hbm_by_gpu)[request.gpu] += held;
+    }
   }
   total.hbm += cached_blocks_in_use();
   return total;
@@ -312,11 +316,16 @@ std::optional<std::uint32_t> ServingEngine::preemption_victim(
   };
   const auto anywhere = [](const Request&) { return true; };
   if (dispatch_) {
-    // Each GPU's KV is its own; host memory is the node's.
+    // Each GPU's KV is its own (a prefill engine's handed-off requests' too); host memory is the
+    // node's.
     for (std::uint32_t gpu = 0; gpu < dispatch_->gpus(); ++gpu) {
       if (dispatch_->exceeds(hbm_by_gpu[gpu], plan_.kv_capacity_bytes) &&
-          dispatch_->running(gpu) > 1) {
-        return last_preemptible([gpu](const Request& request) { return request.gpu == gpu; });
+          dispatch_->holding(gpu) > 1) {
+        const auto victim =
+            last_preemptible([gpu](const Request& request) { return request.gpu == gpu; });
+        if (victim) {
+          return victim;
+        }
       }
     }
     return running_.size() > 1 && need.host > plan_.host_kv_capacity_bytes
@@ -381,7 +390,7 @@ void ServingEngine::admit_on_demand(std::uint64_t budget, hw::BatchShape& batch)
     // Alone (on its GPU), a request always fits (its whole life does); the watermark does not
     // hold it back.
     const bool alone =
-        dispatch_ ? dispatch_->running(head.gpu) == 0 : running_.empty() && handed_off_.empty();
+        dispatch_ ? dispatch_->holding(head.gpu) == 0 : running_.empty() && handed_off_.empty();
     const bool hbm_short =
         !alone && (dispatch_ ? dispatch_->exceeds(need_by_gpu[head.gpu] + first_chunk.hbm, hbm_room)
                              : need.hbm + first_chunk.hbm > hbm_room);

@@ -22,9 +22,6 @@ void ServingEngine::start_dispatching(const config::RunSpec& run) {
   if (routing != config::ROUND_ROBIN && routing != config::LEAST_OUTSTANDING) {
     refuse("is not a dispatch: choose ROUND_ROBIN or LEAST_OUTSTANDING");
   }
-  if (role_ != EngineRole::kPrefillAndDecode) {
-    refuse("in a disaggregated cluster is not modelled");
-  }
   if (pipeline_stages(run) > 1) {
     refuse("with pipeline stages is not modelled");
   }

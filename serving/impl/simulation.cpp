@@ -108,7 +108,10 @@ void add_disaggregation_figures(SimulationReport& report, const Cluster& cluster
       std::to_string(transfers.count) + " prompts' KV (" + format_fixed(transfers.bytes / 1e9, 3) +
       (config::pools_differ(run) ? " GB for a decode GPU; " + describe_engines(run) + ")"
        : transfers.sending_lanes > 1
-           ? " GB for the mean GPU, each prompt's from the GPU holding it)"
+           ? (run.engine().data_parallel_dispatch() != config::ROUTING_UNSPECIFIED
+                  ? " GB for the mean GPU, each prompt's between the GPUs its engines dispatched "
+                    "it to)"
+                  : " GB for the mean GPU, each prompt's from the GPU holding it)")
            : " GB per GPU)") +
       " over " + split.kv_link().name() + " at " +
       format_fixed(hw::asymptotic_gb_per_s(split.kv_link(), config::PEER), 1) + " GB/s per GPU, " +

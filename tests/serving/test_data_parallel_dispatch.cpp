@@ -386,14 +386,6 @@ TEST_CASE("data-parallel dispatch refuses what it does not model", "[config]") {
   kv_aware.insert(kv_aware.end(), {"engine.data_parallel_dispatch=KV_AWARE", "policy.name=full",
                                    "compare=~", "tiering=~"});
   CHECK_THAT(lines(kv_aware), Catch::Contains("choose ROUND_ROBIN or LEAST_OUTSTANDING"));
-  std::vector<std::string> split = dp;
-  split.insert(split.end(),
-               {"engine.data_parallel_dispatch=ROUND_ROBIN", "policy.name=full", "compare=~",
-                "tiering=~", "cluster.engines=2", "cluster.routing=ROUND_ROBIN",
-                "cluster.disaggregation.prefill_engines=1",
-                "cluster.disaggregation.decode_routing=LEAST_OUTSTANDING",
-                "cluster.disaggregation.kv_link.preset=InfiniBand-NDR"});
-  CHECK_THAT(lines(split), Catch::Contains("in a disaggregated cluster is not modelled"));
   std::vector<std::string> swapping = dp;
   swapping.insert(swapping.end(), {"engine.data_parallel_dispatch=ROUND_ROBIN", "policy.name=full",
                                    "compare=~", "tiering=~", "memory.kv_block_tokens=16",
