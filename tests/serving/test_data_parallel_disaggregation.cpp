@@ -251,6 +251,48 @@ TEST_CASE("a prefill GPU holds its prompts' KV until it leaves", "[disaggregatio
         4);
 }
 
+TEST_CASE("a prefill GPU preempts its own request to keep its prompts' KV",
+          "[disaggregation][serving]") {
+  // On demand: a 24,000-token prompt's KV is held on GPU 0 when a 16,000-token one arrives
+  // there. Its first chunk (4,096 tokens) fits beside it, its second does not: it is preempted,
+  // being not alone on its GPU, and waits for the first's KV to leave.
+  std::vector<std::string> sets = kSlowLink;
+  sets.insert(sets.end(), {kSmallGpus, "workload.on_demand_admission.watermark=0.01",
+                           "memory.kv_block_tokens=16"});
+  const RunSpec run = lite_split(3, "ROUND_ROBIN", sets);
+  const auto served = serve(run, open_loop({request_at(0.0, 24000, 4), request_at(0.0, 256, 4),
+                                            request_at(1.0, 16000, 4)}));
+  const ServingEngine& prefill = served->cluster->engine(0);
+  REQUIRE(prefill.dispatched_gpu(2) == 0);
+  CHECK(prefill.totals().preemptions >= 1);
+  CHECK(prefill.busiest_gpu_kv_peak().value_or(0.0) <= prefill.memory().kv_capacity_bytes);
+  CHECK(prefill.ttft().max() > whole_copy(*served->cluster, run, 24000) - Tick::ms(1000));
+  CHECK(prefill.totals().requests_handed_off == 3);
+}
+
+TEST_CASE("a prefill GPU's reservations stand while any of its prompts' KV is held",
+          "[disaggregation][serving]") {
+  // Two 10,000-token prompts on GPU 0, their KV leaving one after the other over the slow link
+  // (about 3 s each). A 20,000-token prompt arriving there after the first has left does not
+  // fit beside the second: it waits for it.
+  std::vector<std::string> sets = kSlowLink;
+  sets.push_back(kSmallGpus);
+  const RunSpec run = lite_split(2, "ROUND_ROBIN", sets);
+  const auto served = serve(
+      run, open_loop({request_at(0.0, 10000, 4), request_at(0.0, 256, 4), request_at(0.0, 10000, 4),
+                      request_at(4.0, 256, 4), request_at(4.0, 20000, 4)}));
+  const Cluster& cluster = *served->cluster;
+  const ServingEngine& prefill = cluster.engine(0);
+  const Tick copy = whole_copy(cluster, run, 10000);
+  REQUIRE(copy > Tick::ms(2500));
+  REQUIRE(copy < Tick::ms(3500));
+  REQUIRE(prefill.dispatched_gpu(2) == 0);
+  REQUIRE(prefill.dispatched_gpu(4) == 0);
+  CHECK(prefill.queue_wait().max() > copy + copy - Tick::ms(4000));
+  CHECK(prefill.busiest_gpu_kv_peak().value_or(0.0) <= prefill.memory().kv_capacity_bytes);
+  CHECK(cluster.engine(1).totals().requests_completed == 5);
+}
+
 TEST_CASE("a prefill GPU's handed-off requests count as its own until they leave",
           "[disaggregation][serving]") {
   // A long and a short prompt at once over a slow link; a third arrives once the short one's
