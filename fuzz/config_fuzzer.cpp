@@ -710,6 +710,21 @@ void write_seeds(const fs::path& folder) {
                  "cluster.disaggregation.layer_wise_transfer=true\n"
                  "workload.on_demand_admission.watermark=0.01\n"
                  "pipeline_parallel_degree=2\n");
+  // Each engine of a disaggregated cluster dispatching its requests to its GPUs, sent layer by
+  // layer, admitted on demand.
+  write_seed(folder, "run-small-disaggregated-dispatch", Target::kConfig,
+             std::string(1, kind_byte("run")) +
+                 read_file(source / "configs/examples/disaggregated-dp-attention.textproto") +
+                 kOverridesSeparator +
+                 "engine.data_parallel_dispatch=LEAST_OUTSTANDING\n"
+                 "cluster.disaggregation.layer_wise_transfer=true\n"
+                 "workload.on_demand_admission.watermark=0.01\n"
+                 "workload.poisson.num_requests=6\n"
+                 "workload.poisson.prompt_tokens.lognormal.median_tokens=64\n"
+                 "workload.poisson.prompt_tokens.lognormal.max_tokens=512\n"
+                 "workload.poisson.output_tokens.lognormal.median_tokens=8\n"
+                 "workload.poisson.output_tokens.lognormal.max_tokens=16\n"
+                 "workload.prefill_chunk_tokens=100\n");
   write_seed(folder, "workload", Target::kConfig,
              std::string(1, kind_byte("workload")) +
                  "closed_loop { concurrency: 2 num_requests: 4 prompt_tokens { uniform { "

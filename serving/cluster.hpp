@@ -13,7 +13,9 @@
 // (layer_wise_transfer), the decode engine is picked when the prefill's last iteration starts,
 // its transfer may overlap that iteration, and the GPUs carry one copy at a time: a whole
 // transfer or one layer's copies.
-// With a tier policy the decode engines tier the KV they receive (serving/engine.hpp).
+// With a tier policy the decode engines tier the KV they receive (serving/engine.hpp). With
+// data-parallel dispatch each engine dispatches the requests it is given to its GPUs, and a
+// transfer takes the links of the two GPUs holding the request on either side.
 
 #include <cstdint>
 #include <memory>
@@ -113,7 +115,8 @@ class Cluster {
   // by layer) when the iteration ending it starts.
   void route_decode(std::uint32_t request, sim::Tick arrival, const Handoff& handoff);
   void transfer(std::uint32_t request);
-  // Times the copies of what transfer() found to send, on the lanes free first.
+  // Times the copies of what transfer() found to send, on the lanes free first (dispatched, its
+  // GPUs' lanes).
   void send(std::uint32_t request);
   // Layer by layer: the next layer's copies, once its prefill has computed it, after what its
   // lanes carry by then.

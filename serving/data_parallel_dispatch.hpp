@@ -7,7 +7,8 @@
 // back a GPU whose next request does not fit, and that GPU's later requests with it, while the
 // other GPUs' requests go ahead (first come, first served on each GPU). In a disaggregated
 // cluster each engine dispatches the requests it is given: a prefill engine on arrival, a
-// decode engine when its prefill has ended.
+// decode engine when its router picks it (when the prefill has ended, or layer by layer when
+// the iteration ending it starts).
 //
 // KV bytes here are the engine's: per GPU as the mean GPU holds them (MemoryPlan's, 1/TP of a
 // request's latents), so a GPU's own KV memory is the plan's capacity / TP of them.

@@ -129,7 +129,7 @@ void ServingEngine::plan_tier_traffic(hw::BatchShape& batch) {
     request.tier_host = 0.0;
     const bool first = request.generated == request.first_decode;
     if (request.whole_in_hbm || request.whole_in_host) {
-      // Disaggregation is refused with dispatch: the copies are the mean GPU's.
+      // Dispatched, its GPU's copies of it (copy_scale_, as below).
       place_received(request, id, micro, staged[part], reads);
       continue;
     }
@@ -268,7 +268,10 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
   const bool in_host = request.whole_in_host;
   const std::uint64_t tokens = step_tokens(id, request);
   const bool last = request.generated + tokens >= request.spec.output_tokens;
+  // Memory as the mean GPU holds it; copies as its GPU makes them (whole latents, dispatched).
   const double full = bytes_per_token_layer_;
+  const double copied_full = full * copy_scale_;
+  const double copied_compressed = compressed_bytes_per_token_layer_ * copy_scale_;
   StageSums loaded(stage_of_tiered_layer_);  // in host memory: the T0 its first step loads
   StageSums hbm(stage_of_tiered_layer_);
   StageSums host(stage_of_tiered_layer_);
@@ -277,7 +280,7 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
     const std::uint32_t layer = tiered_layers_[t];
     resident += demand.hbm + demand.host + demand.compressed + 1.0;
     if (in_host) {
-      copies[layer].staged_full += (demand.hbm + demand.host + demand.compressed) * full;
+      copies[layer].staged_full += (demand.hbm + demand.host + demand.compressed) * copied_full;
       staged[layer] += demand.host + demand.compressed;
       loaded.add(t, in_whole_blocks(demand.hbm + 1.0 + static_cast<double>(drafts(request)),
                                     plan_.block_tokens) *
@@ -287,12 +290,11 @@ void ServingEngine::place_received(Request& request, std::uint32_t id,
       continue;
     }
     if (in_host) {
-      copies[layer].promoted_full += demand.promoted * full;
+      copies[layer].promoted_full += demand.promoted * copied_full;
       recoded_to_compressed_ += demand.compressed_after;
     } else {
-      copies[layer].offloaded_full += demand.host_after * full;
-      copies[layer].offloaded_compressed +=
-          demand.compressed_after * compressed_bytes_per_token_layer_;
+      copies[layer].offloaded_full += demand.host_after * copied_full;
+      copies[layer].offloaded_compressed += demand.compressed_after * copied_compressed;
     }
     hbm.add(t, in_whole_blocks(demand.hbm_after, plan_.block_tokens) * full);
     host.add(t, host_bytes(demand.host_after, demand.compressed_after));

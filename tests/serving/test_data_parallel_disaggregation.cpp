@@ -70,6 +70,10 @@ void check_same_run(const Cluster& mine, const Cluster& theirs) {
     CHECK(engine.totals().iterations == other.totals().iterations);
     CHECK(engine.totals().busy == other.totals().busy);
     CHECK(engine.totals().h2d_bytes == Approx(other.totals().h2d_bytes).epsilon(1e-12));
+    CHECK(engine.totals().d2h_bytes == Approx(other.totals().d2h_bytes).epsilon(1e-12));
+    CHECK(engine.totals().h2d_busy == other.totals().h2d_busy);
+    CHECK(engine.totals().d2h_busy == other.totals().d2h_busy);
+    CHECK(engine.host_kv_used().max() == Approx(other.host_kv_used().max()).epsilon(1e-12));
     CHECK(engine.totals().prefetch_stall == other.totals().prefetch_stall);
     CHECK(engine.kv_used().max() == Approx(other.kv_used().max()).epsilon(1e-12));
     REQUIRE(engine.ttft().count() == other.ttft().count());
@@ -121,18 +125,45 @@ TEST_CASE("identical requests dispatched on both sides run as the even spread do
             Approx(engine.kv_used().max()).epsilon(1e-12));
     }
   }
-  const std::string policy = "tiered:hbm=0.3,evict=0.2,compress=0.2,delta=32";
-  const auto tiered = [&](const std::string& dispatch) {
-    RunSpec run = lite_split(8, dispatch, two_nodes, 4);
-    *run.mutable_policy() = kvtier::test::tiered_split(policy).policy();
-    *run.mutable_tiering() = kvtier::test::tiered_split(policy).tiering();
-    return run;
+  // Under a tier policy the decode engines' first step of a received prompt offloads what its
+  // placement keeps off HBM, or (received into host memory) loads what it keeps in HBM and
+  // promotes; sent layer by layer, or only the kept tokens. Tiered keeps each prompt in HBM and
+  // re-tiers later; Monarch's placement offloads most of each prompt at its first step.
+  struct Receipt {
+    std::string name;
+    bool into_host = false;
+    bool kept_only_layer_wise = false;
   };
-  const TieredServed tiered_even(tiered(""), open_loop(requests));
-  REQUIRE(tiered_even.cluster.engine(4).totals().h2d_bytes > 0.0);
-  REQUIRE(tiered_even.cluster.engine(4).totals().prefetch_stall > Tick::zero());
-  const TieredServed tiered_turns(tiered("ROUND_ROBIN"), open_loop(requests));
-  check_same_run(tiered_turns.cluster, tiered_even.cluster);
+  const std::vector<Receipt> receipts = {
+      {"into HBM"}, {"into host memory", true}, {"kept, by layer", false, true}};
+  for (const auto& [policy, receipt] :
+       {std::pair{std::string("tiered:hbm=0.3,evict=0.2,compress=0.2,delta=32"), receipts[0]},
+        std::pair{std::string("tiered:hbm=0.3,evict=0.2,compress=0.2,delta=32"), receipts[1]},
+        std::pair{std::string("tiered:hbm=0.3,evict=0.2,compress=0.2,delta=32"), receipts[2]},
+        std::pair{std::string("monarch:attend=all,compression=int8,window=18,max_hot=25,page=5"),
+                  receipts[0]},
+        std::pair{std::string("monarch:attend=all,compression=int8,window=18,max_hot=25,page=5"),
+                  receipts[1]}}) {
+    const auto& [name, into_host, kept_only_layer_wise] = receipt;
+    INFO(policy << " " << name);
+    const auto tiered = [&](const std::string& dispatch) {
+      RunSpec run = lite_split(8, dispatch, two_nodes, 4);
+      *run.mutable_policy() = kvtier::test::tiered_split(policy).policy();
+      *run.mutable_tiering() = kvtier::test::tiered_split(policy).tiering();
+      auto& split = *run.mutable_cluster()->mutable_disaggregation();
+      split.set_receive_into_host_memory(into_host);
+      split.set_send_kept_only(kept_only_layer_wise);
+      split.set_layer_wise_transfer(kept_only_layer_wise);
+      return run;
+    };
+    const TieredServed tiered_even(tiered(""), open_loop(requests));
+    const auto& decoded = tiered_even.cluster.engine(4).totals();
+    REQUIRE(decoded.h2d_bytes > 0.0);
+    REQUIRE(decoded.d2h_bytes > 0.0);
+    REQUIRE(decoded.prefetch_stall > Tick::zero());
+    const TieredServed tiered_turns(tiered("ROUND_ROBIN"), open_loop(requests));
+    check_same_run(tiered_turns.cluster, tiered_even.cluster);
+  }
 }
 
 TEST_CASE("a prompt's KV crosses between the GPUs its engines dispatched it to",
@@ -309,6 +340,35 @@ TEST_CASE("a prefill GPU's handed-off requests count as its own until they leave
   REQUIRE(prefill.dispatched_gpu(1) == 1);
   REQUIRE(served->cluster->kv_transfers().transfer.min() < long_copy / 4);
   CHECK(prefill.dispatched_gpu(2) == 1);
+}
+
+TEST_CASE("prefill and decode engines of different sizes each dispatch to their own GPUs",
+          "[disaggregation][serving]") {
+  // Prefill engines of four GPUs, decode engines of two drafting a token a step; a request of
+  // one output token ends on its prefill GPU. Each prompt's KV crosses from one of four prefill
+  // GPUs to one of two decode GPUs.
+  const RunSpec run =
+      lite_split(3, "ROUND_ROBIN",
+                 {"cluster.disaggregation.prefill_parallelism.tensor_parallel_degree=4",
+                  "engine.speculative.draft_tokens=1", "engine.speculative.acceptance_rate=0.8",
+                  "engine.speculative.draft_layers=1"});
+  std::vector<RequestSpec> requests(8, request_at(0.0, 512, 32));
+  requests[5].output_tokens = 1;
+  const auto served = serve(run, open_loop(requests));
+  const Cluster& cluster = *served->cluster;
+  REQUIRE(cluster.kv_transfers().sending_lanes == 4);
+  REQUIRE(cluster.kv_transfers().receiving_lanes == 2);
+  CHECK(cluster.engine(0).dispatched_gpu(3) == 3);
+  CHECK(cluster.engine(0).dispatched_gpu(7) == 3);
+  CHECK(cluster.engine(0).totals().requests_completed == 1);
+  CHECK(cluster.engine(0).totals().requests_handed_off == 7);
+  CHECK(cluster.kv_transfers().count == 7);
+  CHECK(cluster.engine(1).totals().requests_completed +
+            cluster.engine(2).totals().requests_completed ==
+        7);
+  CHECK(cluster.engine(1).totals().speculative_tokens > 0);
+  // Once every prompt has left, the prefill GPUs hold nothing.
+  CHECK(cluster.engine(0).kv_used().value() == 0.0);
 }
 
 TEST_CASE("data-parallel dispatch in a disaggregated cluster is accepted", "[config]") {
