@@ -85,6 +85,10 @@ struct IterationCost {
   // layer. The tier-aware engine pipelines prefetches against the layers.
   sim::Tick layer;
   sim::Tick layer_attention;  // the attention part of `layer` (the layers' mean, as `layer`)
+  // With data-parallel dispatch (BatchShape::decodes_by_gpu), one a GPU: by how much its own
+  // part of every layer (its input norm and the attention of its own requests and chunks) is
+  // shorter than the slowest GPU's, which `layer` holds (0 for the slowest). Empty otherwise.
+  std::vector<sim::Tick> layer_lighter_by_gpu;
   sim::Tick head;
   // Of the totals below, the head's share (a pipeline stage without the LM head leaves it out).
   sim::Tick head_gemm;
@@ -142,6 +146,10 @@ class IterationCostModel {
                             const std::vector<PrefillChunk>& chunks, const LayerOps& ops) const;
   // Data-parallel attention: every GPU its own requests', the layer waiting for the slowest.
   void add_data_parallel_attention(const BatchShape& batch, Accumulator& layer) const;
+  // Each GPU's own part of a layer with data-parallel attention (its input norm and the
+  // attention of its own decodes and chunks), or of as many GPUs as hold the slowest without
+  // decodes_by_gpu.
+  [[nodiscard]] std::vector<Accumulator> gpu_attention_parts(const BatchShape& batch) const;
   // The prefill chunks each GPU attends with data-parallel attention: dealt out in turn.
   [[nodiscard]] std::vector<std::vector<PrefillChunk>> chunks_per_gpu(
       const BatchShape& batch) const;

@@ -100,13 +100,16 @@ struct PipelineTiming {
 // own copy engines: `gpus` holds each GPU's copies of the same layers (std::invalid_argument
 // otherwise, or with none). A GPU starts layer l once every GPU has finished layer l − 1 (they
 // meet at each layer's MLP) and its own copy of layer l has arrived; the layer ends when the
-// slowest GPU ends it. Every GPU computes a layer in `layer_compute`, the slowest GPU's (the
-// cost model gives one layer time), so a GPU whose copy arrives last is charged the busiest
-// GPU's attention: conservative. `stall` is the time the layers waited beyond their compute;
-// the busy times are the GPUs' sums. One GPU's copies time as time_pipeline above.
+// slowest GPU ends it. `layer_compute` is the slowest GPU's layer; `lighter_by` (empty: none,
+// else one a GPU, each within [0, layer_compute]) by how much each GPU's own part of it (the
+// attention of its own requests) is shorter (hw::IterationCost::layer_lighter_by_gpu), so that
+// a GPU whose copy arrives late but whose own requests attend little delays the layer by less.
+// `stall` is the time the layers waited beyond their compute; the busy times are the GPUs'
+// sums. One GPU's copies time as time_pipeline above.
 [[nodiscard]] PipelineTiming time_pipeline(sim::Tick layer_compute,
                                            std::span<const std::span<const LayerCopies>> gpus,
-                                           std::uint32_t lookahead, const CopyRates& rates);
+                                           std::uint32_t lookahead, const CopyRates& rates,
+                                           std::span<const sim::Tick> lighter_by = {});
 
 // How long one iteration's host recodes of `token_layers` take on the host's threads, from the
 // first starting to the last finishing, in nanoseconds, when one thread alone would take

@@ -369,8 +369,30 @@ IterationCostModel::BusiestDecodes IterationCostModel::busiest_decodes(
   return {requests, requests * (decode + static_cast<double>(batch.decode_draft_tokens)) / decode};
 }
 
+namespace {
+
+// The time of a GPU's own part of a layer with data-parallel attention.
+template <typename Part>
+sim::Tick own_time(const Part& part) {
+  return part.gemm + part.attention + part.elementwise;
+}
+
+}  // namespace
+
 void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
                                                      Accumulator& layer) const {
+  const std::vector<Accumulator> parts = gpu_attention_parts(batch);
+  const Accumulator* slowest = &parts.front();
+  for (const Accumulator& part : parts) {
+    if (own_time(part) > own_time(*slowest)) {
+      slowest = &part;
+    }
+  }
+  layer.add_times(*slowest, 1);
+}
+
+std::vector<IterationCostModel::Accumulator> IterationCostModel::gpu_attention_parts(
+    const BatchShape& batch) const {
   const std::vector<std::vector<PrefillChunk>> chunks = chunks_per_gpu(batch);
   // Each GPU's decoding requests, the query tokens they verify and the context they attend.
   struct Decodes {
@@ -401,23 +423,16 @@ void IterationCostModel::add_data_parallel_attention(const BatchShape& batch,
     decodes.assign(placed ? tp_ : std::clamp<std::size_t>(batch.prefill.size(), 1, tp_),
                    Decodes{requests, queries, context});
   }
-  Accumulator slowest;
-  sim::Tick slowest_time = sim::Tick::ps(-1);
+  std::vector<Accumulator> parts(decodes.size());
   for (std::size_t gpu = 0; gpu < decodes.size(); ++gpu) {
     const auto [decode, queries, context] = decodes[gpu];
     const double tokens = queries + chunk_tokens(chunks[gpu]);
-    Accumulator own;
-    const LayerOps ops{*this, own, tokens, 1.0};
+    const LayerOps ops{*this, parts[gpu], tokens, 1.0};
     const double hidden = model_.hidden_size();
     ops.elementwise(tokens * hidden, tokens * hidden);  // input RMSNorm
     add_latent_attention(decode, queries, context, chunks[gpu], ops);
-    const sim::Tick time = own.gemm + own.attention + own.elementwise;
-    if (time > slowest_time) {
-      slowest = own;
-      slowest_time = time;
-    }
   }
-  layer.add_times(slowest, 1);
+  return parts;
 }
 
 void IterationCostModel::add_latent_attention(double decode, double queries, double context,
@@ -633,6 +648,17 @@ IterationCost IterationCostModel::cost(const BatchShape& batch) const {
   cost.interconnect_bytes = all_layers.interconnect_bytes;
   cost.network_bytes = all_layers.network_bytes;
   cost.kernels = all_layers.kernels + head.kernels;
+  if (!batch.decodes_by_gpu.empty()) {
+    // The same part in every layer (latent attention has no windowed layers).
+    const std::vector<Accumulator> parts = gpu_attention_parts(batch);
+    sim::Tick slowest;
+    for (const Accumulator& part : parts) {
+      slowest = std::max(slowest, own_time(part));
+    }
+    for (const Accumulator& part : parts) {
+      cost.layer_lighter_by_gpu.push_back(slowest - own_time(part));
+    }
+  }
   return cost;
 }
 

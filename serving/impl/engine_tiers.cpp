@@ -350,7 +350,9 @@ double ServingEngine::kept_token_layers(std::uint32_t id, std::uint64_t extra,
 sim::Tick ServingEngine::time_stage_copies(const hw::IterationCost& compute,
                                            std::span<const std::span<const LayerCopies>> gpus,
                                            CopyTimes& times) const {
-  const PipelineTiming timing = time_pipeline(compute.layer, gpus, lookahead_, copy_rates_);
+  // Dispatched, each GPU's own compute of a layer (a GPU attending less than the slowest, less).
+  const PipelineTiming timing =
+      time_pipeline(compute.layer, gpus, lookahead_, copy_rates_, compute.layer_lighter_by_gpu);
   const sim::Tick computed = timing.layers_end + compute.head;
   const sim::Tick duration = std::max(computed, timing.end) + timing.trailing;
   times.prefetch_stall += timing.stall;

@@ -47,33 +47,40 @@ sim::Tick kernels_time(double full, double compressed, const CopyRates& rates, b
                       copy_time(compressed, rates.t2_d2h_bytes_per_s, rates.t2_d2h_setup);
 }
 
+// A GPU's compute of a layer: the slowest GPU's, less by how much its own part is lighter.
+sim::Tick own_compute(sim::Tick layer_compute, std::span<const sim::Tick> lighter_by,
+                      std::size_t gpu) {
+  return lighter_by.empty() ? layer_compute : layer_compute - lighter_by[gpu];
+}
+
 // Copies and compute take turns on each GPU's SMs: each layer's staging, then the layer, which
 // ends on the slowest GPU; after the last layer each GPU's offloads of every layer, then its
 // promotions, in batches (as the live cache moves them). Every kind is a kernel of its own, with
 // its own setup.
 PipelineTiming time_turns(sim::Tick layer_compute,
                           std::span<const std::span<const LayerCopies>> gpus,
-                          const CopyRates& rates) {
+                          std::span<const sim::Tick> lighter_by, const CopyRates& rates) {
   PipelineTiming timing;
   sim::Tick now;
   // Each GPU's promotions and offloads of the iteration, all layers together.
   std::vector<LayerCopies> moved(gpus.size());
   for (std::size_t layer = 0; layer < gpus.front().size(); ++layer) {
-    sim::Tick slowest;  // a GPU's staging and compute of the layer
-    sim::Tick most_extra;
+    sim::Tick slowest;   // a GPU's staging and compute of the layer
+    sim::Tick computed;  // the same without the staging
     for (std::size_t gpu = 0; gpu < gpus.size(); ++gpu) {
       const LayerCopies& copies = gpus[gpu][layer];
       const sim::Tick h2d =
           kernels_time(copies.staged_full, copies.staged_compressed, rates, /*to_gpu=*/true);
       timing.h2d_busy += h2d;
-      slowest = std::max(slowest, h2d + layer_compute + copies.extra_compute);
-      most_extra = std::max(most_extra, copies.extra_compute);
+      const sim::Tick own = own_compute(layer_compute, lighter_by, gpu) + copies.extra_compute;
+      slowest = std::max(slowest, h2d + own);
+      computed = std::max(computed, own);
       moved[gpu].promoted_full += copies.promoted_full;
       moved[gpu].promoted_compressed += copies.promoted_compressed;
       moved[gpu].offloaded_full += copies.offloaded_full;
       moved[gpu].offloaded_compressed += copies.offloaded_compressed;
     }
-    timing.stall += slowest - layer_compute - most_extra;
+    timing.stall += slowest - computed;
     now += slowest;
   }
   timing.layers_end = now;
@@ -153,9 +160,23 @@ PipelineTiming time_pipeline(sim::Tick layer_compute, std::span<const LayerCopie
 
 PipelineTiming time_pipeline(sim::Tick layer_compute,
                              std::span<const std::span<const LayerCopies>> gpus,
-                             std::uint32_t lookahead, const CopyRates& rates) {
+                             std::uint32_t lookahead, const CopyRates& rates,
+                             std::span<const sim::Tick> lighter_by) {
   if (gpus.empty()) {
     throw std::invalid_argument("a copy pipeline needs at least one GPU's copies");
+  }
+  if (!lighter_by.empty()) {
+    if (lighter_by.size() != gpus.size()) {
+      throw std::invalid_argument("lighter compute given for " + std::to_string(lighter_by.size()) +
+                                  " GPUs of " + std::to_string(gpus.size()));
+    }
+    for (const sim::Tick lighter : lighter_by) {
+      if (lighter < sim::Tick::zero() || lighter > layer_compute) {
+        throw std::invalid_argument(
+            "a GPU's compute lighter than the slowest's by less than "
+            "nothing or more than the layer");
+      }
+    }
   }
   const std::size_t layers = gpus.front().size();
   for (const std::span<const LayerCopies> own : gpus) {
@@ -165,7 +186,7 @@ PipelineTiming time_pipeline(sim::Tick layer_compute,
     }
   }
   if (rates.method == config::SM_KERNELS) {
-    return time_turns(layer_compute, gpus, rates);
+    return time_turns(layer_compute, gpus, lighter_by, rates);
   }
   PipelineTiming timing;
   // By GPU: when each layer started, when its H2D engine is next idle, its offloads' time.
@@ -175,7 +196,7 @@ PipelineTiming time_pipeline(sim::Tick layer_compute,
   sim::Tick previous_end;  // when the previous layer finished on every GPU
   for (std::size_t layer = 0; layer < layers; ++layer) {
     sim::Tick end;
-    sim::Tick most_extra;
+    sim::Tick computed;  // when the layer would end with every copy in
     for (std::size_t gpu = 0; gpu < gpus.size(); ++gpu) {
       const LayerCopies& copies = gpus[gpu][layer];
       // The staging slot for this layer frees when layer − lookahead starts; synchronous copies
@@ -193,15 +214,16 @@ PipelineTiming time_pipeline(sim::Tick layer_compute,
       // A GPU starts the layer once every GPU has finished the previous one (data-parallel
       // attention's GPUs meet at each layer's MLP) and its own copy has arrived.
       starts[gpu][layer] = std::max(previous_end, arrived);
-      end = std::max(end, starts[gpu][layer] + layer_compute + copies.extra_compute);
-      most_extra = std::max(most_extra, copies.extra_compute);
+      const sim::Tick own = own_compute(layer_compute, lighter_by, gpu) + copies.extra_compute;
+      end = std::max(end, starts[gpu][layer] + own);
+      computed = std::max(computed, previous_end + own);
       const sim::Tick offload =
           copy_time(copies.d2h_bytes(), rates.d2h_bytes_per_s, rates.d2h_setup);
       d2h[gpu] += offload;
       timing.d2h_busy += offload;
     }
     // What the layer waited for copies beyond its own compute.
-    timing.stall += end - previous_end - layer_compute - most_extra;
+    timing.stall += end - computed;
     previous_end = end;
   }
   timing.layers_end = previous_end;

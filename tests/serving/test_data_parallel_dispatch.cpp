@@ -122,6 +122,35 @@ TEST_CASE("every layer waits for the GPU whose own requests attend the most", "[
   CHECK(costs.cost(drafting).layer_attention > costs.cost(spread(8, 2, 3000)).layer_attention);
 }
 
+TEST_CASE("each dispatched GPU's own part of a layer is given against the slowest's",
+          "[iteration_cost]") {
+  const IterationCostModel costs = deepseek_at_tp8();
+  // GPU 5 reads 10,000 tokens more context: every other GPU is lighter by the same amount, GPU 5
+  // by nothing.
+  BatchShape skewed = spread(8, 2, 3000);
+  skewed.decodes_by_gpu[5].decode_context_tokens += 10000;
+  skewed.decode_context_tokens += 10000;
+  const auto lighter = costs.cost(skewed).layer_lighter_by_gpu;
+  REQUIRE(lighter.size() == 8);
+  CHECK(lighter[5] == kvtier::sim::Tick::zero());
+  CHECK(lighter[0] > kvtier::sim::Tick::zero());
+  CHECK(lighter[0] < costs.cost(skewed).layer_attention);
+  for (std::size_t gpu = 1; gpu < 8; ++gpu) {
+    CHECK(lighter[gpu] == (gpu == 5 ? kvtier::sim::Tick::zero() : lighter[0]));
+  }
+  // As even as the even spread: none lighter. Not dispatched: none given.
+  for (const kvtier::sim::Tick tick : costs.cost(spread(8, 2, 3000)).layer_lighter_by_gpu) {
+    CHECK(tick == kvtier::sim::Tick::zero());
+  }
+  CHECK(costs.cost(decode(16, 3000)).layer_lighter_by_gpu.empty());
+  // A GPU attending a prefill chunk is the slowest; the others are lighter by the chunk.
+  BatchShape chunked = spread(8, 2, 3000);
+  chunked.prefill.push_back(kvtier::hw::PrefillChunk{1024, 0, kvtier::hw::kAnyMicroBatch, 2});
+  const auto beside_chunk = costs.cost(chunked).layer_lighter_by_gpu;
+  CHECK(beside_chunk[2] == kvtier::sim::Tick::zero());
+  CHECK(beside_chunk[0] > kvtier::sim::Tick::zero());
+}
+
 TEST_CASE("a dispatched prefill chunk is attended by its request's GPU", "[iteration_cost]") {
   const IterationCostModel costs = deepseek_at_tp8();
   // Two chunks dealt out in turn go to two GPUs; dispatched to one GPU, it attends both.

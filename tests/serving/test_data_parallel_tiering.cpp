@@ -128,6 +128,63 @@ TEST_CASE("with SM kernels each layer waits for the slowest GPU's staging", "[ti
   CHECK(timing.d2h_busy == Tick::ms(4));
 }
 
+TEST_CASE("a GPU whose own attention is lighter delays a layer by less when its copy is late",
+          "[tiers]") {
+  // GPU 0 copies nothing and attends the most (the 1 ms layer); GPU 1 copies 3 ms a layer and its
+  // own part is 0.5 ms lighter: each layer ends half a millisecond after GPU 1's copy arrives.
+  const std::vector<LayerCopies> idle(4);
+  const std::vector<LayerCopies> busy = staging(3e6);
+  const CopyRates rates = gigabyte_rates();
+  const std::span<const LayerCopies> gpus[] = {idle, busy};
+  const Tick lighter[] = {Tick::zero(), Tick::us(500)};
+  const auto timing = time_pipeline(Tick::ms(1), gpus, 1, rates, lighter);
+  CHECK(timing.layers_end == Tick::ms(12) + Tick::us(500));
+  // Each layer's wait beyond GPU 0's 1 ms from the previous layer's end: 2.5 ms, then 2 ms.
+  CHECK(timing.stall == Tick::ms(8) + Tick::us(500));
+  CHECK(timing.h2d_busy == Tick::ms(12));
+  // The copying GPU the slowest: as without lighter compute.
+  const Tick copier_slowest[] = {Tick::us(500), Tick::zero()};
+  CHECK(time_pipeline(Tick::ms(1), gpus, 1, rates, copier_slowest).layers_end == Tick::ms(13));
+  // No copy late: the layers take the slowest GPU's time.
+  const std::vector<LayerCopies> small = staging(1e5);
+  const std::span<const LayerCopies> early[] = {idle, small};
+  CHECK(time_pipeline(Tick::ms(1), early, 1, rates, lighter).layers_end ==
+        Tick::ms(4));  // GPU 0 the slowest throughout (4.1 ms without lighter compute)
+  // With SM kernels each GPU's staging, then its own part.
+  CopyRates kernels = gigabyte_rates();
+  kernels.method = kvtier::config::SM_KERNELS;
+  const std::vector<LayerCopies> light = staging(1e6);
+  const std::vector<LayerCopies> heavy = staging(2e6);
+  const std::span<const LayerCopies> turns[] = {light, heavy};
+  const Tick heavy_lighter[] = {Tick::zero(), Tick::us(1500)};
+  const auto taking_turns = time_pipeline(Tick::ms(2), turns, 1, kernels, heavy_lighter);
+  CHECK(taking_turns.layers_end == Tick::ms(12));  // 4 x max(1 + 2, 2 + 0.5) ms
+  CHECK(taking_turns.stall == Tick::ms(4));
+  // One a GPU, within the layer.
+  const Tick one[] = {Tick::zero()};
+  CHECK_THROWS_AS(time_pipeline(Tick::ms(1), gpus, 1, rates, one), std::invalid_argument);
+  const Tick too_light[] = {Tick::zero(), Tick::ms(2)};
+  CHECK_THROWS_AS(time_pipeline(Tick::ms(1), gpus, 1, rates, too_light), std::invalid_argument);
+}
+
+TEST_CASE("a GPU's late copies hide behind another GPU's longer attention", "[tiers][serving]") {
+  // Monarch stages the decoding request's cold pages every step. Alone, layer 0 waits for its
+  // copy each step. While the other GPU prefills a long prompt, the chunk's attention outlasts
+  // that copy: the layer ends no later for it, and those steps do not wait.
+  const std::string policy = "monarch:attend=all,compression=int8,window=18,max_hot=25,page=5";
+  const std::vector<std::string> sets = {"workload.prefill_chunk_tokens=2048"};
+  const TieredServed alone(lite_tiered(policy, "ROUND_ROBIN", sets),
+                           open_loop({request_at(0.0, 100, 64)}));
+  const TieredServed beside(lite_tiered(policy, "ROUND_ROBIN", sets),
+                            open_loop({request_at(0.0, 100, 64), request_at(0.0, 6000, 1)}));
+  const auto& mine = beside.cluster.engine(0).totals();
+  const auto& its = alone.cluster.engine(0).totals();
+  REQUIRE(its.prefetch_stall > Tick::zero());
+  REQUIRE(beside.cluster.engine(0).dispatched_gpu(1) == 1);
+  CHECK(mine.h2d_bytes > its.h2d_bytes * 0.99);
+  CHECK(mine.prefetch_stall < its.prefetch_stall);
+}
+
 TEST_CASE("GPUs' copies must cover the same layers", "[tiers]") {
   const std::vector<LayerCopies> four(4);
   const std::vector<LayerCopies> three(3);
