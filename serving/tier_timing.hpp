@@ -101,11 +101,11 @@ struct PipelineTiming {
 // otherwise, or with none). A GPU starts layer l once every GPU has finished layer l − 1 (they
 // meet at each layer's MLP) and its own copy of layer l has arrived; the layer ends when the
 // slowest GPU ends it. `layer_compute` is the slowest GPU's layer; `lighter_by` (empty: none,
-// else one a GPU, each within [0, layer_compute]) by how much each GPU's own part of it (the
-// attention of its own requests) is shorter (hw::IterationCost::layer_lighter_by_gpu), so that
-// a GPU whose copy arrives late but whose own requests attend little delays the layer by less.
-// `stall` is the time the layers waited beyond their compute; the busy times are the GPUs'
-// sums. One GPU's copies time as time_pipeline above.
+// else one a GPU, each within [0, layer_compute]) by how much each GPU's own part of it (its
+// input norm and the attention of its own requests and chunks) is shorter
+// (hw::IterationCost::layer_lighter_by_gpu), so that a GPU whose copy arrives late but whose own
+// requests attend little delays the layer by less. `stall` is the time the layers waited beyond
+// their compute; the busy times are the GPUs' sums. One GPU's copies time as time_pipeline above.
 [[nodiscard]] PipelineTiming time_pipeline(sim::Tick layer_compute,
                                            std::span<const std::span<const LayerCopies>> gpus,
                                            std::uint32_t lookahead, const CopyRates& rates,

@@ -649,7 +649,8 @@ IterationCost IterationCostModel::cost(const BatchShape& batch) const {
   cost.network_bytes = all_layers.network_bytes;
   cost.kernels = all_layers.kernels + head.kernels;
   if (!batch.decodes_by_gpu.empty()) {
-    // The same part in every layer (latent attention has no windowed layers).
+    // The same part in every layer (latent attention has no windowed layers), so that none is
+    // lighter by more than `layer`, the layers' mean, holds.
     const std::vector<Accumulator> parts = gpu_attention_parts(batch);
     sim::Tick slowest;
     for (const Accumulator& part : parts) {

@@ -1,5 +1,5 @@
 // A tier policy with data-parallel dispatch: each GPU copies its own requests' KV over its own
-// link, and every layer waits for the GPU whose copy arrives last.
+// link, and every layer waits for the GPU that, its copy in, ends its own part last.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <span>
