@@ -212,8 +212,9 @@ class ServingEngine {
   [[nodiscard]] std::uint64_t held_cached_blocks(std::uint32_t request) const {
     return requests_[request].cache_held;
   }
-  // With engine.data_parallel_dispatch, the GPU a request that has arrived was dispatched to (0
-  // without it).
+  // Whether the engine dispatches its requests to its GPUs (engine.data_parallel_dispatch; a
+  // prefill engine whose pool splits attention by heads does not), and the GPU a request that
+  // has arrived was dispatched to (0 without it).
   [[nodiscard]] bool dispatches() const noexcept { return dispatch_.has_value(); }
   [[nodiscard]] std::uint32_t dispatched_gpu(std::uint32_t request) const {
     return requests_[request].gpu;
